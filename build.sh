@@ -1,0 +1,242 @@
+#!/usr/bin/env bash
+# The only build entry of ctrain.
+#   ./build.sh          release build: ./train and ./packdata (CUDA backend too when nvcc is found)
+#   ./build.sh test     build, then run every test that needs no GPU; ends with 'N passed, N failed'
+#   ./build.sh demo     build, then ./train --demo
+#   ./build.sh clean    remove build outputs
+# Environment: CC, CXX, NVCC (override compilers), CTRAIN_NO_CUDA=1 (CPU backend only),
+#   TEST_FILTER=regex (run only matching tests), FUZZ_SECONDS (per fuzz target, default 30),
+#   JOBS (parallel compile jobs).
+set -euo pipefail
+cd "$(dirname "$0")"
+ROOT=$PWD
+MODE=${1:-release}
+JOBS=${JOBS:-$(nproc)}
+CC=${CC:-gcc}
+CXX=${CXX:-g++}
+
+say() { printf '[build] %s\n' "$*"; }
+
+# ---------------------------------------------------------------------------
+# Dependencies. Debian packages only; installed when root, else the command is printed.
+need_pkgs=()
+[ -f /usr/include/jpeglib.h ] || need_pkgs+=(libjpeg62-turbo-dev)
+[ -f /usr/include/lz4.h ] || need_pkgs+=(liblz4-dev)
+[ -f /usr/include/png.h ] || need_pkgs+=(libpng-dev)
+[ -f /usr/include/zlib.h ] || need_pkgs+=(zlib1g-dev)
+command -v "$CC" >/dev/null || need_pkgs+=(gcc)
+command -v "$CXX" >/dev/null || need_pkgs+=(g++)
+command -v make >/dev/null || need_pkgs+=(make)
+if [ "$MODE" = test ]; then
+  [ -x /usr/bin/python3 ] && /usr/bin/python3 -c 'import torch, torchvision, numpy' 2>/dev/null \
+    || need_pkgs+=(python3-torch python3-torchvision python3-numpy)
+  [ -d /usr/share/datasets/fashion-mnist ] || need_pkgs+=(dataset-fashion-mnist)
+  command -v clang >/dev/null || need_pkgs+=(clang)
+  ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1 || need_pkgs+=(libclang-rt-14-dev)
+  [ -f /usr/lib/llvm-14/lib/libomp.so ] || [ -n "$(ls /usr/lib/llvm-*/lib/libomp.so 2>/dev/null)" ] || need_pkgs+=(libomp-dev)
+fi
+if [ ${#need_pkgs[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    say "installing Debian packages: ${need_pkgs[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq && apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}" >/dev/null
+  else
+    echo "ctrain needs these Debian packages; run:" >&2
+    echo "  sudo apt-get install -y ${need_pkgs[*]}" >&2
+    exit 1
+  fi
+fi
+if [ "$MODE" = test ]; then
+  # Independent readers for ctrain's files: PyPI's safetensors and TensorBoard, on the pip Python.
+  PIPPY=${PIPPY:-python3}
+  if ! "$PIPPY" -c 'import safetensors, tensorboard, numpy' 2>/dev/null; then
+    say "installing PyPI packages for the test readers: safetensors tensorboard numpy"
+    "$PIPPY" -m pip install -q safetensors tensorboard numpy || { echo "pip install failed: run '$PIPPY -m pip install safetensors tensorboard numpy'" >&2; exit 1; }
+  fi
+fi
+
+# ---------------------------------------------------------------------------
+# CUDA toolchain (optional).
+NVCC=${NVCC:-}
+if [ -z "$NVCC" ] && [ -z "${CTRAIN_NO_CUDA:-}" ]; then
+  if command -v nvcc >/dev/null; then NVCC=$(command -v nvcc)
+  elif [ -x /usr/local/cuda/bin/nvcc ]; then NVCC=/usr/local/cuda/bin/nvcc; fi
+fi
+CUDA_LIB=""
+if [ -n "$NVCC" ]; then
+  CUDA_HOME=$(cd "$(dirname "$NVCC")/.." && pwd)
+  for d in "$CUDA_HOME/lib64" "$CUDA_HOME/lib" "$CUDA_HOME/targets/x86_64-linux/lib"; do
+    [ -f "$d/libcudart_static.a" ] && CUDA_LIB=$d && break
+  done
+  [ -n "$CUDA_LIB" ] || { say "nvcc found at $NVCC but no libcudart_static.a: building the CPU backend only"; NVCC=""; }
+fi
+
+staticlib() { # the static archive of a library, so ./train carries it inside
+  for d in /usr/lib/x86_64-linux-gnu /usr/lib64 /usr/lib /usr/local/lib; do
+    [ -f "$d/lib$1.a" ] && { echo "$d/lib$1.a"; return; }
+  done
+  echo "-l$1"
+}
+STATIC_LIBS="$(staticlib jpeg) $(staticlib lz4) $(staticlib png16) $(staticlib z)"
+
+if [ "$MODE" = clean ]; then rm -rf "${BUILD_DIR:-build}" train packdata; say "clean"; exit 0; fi
+
+# ---------------------------------------------------------------------------
+# The rules. Sources are discovered, so adding a file never means editing this script:
+#   util/ nn/ loader/ dist/ *.c      -> build/libctrain.a (host library)
+#   kernels/*.cu                      -> nvcc (real GPU) and g++ against kernels/emu (emulated GPU)
+#   kernels/emu/*.cpp                 -> the emulator runtime
+#   main.c -> ./train, tools/packdata.c -> ./packdata, tools/bench_*.c -> build/tools/*
+#   tests/test_*.c                    -> unit tests (also built with ASan+UBSan unless marked 'test: no-asan')
+#   tests/emu_*.c|cpp                 -> tests linked with the emulated CUDA kernels
+#   tests/fuzz_*.c                    -> libFuzzer targets, run for a bounded time
+#   tests/test_*.sh                   -> script tests (end-to-end, PyTorch parity)
+HAVE_CUDA=0; [ -n "$NVCC" ] && HAVE_CUDA=1
+B=${BUILD_DIR:-build}
+mkdir -p "$B"
+if [ "$B" = build ]; then BIN=.; else BIN=$B; fi
+cat > "$B/rules.mk" <<EOF
+B := $B
+BIN := $BIN
+ROOT := $ROOT
+CC := $CC
+CXX := $CXX
+NVCC := $NVCC
+HAVE_CUDA := $HAVE_CUDA
+CUDA_LIB := $CUDA_LIB
+STATIC_LIBS := $STATIC_LIBS
+EOF
+cat >> "$B/rules.mk" <<'EOF'
+WARN := -Wall -Wextra -Wno-unused-parameter -Wno-sign-compare
+CFLAGS := -std=c11 -O3 -g -fopenmp -D_GNU_SOURCE -I. $(WARN) -MMD -MP
+ASANFLAGS := -std=c11 -O1 -g -fopenmp -D_GNU_SOURCE -I. $(WARN) -MMD -MP -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+EMUFLAGS := -std=c++17 -O2 -g -pthread -D_GNU_SOURCE -DCTRAIN_EMU -I. -Wall -Wno-unused-parameter -Wno-sign-compare -Wno-unused-variable -Wno-unused-function -MMD -MP
+NVFLAGS := -std=c++17 -O3 -lineinfo -I. -DCTRAIN_CUDA -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 -Xcompiler -Wall,-Wno-unused-parameter
+LDLIBS := $(STATIC_LIBS) -lm -ldl -lpthread
+CUDALIBS := $(CUDA_LIB)/libcudart_static.a -lrt -ldl -lpthread -lstdc++
+
+LIB_SRC := $(sort $(wildcard util/*.c nn/*.c loader/*.c dist/*.c))
+LIB_OBJ := $(LIB_SRC:%.c=$(B)/obj/%.o)
+ASAN_OBJ := $(LIB_SRC:%.c=$(B)/asan/%.o)
+CU_SRC := $(sort $(wildcard kernels/*.cu))
+CU_OBJ := $(CU_SRC:%.cu=$(B)/cuda/%.o)
+EMU_RT_SRC := $(sort $(wildcard kernels/emu/*.cpp))
+EMU_OBJ := $(CU_SRC:%.cu=$(B)/emu/%.o) $(EMU_RT_SRC:%.cpp=$(B)/emu/%.o)
+TOOLS := $(patsubst tools/%.c,$(B)/tools/%,$(wildcard tools/bench_*.c tools/plot*.c tools/dump*.c))
+UNIT := $(patsubst tests/%.c,$(B)/tests/%,$(wildcard tests/test_*.c))
+ASAN_UNIT := $(patsubst tests/%.c,$(B)/asan/tests/%,$(shell grep -L 'test: no-asan' /dev/null $(wildcard tests/test_*.c)))
+EMU_TESTS := $(patsubst tests/%.c,$(B)/tests/%,$(wildcard tests/emu_*.c)) $(patsubst tests/%.cpp,$(B)/tests/%,$(wildcard tests/emu_*.cpp))
+TEST_HELPERS := $(patsubst tests/%.c,$(B)/tests/%,$(wildcard tests/helper_*.c))
+
+ifeq ($(HAVE_CUDA),1)
+TRAIN_DEPS := $(B)/cuda/main.o $(B)/libctrain.a $(B)/libctrain_cuda.a
+TRAIN_LINK = $(CC) -fopenmp -o $@ $(B)/cuda/main.o $(B)/libctrain_cuda.a $(B)/libctrain.a $(LDLIBS) $(CUDALIBS)
+else
+TRAIN_DEPS := $(B)/obj/main.o $(B)/libctrain.a
+TRAIN_LINK = $(CC) -fopenmp -o $@ $(B)/obj/main.o $(B)/libctrain.a $(LDLIBS)
+endif
+
+.PHONY: release tests
+release: $(BIN)/train $(BIN)/packdata $(TOOLS)
+tests: release $(UNIT) $(ASAN_UNIT) $(EMU_TESTS) $(TEST_HELPERS) $(B)/train-emu
+
+$(B)/obj/%.o: %.c
+	@mkdir -p $(dir $@); echo "  CC    $<"; $(CC) $(CFLAGS) -c $< -o $@
+$(B)/asan/%.o: %.c
+	@mkdir -p $(dir $@); echo "  ASAN  $<"; $(CC) $(ASANFLAGS) -c $< -o $@
+$(B)/cuda/%.o: %.cu
+	@mkdir -p $(dir $@); echo "  NVCC  $<"; $(NVCC) $(NVFLAGS) -MMD -MP -c $< -o $@
+$(B)/cuda/main.o: main.c
+	@mkdir -p $(dir $@); echo "  CC    $< (cuda)"; $(CC) $(CFLAGS) -DCTRAIN_CUDA -c $< -o $@
+$(B)/emu/%.o: %.cu
+	@mkdir -p $(dir $@); echo "  EMU   $<"; $(CXX) $(EMUFLAGS) -x c++ -include kernels/emu/emu.h -c $< -o $@
+$(B)/emu/%.o: %.cpp
+	@mkdir -p $(dir $@); echo "  CXX   $<"; $(CXX) $(EMUFLAGS) -c $< -o $@
+
+$(B)/libctrain.a: $(LIB_OBJ)
+	@rm -f $@; ar rcs $@ $^
+$(B)/libctrain_asan.a: $(ASAN_OBJ)
+	@rm -f $@; ar rcs $@ $^
+$(B)/libctrain_cuda.a: $(CU_OBJ)
+	@rm -f $@; ar rcs $@ $^
+$(B)/libctrain_emu.a: $(EMU_OBJ)
+	@rm -f $@; ar rcs $@ $^
+
+$(BIN)/train: $(TRAIN_DEPS)
+	@echo "  LD    $@"; $(TRAIN_LINK)
+$(BIN)/packdata: $(B)/obj/tools/packdata.o $(B)/libctrain.a
+	@echo "  LD    $@"; $(CC) -fopenmp -o $@ $^ $(LDLIBS)
+$(B)/tools/%: $(B)/obj/tools/%.o $(B)/libctrain.a
+	@mkdir -p $(dir $@); echo "  LD    $@"; $(CC) -fopenmp -o $@ $^ $(LDLIBS)
+$(B)/train-emu: $(B)/cuda/main.o $(B)/libctrain_emu.a $(B)/libctrain.a
+	@echo "  LD    $@ (emulated GPU)"; $(CXX) -fopenmp -pthread -o $@ $(B)/cuda/main.o $(B)/libctrain_emu.a $(B)/libctrain.a $(LDLIBS)
+
+$(B)/tests/test_%: $(B)/obj/tests/test_%.o $(B)/libctrain.a
+	@mkdir -p $(dir $@); $(CC) -fopenmp -o $@ $^ $(LDLIBS)
+$(B)/tests/helper_%: $(B)/obj/tests/helper_%.o $(B)/libctrain.a
+	@mkdir -p $(dir $@); $(CC) -fopenmp -o $@ $^ $(LDLIBS)
+$(B)/asan/tests/test_%: $(B)/asan/tests/test_%.o $(B)/libctrain_asan.a
+	@mkdir -p $(dir $@); $(CC) -fopenmp -fsanitize=address,undefined -o $@ $^ $(LDLIBS)
+$(B)/tests/emu_%: $(B)/emu/tests/emu_%.o $(B)/libctrain_emu.a $(B)/libctrain.a
+	@mkdir -p $(dir $@); $(CXX) -fopenmp -pthread -o $@ $^ $(LDLIBS)
+$(B)/emu/tests/emu_%.o: tests/emu_%.c
+	@mkdir -p $(dir $@); echo "  EMU   $<"; $(CXX) $(EMUFLAGS) -x c++ -include kernels/emu/emu.h -c $< -o $@
+
+-include $(shell find build -name '*.d' 2>/dev/null)
+EOF
+
+# Make runs with -r (no built-in rules) so that 'train' is never mistaken for a C program of main.c.
+if [ "$MODE" = test ]; then target=tests; else target=release; fi
+if [ ! -f main.c ]; then say "main.c missing"; exit 1; fi
+make -r -s -j"$JOBS" -f "$B/rules.mk" "$target"
+if [ "$HAVE_CUDA" = 1 ]; then say "built ./train (backends: cpu, cuda via $NVCC) and ./packdata"
+else say "built ./train (backend: cpu only; no nvcc found) and ./packdata"; fi
+
+case "$MODE" in
+  release) exit 0 ;;
+  demo) exec ./train --demo ;;
+  test) ;;
+  *) echo "usage: ./build.sh [release|test|demo|clean]" >&2; exit 2 ;;
+esac
+
+# ---------------------------------------------------------------------------
+# Tests. Each program or script is one test: exit status 0 passes. Logs in $B/test-logs/.
+export CTRAIN_BIN=$ROOT/$BIN CTRAIN_ROOT=$ROOT CTRAIN_BUILD=$ROOT/$B TORCH_PY=/usr/bin/python3 PIPPY=${PIPPY:-python3}
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ASAN_OPTIONS=detect_leaks=1:abort_on_error=0
+mkdir -p $B/test-logs
+pass=0; fail=0; failed=()
+run_one() { # name, timeout seconds, command...
+  local name=$1 limit=$2; shift 2
+  if [ -n "${TEST_FILTER:-}" ] && ! [[ $name =~ $TEST_FILTER ]]; then return; fi
+  local log=$B/test-logs/${name//\//_}.log t0=$SECONDS rc=0
+  timeout --kill-after=10 "$limit" "$@" >"$log" 2>&1 || rc=$?
+  if [ $rc = 0 ]; then pass=$((pass+1)); printf 'PASS  %-40s %4ds\n' "$name" $((SECONDS-t0))
+  else
+    fail=$((fail+1)); failed+=("$name")
+    [ $rc = 124 ] && echo "timed out after ${limit}s" >>"$log"
+    printf 'FAIL  %-40s %4ds (exit %d, log %s)\n' "$name" $((SECONDS-t0)) $rc "$log"
+    tail -n 15 "$log" | sed 's/^/      /'
+  fi
+}
+for t in $B/tests/test_*; do [ -x "$t" ] && [[ $t != *.* ]] && run_one "$(basename "$t")" 900 "$t"; done
+for t in $B/asan/tests/test_*; do [ -x "$t" ] && [[ $t != *.* ]] && run_one "asan/$(basename "$t")" 900 "$t"; done
+for t in $B/tests/emu_*; do [ -x "$t" ] && [[ $t != *.* ]] && run_one "$(basename "$t")" 900 "$t"; done
+# Fuzz targets: clang + libFuzzer, the host library compiled in with ASan+UBSan.
+for f in tests/fuzz_*.c; do
+  [ -f "$f" ] || continue
+  name=$(basename "$f" .c); bin=$B/fuzz/$name
+  mkdir -p $B/fuzz $B/fuzz/corpus-$name
+  srcs=$(ls util/*.c loader/*.c 2>/dev/null)
+  if [ ! -x "$bin" ] || [ -n "$(find "$f" $srcs util loader -newer "$bin" 2>/dev/null | head -1)" ]; then
+    clang -std=c11 -O1 -g -fopenmp -D_GNU_SOURCE -I. -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+      -o "$bin" "$f" $srcs $STATIC_LIBS -lm -lpthread 2>$B/test-logs/$name.build.log \
+      || { fail=$((fail+1)); failed+=("$name"); echo "FAIL  $name (build: $B/test-logs/$name.build.log)"; continue; }
+  fi
+  seeds=$B/fuzz/corpus-$name; [ -d "tests/corpus/$name" ] && seeds="$seeds tests/corpus/$name"
+  run_one "$name" $(( ${FUZZ_SECONDS:-30} + 60 )) "$bin" -max_total_time="${FUZZ_SECONDS:-30}" -rss_limit_mb=2048 -timeout=10 -artifact_prefix=$B/fuzz/ $seeds
+done
+for t in tests/test_*.sh; do [ -f "$t" ] && run_one "$(basename "$t")" 1200 bash "$t"; done
+
+[ ${#failed[@]} -gt 0 ] && echo "failed: ${failed[*]}"
+echo "$pass passed, $fail failed"
+[ $fail = 0 ]

@@ -1,0 +1,103 @@
+// CPU reference layers: float32, NHWC activations, KRSC convolution weights, OpenMP.
+// These are the oracle for every GPU kernel (kernels/kernels.h has the twins with the same
+// argument order plus a stream) and the fallback backend.
+//
+// Conventions
+// - Activations are NHWC: element (n, h, w, c) at ((n*H + h)*W + w)*C + c.
+// - Convolution weights are KRSC: (k, r, s, c) at ((k*R + r)*S + s)*C + c. Safetensors files use
+//   torchvision's OIHW; nn/safetensors.c converts.
+// - Backward functions OVERWRITE their outputs (dx, dw, ...), they never accumulate: in a ResNet
+//   every parameter is used once, and the graph executor adds the two gradients that meet at a
+//   residual junction explicitly.
+// - Every reduction has a fixed order that does not depend on the thread count, so results are
+//   bit-identical run to run and whatever OMP_NUM_THREADS is.
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// ---------------------------------------------------------------------------------------------
+// Convolution (groups = 1, no bias, dilation 1).
+typedef struct {
+    int N, H, W, C;  // input
+    int K, R, S;     // output channels, kernel rows, kernel columns
+    int stride, pad; // same in both dimensions
+    int P, Q;        // output rows, columns: (H + 2*pad - R) / stride + 1, likewise Q
+} ConvShape;
+
+ConvShape conv_shape(int N, int H, int W, int C, int K, int R, int S, int stride, int pad);
+
+// out[N,P,Q,K] = conv(in[N,H,W,C], w[K,R,S,C])
+void conv2d_forward(const ConvShape *s, float *out, const float *in, const float *w);
+// din[N,H,W,C] = gradient wrt the input, given dout[N,P,Q,K]
+void conv2d_backward_data(const ConvShape *s, float *din, const float *dout, const float *w);
+// dw[K,R,S,C] = gradient wrt the weights, given dout[N,P,Q,K] and the forward input
+void conv2d_backward_weight(const ConvShape *s, float *dw, const float *dout, const float *in);
+
+// ---------------------------------------------------------------------------------------------
+// Batch norm over M = N*H*W rows of C channels (NHWC makes this a [M, C] matrix).
+// Training mode normalises with the batch mean and biased variance, saves mean and 1/sqrt(var+eps)
+// for backward, and updates the running statistics like PyTorch:
+//   running_mean = (1 - momentum) * running_mean + momentum * mean
+//   running_var  = (1 - momentum) * running_var  + momentum * var * M / (M - 1)   (unbiased)
+// relu != 0 fuses a ReLU on the output (y = max(0, bn(x))).
+void batchnorm_forward_train(float *y, float *save_mean, float *save_invstd, float *running_mean,
+                             float *running_var, const float *x, const float *gamma, const float *beta,
+                             int M, int C, float momentum, float eps, int relu);
+void batchnorm_forward_eval(float *y, const float *x, const float *gamma, const float *beta,
+                            const float *running_mean, const float *running_var, int M, int C, float eps,
+                            int relu);
+// Gradients of the training-mode forward. y is the forward output when relu was fused (its zeros
+// mask dy), NULL otherwise. dx may alias dy.
+void batchnorm_backward(float *dx, float *dgamma, float *dbeta, const float *dy, const float *x,
+                        const float *y, const float *gamma, const float *save_mean,
+                        const float *save_invstd, int M, int C);
+
+// ---------------------------------------------------------------------------------------------
+// Elementwise.
+void relu_forward(float *y, const float *x, size_t n);
+void relu_backward(float *dx, const float *dy, const float *y, size_t n);  // dx may alias dy
+// y = a + b, optionally followed by a ReLU (the residual junction of a block).
+void add_forward(float *y, const float *a, const float *b, size_t n, int relu);
+void add_inplace(float *y, const float *x, size_t n);  // y += x (gradient accumulation)
+
+// ---------------------------------------------------------------------------------------------
+// Max pooling, square window k, stride, pad (ResNet: 3, 2, 1). Padding never wins (acts as -inf).
+// Ties go to the first element in window order (row-major), like PyTorch.
+void maxpool_forward(float *out, const float *in, int N, int H, int W, int C, int k, int stride,
+                     int pad, int P, int Q);
+// Gather form: each input element sums the gradients of the windows whose maximum it is.
+void maxpool_backward(float *din, const float *dout, const float *in, int N, int H, int W, int C,
+                      int k, int stride, int pad, int P, int Q);
+
+// Global average pool: out[N,C] = mean over H*W of in[N,H,W,C].
+void avgpool_forward(float *out, const float *in, int N, int HW, int C);
+void avgpool_backward(float *din, const float *dout, int N, int HW, int C);
+
+// ---------------------------------------------------------------------------------------------
+// Linear: out[N,O] = in[N,I] w[O,I]^T + b[O] (PyTorch layout). b may be NULL.
+void linear_forward(float *out, const float *in, const float *w, const float *b, int N, int I, int O);
+// din may be NULL (not needed); db may be NULL when there is no bias.
+void linear_backward(float *din, float *dw, float *db, const float *dout, const float *in,
+                     const float *w, int N, int I, int O);
+
+// ---------------------------------------------------------------------------------------------
+// Losses. logits[N,K]. Both return the mean loss over the batch and write its gradient, scaled by
+// grad_scale, into dlogits (softmax_xent overwrites, kd_loss accumulates).
+// Cross-entropy with label smoothing eps (PyTorch's definition: target = (1-eps)*onehot + eps/K).
+// correct (may be NULL) receives the number of argmax hits; probs are not kept.
+float softmax_xent(float *dlogits, const float *logits, const int32_t *labels, int N, int K,
+                   float smoothing, float grad_scale, int *correct);
+// Hinton distillation: T^2 * KL(softmax(teacher/T) || softmax(student/T)), mean over the batch.
+float kd_loss(float *dlogits, const float *logits, const float *teacher_logits, int N, int K,
+              float temperature, float grad_scale);
+// Top-k hits: number of rows whose label is among the k largest logits (ties count as hits only
+// if strictly fewer than k logits exceed the label's).
+int topk_correct(const float *logits, const int32_t *labels, int N, int K, int k);
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,172 @@
+#include "util/common.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <stdarg.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+static void vreport(const char *kind, const char *fmt, va_list ap, int with_errno, int err) {
+    fflush(stdout);
+    fprintf(stderr, "ctrain: %s: ", kind);
+    vfprintf(stderr, fmt, ap);
+    if (with_errno) fprintf(stderr, ": %s", strerror(err));
+    fputc('\n', stderr);
+}
+
+void ct_die(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vreport("error", fmt, ap, 0, 0);
+    va_end(ap);
+    exit(1);
+}
+
+void ct_die_errno(const char *fmt, ...) {
+    int err = errno;
+    va_list ap;
+    va_start(ap, fmt);
+    vreport("error", fmt, ap, 1, err);
+    va_end(ap);
+    exit(1);
+}
+
+void ct_warn(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vreport("warning", fmt, ap, 0, 0);
+    va_end(ap);
+}
+
+void *ct_alloc(size_t bytes) {
+    void *p = NULL;
+    if (bytes == 0) bytes = 1;
+    if (posix_memalign(&p, 64, (bytes + 63) & ~(size_t)63) != 0 || !p)
+        ct_die("out of memory allocating %zu bytes", bytes);
+    return p;
+}
+
+void *ct_zalloc(size_t bytes) {
+    void *p = ct_alloc(bytes);
+    memset(p, 0, bytes);
+    return p;
+}
+
+void *ct_realloc(void *p, size_t bytes) {
+    void *q = realloc(p, bytes ? bytes : 1);
+    if (!q) ct_die("out of memory reallocating %zu bytes", bytes);
+    return q;
+}
+
+char *ct_strdup(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *d = malloc(n);
+    if (!d) ct_die("out of memory");
+    memcpy(d, s, n);
+    return d;
+}
+
+double ct_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+AtomicFile ct_atomic_open(const char *path) {
+    AtomicFile af;
+    af.path = ct_strdup(path);
+    size_t n = strlen(path) + 32;
+    af.tmp_path = malloc(n);
+    if (!af.tmp_path) ct_die("out of memory");
+    snprintf(af.tmp_path, n, "%s.tmp.%d", path, (int)getpid());
+    af.f = fopen(af.tmp_path, "wb");
+    if (!af.f) ct_die_errno("cannot create %s", af.tmp_path);
+    return af;
+}
+
+void ct_atomic_write(AtomicFile *af, const void *data, size_t bytes) {
+    if (bytes && fwrite(data, 1, bytes, af->f) != bytes) {
+        int err = errno;
+        fclose(af->f);
+        unlink(af->tmp_path);
+        errno = err;
+        ct_die_errno("writing %s", af->path);
+    }
+}
+
+static void fsync_parent_dir(const char *path) {
+    char *copy = ct_strdup(path);
+    int fd = open(dirname(copy), O_RDONLY | O_DIRECTORY);
+    if (fd >= 0) {
+        fsync(fd);
+        close(fd);
+    }
+    free(copy);
+}
+
+void ct_atomic_commit(AtomicFile *af) {
+    if (fflush(af->f) != 0 || fsync(fileno(af->f)) != 0) {
+        int err = errno;
+        fclose(af->f);
+        unlink(af->tmp_path);
+        errno = err;
+        ct_die_errno("writing %s", af->path);
+    }
+    if (fclose(af->f) != 0) {
+        unlink(af->tmp_path);
+        ct_die_errno("closing %s", af->path);
+    }
+    if (rename(af->tmp_path, af->path) != 0) {
+        int err = errno;
+        unlink(af->tmp_path);
+        errno = err;
+        ct_die_errno("renaming %s to %s", af->tmp_path, af->path);
+    }
+    fsync_parent_dir(af->path);
+    free(af->path);
+    free(af->tmp_path);
+    af->f = NULL;
+}
+
+void ct_atomic_abort(AtomicFile *af) {
+    if (af->f) fclose(af->f);
+    unlink(af->tmp_path);
+    free(af->path);
+    free(af->tmp_path);
+    af->f = NULL;
+}
+
+char *ct_read_file(const char *path, size_t *bytes) {
+    FILE *f = fopen(path, "rb");
+    if (!f) ct_die_errno("cannot open %s", path);
+    if (fseek(f, 0, SEEK_END) != 0) ct_die_errno("cannot seek %s", path);
+    long n = ftell(f);
+    if (n < 0) ct_die_errno("cannot size %s", path);
+    rewind(f);
+    char *buf = ct_alloc((size_t)n + 1);
+    if (n && fread(buf, 1, (size_t)n, f) != (size_t)n) ct_die_errno("reading %s", path);
+    buf[n] = 0;
+    fclose(f);
+    if (bytes) *bytes = (size_t)n;
+    return buf;
+}
+
+int ct_file_exists(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+void ct_mkdir_p(const char *dir) {
+    char *p = ct_strdup(dir);
+    for (char *s = p + 1; *s; s++) {
+        if (*s != '/') continue;
+        *s = 0;
+        if (mkdir(p, 0777) != 0 && errno != EEXIST) ct_die_errno("cannot create directory %s", p);
+        *s = '/';
+    }
+    if (mkdir(p, 0777) != 0 && errno != EEXIST) ct_die_errno("cannot create directory %s", p);
+    free(p);
+}

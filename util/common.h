@@ -1,0 +1,53 @@
+// Cross-cutting host helpers: errors, checked allocation, time, atomic file writes.
+// Every program and library file of ctrain includes this first.
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// Print "ctrain: error: ..." to stderr and exit(1). Use for bad input and unrecoverable state;
+// the message must name the file, record, tensor or flag at fault.
+__attribute__((noreturn, format(printf, 1, 2))) void ct_die(const char *fmt, ...);
+// Same as ct_die, with ": strerror(errno)" appended.
+__attribute__((noreturn, format(printf, 1, 2))) void ct_die_errno(const char *fmt, ...);
+__attribute__((format(printf, 1, 2))) void ct_warn(const char *fmt, ...);
+
+// Allocation that never returns NULL (dies naming the size). ct_alloc is 64-byte aligned and
+// uninitialised; ct_zalloc zeroes. Both are released with free().
+void *ct_alloc(size_t bytes);
+void *ct_zalloc(size_t bytes);
+void *ct_realloc(void *p, size_t bytes);
+char *ct_strdup(const char *s);
+
+double ct_now(void);  // monotonic seconds
+
+// Atomic file output: data goes to "<path>.tmp.<pid>", ct_atomic_commit fsyncs, closes and renames
+// it over <path> (and fsyncs the directory), so a crash never leaves a file that looks complete.
+// ct_atomic_abort removes the temporary.
+typedef struct {
+    FILE *f;
+    char *path;
+    char *tmp_path;
+} AtomicFile;
+AtomicFile ct_atomic_open(const char *path);  // dies with the path on failure
+void ct_atomic_write(AtomicFile *af, const void *data, size_t bytes);  // dies on short write
+void ct_atomic_commit(AtomicFile *af);
+void ct_atomic_abort(AtomicFile *af);
+
+// Whole-file read; dies naming the path. *bytes receives the size. Buffer is NUL-terminated.
+char *ct_read_file(const char *path, size_t *bytes);
+int ct_file_exists(const char *path);
+void ct_mkdir_p(const char *dir);  // dies naming the directory
+
+#define CT_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define CT_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define CT_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+#ifdef __cplusplus
+}
+#endif
