@@ -84,6 +84,10 @@ void linear_forward(float *out, const float *in, const float *w, const float *b,
 void linear_backward(float *din, float *dw, float *db, const float *dout, const float *in,
                      const float *w, int N, int I, int O);
 
+// Input: uint8 NHWC batch -> float, out = (in / 255 - mean[c]) / std[c].
+void normalize_u8(float *out, const uint8_t *in, size_t pixels, int C, const float *mean,
+                  const float *std);
+
 // ---------------------------------------------------------------------------------------------
 // Losses. logits[N,K]. Both return the mean loss over the batch and write its gradient, scaled by
 // grad_scale, into dlogits (softmax_xent overwrites, kd_loss accumulates).
