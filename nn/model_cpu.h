@@ -1,0 +1,55 @@
+// CPU executor of a ResNet graph (nn/resnet.h) built on the reference layers (nn/layers.h).
+//
+// Memory is planned once per (N, H, W, mode): every activation and activation-gradient slot gets
+// an offset in one arena from its lifetime on the forward+backward timeline, so slots that are
+// never alive together share memory. In training mode an activation is kept until the backward
+// that reads it (conv/fc inputs, BN inputs, ReLU-fused outputs, maxpool inputs); BN outputs that
+// feed only a residual add are dropped right after the add. A call with a smaller N reuses the
+// plan; a larger N, another H x W, or training after an eval-only plan re-plans.
+//
+// The model's state (m->params, m->bufs, m->counts) is read and, in training forward, the BN
+// running statistics and counts are updated in place (PyTorch semantics, momentum 0.1, eps 1e-5).
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nn/resnet.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct CpuExec CpuExec;
+
+CpuExec *cpu_exec_create(const ResNet *m);
+void cpu_exec_free(CpuExec *e);
+
+// Forward pass on a float NHWC input x[N,H,W,in_channels] (already normalised).
+// train = 1: batch statistics, running stats/counts of m updated, activations kept for
+// cpu_backward. train = 0: running statistics (eval mode), nothing kept.
+// Returns the logits [N, num_classes], owned by e, valid until the next forward.
+// Dies (naming the model and size) if H x W is too small for the architecture.
+const float *cpu_forward(CpuExec *e, ResNet *m, const float *x, int N, int H, int W, int train);
+// Same from a uint8 NHWC batch: x = (u8/255 - mean[c]) / std[c] (normalize_u8).
+const float *cpu_forward_u8(CpuExec *e, ResNet *m, const uint8_t *x, int N, int H, int W,
+                            const float *mean, const float *std, int train);
+
+// Backward of the last training forward, given dlogits[N, num_classes]. OVERWRITES every gradient
+// in grads[m->n_params] (same layout as m->params; conv gradients KRSC). If ready != NULL it is
+// called after each op that produced parameter gradients with n: grads[0, n) are final from then
+// on (n grows to m->n_params; see Op.grad_done).
+typedef void (*GradReadyFn)(void *ctx, size_t n);
+void cpu_backward(CpuExec *e, const ResNet *m, const float *dlogits, float *grads, GradReadyFn ready,
+                  void *ctx);
+
+// One training forward + softmax cross-entropy (label smoothing) + backward. Returns the mean
+// loss; *correct (may be NULL) gets the number of top-1 hits. Gradients as cpu_backward.
+float cpu_train_step(CpuExec *e, ResNet *m, const float *x, const int32_t *labels, int N, int H, int W,
+                     float smoothing, float *grads, int *correct);
+
+// Bytes of the activation arena of the current plan (memory reporting, tests).
+size_t cpu_exec_arena_bytes(const CpuExec *e);
+
+#ifdef __cplusplus
+}
+#endif

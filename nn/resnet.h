@@ -1,0 +1,136 @@
+// ResNet family as DATA: a flat list of ops over numbered tensor slots, a table of the state
+// entries (torchvision state_dict names and shapes) and the host copy of the state.
+//
+// Both executors walk the same op list: nn/model_cpu.c on the CPU, kernels/ on the GPU. Nothing
+// here computes; this file only describes the network, its shapes and its initialisation.
+//
+// Architectures (torchvision-exact names and init):
+//   resnet18/34  BasicBlock [2,2,2,2] / [3,4,6,3], 7x7/2 stem + 3x3/2 maxpool, 64..512 channels
+//   resnet50/101/152  Bottleneck (expansion 4, v1.5: stride on the 3x3) [3,4,6,3]/[3,4,23,3]/[3,8,36,3]
+//   resnet20/32/44/56/110  CIFAR style: 3x3/1 stem conv of 16 channels, no maxpool, three stages of
+//     16/32/64 channels with n = (depth-2)/6 BasicBlocks each, first block of stages 2 and 3 has
+//     stride 2; a projection shortcut (1x1 conv + BN, named downsample.0/.1 like torchvision)
+//     wherever the shape changes. Names: conv1, bn1, layer1..layer3, fc.
+//
+// Memory layouts
+// - params: ONE flat fp32 buffer. Conv weights are KRSC in memory (OIHW in files), BN gamma/beta,
+//   fc weight [O,I] and bias [O] as in PyTorch.
+// - The param offsets follow the order in which backward PRODUCES the gradients (fc first, stem
+//   conv last), so grads, momentum and params share one layout and a prefix [0, n) of the
+//   gradient buffer is final as soon as backward has passed the op whose grad_done is n: buckets
+//   can be reduced while backward continues.
+// - bufs: BN running_mean/running_var (fp32, flat); counts: BN num_batches_tracked (int64, one per BN).
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+    OP_CONV = 0,  // out = conv(in, w)                          (no bias, groups 1)
+    OP_BN,        // out = bn(in) [+ relu]                       (training: batch stats)
+    OP_RELU,      // out = max(0, in)                           (not emitted: ReLUs are fused into BN/ADD)
+    OP_MAXPOOL,   // out = maxpool(in, k, stride, pad)
+    OP_ADD,       // out = in + in2 [+ relu]                    (residual junction)
+    OP_AVGPOOL,   // out[N,C] = global mean of in[N,H,W,C]      (out has H = W = 1)
+    OP_FC,        // out[N,O] = in[N,I] w^T + b
+} OpKind;
+
+typedef struct {
+    int kind;      // OpKind
+    int in, in2;   // input tensor slots (in2: second operand of OP_ADD, else -1)
+    int out;       // output tensor slot (every op writes a new slot; slots are never reused in the graph)
+    int relu;      // OP_BN / OP_ADD: ReLU fused on the output
+    // OP_CONV: C -> K channels, R x S kernel. OP_MAXPOOL: R = S = kernel size. stride/pad for both.
+    int C, K, R, S, stride, pad;
+    // State entries (indices into ResNet.entries), -1 when unused:
+    //   OP_CONV: weight = w. OP_BN: weight = w, bias = b, running_mean = rm, running_var = rv,
+    //   num_batches_tracked = nbt. OP_FC: weight = w, bias = b.
+    int w, b, rm, rv, nbt;
+    // After this op's backward, grads[0, grad_done) are final (monotone over the reversed op list).
+    size_t grad_done;
+    char name[48];  // module path, e.g. "layer1.0.bn2" (diagnostics)
+} Op;
+
+typedef enum {
+    ENTRY_PARAM = 0,  // fp32 in params (and at the same offset in grads / momentum)
+    ENTRY_BUF,        // fp32 in bufs (running_mean, running_var)
+    ENTRY_COUNT,      // int64 in counts (num_batches_tracked; torch shape [] = scalar)
+} EntryKind;
+
+typedef struct {
+    char name[64];      // torchvision state_dict key, e.g. "layer1.0.conv1.weight"
+    int kind;           // EntryKind
+    int ndim;           // torch ndim (0 for num_batches_tracked)
+    int64_t shape[4];   // torch shape: conv OIHW [K,C,R,S], BN [C], fc weight [O,I], fc bias [O]
+    int is_conv;        // 1: conv weight, stored KRSC in memory, OIHW in files
+    size_t offset;      // into params (ENTRY_PARAM), bufs (ENTRY_BUF) or counts (ENTRY_COUNT)
+    size_t count;       // number of elements
+    int no_decay;       // BN weight/bias or a bias: excluded from weight decay when asked
+} StateEntry;
+
+typedef struct {
+    int C;  // channels of the slot (the spatial size depends on the input; see resnet_shapes)
+} TensorSlot;
+
+typedef struct {
+    char arch[16];     // "resnet18", "resnet20", ...
+    int depth;
+    int cifar;         // 1: CIFAR-style family (3x3 stem, no maxpool)
+    int bottleneck;    // 1: Bottleneck blocks (resnet50/101/152)
+    int in_channels;   // input image channels (1 or 3, any >= 1 works)
+    int num_classes;
+
+    int n_ops;
+    Op *ops;
+    int n_tensors;     // slot 0 is the (normalised, float) input, slot n_tensors-1 the logits
+    TensorSlot *tensors;
+    int n_entries;     // in torchvision state_dict order (named_parameters/buffers order)
+    StateEntry *entries;
+
+    size_t n_params, n_bufs, n_counts;
+    float *params;     // [n_params], host, owned
+    float *bufs;       // [n_bufs], host, owned
+    int64_t *counts;   // [n_counts], host, owned
+} ResNet;
+
+// Build the graph and the tables for arch ("resnet18" ... "resnet152", "resnet20" ... "resnet110")
+// and allocate the host state (params zero, running_var 1, running_mean 0, counts 0).
+// Returns NULL if the name is not one of those (callers name the flag in their error).
+ResNet *resnet_create(const char *arch, int in_channels, int num_classes);
+void resnet_free(ResNet *m);
+// 1 if arch is a known name. resnet_arch_list() is a comma-separated list for help/errors.
+int resnet_arch_valid(const char *arch);
+const char *resnet_arch_list(void);
+
+// torchvision initialisation drawn from util/rng.h keyed on (seed, entry index):
+// conv kaiming_normal_(mode=fan_out, nonlinearity=relu): N(0, 2/(K*R*S));
+// BN weight 1, bias 0, running stats 0/1, num_batches_tracked 0;
+// Linear: weight and bias U(-1/sqrt(fan_in), 1/sqrt(fan_in)) (PyTorch's default);
+// zero_init_residual: the last BN weight of every block (bn2 Basic, bn3 Bottleneck) is 0.
+void resnet_init(ResNet *m, uint64_t seed, int zero_init_residual);
+
+// Shape of every slot (per sample; the batch N multiplies) for an input of H x W: fills
+// dims[n_tensors]. Returns 0, or -1 if some slot would have a spatial size < 1 (input too small).
+typedef struct {
+    int H, W, C;
+} TensorDim;
+int resnet_shapes(const ResNet *m, int H, int W, TensorDim *dims);
+
+// Entry lookup by torchvision name; -1 if absent.
+int resnet_find_entry(const ResNet *m, const char *name);
+// Number of float parameters (sum of ENTRY_PARAM counts) == m->n_params.
+
+// Conv weight layout conversions (dims of the torch tensor: K out, C in, R x S kernel).
+void oihw_to_krsc(float *dst, const float *src, int K, int C, int R, int S);
+void krsc_to_oihw(float *dst, const float *src, int K, int C, int R, int S);
+
+// Print the op list and entry table (debugging).
+void resnet_print(const ResNet *m, FILE *f);
+
+#ifdef __cplusplus
+}
+#endif

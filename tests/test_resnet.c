@@ -1,0 +1,122 @@
+// nn/resnet.c: architecture tables against torchvision's published parameter counts, shapes,
+// state-dict naming, backward-ordered parameter offsets and the initialisation statistics.
+#include <math.h>
+#include <string.h>
+
+#include "nn/resnet.h"
+#include "tests/test.h"
+#include "util/common.h"
+
+static void check_count(const char *arch, int cin, int classes, size_t expect) {
+    ResNet *m = resnet_create(arch, cin, classes);
+    CHECK(m != NULL, "resnet_create(%s)", arch);
+    if (!m) return;
+    CHECK(m->n_params == expect, "%s: %zu params, torchvision has %zu", arch, m->n_params, expect);
+    // Offsets: a partition of [0, n_params), fc first (produced first by backward), stem conv last.
+    size_t total = 0;
+    char *seen = ct_zalloc(m->n_params + 1);
+    int overlap = 0;
+    for (int i = 0; i < m->n_entries; i++) {
+        StateEntry *e = &m->entries[i];
+        if (e->kind != ENTRY_PARAM) continue;
+        total += e->count;
+        for (size_t j = 0; j < e->count; j++) overlap |= seen[e->offset + j]++;
+    }
+    CHECK(total == m->n_params && !overlap, "%s: param offsets are not a partition", arch);
+    free(seen);
+    CHECK(m->entries[resnet_find_entry(m, "fc.weight")].offset == 0, "%s: fc.weight not first", arch);
+    const StateEntry *c1 = &m->entries[resnet_find_entry(m, "conv1.weight")];
+    CHECK(c1->offset + c1->count == m->n_params, "%s: conv1.weight not last", arch);
+    // grad_done is monotone over the reversed op list and ends at n_params.
+    size_t prev = 0;
+    int mono = 1;
+    for (int i = m->n_ops - 1; i >= 0; i--) {
+        mono &= m->ops[i].grad_done >= prev;
+        prev = m->ops[i].grad_done;
+    }
+    CHECK(mono && prev == m->n_params, "%s: grad_done not monotone", arch);
+    resnet_free(m);
+}
+
+int main(void) {
+    // torchvision (1000 classes, 3 channels): sum(p.numel() for p in model.parameters()).
+    check_count("resnet18", 3, 1000, 11689512);
+    check_count("resnet34", 3, 1000, 21797672);
+    check_count("resnet50", 3, 1000, 25557032);
+    check_count("resnet101", 3, 1000, 44549160);
+    check_count("resnet152", 3, 1000, 60192808);
+    // CIFAR resnet20 with projection shortcuts: 269,722 (He et al., option A) + 2 projections
+    // (16*32 + 2*32 and 32*64 + 2*64) = 272,474.
+    check_count("resnet20", 3, 10, 272474);
+    CHECK(resnet_create("resnet19", 3, 10) == NULL, "unknown arch accepted");
+    CHECK(!resnet_arch_valid("resnet") && resnet_arch_valid("resnet110"), "arch_valid");
+
+    // Shapes: resnet50 on 224x224 ends in 7x7x2048 before the pool; resnet20 on 32x32 in 8x8x64.
+    ResNet *m = resnet_create("resnet50", 3, 1000);
+    TensorDim *d = ct_alloc(m->n_tensors * sizeof(TensorDim));
+    CHECK(resnet_shapes(m, 224, 224, d) == 0, "resnet50 shapes");
+    const Op *pool = &m->ops[m->n_ops - 2];
+    CHECK(pool->kind == OP_AVGPOOL && d[pool->in].H == 7 && d[pool->in].W == 7 && d[pool->in].C == 2048,
+          "resnet50 final map %dx%dx%d", d[pool->in].H, d[pool->in].W, d[pool->in].C);
+    CHECK(d[m->n_tensors - 1].C == 1000, "logits channels");
+    CHECK(resnet_shapes(m, 1, 1, d) == 0, "1x1 input still defined (torch accepts it)");
+    // Names in torchvision order, layouts.
+    CHECK(strcmp(m->entries[0].name, "conv1.weight") == 0, "first entry %s", m->entries[0].name);
+    int ds = resnet_find_entry(m, "layer2.0.downsample.0.weight");
+    CHECK(ds >= 0 && m->entries[ds].shape[0] == 512 && m->entries[ds].shape[1] == 256, "layer2.0.downsample.0");
+    int c2 = resnet_find_entry(m, "layer3.0.conv2.weight");
+    CHECK(c2 >= 0, "layer3.0.conv2.weight");
+    int nbt = resnet_find_entry(m, "layer4.2.bn3.num_batches_tracked");
+    CHECK(nbt >= 0 && m->entries[nbt].kind == ENTRY_COUNT && m->entries[nbt].ndim == 0, "num_batches_tracked");
+    // v1.5: the stride-2 conv of layer3.0 is conv2 (3x3), not conv1.
+    for (int i = 0; i < m->n_ops; i++) {
+        if (strcmp(m->ops[i].name, "layer3.0.conv2") == 0) CHECK(m->ops[i].stride == 2, "v1.5 stride on 3x3");
+        if (strcmp(m->ops[i].name, "layer3.0.conv1") == 0) CHECK(m->ops[i].stride == 1, "v1.5 conv1 stride 1");
+    }
+    free(d);
+
+    // Init statistics: conv std sqrt(2/fan_out), BN 1/0, fc uniform in +-1/sqrt(fan_in), zero-init.
+    resnet_init(m, 42, 1);
+    const StateEntry *e = &m->entries[resnet_find_entry(m, "layer4.0.conv2.weight")];
+    double s2 = 0, mean = 0;
+    for (size_t j = 0; j < e->count; j++) {
+        mean += m->params[e->offset + j];
+        s2 += (double)m->params[e->offset + j] * m->params[e->offset + j];
+    }
+    mean /= e->count;
+    double std = sqrt(s2 / e->count), expect = sqrt(2.0 / (512 * 9));
+    CHECK(fabs(std / expect - 1) < 0.01 && fabs(mean) < 0.01 * expect, "conv init std %g expect %g mean %g", std, expect, mean);
+    e = &m->entries[resnet_find_entry(m, "fc.weight")];
+    float bound = 1.0f / sqrtf(2048.0f), mx = 0;
+    for (size_t j = 0; j < e->count; j++) mx = fmaxf(mx, fabsf(m->params[e->offset + j]));
+    CHECK(mx <= bound && mx > 0.99f * bound, "fc init max %g bound %g", mx, bound);
+    e = &m->entries[resnet_find_entry(m, "layer1.0.bn3.weight")];
+    CHECK(m->params[e->offset] == 0.0f, "zero_init_residual bn3");
+    e = &m->entries[resnet_find_entry(m, "layer1.0.bn2.weight")];
+    CHECK(m->params[e->offset] == 1.0f, "bn2 weight 1");
+    e = &m->entries[resnet_find_entry(m, "layer1.0.downsample.1.weight")];
+    CHECK(m->params[e->offset] == 1.0f, "downsample bn weight stays 1");
+    e = &m->entries[resnet_find_entry(m, "bn1.running_var")];
+    CHECK(m->bufs[e->offset] == 1.0f, "running_var init 1");
+    // Deterministic in the seed.
+    ResNet *m2 = resnet_create("resnet50", 3, 1000);
+    resnet_init(m2, 42, 1);
+    CHECK(memcmp(m->params, m2->params, m->n_params * sizeof(float)) == 0, "init not deterministic");
+    resnet_init(m2, 43, 1);
+    CHECK(memcmp(m->params, m2->params, m->n_params * sizeof(float)) != 0, "seed ignored");
+    resnet_free(m2);
+    resnet_free(m);
+
+    // Layout conversion round trip.
+    float a[2 * 3 * 2 * 2], b[24], c[24];
+    for (int i = 0; i < 24; i++) a[i] = (float)i;
+    oihw_to_krsc(b, a, 2, 3, 2, 2);
+    krsc_to_oihw(c, b, 2, 3, 2, 2);
+    CHECK(memcmp(a, c, sizeof a) == 0, "layout round trip");
+    CHECK(b[1] == a[4], "krsc[0,0,0,1] == oihw[0,1,0,0]");
+    // 1-channel CIFAR model.
+    m = resnet_create("resnet56", 1, 7);
+    CHECK(m && m->entries[0].shape[1] == 1 && m->entries[resnet_find_entry(m, "fc.weight")].shape[0] == 7, "resnet56 1ch 7 classes");
+    resnet_free(m);
+    return test_summary("test_resnet");
+}
