@@ -1,0 +1,27 @@
+// Single-precision GEMM for the CPU layers: C[M,N] = (accumulate ? C : 0) + A[M,K] B[K,N].
+// A and B are strided views (element (i, j) of A at A[i*a_rs + j*a_cs]), so transposes cost
+// nothing to express; C is row-major with leading dimension ldc.
+//
+// Blocked and packed (Goto-style): K in blocks of a fixed size, A and B copied into contiguous
+// panels, a register-blocked micro-kernel (AVX-512, AVX2+FMA or portable C, chosen at run time).
+// Every C element is computed by exactly one thread and sums its products in increasing k, so
+// the result is bit-identical whatever the thread count. OpenMP-parallel inside; called from
+// inside a parallel region it runs on the calling thread alone.
+#pragma once
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+void sgemm(int M, int N, int K, const float *A, ptrdiff_t a_rs, ptrdiff_t a_cs, const float *B,
+           ptrdiff_t b_rs, ptrdiff_t b_cs, float *C, ptrdiff_t ldc, int accumulate);
+
+// The micro-kernel in use: "avx512", "avx2" or "generic".
+const char *sgemm_kernel_name(void);
+// Force a kernel (tests, benchmarks). Returns 0 when this CPU cannot run it (nothing changes).
+int sgemm_set_kernel(const char *name);
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,439 @@
+// nn/layers.h and nn/gemm.h against naive direct loops (double accumulation) written here, on
+// randomly drawn shapes. Every GEMM micro-kernel this CPU can run is exercised.
+#include <math.h>
+#include <string.h>
+
+#include "nn/gemm.h"
+#include "nn/layers.h"
+#include "tests/test.h"
+#include "util/common.h"
+#include "util/rng.h"
+
+static Rng g_rng;
+
+static int rnd(int lo, int hi) { return lo + (int)rng_below(&g_rng, (uint32_t)(hi - lo + 1)); }
+static float *rand_buf(size_t n, float scale) {
+    float *p = ct_alloc(n * sizeof(float) + 1);
+    for (size_t i = 0; i < n; i++) p[i] = scale * (2 * rng_uniform(&g_rng) - 1);
+    return p;
+}
+
+// ---------------------------------------------------------------------------------------------
+static void test_gemm(void) {
+    for (int it = 0; it < 40; it++) {
+        const int M = rnd(1, 70), N = rnd(1, 90), K = it == 0 ? 600 : rnd(1, 300);
+        const int ta = rnd(0, 1), tb = rnd(0, 1), acc = rnd(0, 1), ldc = N + rnd(0, 3);
+        float *A = rand_buf((size_t)M * K, 1), *B = rand_buf((size_t)K * N, 1);
+        float *C = rand_buf((size_t)M * ldc, 1), *C0 = ct_alloc((size_t)M * ldc * sizeof(float));
+        memcpy(C0, C, (size_t)M * ldc * sizeof(float));
+        const ptrdiff_t a_rs = ta ? 1 : K, a_cs = ta ? M : 1, b_rs = tb ? 1 : N, b_cs = tb ? K : 1;
+        sgemm(M, N, K, A, a_rs, a_cs, B, b_rs, b_cs, C, ldc, acc);
+        double num = 0, den = 0;
+        int pad_ok = 1;
+        for (int i = 0; i < M; i++)
+            for (int j = 0; j < ldc; j++) {
+                if (j >= N) {
+                    pad_ok &= C[i * ldc + j] == C0[i * ldc + j];
+                    continue;
+                }
+                double s = acc ? C0[i * ldc + j] : 0;
+                for (int p = 0; p < K; p++) s += (double)A[i * a_rs + p * a_cs] * B[p * b_rs + j * b_cs];
+                num += (C[i * ldc + j] - s) * (C[i * ldc + j] - s);
+                den += s * s;
+            }
+        const double err = sqrt(num / (den + 1e-30));
+        CHECK(err < 1e-5, "sgemm[%s] M=%d N=%d K=%d ta=%d tb=%d acc=%d: rel err %g", sgemm_kernel_name(), M, N, K,
+              ta, tb, acc, err);
+        CHECK(pad_ok, "sgemm[%s] wrote outside its N=%d columns", sgemm_kernel_name(), N);
+        free(A), free(B), free(C), free(C0);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+static double in_at(const ConvShape *s, const float *in, int n, int h, int w, int c) {
+    if (h < 0 || h >= s->H || w < 0 || w >= s->W) return 0;
+    return in[(((size_t)n * s->H + h) * s->W + w) * s->C + c];
+}
+
+static void test_conv_shape(const ConvShape *s) {
+    const size_t nin = (size_t)s->N * s->H * s->W * s->C, nout = (size_t)s->N * s->P * s->Q * s->K;
+    const size_t nw = (size_t)s->K * s->R * s->S * s->C;
+    float *in = rand_buf(nin, 1), *w = rand_buf(nw, 1), *dout = rand_buf(nout, 1);
+    float *out = ct_alloc(nout * sizeof(float)), *din = ct_alloc(nin * sizeof(float)), *dw = ct_alloc(nw * sizeof(float));
+    float *ref_out = ct_alloc(nout * sizeof(float)), *ref_din = ct_alloc(nin * sizeof(float));
+    float *ref_dw = ct_alloc(nw * sizeof(float));
+    double *acc_din = calloc(nin, sizeof(double)), *acc_dw = calloc(nw, sizeof(double));
+    for (int n = 0; n < s->N; n++)
+        for (int p = 0; p < s->P; p++)
+            for (int q = 0; q < s->Q; q++)
+                for (int k = 0; k < s->K; k++) {
+                    double acc = 0;
+                    const size_t o = (((size_t)n * s->P + p) * s->Q + q) * s->K + k;
+                    for (int r = 0; r < s->R; r++)
+                        for (int t = 0; t < s->S; t++)
+                            for (int c = 0; c < s->C; c++) {
+                                const int h = p * s->stride - s->pad + r, x = q * s->stride - s->pad + t;
+                                const size_t wi = (((size_t)k * s->R + r) * s->S + t) * s->C + c;
+                                acc += in_at(s, in, n, h, x, c) * w[wi];
+                                acc_dw[wi] += in_at(s, in, n, h, x, c) * dout[o];
+                                if (h >= 0 && h < s->H && x >= 0 && x < s->W)
+                                    acc_din[(((size_t)n * s->H + h) * s->W + x) * s->C + c] += (double)w[wi] * dout[o];
+                            }
+                    ref_out[o] = (float)acc;
+                }
+    for (size_t i = 0; i < nin; i++) ref_din[i] = (float)acc_din[i];
+    for (size_t i = 0; i < nw; i++) ref_dw[i] = (float)acc_dw[i];
+    // Poison outputs: backward must overwrite, never accumulate.
+    for (size_t i = 0; i < nout; i++) out[i] = NAN;
+    for (size_t i = 0; i < nin; i++) din[i] = 1e30f;
+    for (size_t i = 0; i < nw; i++) dw[i] = NAN;
+    conv2d_forward(s, out, in, w);
+    conv2d_backward_data(s, din, dout, w);
+    conv2d_backward_weight(s, dw, dout, in);
+    const double e1 = rel_err_norm(out, ref_out, nout), e2 = rel_err_norm(din, ref_din, nin),
+                 e3 = rel_err_norm(dw, ref_dw, nw);
+    CHECK(e1 < 2e-6 * sqrt(s->R * s->S * s->C) + 1e-6 && e2 < 2e-6 * sqrt(s->R * s->S * s->K) + 1e-6 &&
+              e3 < 2e-6 * sqrt((double)s->N * s->P * s->Q) + 1e-6,
+          "conv[%s] N%d H%d W%d C%d K%d R%d S%d st%d pad%d: rel err fwd %g data %g weight %g", sgemm_kernel_name(),
+          s->N, s->H, s->W, s->C, s->K, s->R, s->S, s->stride, s->pad, e1, e2, e3);
+    free(in), free(w), free(dout), free(out), free(din), free(dw), free(ref_out), free(ref_din), free(ref_dw);
+    free(acc_din), free(acc_dw);
+}
+
+static void test_conv(void) {
+    // Fixed cases covering each code path, then random ones.
+    const int fixed[][9] = {
+        {2, 5, 7, 3, 8, 1, 1, 1, 0},    // pointwise GEMM
+        {2, 9, 9, 6, 10, 1, 1, 2, 0},   // 1x1 stride 2 (downsample)
+        {3, 8, 8, 5, 16, 3, 3, 1, 1},   // stride 1: transposed-conv backward data
+        {2, 9, 7, 4, 12, 3, 3, 2, 1},   // stride 2: col2im backward data
+        {1, 15, 13, 3, 17, 7, 7, 2, 3}, // stem
+        {2, 6, 5, 3, 5, 3, 2, 1, 0},    // R != S
+        {1, 4, 4, 2, 3, 3, 3, 1, 2},    // pad > R - 1 - ... (output larger than input)
+        {1, 1, 1, 19, 7, 1, 1, 1, 0},
+        {1, 2, 2, 130, 40, 3, 3, 1, 1}, // channel counts past one K block
+    };
+    for (size_t i = 0; i < CT_ARRAY_LEN(fixed); i++) {
+        const int *f = fixed[i];
+        ConvShape s = conv_shape(f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8]);
+        test_conv_shape(&s);
+    }
+    for (int it = 0; it < 12; it++) {
+        const int R = rnd(0, 3) == 0 ? 1 : rnd(0, 4) == 0 ? 7 : 3;
+        const int stride = rnd(1, 2), pad = rnd(0, R / 2 + (R > 1));
+        const int H = rnd(R > pad * 2 ? R - 2 * pad : 1, 11), W = rnd(R > pad * 2 ? R - 2 * pad : 1, 11);
+        ConvShape s = conv_shape(rnd(1, 3), H, W, rnd(1, 20), rnd(1, 36), R, R, stride, pad);
+        test_conv_shape(&s);
+    }
+    // One shape larger than a scratch tile, so the tiled path (im2col, col2im, accumulating
+    // weight GEMM across tiles) runs more than once.
+    const int big[][9] = {
+        {3, 48, 48, 96, 8, 3, 3, 2, 1},  // two tiles of two whole images
+        {1, 32, 32, 128, 4, 3, 3, 1, 1}, // tiles smaller than one image (stride 1)
+        {1, 47, 48, 256, 3, 3, 3, 2, 1}, // tiles smaller than one image (col2im)
+    };
+    for (size_t i = 0; i < CT_ARRAY_LEN(big); i++) {
+        const int *f = big[i];
+        ConvShape s = conv_shape(f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8]);
+        test_conv_shape(&s);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+static void test_batchnorm(void) {
+    for (int it = 0; it < 8; it++) {
+        const int M = it == 0 ? 1 : rnd(2, 3000), C = rnd(1, 40), relu = it % 2;
+        const float momentum = 0.1f, eps = 1e-5f;
+        float *x = rand_buf((size_t)M * C, 2), *gamma = rand_buf(C, 1), *beta = rand_buf(C, 1);
+        for (size_t i = 0; i < (size_t)M * C; i++) x[i] += 3.0f;  // non-zero mean
+        float *y = ct_alloc((size_t)M * C * sizeof(float)), *mean = ct_alloc(C * sizeof(float));
+        float *invstd = ct_alloc(C * sizeof(float)), *rm = rand_buf(C, 1), *rv = rand_buf(C, 1);
+        for (int c = 0; c < C; c++) rv[c] = 1 + rv[c] * 0.5f;
+        float *rm0 = ct_alloc(C * sizeof(float)), *rv0 = ct_alloc(C * sizeof(float));
+        memcpy(rm0, rm, C * sizeof(float));
+        memcpy(rv0, rv, C * sizeof(float));
+        batchnorm_forward_train(y, mean, invstd, rm, rv, x, gamma, beta, M, C, momentum, eps, relu);
+        double worst = 0, worst_stat = 0;
+        double *dmean = ct_alloc(C * sizeof(double)), *dvar = ct_alloc(C * sizeof(double));
+        for (int c = 0; c < C; c++) {
+            double s = 0, v = 0;
+            for (int r = 0; r < M; r++) s += x[(size_t)r * C + c];
+            s /= M;
+            for (int r = 0; r < M; r++) v += (x[(size_t)r * C + c] - s) * (x[(size_t)r * C + c] - s);
+            v /= M;
+            dmean[c] = s, dvar[c] = v;
+            const double is = 1 / sqrt(v + eps);
+            worst_stat = fmax(worst_stat, fabs(mean[c] - s) / (fabs(s) + 1e-3));
+            worst_stat = fmax(worst_stat, fabs(invstd[c] - is) / is);
+            const double erm = (1 - momentum) * rm0[c] + momentum * s;
+            const double erv = (1 - momentum) * rv0[c] + momentum * (M > 1 ? v * M / (M - 1) : v);
+            worst_stat = fmax(worst_stat, fabs(rm[c] - erm) / (fabs(erm) + 1e-3));
+            worst_stat = fmax(worst_stat, fabs(rv[c] - erv) / (fabs(erv) + 1e-3));
+            for (int r = 0; r < M; r++) {
+                double e = (x[(size_t)r * C + c] - s) * is * gamma[c] + beta[c];
+                if (relu && e < 0) e = 0;
+                worst = fmax(worst, fabs(y[(size_t)r * C + c] - e));
+            }
+        }
+        CHECK(worst < 1e-5 && worst_stat < 1e-5, "bn train M=%d C=%d relu=%d: max err y %g stats %g", M, C, relu,
+              worst, worst_stat);
+
+        // Backward against the closed form in double.
+        float *dy = rand_buf((size_t)M * C, 1), *dx = ct_alloc((size_t)M * C * sizeof(float));
+        float *dg = ct_alloc(C * sizeof(float)), *db = ct_alloc(C * sizeof(float));
+        batchnorm_backward(dx, dg, db, dy, x, relu ? y : NULL, gamma, mean, invstd, M, C);
+        double edx = 0, edg = 0;
+        for (int c = 0; c < C; c++) {
+            const double is = 1 / sqrt(dvar[c] + eps);
+            double sg = 0, sgx = 0;
+            for (int r = 0; r < M; r++) {
+                const size_t o = (size_t)r * C + c;
+                const double g = relu && !(y[o] > 0) ? 0 : dy[o];
+                sg += g;
+                sgx += g * (x[o] - dmean[c]) * is;
+            }
+            edg = fmax(edg, fabs(dg[c] - sgx) / (fabs(sgx) + 1e-3));
+            edg = fmax(edg, fabs(db[c] - sg) / (fabs(sg) + 1e-3));
+            for (int r = 0; r < M; r++) {
+                const size_t o = (size_t)r * C + c;
+                const double g = relu && !(y[o] > 0) ? 0 : dy[o];
+                const double xh = (x[o] - dmean[c]) * is;
+                const double e = gamma[c] * is * (g - sg / M - xh * sgx / M);
+                edx = fmax(edx, fabs(dx[o] - e) / (1 + fabs(e)));
+            }
+        }
+        CHECK(edx < 1e-4 && edg < 1e-4, "bn backward M=%d C=%d relu=%d: err dx %g dgamma/dbeta %g", M, C, relu, edx,
+              edg);
+        // dx may alias dy.
+        float *dy2 = ct_alloc((size_t)M * C * sizeof(float));
+        memcpy(dy2, dy, (size_t)M * C * sizeof(float));
+        batchnorm_backward(dy2, dg, db, dy2, x, relu ? y : NULL, gamma, mean, invstd, M, C);
+        CHECK(!memcmp(dy2, dx, (size_t)M * C * sizeof(float)), "bn backward in place differs (M=%d C=%d)", M, C);
+
+        // Eval mode with the running statistics.
+        batchnorm_forward_eval(y, x, gamma, beta, rm, rv, M, C, eps, relu);
+        double ee = 0;
+        for (int r = 0; r < M; r++)
+            for (int c = 0; c < C; c++) {
+                double e = (x[(size_t)r * C + c] - rm[c]) / sqrt(rv[c] + eps) * gamma[c] + beta[c];
+                if (relu && e < 0) e = 0;
+                ee = fmax(ee, fabs(y[(size_t)r * C + c] - e));
+            }
+        CHECK(ee < 1e-4, "bn eval M=%d C=%d: max err %g", M, C, ee);
+        free(x), free(gamma), free(beta), free(y), free(mean), free(invstd), free(rm), free(rv), free(rm0);
+        free(rv0), free(dmean), free(dvar), free(dy), free(dx), free(dg), free(db), free(dy2);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+static void test_maxpool(void) {
+    for (int it = 0; it < 10; it++) {
+        const int k = it < 6 ? 3 : rnd(1, 4), stride = it < 6 ? 2 : rnd(1, 3), pad = rnd(0, k / 2);
+        const int N = rnd(1, 3), H = rnd(k, 12), W = rnd(k, 12), C = rnd(1, 9);
+        const int P = (H + 2 * pad - k) / stride + 1, Q = (W + 2 * pad - k) / stride + 1;
+        const size_t nin = (size_t)N * H * W * C, nout = (size_t)N * P * Q * C;
+        float *in = ct_alloc(nin * sizeof(float)), *out = ct_alloc(nout * sizeof(float));
+        // Few distinct values, so ties are common and the first-element rule is tested.
+        for (size_t i = 0; i < nin; i++) in[i] = (float)rnd(-3, 3);
+        float *dout = rand_buf(nout, 1), *din = ct_alloc(nin * sizeof(float));
+        double *ref_din = calloc(nin, sizeof(double));
+        maxpool_forward(out, in, N, H, W, C, k, stride, pad, P, Q);
+        maxpool_backward(din, dout, in, N, H, W, C, k, stride, pad, P, Q);
+        int bad = 0;
+        for (int n = 0; n < N; n++)
+            for (int p = 0; p < P; p++)
+                for (int q = 0; q < Q; q++)
+                    for (int c = 0; c < C; c++) {
+                        size_t best = 0;
+                        float m = -INFINITY;
+                        int any = 0;
+                        for (int r = 0; r < k; r++)
+                            for (int t = 0; t < k; t++) {
+                                const int h = p * stride - pad + r, w = q * stride - pad + t;
+                                if (h < 0 || h >= H || w < 0 || w >= W) continue;
+                                const size_t i = (((size_t)n * H + h) * W + w) * C + c;
+                                if (!any || in[i] > m) m = in[i], best = i, any = 1;
+                            }
+                        const size_t o = (((size_t)n * P + p) * Q + q) * C + c;
+                        bad += out[o] != m;
+                        ref_din[best] += dout[o];
+                    }
+        double e = 0;
+        for (size_t i = 0; i < nin; i++) e = fmax(e, fabs(din[i] - ref_din[i]));
+        CHECK(!bad && e < 1e-6, "maxpool N%d H%d W%d C%d k%d s%d p%d: %d wrong maxima, din err %g", N, H, W, C, k,
+              stride, pad, bad, e);
+        free(in), free(out), free(dout), free(din), free(ref_din);
+    }
+}
+
+static void test_avgpool_linear(void) {
+    const int N = 3, HW = 17, C = 11, O = 7;
+    float *in = rand_buf((size_t)N * HW * C, 1), *out = ct_alloc(N * C * sizeof(float));
+    float *dout = rand_buf(N * C, 1), *din = ct_alloc((size_t)N * HW * C * sizeof(float));
+    avgpool_forward(out, in, N, HW, C);
+    avgpool_backward(din, dout, N, HW, C);
+    double e = 0, ed = 0;
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < C; c++) {
+            double s = 0;
+            for (int i = 0; i < HW; i++) {
+                s += in[((size_t)n * HW + i) * C + c];
+                ed = fmax(ed, fabs(din[((size_t)n * HW + i) * C + c] - dout[n * C + c] / (double)HW));
+            }
+            e = fmax(e, fabs(out[n * C + c] - s / HW));
+        }
+    CHECK(e < 1e-6 && ed < 1e-7, "avgpool: err fwd %g bwd %g", e, ed);
+
+    float *w = rand_buf(O * C, 1), *b = rand_buf(O, 1), *y = ct_alloc(N * O * sizeof(float));
+    float *dy = rand_buf(N * O, 1), *dx = ct_alloc(N * C * sizeof(float)), *dw = ct_alloc(O * C * sizeof(float));
+    float *db = ct_alloc(O * sizeof(float));
+    linear_forward(y, out, w, b, N, C, O);
+    linear_backward(dx, dw, db, dy, out, w, N, C, O);
+    double ey = 0, edx = 0, edw = 0, edb = 0;
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < O; o++) {
+            double s = b[o];
+            for (int i = 0; i < C; i++) s += (double)out[n * C + i] * w[o * C + i];
+            ey = fmax(ey, fabs(y[n * O + o] - s));
+        }
+    for (int n = 0; n < N; n++)
+        for (int i = 0; i < C; i++) {
+            double s = 0;
+            for (int o = 0; o < O; o++) s += (double)dy[n * O + o] * w[o * C + i];
+            edx = fmax(edx, fabs(dx[n * C + i] - s));
+        }
+    for (int o = 0; o < O; o++) {
+        double sb = 0;
+        for (int n = 0; n < N; n++) sb += dy[n * O + o];
+        edb = fmax(edb, fabs(db[o] - sb));
+        for (int i = 0; i < C; i++) {
+            double s = 0;
+            for (int n = 0; n < N; n++) s += (double)dy[n * O + o] * out[n * C + i];
+            edw = fmax(edw, fabs(dw[o * C + i] - s));
+        }
+    }
+    CHECK(ey < 1e-5 && edx < 1e-5 && edw < 1e-5 && edb < 1e-5, "linear: err y %g dx %g dw %g db %g", ey, edx, edw,
+          edb);
+    // Without bias: forward equals the biased one minus b; backward without din/db still gives dw.
+    float *y2 = ct_alloc(N * O * sizeof(float)), *dw2 = ct_alloc(O * C * sizeof(float));
+    linear_forward(y2, out, w, NULL, N, C, O);
+    linear_backward(NULL, dw2, NULL, dy, out, w, N, C, O);
+    double e2 = 0;
+    for (int i = 0; i < N * O; i++) e2 = fmax(e2, fabs(y2[i] + b[i % O] - y[i]));
+    CHECK(e2 < 1e-5 && !memcmp(dw, dw2, O * C * sizeof(float)), "linear without bias: err %g", e2);
+    free(y2), free(dw2);
+    free(in), free(out), free(dout), free(din), free(w), free(b), free(y), free(dy), free(dx), free(dw), free(db);
+}
+
+// ---------------------------------------------------------------------------------------------
+static void test_losses(void) {
+    const int N = 9, K = 13;
+    float *z = rand_buf(N * K, 4), *t = rand_buf(N * K, 4), *d = ct_alloc(N * K * sizeof(float));
+    int32_t labels[9];
+    for (int n = 0; n < N; n++) labels[n] = rnd(0, K - 1);
+    for (int si = 0; si < 3; si++) {
+        const double eps = si * 0.1;
+        int correct = -1;
+        const float loss = softmax_xent(d, z, labels, N, K, (float)eps, 2.0f, &correct);
+        double L = 0, ed = 0;
+        int hits = 0;
+        for (int n = 0; n < N; n++) {
+            double m = -1e300, s = 0;
+            int arg = 0;
+            for (int k = 0; k < K; k++) {
+                m = fmax(m, z[n * K + k]);
+                if (z[n * K + k] > z[n * K + arg]) arg = k;
+            }
+            hits += arg == labels[n];
+            for (int k = 0; k < K; k++) s += exp(z[n * K + k] - m);
+            for (int k = 0; k < K; k++) {
+                const double logp = z[n * K + k] - m - log(s);
+                const double tk = eps / K + (k == labels[n]) * (1 - eps);
+                L -= tk * logp / N;
+                ed = fmax(ed, fabs(d[n * K + k] - 2.0 * (exp(logp) - tk) / N));
+            }
+        }
+        CHECK(fabs(loss - L) < 1e-5 * (1 + L) && ed < 1e-6 && correct == hits,
+              "softmax_xent eps=%g: loss %g vs %g, grad err %g, correct %d vs %d", eps, loss, L, ed, correct, hits);
+    }
+    for (int ti = 1; ti <= 4; ti *= 4) {
+        const double T = ti;
+        for (int i = 0; i < N * K; i++) d[i] = 1.0f;  // kd_loss accumulates
+        const float loss = kd_loss(d, z, t, N, K, (float)T, 0.5f);
+        double L = 0, ed = 0;
+        for (int n = 0; n < N; n++) {
+            double ms = -1e300, mt = -1e300, ss = 0, st = 0;
+            for (int k = 0; k < K; k++) ms = fmax(ms, z[n * K + k] / T), mt = fmax(mt, t[n * K + k] / T);
+            for (int k = 0; k < K; k++) ss += exp(z[n * K + k] / T - ms), st += exp(t[n * K + k] / T - mt);
+            for (int k = 0; k < K; k++) {
+                const double lps = z[n * K + k] / T - ms - log(ss), lpt = t[n * K + k] / T - mt - log(st);
+                L += T * T * exp(lpt) * (lpt - lps) / N;
+                ed = fmax(ed, fabs(d[n * K + k] - (1.0 + 0.5 * T / N * (exp(lps) - exp(lpt)))));
+            }
+        }
+        CHECK(fabs(loss - L) < 1e-5 * (1 + L) && ed < 1e-6, "kd_loss T=%g: loss %g vs %g, grad err %g", T, loss, L, ed);
+    }
+    // Top-k with ties: logits 0 1 1 2 and label 1: one logit exceeds it, so top-1 misses, top-2 hits.
+    const float tz[4] = {0, 1, 1, 2};
+    const int32_t tl[1] = {1};
+    CHECK(topk_correct(tz, tl, 1, 4, 1) == 0 && topk_correct(tz, tl, 1, 4, 2) == 1 && topk_correct(tz, tl, 1, 4, 3) == 1,
+          "topk_correct tie rule");
+    int h5 = topk_correct(z, labels, N, K, 5), ref5 = 0;
+    for (int n = 0; n < N; n++) {
+        int above = 0;
+        for (int k = 0; k < K; k++) above += z[n * K + k] > z[n * K + labels[n]];
+        ref5 += above < 5;
+    }
+    CHECK(h5 == ref5, "top5 %d vs %d", h5, ref5);
+    free(z), free(t), free(d);
+}
+
+static void test_elementwise(void) {
+    const size_t n = 1001;
+    float *a = rand_buf(n, 1), *b = rand_buf(n, 1), *y = ct_alloc(n * sizeof(float)), *d = rand_buf(n, 1);
+    float *dx = ct_alloc(n * sizeof(float));
+    int bad = 0;
+    relu_forward(y, a, n);
+    for (size_t i = 0; i < n; i++) bad += y[i] != (a[i] > 0 ? a[i] : 0);
+    relu_backward(dx, d, y, n);
+    for (size_t i = 0; i < n; i++) bad += dx[i] != (a[i] > 0 ? d[i] : 0);
+    add_forward(y, a, b, n, 1);
+    for (size_t i = 0; i < n; i++) bad += y[i] != (a[i] + b[i] > 0 ? a[i] + b[i] : 0);
+    add_forward(y, a, b, n, 0);
+    for (size_t i = 0; i < n; i++) bad += y[i] != a[i] + b[i];
+    add_inplace(y, b, n);
+    for (size_t i = 0; i < n; i++) bad += y[i] != (a[i] + b[i]) + b[i];
+    CHECK(!bad, "elementwise: %d mismatches", bad);
+
+    uint8_t px[2 * 3 * 3];
+    for (int i = 0; i < 18; i++) px[i] = (uint8_t)(i * 15);
+    const float mean[3] = {0.485f, 0.456f, 0.406f}, std[3] = {0.229f, 0.224f, 0.225f};
+    float o[18];
+    normalize_u8(o, px, 6, 3, mean, std);
+    double e = 0;
+    for (int i = 0; i < 18; i++) e = fmax(e, fabs(o[i] - (px[i] / 255.0 - mean[i % 3]) / std[i % 3]));
+    CHECK(e < 1e-6, "normalize_u8 err %g", e);
+    free(a), free(b), free(y), free(d), free(dx);
+}
+
+int main(void) {
+    g_rng = rng_make(1234, 0, 0);
+    const char *kernels[] = {"avx512", "avx2", "generic"};
+    const char *dflt = sgemm_kernel_name();
+    for (size_t i = 0; i < CT_ARRAY_LEN(kernels); i++) {
+        if (!sgemm_set_kernel(kernels[i])) {
+            printf("kernel %s: not supported here, skipped\n", kernels[i]);
+            continue;
+        }
+        printf("kernel %s\n", kernels[i]);
+        test_gemm();
+        test_conv();
+    }
+    sgemm_set_kernel(dflt);
+    test_batchnorm();
+    test_maxpool();
+    test_avgpool_linear();
+    test_losses();
+    test_elementwise();
+    return test_summary("test_layers");
+}
