@@ -1,0 +1,351 @@
+// Worker pool + prefetch ring (see loader.h).
+//
+// Work is cut into items of up to CHUNK samples of one batch. Items are claimed in order (batch 0's
+// chunks, then batch 1's, ...); batch b lives in ring slot b % nslots, and a worker may start on it
+// only once the consumer has released the batch that used the slot before. Whoever touches a slot
+// first for batch b fills in its record indices from the sampler. Each sample's bytes are a pure
+// function of (seed, epoch, record index), so neither the claim order nor the worker count changes
+// any batch. One mutex guards all shared state; items take milliseconds, so it is never contended.
+#include "loader/loader.h"
+
+#include <lz4.h>
+#include <pthread.h>
+#include <string.h>
+
+#include "loader/augment.h"
+#include "loader/sampler.h"
+#include "util/common.h"
+
+#define CHUNK 8
+
+typedef struct {
+    uint8_t *images;
+    int32_t *labels;
+    uint64_t *indices;
+    int64_t batch;  // batch this slot holds or is being filled with; -1: free
+    int count;      // samples in that batch
+    int done;       // samples finished
+    int held;       // handed to the consumer, not yet released
+    int failed;
+    char err[SHARD_ERR_LEN + 128];
+} Slot;
+
+typedef struct {
+    struct Loader *l;
+    uint8_t *decode;  // max_raw_size bytes (not used for raw shards)
+    ResampleScratch scratch;
+    pthread_t thread;
+} Worker;
+
+struct Loader {
+    const Shard *shard;
+    LoaderConfig cfg;
+    AugmentConfig aug;
+    Sampler sampler;
+    int C;
+    size_t img_bytes;  // crop * crop * C
+    int nslots;
+    Slot *slots;
+    int nworkers;
+    Worker *workers;
+    uint8_t *verified;  // per record: payload checksum already checked (benign races: both see a good crc)
+
+    pthread_mutex_t mu;
+    pthread_cond_t work_cv;   // workers: an item became claimable, or stop
+    pthread_cond_t ready_cv;  // consumer and start_epoch: a slot completed, or in-flight work drained
+    int stop;
+    int active;               // an epoch is being produced
+    int64_t epoch;
+    int64_t nbatches;
+    int chunks_per_batch;
+    int64_t next_item, total_items;
+    int inflight;
+    int64_t next_batch;       // consumer's next batch
+    double wait_s;
+    size_t fixed_bytes;
+};
+
+static void *default_alloc(size_t bytes, void *ctx) { return ct_alloc(bytes); }
+static void default_free(void *p, void *ctx) { free(p); }
+
+// Decode (a prefix of) record idx into the worker's buffer, or point into the mapping for raw shards.
+// Returns the pixels, or NULL with err set (naming the file and the record).
+static const uint8_t *fetch_record(struct Loader *l, Worker *w, uint64_t idx, int rows, char *err, size_t errlen) {
+    const Shard *s = l->shard;
+    const ShardRecord *r = &s->records[idx];
+    if (!l->cfg.skip_crc && !__atomic_load_n(&l->verified[idx], __ATOMIC_RELAXED)) {
+        if (shard_check_crc_err(s, idx, err, errlen) != 0) return NULL;
+        __atomic_store_n(&l->verified[idx], 1, __ATOMIC_RELAXED);
+    }
+    size_t need = (size_t)rows * r->width * s->channels;
+    if (need > r->raw_size) need = r->raw_size;
+    switch (s->codec) {
+    case SHARD_CODEC_RAW:
+        return s->base + r->offset;
+    case SHARD_CODEC_LZ4: {
+        // Only the rows the crop reads: LZ4 blocks decode front to back, so stopping early is free.
+        int got = LZ4_decompress_safe_partial((const char *)(s->base + r->offset), (char *)w->decode,
+                                              (int)r->stored_size, (int)need, (int)r->raw_size);
+        if (got < 0 || (size_t)got < need) {
+            snprintf(err, errlen, "%s: record %llu: corrupt LZ4 payload (decoded %d of %zu bytes)", s->path,
+                     (unsigned long long)idx, got, need);
+            return NULL;
+        }
+        return w->decode;
+    }
+    default:
+        if (shard_decode_err(s, idx, w->decode, s->max_raw_size, 0, err, errlen) != 0) return NULL;
+        return w->decode;
+    }
+}
+
+static void *worker_main(void *arg) {
+    Worker *w = arg;
+    struct Loader *l = w->l;
+    char err[sizeof l->slots[0].err];
+    pthread_mutex_lock(&l->mu);
+    for (;;) {
+        Slot *slot = NULL;
+        int64_t b = 0;
+        while (!l->stop) {
+            if (l->active && l->next_item < l->total_items) {
+                b = l->next_item / l->chunks_per_batch;
+                slot = &l->slots[b % l->nslots];
+                if (slot->batch == b) break;
+                if (slot->batch == -1) {  // first worker on batch b: take the slot, ask the sampler
+                    slot->batch = b;
+                    slot->count = sampler_batch(&l->sampler, b, slot->indices);
+                    slot->done = 0;
+                    slot->failed = 0;
+                    break;
+                }
+            }
+            slot = NULL;
+            pthread_cond_wait(&l->work_cv, &l->mu);
+        }
+        if (l->stop) break;
+        int chunk = (int)(l->next_item % l->chunks_per_batch);
+        l->next_item++;
+        l->inflight++;
+        int s0 = chunk * CHUNK, s1 = CT_MIN(slot->count, s0 + CHUNK);
+        int64_t epoch = l->epoch;
+        pthread_mutex_unlock(&l->mu);
+
+        int failed = 0;
+        for (int i = s0; i < s1 && !failed; i++) {
+            uint64_t idx = slot->indices[i];
+            const ShardRecord *r = &l->shard->records[idx];
+            AugmentPlan plan;
+            augment_plan(&l->aug, (int)r->height, (int)r->width, epoch, idx, &plan);
+            const uint8_t *img = fetch_record(l, w, idx, plan.rows_needed, err, sizeof err);
+            if (!img) {
+                failed = 1;
+                break;
+            }
+            augment_apply(&l->aug, &plan, img, (int)r->width, l->C, slot->images + (size_t)i * l->img_bytes,
+                          &w->scratch);
+            slot->labels[i] = (int32_t)r->label;
+        }
+
+        pthread_mutex_lock(&l->mu);
+        l->inflight--;
+        if (failed && !slot->failed) {
+            slot->failed = 1;
+            memcpy(slot->err, err, sizeof err);
+        }
+        if (s1 > s0) slot->done += s1 - s0;
+        if (slot->failed || slot->done == slot->count || l->inflight == 0) pthread_cond_broadcast(&l->ready_cv);
+    }
+    pthread_mutex_unlock(&l->mu);
+    return NULL;
+}
+
+Loader *loader_create(const Shard *shard, const LoaderConfig *cfg) {
+    struct Loader *l = ct_zalloc(sizeof *l);
+    l->shard = shard;
+    l->cfg = *cfg;
+    if (l->cfg.world <= 0) l->cfg.world = 1;
+    if (l->cfg.workers < 1) ct_die("loader: --workers must be >= 1 (got %d)", l->cfg.workers);
+    if (l->cfg.batch_size < 1) ct_die("loader: --batch-size must be >= 1 (got %d)", l->cfg.batch_size);
+    if (l->cfg.prefetch == 0) l->cfg.prefetch = l->cfg.workers + 2;
+    if (l->cfg.prefetch < 2) ct_die("loader: prefetch depth must be >= 2 (got %d)", l->cfg.prefetch);
+    if (!l->cfg.alloc != !l->cfg.free) ct_die("loader: give both alloc and free hooks, or neither");
+    if (!l->cfg.alloc) {
+        l->cfg.alloc = default_alloc;
+        l->cfg.free = default_free;
+    }
+    l->aug.crop = cfg->crop;
+    l->aug.train = cfg->train;
+    l->aug.resize = cfg->val_resize;
+    l->aug.scale_min = cfg->scale_min;
+    l->aug.scale_max = cfg->scale_max;
+    l->aug.ratio_min = cfg->ratio_min;
+    l->aug.ratio_max = cfg->ratio_max;
+    l->aug.flip = !cfg->no_flip;
+    l->aug.seed = cfg->seed;
+    augment_config_defaults(&l->aug);
+    sampler_init(&l->sampler, shard->n_records, l->cfg.batch_size, l->cfg.rank, l->cfg.world, cfg->train, cfg->seed);
+    l->C = (int)shard->channels;
+    l->img_bytes = (size_t)cfg->crop * cfg->crop * l->C;
+    l->chunks_per_batch = (l->cfg.batch_size + CHUNK - 1) / CHUNK;
+
+    l->nslots = l->cfg.prefetch;
+    l->slots = ct_zalloc(sizeof(Slot) * l->nslots);
+    size_t B = (size_t)l->cfg.batch_size;
+    for (int i = 0; i < l->nslots; i++) {
+        Slot *s = &l->slots[i];
+        s->images = l->cfg.alloc(B * l->img_bytes, l->cfg.alloc_ctx);
+        if (!s->images) ct_die("loader: batch buffer allocation of %zu bytes failed", B * l->img_bytes);
+        s->labels = ct_alloc(B * sizeof(int32_t));
+        s->indices = ct_alloc(B * sizeof(uint64_t));
+        s->batch = -1;
+    }
+    l->verified = ct_zalloc(shard->n_records ? shard->n_records : 1);
+    l->nworkers = l->cfg.workers;
+    l->workers = ct_zalloc(sizeof(Worker) * l->nworkers);
+    size_t decode = shard->codec == SHARD_CODEC_RAW ? 0 : shard->max_raw_size;
+    l->fixed_bytes = sizeof *l + sizeof(Slot) * l->nslots + l->nslots * B * (l->img_bytes + 12) +
+                     shard->n_records * (cfg->train ? 5 : 1) + l->nworkers * (sizeof(Worker) + decode);
+    l->epoch = -1;
+    pthread_mutex_init(&l->mu, NULL);
+    pthread_cond_init(&l->work_cv, NULL);
+    pthread_cond_init(&l->ready_cv, NULL);
+    for (int i = 0; i < l->nworkers; i++) {
+        Worker *w = &l->workers[i];
+        w->l = l;
+        w->decode = decode ? ct_alloc(decode) : NULL;
+        if (pthread_create(&w->thread, NULL, worker_main, w) != 0) ct_die("loader: cannot start worker thread %d", i);
+    }
+    return l;
+}
+
+void loader_start_epoch(Loader *l, int64_t epoch) {
+    if (epoch < 0) ct_die("loader: epoch %lld < 0", (long long)epoch);
+    pthread_mutex_lock(&l->mu);
+    for (int i = 0; i < l->nslots; i++)
+        if (l->slots[i].held) ct_die("loader_start_epoch: batch %lld of the previous epoch was not released",
+                                     (long long)l->slots[i].batch);
+    // Stop claims for the old epoch and let in-flight items finish before the slots are reused.
+    l->active = 0;
+    while (l->inflight > 0) pthread_cond_wait(&l->ready_cv, &l->mu);
+    for (int i = 0; i < l->nslots; i++) {
+        l->slots[i].batch = -1;
+        l->slots[i].failed = 0;
+    }
+    sampler_set_epoch(&l->sampler, epoch);
+    l->epoch = epoch;
+    l->nbatches = sampler_num_batches(&l->sampler);
+    l->total_items = l->nbatches * l->chunks_per_batch;
+    l->next_item = 0;
+    l->next_batch = 0;
+    l->active = 1;
+    pthread_cond_broadcast(&l->work_cv);
+    pthread_mutex_unlock(&l->mu);
+}
+
+int loader_next_err(Loader *l, LoaderBatch *out, char *err, size_t errlen) {
+    pthread_mutex_lock(&l->mu);
+    if (l->epoch < 0) ct_die("loader_next before loader_start_epoch");
+    if (!l->active || l->next_batch >= l->nbatches) {
+        int stopped = !l->active;
+        pthread_mutex_unlock(&l->mu);
+        if (stopped) {
+            snprintf(err, errlen, "%s: loader stopped after an error in epoch %lld", l->shard->path,
+                     (long long)l->epoch);
+            return -1;
+        }
+        return 0;
+    }
+    int64_t b = l->next_batch;
+    Slot *s = &l->slots[b % l->nslots];
+    if (s->held)
+        ct_die("loader_next: all %d batch buffers are held by the consumer; release one first (prefetch depth)",
+               l->nslots);
+    int waited = 0;
+    double t0 = 0;
+    while (!(s->batch == b && (s->failed || s->done == s->count))) {
+        if (!waited) t0 = ct_now();
+        waited = 1;
+        pthread_cond_wait(&l->ready_cv, &l->mu);
+    }
+    if (waited) l->wait_s += ct_now() - t0;
+    if (s->failed) {
+        snprintf(err, errlen, "%s", s->err);
+        l->active = 0;  // nobody claims more of this epoch; start_epoch drains and resets
+        pthread_mutex_unlock(&l->mu);
+        return -1;
+    }
+    s->held = 1;
+    l->next_batch++;
+    out->images = s->images;
+    out->labels = s->labels;
+    out->indices = s->indices;
+    out->count = s->count;
+    out->batch = b;
+    out->slot = (int)(s - l->slots);
+    pthread_mutex_unlock(&l->mu);
+    return 1;
+}
+
+int loader_next(Loader *l, LoaderBatch *b) {
+    char err[SHARD_ERR_LEN + 128];
+    int rc = loader_next_err(l, b, err, sizeof err);
+    if (rc < 0) ct_die("%s", err);
+    return rc;
+}
+
+void loader_release(Loader *l, LoaderBatch *b) {
+    pthread_mutex_lock(&l->mu);
+    if (b->slot < 0 || b->slot >= l->nslots || !l->slots[b->slot].held || l->slots[b->slot].batch != b->batch)
+        ct_die("loader_release: batch %lld is not held", (long long)b->batch);
+    Slot *s = &l->slots[b->slot];
+    s->held = 0;
+    s->batch = -1;
+    pthread_cond_broadcast(&l->work_cv);
+    pthread_mutex_unlock(&l->mu);
+    b->slot = -1;
+}
+
+int64_t loader_batches_per_epoch(const Loader *l) { return sampler_num_batches(&l->sampler); }
+uint64_t loader_samples_per_epoch(const Loader *l) { return sampler_num_samples(&l->sampler); }
+int loader_channels(const Loader *l) { return l->C; }
+size_t loader_batch_bytes(const Loader *l) { return (size_t)l->cfg.batch_size * l->img_bytes; }
+
+size_t loader_memory_bytes(const Loader *l) {
+    size_t m = l->fixed_bytes;
+    for (int i = 0; i < l->nworkers; i++) m += __atomic_load_n(&l->workers[i].scratch.cap, __ATOMIC_RELAXED);
+    return m;
+}
+
+double loader_wait_seconds(const Loader *l) {
+    pthread_mutex_lock((pthread_mutex_t *)&l->mu);
+    double w = l->wait_s;
+    pthread_mutex_unlock((pthread_mutex_t *)&l->mu);
+    return w;
+}
+
+void loader_destroy(Loader *l) {
+    if (!l) return;
+    pthread_mutex_lock(&l->mu);
+    l->stop = 1;
+    pthread_cond_broadcast(&l->work_cv);
+    pthread_mutex_unlock(&l->mu);
+    for (int i = 0; i < l->nworkers; i++) {
+        pthread_join(l->workers[i].thread, NULL);
+        free(l->workers[i].decode);
+        resample_scratch_free(&l->workers[i].scratch);
+    }
+    for (int i = 0; i < l->nslots; i++) {
+        l->cfg.free(l->slots[i].images, l->cfg.alloc_ctx);
+        free(l->slots[i].labels);
+        free(l->slots[i].indices);
+    }
+    pthread_mutex_destroy(&l->mu);
+    pthread_cond_destroy(&l->work_cv);
+    pthread_cond_destroy(&l->ready_cv);
+    sampler_free(&l->sampler);
+    free(l->verified);
+    free(l->workers);
+    free(l->slots);
+    free(l);
+}
