@@ -86,8 +86,13 @@ static const uint8_t *fetch_record(struct Loader *l, Worker *w, uint64_t idx, in
         // Only the rows the crop reads: LZ4 blocks decode front to back, so stopping early is free.
         int got = LZ4_decompress_safe_partial((const char *)(s->base + r->offset), (char *)w->decode,
                                               (int)r->stored_size, (int)need, (int)r->raw_size);
-        if (got < 0 || (size_t)got < need) {
-            snprintf(err, errlen, "%s: record %llu: corrupt LZ4 payload (decoded %d of %zu bytes)", s->path,
+        if (got < 0) {
+            snprintf(err, errlen, "%s: record %llu: corrupt LZ4 payload (malformed at byte %d of %u)", s->path,
+                     (unsigned long long)idx, -got, r->stored_size);
+            return NULL;
+        }
+        if ((size_t)got < need) {
+            snprintf(err, errlen, "%s: record %llu: LZ4 payload decodes to %d bytes, %zu needed", s->path,
                      (unsigned long long)idx, got, need);
             return NULL;
         }

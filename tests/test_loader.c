@@ -1,0 +1,342 @@
+// The worker pool + prefetch ring over real shard files (written with the shard writer):
+//  - every sample equals the independent path (full shard_decode + augment_plan/apply), so the
+//    partial LZ4 decode and the ring bookkeeping change nothing; labels and indices match the sampler;
+//  - identical bytes for 1, 2 and 3 workers and different prefetch depths, over two epochs, and
+//    when resuming straight at epoch 1; the same images packed raw give the same batches as LZ4;
+//  - eval: R simulated ranks cover every record exactly once (N not divisible by R x B);
+//    train: each rank gets its exact share, disjoint across ranks;
+//  - a corrupt payload ends the epoch with a message naming the file and the record, not a hang;
+//  - clean shutdown mid-epoch, abandoning epochs, batches released out of order, the alloc hook.
+#include <string.h>
+#include <unistd.h>
+
+#include "loader/augment.h"
+#include "loader/loader.h"
+#include "loader/sampler.h"
+#include "tests/test.h"
+#include "util/common.h"
+
+enum { N = 53, NCLS = 5 };
+static const char *const CLASSES[NCLS] = {"a", "b", "c", "d", "e"};
+
+static void make_image(uint8_t *img, int w, int h, int C, uint64_t seed) {
+    Rng r = rng_make(seed, 8, 9);
+    for (size_t i = 0; i < (size_t)w * h * C; i++) {
+        size_t p = i / C;
+        img[i] = (uint8_t)((p % w) * 3 + (p / w) * 5 + (i % C) * 60 + rng_below(&r, 40));
+    }
+}
+
+static void write_shard(const char *path, uint32_t codec, int C) {
+    ShardWriter *w = shard_writer_open(path, C, codec, NCLS, CLASSES);
+    for (int i = 0; i < N; i++) {
+        int h = 20 + (i * 7) % 41, wd = 18 + (i * 13) % 47;
+        uint8_t *img = ct_alloc((size_t)h * wd * C);
+        make_image(img, wd, h, C, i);
+        size_t sz = 0;
+        uint8_t *p = shard_encode(codec, 0, img, h, wd, C, &sz);
+        shard_writer_add(w, p, (uint32_t)sz, h, wd, i % NCLS);
+        free(p);
+        free(img);
+    }
+    shard_writer_finish(w);
+}
+
+static LoaderConfig base_cfg(int train, int workers) {
+    LoaderConfig c = {0};
+    c.batch_size = 6;
+    c.crop = 16;
+    c.train = train;
+    c.workers = workers;
+    c.seed = 1234;
+    c.rank = 0;
+    c.world = 1;
+    return c;
+}
+
+// All batches of one epoch concatenated: images, then (label, index) pairs.
+typedef struct {
+    uint8_t *img;
+    size_t img_n;
+    uint64_t *idx;
+    int32_t *lab;
+    int n;
+    int nbatch;
+} Epoch;
+
+static Epoch run_epoch(Loader *l, int64_t epoch, size_t bytes_per_img) {
+    Epoch e = {0};
+    e.img = ct_alloc((size_t)(N + 1) * bytes_per_img);
+    e.idx = ct_alloc(sizeof(uint64_t) * (N + 1));
+    e.lab = ct_alloc(sizeof(int32_t) * (N + 1));
+    loader_start_epoch(l, epoch);
+    LoaderBatch b;
+    while (loader_next(l, &b)) {
+        CHECK(b.batch == e.nbatch, "batch %lld out of order (want %d)", (long long)b.batch, e.nbatch);
+        CHECK(e.n + b.count <= N, "more samples than records");
+        if (e.n + b.count > N) break;
+        memcpy(e.img + (size_t)e.n * bytes_per_img, b.images, (size_t)b.count * bytes_per_img);
+        memcpy(e.idx + e.n, b.indices, sizeof(uint64_t) * b.count);
+        memcpy(e.lab + e.n, b.labels, sizeof(int32_t) * b.count);
+        e.n += b.count;
+        e.nbatch++;
+        loader_release(l, &b);
+    }
+    e.img_n = (size_t)e.n * bytes_per_img;
+    return e;
+}
+static void epoch_free(Epoch *e) {
+    free(e->img);
+    free(e->idx);
+    free(e->lab);
+}
+static int epoch_same(const Epoch *a, const Epoch *b) {
+    return a->n == b->n && a->nbatch == b->nbatch && memcmp(a->img, b->img, a->img_n) == 0 &&
+           memcmp(a->idx, b->idx, sizeof(uint64_t) * a->n) == 0 && memcmp(a->lab, b->lab, sizeof(int32_t) * a->n) == 0;
+}
+
+// The independent path: full decode, then the augmentation functions directly.
+static int check_against_direct(const Shard *s, const LoaderConfig *cfg, const Epoch *e, int64_t epoch) {
+    AugmentConfig a = {.crop = cfg->crop, .train = cfg->train, .resize = cfg->val_resize, .flip = !cfg->no_flip,
+                       .seed = cfg->seed};
+    augment_config_defaults(&a);
+    size_t bytes = (size_t)cfg->crop * cfg->crop * s->channels;
+    uint8_t *dec = ct_alloc(s->max_raw_size), *out = ct_alloc(bytes);
+    Sampler sm;
+    sampler_init(&sm, s->n_records, cfg->batch_size, cfg->rank, cfg->world, cfg->train, cfg->seed);
+    sampler_set_epoch(&sm, epoch);
+    uint64_t *idx = ct_alloc(sizeof(uint64_t) * cfg->batch_size);
+    int ok = 1, k = 0;
+    for (int64_t b = 0; b < sampler_num_batches(&sm); b++) {
+        int c = sampler_batch(&sm, b, idx);
+        for (int i = 0; i < c; i++, k++) {
+            if (k >= e->n) return 0;
+            const ShardRecord *r = &s->records[idx[i]];
+            shard_decode(s, idx[i], dec, s->max_raw_size);
+            AugmentPlan p;
+            augment_plan(&a, r->height, r->width, epoch, idx[i], &p);
+            augment_apply(&a, &p, dec, r->width, s->channels, out, NULL);
+            ok &= e->idx[k] == idx[i] && e->lab[k] == (int32_t)r->label &&
+                  memcmp(out, e->img + (size_t)k * bytes, bytes) == 0;
+        }
+    }
+    ok &= k == e->n;
+    sampler_free(&sm);
+    free(idx);
+    free(dec);
+    free(out);
+    return ok;
+}
+
+static int alloc_calls, free_calls;
+static void *hook_alloc(size_t n, void *ctx) {
+    (*(int *)ctx)++;
+    alloc_calls++;
+    return ct_alloc(n);
+}
+static void hook_free(void *p, void *ctx) {
+    free_calls++;
+    free(p);
+}
+
+int main(void) {
+    char dir[] = "/tmp/ct_test_loader_XXXXXX";
+    if (!mkdtemp(dir)) ct_die_errno("mkdtemp");
+    char lz4[512], raw[512], gray[512], bad[512];
+    snprintf(lz4, sizeof lz4, "%s/lz4.shard", dir);
+    snprintf(raw, sizeof raw, "%s/raw.shard", dir);
+    snprintf(gray, sizeof gray, "%s/gray.shard", dir);
+    snprintf(bad, sizeof bad, "%s/bad.shard", dir);
+    write_shard(lz4, SHARD_CODEC_LZ4, 3);
+    write_shard(raw, SHARD_CODEC_RAW, 3);
+    write_shard(gray, SHARD_CODEC_LZ4, 1);
+    Shard s, sr, sg;
+    shard_open(&s, lz4);
+    shard_open(&sr, raw);
+    shard_open(&sg, gray);
+
+    // Determinism across worker counts and prefetch depths, two epochs, train and eval.
+    for (int train = 1; train >= 0; train--) {
+        LoaderConfig c1 = base_cfg(train, 1);
+        size_t bpi = (size_t)c1.crop * c1.crop * 3;
+        Loader *l1 = loader_create(&s, &c1);
+        Epoch ref0 = run_epoch(l1, 0, bpi), ref1 = run_epoch(l1, 1, bpi);
+        CHECK(ref0.n == (train ? (N / 6) * 6 : N), "train=%d: %d samples", train, ref0.n);
+        CHECK(check_against_direct(&s, &c1, &ref0, 0), "train=%d epoch 0 differs from the direct path", train);
+        CHECK(check_against_direct(&s, &c1, &ref1, 1), "train=%d epoch 1 differs from the direct path", train);
+        if (train) CHECK(!epoch_same(&ref0, &ref1), "epochs 0 and 1 identical: no reshuffle");
+        CHECK(loader_wait_seconds(l1) >= 0, "wait seconds");
+        CHECK(loader_memory_bytes(l1) >= 3 * loader_batch_bytes(l1), "memory %zu", loader_memory_bytes(l1));
+        loader_destroy(l1);
+        int wk[] = {2, 3, 3}, pf[] = {0, 2, 7};
+        for (int t = 0; t < 3; t++) {
+            LoaderConfig c = base_cfg(train, wk[t]);
+            c.prefetch = pf[t];
+            Loader *l = loader_create(&s, &c);
+            Epoch e1 = run_epoch(l, 1, bpi);  // resume straight at epoch 1
+            Epoch e0 = run_epoch(l, 0, bpi);
+            CHECK(epoch_same(&e0, &ref0) && epoch_same(&e1, &ref1), "train=%d workers=%d prefetch=%d: bytes differ",
+                  train, wk[t], pf[t]);
+            epoch_free(&e0);
+            epoch_free(&e1);
+            loader_destroy(l);
+        }
+        // Raw codec: same pixels, same batches.
+        Loader *lr = loader_create(&sr, &c1);
+        Epoch er = run_epoch(lr, 0, bpi);
+        CHECK(epoch_same(&er, &ref0), "train=%d: raw shard gives different batches from LZ4", train);
+        epoch_free(&er);
+        loader_destroy(lr);
+        epoch_free(&ref0);
+        epoch_free(&ref1);
+    }
+    // Grayscale, bigger crop than some images (upscale), eval with an explicit resize.
+    {
+        LoaderConfig c = base_cfg(0, 2);
+        c.crop = 40;
+        c.val_resize = 48;
+        Loader *l = loader_create(&sg, &c);
+        CHECK(loader_channels(l) == 1, "channels");
+        Epoch e = run_epoch(l, 0, 40 * 40);
+        CHECK(check_against_direct(&sg, &c, &e, 0), "grayscale eval differs from the direct path");
+        epoch_free(&e);
+        loader_destroy(l);
+        c.train = 1;
+        l = loader_create(&sg, &c);
+        e = run_epoch(l, 3, 40 * 40);
+        CHECK(check_against_direct(&sg, &c, &e, 3), "grayscale train differs from the direct path");
+        epoch_free(&e);
+        loader_destroy(l);
+    }
+
+    // Simulated ranks: eval exact coverage (53 = not a multiple of 3 x 4), train exact shares.
+    {
+        int R = 3;
+        int hits[N] = {0}, ok = 1;
+        for (int r = 0; r < R; r++) {
+            LoaderConfig c = base_cfg(0, 2);
+            c.batch_size = 4;
+            c.rank = r;
+            c.world = R;
+            Loader *l = loader_create(&s, &c);
+            loader_start_epoch(l, 0);
+            LoaderBatch b;
+            int64_t nb = 0;
+            while (loader_next(l, &b)) {
+                ok &= b.count >= 1 && b.count <= 4 && (b.count == 4 || b.batch == loader_batches_per_epoch(l) - 1);
+                for (int i = 0; i < b.count; i++) hits[b.indices[i]]++;
+                nb++;
+                loader_release(l, &b);
+            }
+            ok &= nb == loader_batches_per_epoch(l);
+            loader_destroy(l);
+        }
+        for (int i = 0; i < N; i++) ok &= hits[i] == 1;
+        CHECK(ok, "eval over %d ranks does not cover every record exactly once", R);
+
+        int seen[N] = {0};
+        ok = 1;
+        R = 2;
+        for (int r = 0; r < R; r++) {
+            LoaderConfig c = base_cfg(1, 1 + r);
+            c.batch_size = 5;
+            c.rank = r;
+            c.world = R;
+            Loader *l = loader_create(&s, &c);
+            loader_start_epoch(l, 2);
+            LoaderBatch b;
+            int nb = 0;
+            while (loader_next(l, &b)) {
+                ok &= b.count == 5;
+                for (int i = 0; i < b.count; i++) seen[b.indices[i]]++;
+                nb++;
+                loader_release(l, &b);
+            }
+            ok &= nb == N / (5 * R);
+            loader_destroy(l);
+        }
+        int total = 0;
+        for (int i = 0; i < N; i++) {
+            ok &= seen[i] <= 1;
+            total += seen[i];
+        }
+        CHECK(ok && total == (N / 10) * 10, "train shares over 2 ranks wrong (total %d)", total);
+    }
+
+    // Out-of-order release, holding two batches, the alloc hook, destroy mid-epoch, abandoned epochs.
+    {
+        int ctx = 0;
+        LoaderConfig c = base_cfg(1, 3);
+        c.alloc = hook_alloc;
+        c.free = hook_free;
+        c.alloc_ctx = &ctx;
+        c.prefetch = 3;
+        Loader *l = loader_create(&s, &c);
+        CHECK(ctx == 3 && alloc_calls == 3, "alloc hook called %d times for 3 buffers", ctx);
+        loader_start_epoch(l, 0);
+        LoaderBatch a, b;
+        CHECK(loader_next(l, &a) == 1 && loader_next(l, &b) == 1, "two batches");
+        CHECK(a.images != b.images, "two held batches share a buffer");
+        loader_release(l, &b);
+        loader_release(l, &a);
+        CHECK(loader_next(l, &a) == 1 && a.batch == 2, "third batch");
+        loader_release(l, &a);
+        loader_start_epoch(l, 1);  // abandon epoch 0 with work in flight
+        loader_start_epoch(l, 2);
+        CHECK(loader_next(l, &a) == 1 && a.batch == 0, "first batch of a restarted epoch");
+        loader_release(l, &a);
+        loader_destroy(l);  // workers busy filling ahead
+        CHECK(free_calls == 3, "free hook called %d times", free_calls);
+        l = loader_create(&s, &c);  // destroy without ever starting
+        loader_destroy(l);
+    }
+
+    // Corrupt payload: checksum error naming the file and record; with checks off, the LZ4 error.
+    {
+        size_t n = 0;
+        char *bytes = ct_read_file(lz4, &n);
+        uint64_t victim = 17;
+        memset(bytes + s.records[victim].offset, 0xff, s.records[victim].stored_size);
+        FILE *f = fopen(bad, "wb");
+        if (!f || fwrite(bytes, 1, n, f) != n) ct_die_errno("%s", bad);
+        fclose(f);
+        free(bytes);
+        Shard sb;
+        shard_open(&sb, bad);
+        for (int skip = 0; skip <= 1; skip++) {
+            LoaderConfig c = base_cfg(0, 2);
+            c.skip_crc = skip;
+            Loader *l = loader_create(&sb, &c);
+            loader_start_epoch(l, 0);
+            LoaderBatch b;
+            char err[1024] = "";
+            int rc, got = 0;
+            while ((rc = loader_next_err(l, &b, err, sizeof err)) == 1) {
+                got += b.count;
+                loader_release(l, &b);
+            }
+            printf("corrupt record, skip_crc=%d: rc %d after %d samples: %s\n", skip, rc, got, err);
+            CHECK(rc == -1, "skip_crc=%d: corrupt record not reported (rc %d)", skip, rc);
+            CHECK(strstr(err, bad) && strstr(err, "record 17"), "message does not name file and record: %s", err);
+            CHECK(got == 12, "samples before the failing batch: %d", got);  // record 17 is in eval batch 2
+            CHECK(loader_next_err(l, &b, err, sizeof err) == -1, "loader continued after an error");
+            loader_start_epoch(l, 1);  // restarting after an error works and fails again at the same place
+            got = 0;
+            while ((rc = loader_next_err(l, &b, err, sizeof err)) == 1) {
+                got += b.count;
+                loader_release(l, &b);
+            }
+            CHECK(rc == -1 && got == 12, "second epoch after error: rc %d got %d", rc, got);
+            loader_destroy(l);
+        }
+        shard_close(&sb);
+    }
+
+    shard_close(&s);
+    shard_close(&sr);
+    shard_close(&sg);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0) ct_warn("could not remove %s", dir);
+    return test_summary("test_loader");
+}
