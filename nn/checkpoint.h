@@ -1,0 +1,67 @@
+// Training checkpoints (OUT/last.ckpt, OUT/best.ckpt): everything needed to continue a run bit for
+// bit: the model's flat parameters and buffers (BN running statistics), the optimizer's momentum,
+// and where the run stands (epoch, step, seed, best val top-1). The class table hash and the
+// architecture name guard against resuming onto another dataset or model.
+//
+// File layout, little-endian, version 1:
+//   "CTRNCKPT" | u32 version | u32 meta bytes (= 192) | meta | f32 params[n_params]
+//   | f32 momentum[n_params] (when has_momentum) | f32 buffers[n_buffers] | i64 counts[n_counts]
+//   | u32 crc32c of all before
+// meta: char arch[32] | u32 num_classes | u32 in_channels | u64 class_hash | u32 epoch
+//   | u32 has_momentum | i64 global_step | i64 step_in_epoch | u64 seed | f64 best_top1
+//   | i32 best_epoch | u32 nonfinite_total | u64 n_params | u64 n_buffers | u64 n_counts
+//   | i64 opt_steps | f64 epoch_loss_sum | i64 epoch_correct | i64 epoch_seen | zero padding
+// Written through ct_atomic_open/commit (temp name, fsync, rename), so a crash never leaves a
+// truncated file under the real name.
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    char arch[32];
+    uint32_t num_classes;
+    uint32_t in_channels;
+    uint64_t class_hash;
+    // Position: 'epoch' is the epoch to run next when step_in_epoch == 0, otherwise the epoch
+    // in progress with step_in_epoch of its batches done (a checkpoint taken on a signal).
+    uint32_t epoch;
+    int64_t global_step;
+    int64_t step_in_epoch;
+    uint64_t seed;
+    double best_top1;  // best val top-1 so far (percent), -1 when none yet
+    int32_t best_epoch;
+    uint32_t nonfinite_total;  // steps skipped for a non-finite loss so far
+    uint64_t n_params;
+    uint64_t n_buffers;  // fp32 buffers (BN running statistics)
+    uint64_t n_counts;   // int64 counters (BN num_batches_tracked)
+    int64_t opt_steps;   // optimizer steps taken (0: the next initialises the momentum buffer)
+    // Accumulators of the epoch in progress (step_in_epoch > 0), so its train loss/top-1 come out
+    // the same after a resume.
+    double epoch_loss_sum;
+    int64_t epoch_correct;
+    int64_t epoch_seen;
+} CheckpointMeta;
+
+typedef struct {
+    CheckpointMeta meta;
+    float *params;    // n_params
+    float *momentum;  // n_params, NULL when the file holds none
+    float *buffers;   // n_buffers
+    int64_t *counts;  // n_counts
+} Checkpoint;
+
+// momentum may be NULL (then none is stored). Dies naming the path on I/O errors.
+void checkpoint_save(const char *path, const CheckpointMeta *meta, const float *params,
+                     const float *momentum, const float *buffers, const int64_t *counts);
+// Reads and validates (magic, version, sizes against the file size, checksum). Returns NULL on
+// success, else a static error message (the caller names the path). Free with checkpoint_free.
+const char *checkpoint_load(const char *path, Checkpoint *out);
+void checkpoint_free(Checkpoint *c);
+
+#ifdef __cplusplus
+}
+#endif

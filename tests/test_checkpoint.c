@@ -1,0 +1,163 @@
+// nn/checkpoint and nn/schedule: round trip bit for bit, every corruption is detected and named,
+// no temporary file is left behind; learning-rate schedules against their closed forms.
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "nn/checkpoint.h"
+#include "nn/schedule.h"
+#include "tests/test.h"
+#include "util/common.h"
+
+static void write_bytes(const char *path, const void *d, size_t n) {
+    FILE *f = fopen(path, "wb");
+    fwrite(d, 1, n, f);
+    fclose(f);
+}
+
+static void test_checkpoint(const char *dir) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/x.ckpt", dir);
+    enum { NP = 1000, NB = 37, NC = 5 };
+    float p[NP], mo[NP], b[NB];
+    int64_t cnt[NC];
+    for (int i = 0; i < NP; i++) { p[i] = sinf(i) * 3.0f; mo[i] = -1.0f / (i + 1); }
+    for (int i = 0; i < NB; i++) b[i] = (float)i * 0.25f;
+    for (int i = 0; i < NC; i++) cnt[i] = 1000000000000LL + i;
+    p[7] = -0.0f;
+    CheckpointMeta m;
+    memset(&m, 0, sizeof m);
+    snprintf(m.arch, sizeof m.arch, "resnet20");
+    m.num_classes = 10;
+    m.in_channels = 3;
+    m.class_hash = 0x0123456789abcdefull;
+    m.epoch = 4;
+    m.global_step = 12345;
+    m.step_in_epoch = 17;
+    m.seed = 99;
+    m.best_top1 = 91.25;
+    m.best_epoch = 3;
+    m.nonfinite_total = 2;
+    m.n_params = NP;
+    m.n_buffers = NB;
+    m.n_counts = NC;
+    m.opt_steps = 12343;
+    m.epoch_loss_sum = 1.5e3;
+    m.epoch_correct = 555;
+    m.epoch_seen = 1088;
+    checkpoint_save(path, &m, p, mo, b, cnt);
+
+    Checkpoint ck;
+    const char *err = checkpoint_load(path, &ck);
+    CHECK(err == NULL, "load: %s", err ? err : "");
+    if (!err) {
+        CHECK(!memcmp(&ck.meta.arch, "resnet20", 9), "arch %s", ck.meta.arch);
+        CHECK(ck.meta.num_classes == 10 && ck.meta.in_channels == 3 && ck.meta.class_hash == m.class_hash, "ids");
+        CHECK(ck.meta.epoch == 4 && ck.meta.global_step == 12345 && ck.meta.step_in_epoch == 17 && ck.meta.seed == 99, "position");
+        CHECK(ck.meta.best_top1 == 91.25 && ck.meta.best_epoch == 3 && ck.meta.nonfinite_total == 2, "best");
+        CHECK(ck.meta.opt_steps == 12343 && ck.meta.epoch_loss_sum == 1.5e3 && ck.meta.epoch_correct == 555 &&
+                  ck.meta.epoch_seen == 1088, "accumulators");
+        CHECK(!memcmp(ck.params, p, sizeof p), "params differ");
+        CHECK(ck.momentum && !memcmp(ck.momentum, mo, sizeof mo), "momentum differs");
+        CHECK(!memcmp(ck.buffers, b, sizeof b), "buffers differ");
+        CHECK(!memcmp(ck.counts, cnt, sizeof cnt), "counts differ");
+        checkpoint_free(&ck);
+    }
+    // No temporary left in the directory.
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "ls %s | grep -c tmp", dir);
+    FILE *pp = popen(cmd, "r");
+    int ntmp = -1;
+    if (fscanf(pp, "%d", &ntmp) != 1) ntmp = -1;
+    pclose(pp);
+    CHECK(ntmp == 0, "temporary files left: %d", ntmp);
+
+    // Without momentum.
+    char path2[512];
+    snprintf(path2, sizeof path2, "%s/nomom.ckpt", dir);
+    checkpoint_save(path2, &m, p, NULL, b, cnt);
+    err = checkpoint_load(path2, &ck);
+    CHECK(err == NULL && ck.momentum == NULL, "no-momentum load: %s", err ? err : "momentum present");
+    if (!err) checkpoint_free(&ck);
+
+    // Corruptions: every byte flip somewhere in each region, truncation, trailing bytes, bad magic.
+    size_t n;
+    uint8_t *data = (uint8_t *)ct_read_file(path, &n);
+    char bad[512];
+    snprintf(bad, sizeof bad, "%s/bad.ckpt", dir);
+    size_t offs[] = {0, 9, 13, 20, 100, 150, 300, n / 2, n - 5, n - 1};
+    for (size_t i = 0; i < CT_ARRAY_LEN(offs); i++) {
+        data[offs[i]] ^= 0x40;
+        write_bytes(bad, data, n);
+        data[offs[i]] ^= 0x40;
+        err = checkpoint_load(bad, &ck);
+        CHECK(err != NULL, "flip at byte %zu not detected", offs[i]);
+        if (!err) checkpoint_free(&ck);
+    }
+    size_t cuts[] = {0, 4, 100, 200, n - 1};
+    for (size_t i = 0; i < CT_ARRAY_LEN(cuts); i++) {
+        write_bytes(bad, data, cuts[i]);
+        err = checkpoint_load(bad, &ck);
+        CHECK(err != NULL, "truncation to %zu bytes not detected", cuts[i]);
+        if (!err) checkpoint_free(&ck);
+    }
+    uint8_t *longer = ct_zalloc(n + 8);
+    memcpy(longer, data, n);
+    write_bytes(bad, longer, n + 8);
+    err = checkpoint_load(bad, &ck);
+    CHECK(err != NULL && strstr(err, "trailing"), "trailing bytes: %s", err ? err : "accepted");
+    // Huge declared sizes must not overflow into a "valid" size.
+    uint64_t huge = 0x4000000000000001ull;
+    size_t size_fields[] = {16 + 96, 16 + 104, 16 + 112};  // n_params, n_buffers, n_counts in the meta block
+    for (size_t i = 0; i < CT_ARRAY_LEN(size_fields); i++) {
+        memcpy(longer, data, n);
+        memcpy(longer + size_fields[i], &huge, 8);
+        write_bytes(bad, longer, n);
+        err = checkpoint_load(bad, &ck);
+        CHECK(err != NULL, "huge size field at %zu accepted", size_fields[i]);
+        if (!err) checkpoint_free(&ck);
+    }
+    free(longer);
+    free(data);
+    err = checkpoint_load("/nonexistent/ckpt", &ck);
+    CHECK(err != NULL, "missing file accepted");
+    unlink(path);
+    unlink(path2);
+    unlink(bad);
+}
+
+static void test_schedule(void) {
+    LrSchedule s = {LR_COSINE, 0.4, 10, 100, 0, 30, 0.1};
+    CHECK(lr_at(&s, 0) == 0.4, "cosine start %g", lr_at(&s, 0));
+    CHECK(fabs(lr_at(&s, 500) - 0.2) < 1e-12, "cosine middle %g", lr_at(&s, 500));
+    CHECK(fabs(lr_at(&s, 999) - 0.4 * 0.5 * (1 + cos(M_PI * 999 / 1000))) < 1e-15, "cosine end %g", lr_at(&s, 999));
+    s.warmup_epochs = 2;  // 200 warmup steps, then cosine over 800
+    CHECK(fabs(lr_at(&s, 0) - 0.4 / 200) < 1e-15, "warmup first %g", lr_at(&s, 0));
+    CHECK(fabs(lr_at(&s, 99) - 0.4 * 100 / 200) < 1e-15, "warmup mid %g", lr_at(&s, 99));
+    CHECK(lr_at(&s, 200) == 0.4, "after warmup %g", lr_at(&s, 200));
+    CHECK(fabs(lr_at(&s, 600) - 0.2) < 1e-12, "cosine after warmup %g", lr_at(&s, 600));
+    s.warmup_epochs = 0.5;  // fractional: 50 steps
+    CHECK(fabs(lr_at(&s, 49) - 0.4) < 1e-15 && lr_at(&s, 48) < 0.4, "fractional warmup %g", lr_at(&s, 49));
+    LrSchedule st = {LR_STEP, 0.1, 90, 10, 0, 30, 0.1};
+    CHECK(lr_at(&st, 0) == 0.1 && lr_at(&st, 299) == 0.1, "step first span");
+    CHECK(fabs(lr_at(&st, 300) - 0.01) < 1e-15 && fabs(lr_at(&st, 599) - 0.01) < 1e-15, "step second span %g", lr_at(&st, 300));
+    CHECK(fabs(lr_at(&st, 600) - 0.001) < 1e-15, "step third span %g", lr_at(&st, 600));
+    // Monotone non-increasing after warmup, always positive until the very end.
+    s.warmup_epochs = 1;
+    int mono = 1;
+    for (int64_t t = 101; t < 1000; t++) mono &= lr_at(&s, t) <= lr_at(&s, t - 1) && lr_at(&s, t) > 0;
+    CHECK(mono, "cosine not monotone/positive");
+    LrKind k;
+    CHECK(lr_kind_parse("cosine", &k) && k == LR_COSINE && lr_kind_parse("step", &k) && k == LR_STEP, "parse");
+    CHECK(!lr_kind_parse("linear", &k), "unknown schedule accepted");
+}
+
+int main(void) {
+    char dir[] = "/tmp/ctrain_ckpt_XXXXXX";
+    if (!mkdtemp(dir)) { perror("mkdtemp"); return 1; }
+    test_checkpoint(dir);
+    test_schedule();
+    rmdir(dir);
+    return test_summary("test_checkpoint");
+}
