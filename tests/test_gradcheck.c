@@ -1,0 +1,307 @@
+// Finite-difference gradient checks of every CPU layer with a backward, and bit-identical results
+// with 1 and 2 OpenMP threads.
+//
+// For a layer y = f(x, w) the scalar L = sum(y * G) with a fixed random G has dL/dy = G, so the
+// backward called with dy = G must give dL/dx and dL/dw. Each is compared with the central
+// difference (L(v + h) - L(v - h)) / 2h at randomly sampled elements, L summed in double.
+// Shapes are drawn at random: odd sizes, stride 2, 1x1 and 7x7 kernels, channel counts that are
+// not multiples of 8, batch 1.
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+
+#include "nn/layers.h"
+#include "tests/test.h"
+#include "util/common.h"
+#include "util/rng.h"
+
+static Rng g_rng;
+static int rnd(int lo, int hi) { return lo + (int)rng_below(&g_rng, (uint32_t)(hi - lo + 1)); }
+static float *rand_buf(size_t n, float scale) {
+    float *p = ct_alloc(n * sizeof(float) + 1);
+    for (size_t i = 0; i < n; i++) p[i] = scale * (2 * rng_uniform(&g_rng) - 1);
+    return p;
+}
+
+// The layer under test: forward(ctx) writes its output into out; the loss is sum(out * G).
+typedef void (*ForwardFn)(void *ctx, float *out);
+typedef struct {
+    ForwardFn fwd;
+    void *ctx;
+    float *out;      // [nout] scratch for the forward
+    const float *G;  // [nout]
+    size_t nout;
+} Probe;
+
+static double probe_loss(const Probe *pr) {
+    pr->fwd(pr->ctx, pr->out);
+    double L = 0;
+    for (size_t i = 0; i < pr->nout; i++) L += (double)pr->out[i] * pr->G[i];
+    return L;
+}
+
+// Compare analytic grad[n] of the tensor v[n] with central differences at `samples` elements.
+// Returns the norm-wise relative error over the sampled elements.
+static double check_tensor(const Probe *pr, float *v, const float *grad, size_t n, float h, int samples) {
+    double num2 = 0, den2 = 0;
+    for (int k = 0; k < samples; k++) {
+        size_t i = (size_t)rng_below(&g_rng, (uint32_t)n);
+        const float save = v[i];
+        v[i] = save + h;
+        const double lp = probe_loss(pr);
+        v[i] = save - h;
+        const double lm = probe_loss(pr);
+        v[i] = save;
+        const double fd = (lp - lm) / (2.0 * ((double)(save + h) - (double)save));
+        num2 += (fd - grad[i]) * (fd - grad[i]);
+        den2 += (double)grad[i] * grad[i];
+    }
+    return sqrt(num2 / (den2 + 1e-20));
+}
+
+// ---------------------------------------------------------------------------------------------
+typedef struct {
+    ConvShape s;
+    float *in, *w;
+} ConvCtx;
+static void conv_fwd(void *c, float *out) {
+    ConvCtx *x = c;
+    conv2d_forward(&x->s, out, x->in, x->w);
+}
+
+static void gradcheck_conv(ConvShape s) {
+    const size_t nin = (size_t)s.N * s.H * s.W * s.C, nout = (size_t)s.N * s.P * s.Q * s.K;
+    const size_t nw = (size_t)s.K * s.R * s.S * s.C;
+    ConvCtx c = {s, rand_buf(nin, 1), rand_buf(nw, 1)};
+    float *G = rand_buf(nout, 1), *din = ct_alloc(nin * 4), *dw = ct_alloc(nw * 4), *out = ct_alloc(nout * 4);
+    conv2d_backward_data(&s, din, G, c.w);
+    conv2d_backward_weight(&s, dw, G, c.in);
+    Probe pr = {conv_fwd, &c, out, G, nout};
+    const double ex = check_tensor(&pr, c.in, din, nin, 1e-2f, 30);
+    const double ew = check_tensor(&pr, c.w, dw, nw, 1e-2f, 30);
+    CHECK(ex < 1e-3 && ew < 1e-3, "conv N%d H%d W%d C%d K%d R%d st%d pad%d: grad err in %g w %g", s.N, s.H, s.W, s.C,
+          s.K, s.R, s.stride, s.pad, ex, ew);
+    free(c.in), free(c.w), free(G), free(din), free(dw), free(out);
+}
+
+// ---------------------------------------------------------------------------------------------
+typedef struct {
+    int M, C, relu;
+    float *x, *gamma, *beta;
+} BnCtx;
+static void bn_fwd(void *c, float *out) {
+    BnCtx *b = c;
+    float *mean = ct_alloc(b->C * 4), *inv = ct_alloc(b->C * 4);
+    batchnorm_forward_train(out, mean, inv, NULL, NULL, b->x, b->gamma, b->beta, b->M, b->C, 0.1f, 1e-5f, b->relu);
+    free(mean), free(inv);
+}
+
+static void gradcheck_bn(int M, int C, int relu) {
+    BnCtx b = {M, C, relu, rand_buf((size_t)M * C, 2), rand_buf(C, 1), rand_buf(C, 1)};
+    const size_t n = (size_t)M * C;
+    float *G = rand_buf(n, 1), *y = ct_alloc(n * 4), *dx = ct_alloc(n * 4), *dg = ct_alloc(C * 4),
+          *db = ct_alloc(C * 4), *mean = ct_alloc(C * 4), *inv = ct_alloc(C * 4), *rm = rand_buf(C, 1),
+          *rv = rand_buf(C, 1), *pre = ct_alloc(n * 4);
+    batchnorm_forward_train(y, mean, inv, rm, rv, b.x, b.gamma, b.beta, M, C, 0.1f, 1e-5f, relu);
+    batchnorm_forward_train(pre, mean, inv, rm, rv, b.x, b.gamma, b.beta, M, C, 0.1f, 1e-5f, 0);
+    // With the ReLU fused, an output whose pre-activation is near zero could cross the kink under
+    // a perturbation (its derivative is undefined there): such outputs get zero weight in the loss
+    // (G = 0, for the backward too), so every output that counts stays on one side of the kink.
+    const float h = 1e-3f;
+    if (relu)
+        for (size_t i = 0; i < n; i++)
+            if (fabsf(pre[i]) < 0.05f) G[i] = 0.0f;
+    batchnorm_backward(dx, dg, db, G, b.x, relu ? y : NULL, b.gamma, mean, inv, M, C);
+    Probe pr = {bn_fwd, &b, ct_alloc(n * 4), G, n};
+    const double ex = check_tensor(&pr, b.x, dx, n, h, 30);
+    const double eg = check_tensor(&pr, b.gamma, dg, C, h, 10);
+    const double eb = check_tensor(&pr, b.beta, db, C, h, 10);
+    CHECK(ex < 2e-3 && eg < 2e-3 && eb < 2e-3, "bn M%d C%d relu%d: grad err x %g gamma %g beta %g", M, C, relu, ex, eg,
+          eb);
+    free(b.x), free(b.gamma), free(b.beta), free(G), free(y), free(dx), free(dg), free(db), free(mean), free(inv);
+    free(rm), free(rv), free(pre), free(pr.out);
+}
+
+// ---------------------------------------------------------------------------------------------
+typedef struct {
+    int N, H, W, C, k, stride, pad, P, Q;
+    float *in;
+} PoolCtx;
+static void maxpool_fwd(void *c, float *out) {
+    PoolCtx *p = c;
+    maxpool_forward(out, p->in, p->N, p->H, p->W, p->C, p->k, p->stride, p->pad, p->P, p->Q);
+}
+static void avgpool_fwd(void *c, float *out) {
+    PoolCtx *p = c;
+    avgpool_forward(out, p->in, p->N, p->H * p->W, p->C);
+}
+
+static void gradcheck_pool(int N, int H, int W, int C) {
+    PoolCtx p = {N, H, W, C, 3, 2, 1, (H + 2 - 3) / 2 + 1, (W + 2 - 3) / 2 + 1, NULL};
+    const size_t nin = (size_t)N * H * W * C, nout = (size_t)N * p.P * p.Q * C;
+    // Distinct values at least 0.01 apart (a shuffled grid), so a perturbation of 1e-3 never
+    // changes which element is a window's maximum.
+    p.in = ct_alloc(nin * 4);
+    for (size_t i = 0; i < nin; i++) p.in[i] = 0.01f * (float)i - 0.005f * (float)nin;
+    for (size_t i = nin - 1; i > 0; i--) {
+        size_t j = rng_below(&g_rng, (uint32_t)(i + 1));
+        float t = p.in[i];
+        p.in[i] = p.in[j], p.in[j] = t;
+    }
+    float *G = rand_buf(nout, 1), *din = ct_alloc(nin * 4);
+    maxpool_backward(din, G, p.in, N, H, W, C, 3, 2, 1, p.P, p.Q);
+    Probe pr = {maxpool_fwd, &p, ct_alloc(nout * 4), G, nout};
+    const double e = check_tensor(&pr, p.in, din, nin, 1e-3f, 40);
+    CHECK(e < 1e-3, "maxpool N%d H%d W%d C%d: grad err %g", N, H, W, C, e);
+    free(G), free(din), free(pr.out);
+
+    float *Ga = rand_buf((size_t)N * C, 1), *dina = ct_alloc(nin * 4);
+    avgpool_backward(dina, Ga, N, H * W, C);
+    Probe pa = {avgpool_fwd, &p, ct_alloc((size_t)N * C * 4), Ga, (size_t)N * C};
+    const double ea = check_tensor(&pa, p.in, dina, nin, 1e-2f, 30);
+    CHECK(ea < 1e-3, "avgpool N%d HW%d C%d: grad err %g", N, H * W, C, ea);
+    free(Ga), free(dina), free(pa.out), free(p.in);
+}
+
+// ---------------------------------------------------------------------------------------------
+typedef struct {
+    int N, I, O;
+    float *in, *w, *b;
+} LinCtx;
+static void linear_fwd(void *c, float *out) {
+    LinCtx *l = c;
+    linear_forward(out, l->in, l->w, l->b, l->N, l->I, l->O);
+}
+
+static void gradcheck_linear(int N, int I, int O) {
+    LinCtx l = {N, I, O, rand_buf((size_t)N * I, 1), rand_buf((size_t)O * I, 1), rand_buf(O, 1)};
+    float *G = rand_buf((size_t)N * O, 1), *din = ct_alloc((size_t)N * I * 4), *dw = ct_alloc((size_t)O * I * 4),
+          *db = ct_alloc(O * 4);
+    linear_backward(din, dw, db, G, l.in, l.w, N, I, O);
+    Probe pr = {linear_fwd, &l, ct_alloc((size_t)N * O * 4), G, (size_t)N * O};
+    const double ex = check_tensor(&pr, l.in, din, (size_t)N * I, 1e-2f, 20);
+    const double ew = check_tensor(&pr, l.w, dw, (size_t)O * I, 1e-2f, 20);
+    const double eb = check_tensor(&pr, l.b, db, O, 1e-2f, 10);
+    CHECK(ex < 1e-3 && ew < 1e-3 && eb < 1e-3, "linear N%d I%d O%d: grad err in %g w %g b %g", N, I, O, ex, ew, eb);
+    free(l.in), free(l.w), free(l.b), free(G), free(din), free(dw), free(db), free(pr.out);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Losses are scalars already: the probe's "output" is the loss itself and G = 1.
+typedef struct {
+    int N, K, kd;
+    float eps_or_T;
+    float *z, *t;
+    int32_t *labels;
+} LossCtx;
+static void loss_fwd(void *c, float *out) {
+    LossCtx *l = c;
+    out[0] = l->kd ? kd_loss(NULL, l->z, l->t, l->N, l->K, l->eps_or_T, 1.0f)
+                   : softmax_xent(NULL, l->z, l->labels, l->N, l->K, l->eps_or_T, 1.0f, NULL);
+}
+
+static void gradcheck_loss(int kd, int N, int K, float param) {
+    LossCtx l = {N, K, kd, param, rand_buf((size_t)N * K, 3), rand_buf((size_t)N * K, 3), ct_alloc(N * 4)};
+    for (int n = 0; n < N; n++) l.labels[n] = rnd(0, K - 1);
+    float *d = ct_zalloc((size_t)N * K * 4), one = 1.0f, out;
+    if (kd) kd_loss(d, l.z, l.t, N, K, param, 1.0f);
+    else softmax_xent(d, l.z, l.labels, N, K, param, 1.0f, NULL);
+    Probe pr = {loss_fwd, &l, &out, &one, 1};
+    const double e = check_tensor(&pr, l.z, d, (size_t)N * K, 1e-2f, 30);
+    CHECK(e < 2e-3, "%s N%d K%d param %g: grad err %g", kd ? "kd_loss" : "softmax_xent", N, K, param, e);
+    free(l.z), free(l.t), free(l.labels), free(d);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Determinism: every layer run with 1 and with 2 threads gives the same bits.
+static int same_bits(const float *a, const float *b, size_t n) { return !memcmp(a, b, n * sizeof(float)); }
+
+static void determinism(void) {
+    // Shapes large enough to split into several GEMM tasks, im2col tiles and BN chunks.
+    ConvShape shapes[] = {conv_shape(4, 33, 31, 20, 24, 3, 3, 1, 1), conv_shape(3, 32, 32, 64, 40, 3, 3, 2, 1),
+                          conv_shape(2, 17, 17, 24, 36, 1, 1, 1, 0), conv_shape(2, 32, 30, 3, 16, 7, 7, 2, 3)};
+    for (size_t si = 0; si < CT_ARRAY_LEN(shapes); si++) {
+        const ConvShape *s = &shapes[si];
+        const size_t nin = (size_t)s->N * s->H * s->W * s->C, nout = (size_t)s->N * s->P * s->Q * s->K;
+        const size_t nw = (size_t)s->K * s->R * s->S * s->C;
+        float *in = rand_buf(nin, 1), *w = rand_buf(nw, 1), *dout = rand_buf(nout, 1);
+        float *r[2][3];
+        for (int t = 0; t < 2; t++) {
+            omp_set_num_threads(t + 1);
+            r[t][0] = ct_alloc(nout * 4), r[t][1] = ct_alloc(nin * 4), r[t][2] = ct_alloc(nw * 4);
+            conv2d_forward(s, r[t][0], in, w);
+            conv2d_backward_data(s, r[t][1], dout, w);
+            conv2d_backward_weight(s, r[t][2], dout, in);
+        }
+        CHECK(same_bits(r[0][0], r[1][0], nout) && same_bits(r[0][1], r[1][1], nin) && same_bits(r[0][2], r[1][2], nw),
+              "conv shape %zu differs between 1 and 2 threads", si);
+        for (int t = 0; t < 2; t++) free(r[t][0]), free(r[t][1]), free(r[t][2]);
+        free(in), free(w), free(dout);
+    }
+    {
+        const int M = 40000, C = 24;
+        float *x = rand_buf((size_t)M * C, 1), *g = rand_buf(C, 1), *b = rand_buf(C, 1), *dy = rand_buf((size_t)M * C, 1);
+        float *o[2][6];
+        for (int t = 0; t < 2; t++) {
+            omp_set_num_threads(t + 1);
+            float *rm = ct_zalloc(C * 4), *rv = ct_zalloc(C * 4);
+            o[t][0] = ct_alloc((size_t)M * C * 4), o[t][1] = ct_alloc(C * 4), o[t][2] = ct_alloc(C * 4);
+            o[t][3] = ct_alloc((size_t)M * C * 4), o[t][4] = ct_alloc(C * 4), o[t][5] = ct_alloc(C * 4);
+            batchnorm_forward_train(o[t][0], o[t][1], o[t][2], rm, rv, x, g, b, M, C, 0.1f, 1e-5f, 1);
+            batchnorm_backward(o[t][3], o[t][4], o[t][5], dy, x, o[t][0], g, o[t][1], o[t][2], M, C);
+            free(rm), free(rv);
+        }
+        int ok = same_bits(o[0][0], o[1][0], (size_t)M * C) && same_bits(o[0][3], o[1][3], (size_t)M * C);
+        for (int k = 1; k < 6; k++)
+            if (k != 3) ok &= same_bits(o[0][k], o[1][k], C);
+        CHECK(ok, "batchnorm differs between 1 and 2 threads");
+        for (int t = 0; t < 2; t++)
+            for (int k = 0; k < 6; k++) free(o[t][k]);
+        free(x), free(g), free(b), free(dy);
+    }
+    {
+        const int N = 64, I = 300, O = 100;
+        float *in = rand_buf((size_t)N * I, 1), *w = rand_buf((size_t)O * I, 1), *dy = rand_buf((size_t)N * O, 1);
+        float *o[2][4];
+        for (int t = 0; t < 2; t++) {
+            omp_set_num_threads(t + 1);
+            o[t][0] = ct_alloc((size_t)N * O * 4), o[t][1] = ct_alloc((size_t)N * I * 4);
+            o[t][2] = ct_alloc((size_t)O * I * 4), o[t][3] = ct_alloc(O * 4);
+            linear_forward(o[t][0], in, w, NULL, N, I, O);
+            linear_backward(o[t][1], o[t][2], o[t][3], dy, in, w, N, I, O);
+        }
+        CHECK(same_bits(o[0][0], o[1][0], (size_t)N * O) && same_bits(o[0][1], o[1][1], (size_t)N * I) &&
+                  same_bits(o[0][2], o[1][2], (size_t)O * I) && same_bits(o[0][3], o[1][3], O),
+              "linear differs between 1 and 2 threads");
+        for (int t = 0; t < 2; t++)
+            for (int k = 0; k < 4; k++) free(o[t][k]);
+        free(in), free(w), free(dy);
+    }
+    omp_set_num_threads(2);
+}
+
+int main(void) {
+    g_rng = rng_make(99, 0, 0);
+    for (int it = 0; it < 10; it++) {
+        const int R = it % 4 == 0 ? 1 : it % 4 == 1 ? 7 : 3, stride = rnd(1, 2), pad = it % 3 == 0 ? 0 : R / 2;
+        const int lo = R > 2 * pad ? R - 2 * pad : 1;
+        ConvShape s = conv_shape(it < 3 ? 1 : rnd(1, 3), rnd(lo, 9) | 1, rnd(lo, 10), rnd(1, 13), rnd(1, 11), R, R,
+                                 stride, pad);
+        gradcheck_conv(s);
+    }
+    const int bn[][2] = {{7, 5}, {50, 3}, {333, 13}, {3, 2}};  // M = 2 is degenerate: xhat = +-1 whatever x is
+    for (size_t i = 0; i < CT_ARRAY_LEN(bn); i++) {
+        gradcheck_bn(bn[i][0], bn[i][1], 0);
+        gradcheck_bn(bn[i][0], bn[i][1], 1);
+    }
+    gradcheck_pool(1, 7, 9, 5);
+    gradcheck_pool(2, 8, 5, 3);
+    gradcheck_linear(1, 7, 5);
+    gradcheck_linear(5, 33, 10);
+    gradcheck_loss(0, 6, 10, 0.0f);
+    gradcheck_loss(0, 1, 7, 0.1f);
+    gradcheck_loss(1, 6, 10, 1.0f);
+    gradcheck_loss(1, 3, 9, 4.0f);
+    determinism();
+    return test_summary("test_gradcheck");
+}
