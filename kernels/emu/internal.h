@@ -1,0 +1,23 @@
+// Shared between the emulator's runtime files (not for kernels).
+#pragma once
+#include "kernels/emu/emu.h"
+
+namespace emu {
+// Sets the calling host thread's last error (cudaGetLastError) and returns err.
+cudaError_t set_error(cudaError_t err);
+// When `stream` is capturing, appends `work` to its graph and returns true; the caller then does
+// not run it. Returns false when the stream runs work now. Sets *err for an invalid stream.
+bool capture_append(cudaStream_t stream, const std::function<void()> &work, cudaError_t *err);
+// Invalidates every active capture (a launch failed during capture, or a synchronous call).
+void capture_invalidate();
+bool any_capture_active();
+// Dynamic shared memory limit set with cudaFuncSetAttribute for a kernel (48 KiB by default).
+size_t func_max_dyn_smem(const void *func);
+// Runs a validated launch now (blocks until every block has finished).
+void run_launch(const char *name, dim3 grid, dim3 block, size_t smem,
+                const std::function<void()> &body);
+int env_int(const char *name, int dflt);
+
+constexpr size_t kDefaultDynSmem = 48 * 1024;
+constexpr size_t kMaxDynSmemOptin = 227 * 1024;  // sm_90: 232448 bytes per block
+}  // namespace emu

@@ -1,0 +1,785 @@
+// The CUDA runtime API subset ctrain uses, on the host: device memory is host memory (tracked, so
+// frees and copies can be checked), every stream executes its work synchronously in call order,
+// events carry host timestamps, and graph capture records closures that a graph launch replays.
+#include <sys/sysinfo.h>
+#include <time.h>
+
+#include <map>
+#include <mutex>
+#include <set>
+#include <vector>
+
+#include "kernels/emu/internal.h"
+
+struct CUgraph_st {
+    std::vector<std::function<void()>> nodes;
+    bool invalidated = false;
+    cudaStream_t origin = nullptr;
+};
+struct CUgraphExec_st {
+    std::vector<std::function<void()>> nodes;
+};
+struct CUstream_st {
+    unsigned flags = 0;
+    int priority = 0;
+    CUgraph_st *capture = nullptr;  // the graph this stream records into, when capturing
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeGlobal;
+};
+struct CUevent_st {
+    unsigned flags = 0;
+    bool recorded = false;
+    double t_ms = 0;
+    CUgraph_st *capture = nullptr;  // recorded inside a capture: waiting on it joins the capture
+};
+
+namespace emu {
+
+static std::recursive_mutex g_mu;  // guards everything below
+static std::map<uintptr_t, size_t> g_dev;  // device allocations: start -> bytes
+static std::set<void *> g_host;            // cudaMallocHost / cudaHostAlloc
+static std::map<uintptr_t, size_t> g_registered;
+static std::set<cudaStream_t> g_streams;
+static std::set<cudaEvent_t> g_events;
+static std::set<CUgraph_st *> g_graphs;
+static std::set<CUgraphExec_st *> g_execs;
+static std::set<CUgraph_st *> g_active_captures;
+static std::map<const void *, size_t> g_func_smem;
+static size_t g_dev_bytes;
+static int g_poison_mem = -1;
+
+static __thread cudaError_t t_last_error = cudaSuccess;
+
+cudaError_t set_error(cudaError_t err) {
+    if (err != cudaSuccess) t_last_error = err;
+    return err;
+}
+
+static double now_ms() {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
+static bool is_default_stream(cudaStream_t s) {
+    return s == nullptr || s == cudaStreamLegacy || s == cudaStreamPerThread;
+}
+
+// nullptr when s is not a valid stream handle; the handle itself for created streams; a static
+// dummy for the default streams (which never capture).
+static CUstream_st *stream_of(cudaStream_t s) {
+    static CUstream_st default_stream;
+    if (is_default_stream(s)) return &default_stream;
+    return g_streams.count(s) ? s : nullptr;
+}
+
+bool any_capture_active() {
+    std::lock_guard<std::recursive_mutex> lk(g_mu);
+    return !g_active_captures.empty();
+}
+
+void capture_invalidate() {
+    std::lock_guard<std::recursive_mutex> lk(g_mu);
+    for (CUgraph_st *g : g_active_captures) g->invalidated = true;
+}
+
+bool capture_append(cudaStream_t stream, const std::function<void()> &work, cudaError_t *err) {
+    std::lock_guard<std::recursive_mutex> lk(g_mu);
+    *err = cudaSuccess;
+    CUstream_st *s = stream_of(stream);
+    if (!s) {
+        *err = cudaErrorInvalidResourceHandle;
+        return true;
+    }
+    if (!s->capture) return false;
+    s->capture->nodes.push_back(work);
+    return true;
+}
+
+// A synchronous call ("unsafe" during a global-mode capture in CUDA) invalidates the capture.
+static cudaError_t check_sync_allowed() {
+    std::lock_guard<std::recursive_mutex> lk(g_mu);
+    if (g_active_captures.empty()) return cudaSuccess;
+    capture_invalidate();
+    return cudaErrorStreamCaptureImplicit;
+}
+
+size_t func_max_dyn_smem(const void *func) {
+    std::lock_guard<std::recursive_mutex> lk(g_mu);
+    auto it = g_func_smem.find(func);
+    return it == g_func_smem.end() ? kDefaultDynSmem : it->second;
+}
+
+// The device allocation containing p, or g_dev.end().
+static std::map<uintptr_t, size_t>::iterator find_dev(const void *p) {
+    uintptr_t a = (uintptr_t)p;
+    auto it = g_dev.upper_bound(a);
+    if (it == g_dev.begin()) return g_dev.end();
+    --it;
+    if (a >= it->first && a < it->first + (it->second ? it->second : 1)) return it;
+    return g_dev.end();
+}
+
+// Checks a copy's device-side ranges; prints why it is invalid (CUDA would only say "invalid
+// argument"). what names the API call.
+static cudaError_t check_range(const char *what, const void *p, size_t bytes, bool must_be_device,
+                               const char *role) {
+    if (bytes == 0) return cudaSuccess;
+    if (!p) {
+        fprintf(stderr, "emu: %s: %s is NULL\n", what, role);
+        return cudaErrorInvalidValue;
+    }
+    std::lock_guard<std::recursive_mutex> lk(g_mu);
+    auto it = find_dev(p);
+    if (it == g_dev.end()) {
+        if (must_be_device) {
+            fprintf(stderr, "emu: %s: %s %p is not device memory (not from cudaMalloc)\n", what,
+                    role, p);
+            return cudaErrorInvalidValue;
+        }
+        return cudaSuccess;
+    }
+    uintptr_t a = (uintptr_t)p;
+    if (a + bytes > it->first + it->second) {
+        fprintf(stderr,
+                "emu: %s: %s range [%p, +%zu) overruns its device allocation of %zu bytes at %p\n",
+                what, role, p, bytes, it->second, (void *)it->first);
+        return cudaErrorInvalidValue;
+    }
+    return cudaSuccess;
+}
+
+static cudaError_t check_copy(const char *what, void *dst, const void *src, size_t bytes,
+                              cudaMemcpyKind kind) {
+    if ((int)kind < 0 || (int)kind > 4) return cudaErrorInvalidMemcpyDirection;
+    bool dst_dev = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
+    bool src_dev = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
+    cudaError_t e = check_range(what, dst, bytes, dst_dev, "destination");
+    if (e == cudaSuccess) e = check_range(what, src, bytes, src_dev, "source");
+    return e;
+}
+
+}  // namespace emu
+
+using namespace emu;
+
+extern "C" {
+
+// ---------------------------------------------------------------------------------------------
+// Memory.
+cudaError_t cudaMalloc(void **ptr, size_t bytes) {
+    if (!ptr) return set_error(cudaErrorInvalidValue);
+    *ptr = nullptr;
+    std::lock_guard<std::recursive_mutex> lk(g_mu);
+    for (CUgraph_st *g : g_active_captures)
+        if (g->origin && g->origin->mode == cudaStreamCaptureModeGlobal) {
+            capture_invalidate();
+            return set_error(cudaErrorStreamCaptureUnsupported);
+        }
+    if (bytes == 0) return cudaSuccess;
+    size_t rounded = (bytes + 255) & ~(size_t)255;
+    void *p = aligned_alloc(256, rounded);
+    if (!p) return set_error(cudaErrorMemoryAllocation);
+    if (g_poison_mem < 0) g_poison_mem = env_int("CTRAIN_EMU_POISON", 1);
+    // Fresh device memory is garbage on a GPU: all ones here (NaN as float/bf16, -1 as int), so a
+    // kernel that reads what nobody wrote cannot pass by luck of zeroed pages.
+    if (g_poison_mem) memset(p, 0xff, rounded);
+    g_dev[(uintptr_t)p] = bytes;
+    g_dev_bytes += bytes;
+    *ptr = p;
+    return cudaSuccess;
+}
+
+cudaError_t cudaFree(void *ptr) {
+    if (!ptr) return cudaSuccess;
+    std::lock_guard<std::recursive_mutex> lk(g_mu);
+    auto it = g_dev.find((uintptr_t)ptr);
+    if (it == g_dev.end()) {
+        fprintf(stderr, "emu: cudaFree(%p): not a live cudaMalloc pointer\n", ptr);
+        return set_error(cudaErrorInvalidValue);
+    }
+    g_dev_bytes -= it->second;
+    g_dev.erase(it);
+    free(ptr);
+    return cudaSuccess;
+}
+
+cudaError_t cudaHostAlloc(void **ptr, size_t bytes, unsigned int flags) {
+    if (!ptr) return set_error(cudaErrorInvalidValue);
+    size_t rounded = ((bytes ? bytes : 1) + 4095) & ~(size_t)4095;
+    void *p = aligned_alloc(4096, rounded);
+    if (!p) return set_error(cudaErrorMemoryAllocation);
+    std::lock_guard<std::recursive_mutex> lk(g_mu);
+    g_host.insert(p);
+    *ptr = p;
+    return cudaSuccess;
+}
+cudaError_t cudaMallocHost(void **ptr, size_t bytes) { return cudaHostAlloc(ptr, bytes, 0); }
+
+cudaError_t cudaFreeHost(void *ptr) {
+    if (!ptr) return cudaSuccess;
+    std::lock_guard<std::recursive_mutex> lk(g_mu);
+    if (!g_host.erase(ptr)) {
+        fprintf(stderr, "emu: cudaFreeHost(%p): not a live cudaMallocHost/cudaHostAlloc pointer\n", ptr);
+        return set_error(cudaErrorInvalidValue);
+    }
+    free(ptr);
+    return cudaSuccess;
+}
+
+cudaError_t cudaHostRegister(void *ptr, size_t bytes, unsigned int flags) {
+    if (!ptr || bytes == 0) return set_error(cudaErrorInvalidValue);
+    std::lock_guard<std::recursive_mutex> lk(g_mu);
+    if (g_registered.count((uintptr_t)ptr)) return set_error(cudaErrorHostMemoryAlreadyRegistered);
+    g_registered[(uintptr_t)ptr] = bytes;
+    return cudaSuccess;
+}
+cudaError_t cudaHostUnregister(void *ptr) {
+    std::lock_guard<std::recursive_mutex> lk(g_mu);
+    if (!g_registered.erase((uintptr_t)ptr)) return set_error(cudaErrorHostMemoryNotRegistered);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes) {
+    struct sysinfo si;
+    size_t total = 80ull << 30;
+    if (sysinfo(&si) == 0) total = (size_t)si.totalram * si.mem_unit;
+    std::lock_guard<std::recursive_mutex> lk(g_mu);
+    if (total_bytes) *total_bytes = total;
+    if (free_bytes) *free_bytes = total > g_dev_bytes ? total - g_dev_bytes : 0;
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind) {
+    cudaError_t e = check_sync_allowed();
+    if (e == cudaSuccess) e = check_copy("cudaMemcpy", dst, src, bytes, kind);
+    if (e != cudaSuccess) return set_error(e);
+    if (bytes) memmove(dst, src, bytes);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind,
+                            cudaStream_t stream) {
+    cudaError_t e = check_copy("cudaMemcpyAsync", dst, src, bytes, kind);
+    if (e != cudaSuccess) return set_error(e);
+    if (capture_append(stream, [=] { if (bytes) memmove(dst, src, bytes); }, &e))
+        return set_error(e);
+    if (bytes) memmove(dst, src, bytes);
+    return cudaSuccess;
+}
+
+static void copy2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                   size_t height) {
+    for (size_t r = 0; r < height; r++)
+        memmove((char *)dst + r * dpitch, (const char *)src + r * spitch, width);
+}
+static cudaError_t check_2d(const char *what, void *dst, size_t dpitch, const void *src,
+                            size_t spitch, size_t width, size_t height, cudaMemcpyKind kind) {
+    if (width > dpitch || width > spitch) return cudaErrorInvalidPitchValue;
+    if (height == 0 || width == 0) return cudaSuccess;
+    return check_copy(what, dst, src, 0, kind) == cudaSuccess
+               ? (check_range(what, dst, dpitch * (height - 1) + width,
+                              kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice,
+                              "destination") == cudaSuccess
+                      ? check_range(what, src, spitch * (height - 1) + width,
+                                    kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice,
+                                    "source")
+                      : cudaErrorInvalidValue)
+               : cudaErrorInvalidValue;
+}
+cudaError_t cudaMemcpy2D(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                         size_t height, cudaMemcpyKind kind) {
+    cudaError_t e = check_sync_allowed();
+    if (e == cudaSuccess) e = check_2d("cudaMemcpy2D", dst, dpitch, src, spitch, width, height, kind);
+    if (e != cudaSuccess) return set_error(e);
+    copy2d(dst, dpitch, src, spitch, width, height);
+    return cudaSuccess;
+}
+cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch,
+                              size_t width, size_t height, cudaMemcpyKind kind,
+                              cudaStream_t stream) {
+    cudaError_t e = check_2d("cudaMemcpy2DAsync", dst, dpitch, src, spitch, width, height, kind);
+    if (e != cudaSuccess) return set_error(e);
+    if (capture_append(stream, [=] { copy2d(dst, dpitch, src, spitch, width, height); }, &e))
+        return set_error(e);
+    copy2d(dst, dpitch, src, spitch, width, height);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemset(void *ptr, int value, size_t bytes) {
+    cudaError_t e = check_sync_allowed();
+    if (e == cudaSuccess) e = check_range("cudaMemset", ptr, bytes, true, "destination");
+    if (e != cudaSuccess) return set_error(e);
+    if (bytes) memset(ptr, value, bytes);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemsetAsync(void *ptr, int value, size_t bytes, cudaStream_t stream) {
+    cudaError_t e = check_range("cudaMemsetAsync", ptr, bytes, true, "destination");
+    if (e != cudaSuccess) return set_error(e);
+    if (capture_append(stream, [=] { if (bytes) memset(ptr, value, bytes); }, &e))
+        return set_error(e);
+    if (bytes) memset(ptr, value, bytes);
+    return cudaSuccess;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Device: one emulated sm_90 device.
+static int t_device_dummy;
+static __thread int t_device = 0;
+
+cudaError_t cudaGetDeviceCount(int *count) {
+    if (!count) return set_error(cudaErrorInvalidValue);
+    *count = 1;
+    return cudaSuccess;
+}
+cudaError_t cudaSetDevice(int device) {
+    if (device != 0) return set_error(cudaErrorInvalidDevice);
+    t_device = device;
+    return cudaSuccess;
+}
+cudaError_t cudaGetDevice(int *device) {
+    if (!device) return set_error(cudaErrorInvalidValue);
+    *device = t_device;
+    (void)t_device_dummy;
+    return cudaSuccess;
+}
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int device) {
+    if (!p) return set_error(cudaErrorInvalidValue);
+    if (device != 0) return set_error(cudaErrorInvalidDevice);
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "ctrain CUDA emulator (sm_90, host threads)");
+    size_t free_b, total_b;
+    cudaMemGetInfo(&free_b, &total_b);
+    p->totalGlobalMem = total_b;
+    p->sharedMemPerBlock = kDefaultDynSmem;
+    p->regsPerBlock = 65536;
+    p->warpSize = 32;
+    p->memPitch = (size_t)1 << 31;
+    p->maxThreadsPerBlock = 1024;
+    p->maxThreadsDim[0] = 1024;
+    p->maxThreadsDim[1] = 1024;
+    p->maxThreadsDim[2] = 64;
+    p->maxGridSize[0] = 0x7fffffff;
+    p->maxGridSize[1] = 65535;
+    p->maxGridSize[2] = 65535;
+    p->clockRate = 1980000;
+    p->totalConstMem = 65536;
+    p->major = 9;
+    p->minor = 0;
+    p->multiProcessorCount = 132;
+    p->canMapHostMemory = 1;
+    p->concurrentKernels = 1;
+    p->asyncEngineCount = 2;
+    p->unifiedAddressing = 1;
+    p->memoryClockRate = 2619000;
+    p->memoryBusWidth = 5120;
+    p->l2CacheSize = 50 * 1024 * 1024;
+    p->maxThreadsPerMultiProcessor = 2048;
+    p->sharedMemPerMultiprocessor = 228 * 1024;
+    p->regsPerMultiprocessor = 65536;
+    p->sharedMemPerBlockOptin = kMaxDynSmemOptin;
+    p->maxBlocksPerMultiProcessor = 32;
+    return cudaSuccess;
+}
+cudaError_t cudaDeviceGetAttribute(int *value, cudaDeviceAttr attr, int device) {
+    if (!value) return set_error(cudaErrorInvalidValue);
+    if (device != 0) return set_error(cudaErrorInvalidDevice);
+    cudaDeviceProp p;
+    cudaGetDeviceProperties(&p, 0);
+    switch (attr) {
+    case cudaDevAttrMaxThreadsPerBlock: *value = p.maxThreadsPerBlock; break;
+    case cudaDevAttrMaxBlockDimX: *value = p.maxThreadsDim[0]; break;
+    case cudaDevAttrMaxBlockDimY: *value = p.maxThreadsDim[1]; break;
+    case cudaDevAttrMaxBlockDimZ: *value = p.maxThreadsDim[2]; break;
+    case cudaDevAttrMaxGridDimX: *value = p.maxGridSize[0]; break;
+    case cudaDevAttrMaxGridDimY: *value = p.maxGridSize[1]; break;
+    case cudaDevAttrMaxGridDimZ: *value = p.maxGridSize[2]; break;
+    case cudaDevAttrMaxSharedMemoryPerBlock: *value = (int)p.sharedMemPerBlock; break;
+    case cudaDevAttrWarpSize: *value = 32; break;
+    case cudaDevAttrMultiProcessorCount: *value = p.multiProcessorCount; break;
+    case cudaDevAttrComputeCapabilityMajor: *value = p.major; break;
+    case cudaDevAttrComputeCapabilityMinor: *value = p.minor; break;
+    case cudaDevAttrMaxSharedMemoryPerMultiprocessor: *value = (int)p.sharedMemPerMultiprocessor; break;
+    case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = (int)p.sharedMemPerBlockOptin; break;
+    default: return set_error(cudaErrorInvalidValue);
+    }
+    return cudaSuccess;
+}
+cudaError_t cudaDeviceSynchronize(void) {
+    cudaError_t e = check_sync_allowed();
+    if (e != cudaSuccess) return set_error(cudaErrorStreamCaptureUnsupported);
+    return cudaSuccess;
+}
+cudaError_t cudaDeviceReset(void) { return cudaSuccess; }
+cudaError_t cudaDeviceGetStreamPriorityRange(int *least, int *greatest) {
+    if (least) *least = 0;
+    if (greatest) *greatest = -5;
+    return cudaSuccess;
+}
+cudaError_t cudaDriverGetVersion(int *v) {
+    if (!v) return set_error(cudaErrorInvalidValue);
+    *v = 13000;
+    return cudaSuccess;
+}
+cudaError_t cudaRuntimeGetVersion(int *v) {
+    if (!v) return set_error(cudaErrorInvalidValue);
+    *v = 13000;
+    return cudaSuccess;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Errors.
+cudaError_t cudaGetLastError(void) {
+    cudaError_t e = t_last_error;
+    t_last_error = cudaSuccess;
+    return e;
+}
+cudaError_t cudaPeekAtLastError(void) { return t_last_error; }
+
+const char *cudaGetErrorName(cudaError_t err) {
+    switch (err) {
+#define N(x) \
+    case x: return #x;
+        N(cudaSuccess) N(cudaErrorInvalidValue) N(cudaErrorMemoryAllocation)
+        N(cudaErrorInitializationError) N(cudaErrorInvalidConfiguration)
+        N(cudaErrorInvalidPitchValue) N(cudaErrorInvalidSymbol) N(cudaErrorInvalidDevicePointer)
+        N(cudaErrorInvalidMemcpyDirection) N(cudaErrorInvalidResourceHandle) N(cudaErrorInvalidDeviceFunction) N(cudaErrorIllegalState) N(cudaErrorNoDevice)
+        N(cudaErrorInvalidDevice) N(cudaErrorHostMemoryAlreadyRegistered)
+        N(cudaErrorHostMemoryNotRegistered) N(cudaErrorNotReady) N(cudaErrorIllegalAddress)
+        N(cudaErrorLaunchOutOfResources) N(cudaErrorLaunchTimeout) N(cudaErrorAssert)
+        N(cudaErrorLaunchFailure) N(cudaErrorNotSupported) N(cudaErrorStreamCaptureUnsupported)
+        N(cudaErrorStreamCaptureInvalidated) N(cudaErrorStreamCaptureMerge)
+        N(cudaErrorStreamCaptureUnmatched) N(cudaErrorStreamCaptureUnjoined)
+        N(cudaErrorStreamCaptureIsolation) N(cudaErrorStreamCaptureImplicit)
+        N(cudaErrorCapturedEvent) N(cudaErrorStreamCaptureWrongThread) N(cudaErrorUnknown)
+#undef N
+    }
+    return "cudaErrorUnrecognized";
+}
+
+const char *cudaGetErrorString(cudaError_t err) {
+    switch (err) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInitializationError: return "initialization error";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorInvalidPitchValue: return "invalid pitch argument";
+    case cudaErrorInvalidSymbol: return "invalid device symbol";
+    case cudaErrorInvalidDevicePointer: return "invalid device pointer";
+    case cudaErrorInvalidMemcpyDirection: return "invalid copy direction for memcpy";
+    case cudaErrorInvalidResourceHandle: return "invalid resource handle";
+    case cudaErrorInvalidDeviceFunction: return "invalid device function";
+    case cudaErrorIllegalState: return "the operation cannot be performed in the present state";
+    case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+    case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorHostMemoryAlreadyRegistered: return "part or all of the requested memory range is already mapped";
+    case cudaErrorHostMemoryNotRegistered: return "pointer does not correspond to a registered memory region";
+    case cudaErrorNotReady: return "device not ready";
+    case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
+    case cudaErrorLaunchOutOfResources: return "too many resources requested for launch";
+    case cudaErrorLaunchTimeout: return "the launch timed out and was terminated";
+    case cudaErrorAssert: return "device-side assert triggered";
+    case cudaErrorLaunchFailure: return "unspecified launch failure";
+    case cudaErrorNotSupported: return "operation not supported";
+    case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
+    case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
+    case cudaErrorStreamCaptureMerge: return "operation would result in a merge of separate capture sequences";
+    case cudaErrorStreamCaptureUnmatched: return "capture was not ended in the same stream as it began";
+    case cudaErrorStreamCaptureUnjoined: return "capturing stream has unjoined work";
+    case cudaErrorStreamCaptureIsolation: return "dependency created on uncaptured work in another stream";
+    case cudaErrorStreamCaptureImplicit: return "operation would make the legacy stream depend on a capturing blocking stream";
+    case cudaErrorCapturedEvent: return "operation not permitted on an event last recorded in a capturing stream";
+    case cudaErrorStreamCaptureWrongThread: return "attempt to terminate a thread-local capture sequence from another thread";
+    case cudaErrorUnknown: return "unknown error";
+    }
+    return "unrecognized error code";
+}
+
+// ---------------------------------------------------------------------------------------------
+// Streams and events.
+cudaError_t cudaStreamCreateWithPriority(cudaStream_t *stream, unsigned int flags, int priority) {
+    if (!stream) return set_error(cudaErrorInvalidValue);
+    CUstream_st *s = new CUstream_st();
+    s->flags = flags;
+    s->priority = priority;
+    std::lock_guard<std::recursive_mutex> lk(g_mu);
+    g_streams.insert(s);
+    *stream = s;
+    return cudaSuccess;
+}
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *stream, unsigned int flags) {
+    return cudaStreamCreateWithPriority(stream, flags, 0);
+}
+cudaError_t cudaStreamCreate(cudaStream_t *stream) { return cudaStreamCreateWithPriority(stream, 0, 0); }
+cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+    std::lock_guard<std::recursive_mutex> lk(g_mu);
+    if (is_default_stream(stream) || !g_streams.erase(stream)) return set_error(cudaErrorInvalidResourceHandle);
+    delete stream;
+    return cudaSuccess;
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+    std::lock_guard<std::recursive_mutex> lk(g_mu);
+    CUstream_st *s = stream_of(stream);
+    if (!s) return set_error(cudaErrorInvalidResourceHandle);
+    if (s->capture) {
+        capture_invalidate();
+        return set_error(cudaErrorStreamCaptureUnsupported);
+    }
+    if (is_default_stream(stream) && !g_active_captures.empty()) {
+        capture_invalidate();
+        return set_error(cudaErrorStreamCaptureImplicit);
+    }
+    return cudaSuccess;
+}
+cudaError_t cudaStreamQuery(cudaStream_t stream) {
+    std::lock_guard<std::recursive_mutex> lk(g_mu);
+    CUstream_st *s = stream_of(stream);
+    if (!s) return set_error(cudaErrorInvalidResourceHandle);
+    if (s->capture) {
+        capture_invalidate();
+        return set_error(cudaErrorStreamCaptureUnsupported);
+    }
+    return cudaSuccess;
+}
+cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void *user_data) {
+    if (!fn) return set_error(cudaErrorInvalidValue);
+    cudaError_t e;
+    if (capture_append(stream, [=] { fn(user_data); }, &e)) return set_error(e);
+    fn(user_data);
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned int flags) {
+    if (!event) return set_error(cudaErrorInvalidValue);
+    CUevent_st *e = new CUevent_st();
+    e->flags = flags;
+    std::lock_guard<std::recursive_mutex> lk(g_mu);
+    g_events.insert(e);
+    *event = e;
+    return cudaSuccess;
+}
+cudaError_t cudaEventCreate(cudaEvent_t *event) { return cudaEventCreateWithFlags(event, 0); }
+cudaError_t cudaEventDestroy(cudaEvent_t event) {
+    std::lock_guard<std::recursive_mutex> lk(g_mu);
+    if (!g_events.erase(event)) return set_error(cudaErrorInvalidResourceHandle);
+    delete event;
+    return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
+    std::lock_guard<std::recursive_mutex> lk(g_mu);
+    CUstream_st *s = stream_of(stream);
+    if (!g_events.count(event) || !s) return set_error(cudaErrorInvalidResourceHandle);
+    if (s->capture) {
+        event->capture = s->capture;  // a node in the graph: others may wait on it (fork/join)
+        return cudaSuccess;
+    }
+    event->capture = nullptr;
+    event->recorded = true;
+    event->t_ms = now_ms();
+    return cudaSuccess;
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+    std::lock_guard<std::recursive_mutex> lk(g_mu);
+    if (!g_events.count(event)) return set_error(cudaErrorInvalidResourceHandle);
+    if (event->capture) return set_error(cudaErrorCapturedEvent);
+    return cudaSuccess;
+}
+cudaError_t cudaEventQuery(cudaEvent_t event) {
+    std::lock_guard<std::recursive_mutex> lk(g_mu);
+    if (!g_events.count(event)) return set_error(cudaErrorInvalidResourceHandle);
+    if (event->capture) return set_error(cudaErrorCapturedEvent);
+    return cudaSuccess;
+}
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end) {
+    if (!ms) return set_error(cudaErrorInvalidValue);
+    std::lock_guard<std::recursive_mutex> lk(g_mu);
+    if (!g_events.count(start) || !g_events.count(end)) return set_error(cudaErrorInvalidResourceHandle);
+    if ((start->flags | end->flags) & cudaEventDisableTiming) return set_error(cudaErrorInvalidResourceHandle);
+    if (!start->recorded || !end->recorded) return set_error(cudaErrorInvalidResourceHandle);
+    *ms = (float)(end->t_ms - start->t_ms);
+    return cudaSuccess;
+}
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int flags) {
+    std::lock_guard<std::recursive_mutex> lk(g_mu);
+    CUstream_st *s = stream_of(stream);
+    if (!s || !g_events.count(event)) return set_error(cudaErrorInvalidResourceHandle);
+    if (event->capture && g_active_captures.count(event->capture)) {
+        if (is_default_stream(stream)) {
+            capture_invalidate();
+            return set_error(cudaErrorStreamCaptureImplicit);
+        }
+        if (s->capture && s->capture != event->capture) {
+            capture_invalidate();
+            return set_error(cudaErrorStreamCaptureMerge);
+        }
+        s->capture = event->capture;  // fork: this stream now records into the same graph
+        s->mode = cudaStreamCaptureModeGlobal;
+    }
+    // Everything already ran in order: nothing to wait for.
+    return cudaSuccess;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Graphs.
+cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mode) {
+    std::lock_guard<std::recursive_mutex> lk(g_mu);
+    if (is_default_stream(stream)) return set_error(cudaErrorStreamCaptureUnsupported);
+    CUstream_st *s = stream_of(stream);
+    if (!s) return set_error(cudaErrorInvalidResourceHandle);
+    if (s->capture) return set_error(cudaErrorStreamCaptureUnsupported);
+    CUgraph_st *g = new CUgraph_st();
+    g->origin = s;
+    g_graphs.insert(g);
+    g_active_captures.insert(g);
+    s->capture = g;
+    s->mode = mode;
+    return cudaSuccess;
+}
+cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *graph) {
+    if (!graph) return set_error(cudaErrorInvalidValue);
+    std::lock_guard<std::recursive_mutex> lk(g_mu);
+    CUstream_st *s = stream_of(stream);
+    if (!s) return set_error(cudaErrorInvalidResourceHandle);
+    if (!s->capture) return set_error(cudaErrorIllegalState);
+    CUgraph_st *g = s->capture;
+    if (g->origin != s) {
+        capture_invalidate();
+        return set_error(cudaErrorStreamCaptureUnmatched);
+    }
+    // Forked streams leave the capture with it (the emulator ran nothing concurrently, so there is
+    // no unjoined work to complain about).
+    for (cudaStream_t o : g_streams)
+        if (o->capture == g) o->capture = nullptr;
+    for (cudaEvent_t e : g_events)
+        if (e->capture == g) e->capture = nullptr;
+    s->capture = nullptr;
+    g_active_captures.erase(g);
+    if (g->invalidated) {
+        g_graphs.erase(g);
+        delete g;
+        *graph = nullptr;
+        return set_error(cudaErrorStreamCaptureInvalidated);
+    }
+    *graph = g;
+    return cudaSuccess;
+}
+cudaError_t cudaStreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus *status) {
+    if (!status) return set_error(cudaErrorInvalidValue);
+    std::lock_guard<std::recursive_mutex> lk(g_mu);
+    CUstream_st *s = stream_of(stream);
+    if (!s) return set_error(cudaErrorInvalidResourceHandle);
+    if (!s->capture) *status = cudaStreamCaptureStatusNone;
+    else if (s->capture->invalidated) *status = cudaStreamCaptureStatusInvalidated;
+    else *status = cudaStreamCaptureStatusActive;
+    return cudaSuccess;
+}
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t graph, unsigned long long flags) {
+    if (!exec) return set_error(cudaErrorInvalidValue);
+    std::lock_guard<std::recursive_mutex> lk(g_mu);
+    if (!g_graphs.count(graph)) return set_error(cudaErrorInvalidResourceHandle);
+    CUgraphExec_st *x = new CUgraphExec_st();
+    x->nodes = graph->nodes;
+    g_execs.insert(x);
+    *exec = x;
+    return cudaSuccess;
+}
+cudaError_t cudaGraphInstantiateWithFlags(cudaGraphExec_t *exec, cudaGraph_t graph,
+                                          unsigned long long flags) {
+    return cudaGraphInstantiate(exec, graph, flags);
+}
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
+    std::vector<std::function<void()>> nodes;
+    {
+        std::lock_guard<std::recursive_mutex> lk(g_mu);
+        if (!g_execs.count(exec)) return set_error(cudaErrorInvalidResourceHandle);
+        nodes = exec->nodes;
+    }
+    cudaError_t e;
+    auto all = [nodes] {
+        for (const auto &n : nodes) n();
+    };
+    if (capture_append(stream, all, &e)) return set_error(e);
+    all();
+    return cudaSuccess;
+}
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
+    std::lock_guard<std::recursive_mutex> lk(g_mu);
+    if (!g_execs.erase(exec)) return set_error(cudaErrorInvalidResourceHandle);
+    delete exec;
+    return cudaSuccess;
+}
+cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
+    std::lock_guard<std::recursive_mutex> lk(g_mu);
+    if (g_active_captures.count(graph) || !g_graphs.erase(graph)) return set_error(cudaErrorInvalidResourceHandle);
+    delete graph;
+    return cudaSuccess;
+}
+cudaError_t cudaGraphGetNodes(cudaGraph_t graph, cudaGraphNode_t *nodes, size_t *count) {
+    if (!count) return set_error(cudaErrorInvalidValue);
+    std::lock_guard<std::recursive_mutex> lk(g_mu);
+    if (!g_graphs.count(graph)) return set_error(cudaErrorInvalidResourceHandle);
+    if (!nodes) {
+        *count = graph->nodes.size();
+        return cudaSuccess;
+    }
+    size_t n = std::min(*count, graph->nodes.size());
+    for (size_t i = 0; i < n; i++) nodes[i] = (cudaGraphNode_t)(uintptr_t)(i + 1);
+    *count = n;
+    return cudaSuccess;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Functions and launches.
+cudaError_t cudaFuncSetAttribute(const void *func, cudaFuncAttribute attr, int value) {
+    if (!func) return set_error(cudaErrorInvalidDeviceFunction);
+    if (attr == cudaFuncAttributeMaxDynamicSharedMemorySize) {
+        if (value < 0 || (size_t)value > kMaxDynSmemOptin) return set_error(cudaErrorInvalidValue);
+        std::lock_guard<std::recursive_mutex> lk(g_mu);
+        g_func_smem[func] = (size_t)value;
+        return cudaSuccess;
+    }
+    if (attr == cudaFuncAttributePreferredSharedMemoryCarveout) {
+        if (value < -1 || value > 100) return set_error(cudaErrorInvalidValue);
+        return cudaSuccess;
+    }
+    return set_error(cudaErrorInvalidValue);
+}
+
+}  // extern "C"
+
+namespace emu {
+
+void launch(const char *name, const void *func, dim3 grid, dim3 block, size_t smem,
+            cudaStream_t stream, std::function<void()> body) {
+    uint64_t threads = (uint64_t)block.x * block.y * block.z;
+    cudaError_t err = cudaSuccess;
+    if (threads == 0 || threads > 1024 || block.x > 1024 || block.y > 1024 || block.z > 64 ||
+        grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.x > 0x7fffffffu || grid.y > 65535 ||
+        grid.z > 65535) {
+        err = cudaErrorInvalidConfiguration;
+    } else if (smem > func_max_dyn_smem(func)) {
+        err = cudaErrorInvalidValue;
+    }
+    if (err != cudaSuccess) {
+        if (getenv("CTRAIN_EMU_VERBOSE"))
+            fprintf(stderr, "emu: launch of %s grid (%u,%u,%u) block (%u,%u,%u) smem %zu: %s\n",
+                    name, grid.x, grid.y, grid.z, block.x, block.y, block.z, smem,
+                    cudaGetErrorString(err));
+        if (any_capture_active()) {
+            std::lock_guard<std::recursive_mutex> lk(g_mu);
+            CUstream_st *s = stream_of(stream);
+            if (s && s->capture) s->capture->invalidated = true;
+        }
+        set_error(err);
+        return;
+    }
+    auto run = [=] { run_launch(name, grid, block, smem, body); };
+    if (capture_append(stream, run, &err)) {
+        set_error(err);
+        return;
+    }
+    run();
+}
+
+}  // namespace emu
