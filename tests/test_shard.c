@@ -1,8 +1,11 @@
 // Shard writer/reader: round trips for every codec, and every kind of bad file rejected with an
 // error that names the file (and the record, for record-level damage), never a crash.
 #include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
 #include <unistd.h>
+
+#include <jpeglib.h>
 
 #include "loader/image.h"
 #include "loader/shard.h"
@@ -374,6 +377,60 @@ static void test_image_codec(void) {
     free(j);
 }
 
+// CMYK and YCCK JPEGs (PIL cannot write YCCK, so libjpeg writes them here): image_decode must give
+// R = (255-C)(255-K)/255 on the ink values, with Photoshop's inverted storage when the Adobe marker
+// is present (libjpeg writes one for CMYK/YCCK unless told not to).
+static void test_cmyk_ycck(void) {
+    const int W = 24, H = 16;
+    uint8_t cmyk[16 * 24 * 4];
+    for (int y = 0; y < H; y++)
+        for (int x = 0; x < W; x++) {
+            uint8_t *p = cmyk + (y * W + x) * 4;
+            p[0] = (uint8_t)(40 + x * 6), p[1] = (uint8_t)(30 + y * 8), p[2] = (uint8_t)(200 - x * 3), p[3] = (uint8_t)(60 + y * 4);
+        }
+    for (int mode = 0; mode < 3; mode++) {  // 0: CMYK + Adobe, 1: YCCK + Adobe, 2: CMYK without Adobe
+        struct jpeg_compress_struct c;
+        struct jpeg_error_mgr je;
+        c.err = jpeg_std_error(&je);
+        jpeg_create_compress(&c);
+        unsigned char *mem = NULL;
+        unsigned long n = 0;
+        jpeg_mem_dest(&c, &mem, &n);
+        c.image_width = W, c.image_height = H, c.input_components = 4, c.in_color_space = JCS_CMYK;
+        jpeg_set_defaults(&c);
+        jpeg_set_quality(&c, 100, TRUE);
+        jpeg_set_colorspace(&c, mode == 1 ? JCS_YCCK : JCS_CMYK);
+        for (int i = 0; i < c.num_components; i++) c.comp_info[i].h_samp_factor = c.comp_info[i].v_samp_factor = 1;
+        if (mode == 2) c.write_Adobe_marker = FALSE;
+        jpeg_start_compress(&c, TRUE);
+        while (c.next_scanline < c.image_height) {
+            JSAMPROW row = cmyk + c.next_scanline * W * 4;
+            jpeg_write_scanlines(&c, &row, 1);
+        }
+        jpeg_finish_compress(&c);
+        jpeg_destroy_compress(&c);
+        uint8_t *px;
+        uint32_t h, w;
+        char err[256];
+        int rc = image_decode(mem, n, 3, &px, &h, &w, err, sizeof err);
+        CHECK(rc == 0 && h == (uint32_t)H && w == (uint32_t)W, "mode %d decode: %s", mode, err);
+        if (rc == 0) {
+            int worst = 0;
+            for (int i = 0; i < W * H; i++)
+                for (int ch = 0; ch < 3; ch++) {
+                    int ink = cmyk[i * 4 + ch], k = cmyk[i * 4 + 3];
+                    if (mode == 2) ink = 255 - ink, k = 255 - k;  // plain CMYK: stored values are ink amounts
+                    int want = (ink * k + 127) / 255;
+                    int d = abs((int)px[i * 3 + ch] - want);
+                    worst = d > worst ? d : worst;
+                }
+            CHECK(worst <= 3, "mode %d: CMYK->RGB differs by %d", mode, worst);
+            free(px);
+        }
+        free(mem);
+    }
+}
+
 int main(void) {
     snprintf(dir, sizeof dir, "/tmp/test_shard.XXXXXX");
     if (!mkdtemp(dir)) ct_die_errno("mkdtemp");
@@ -389,6 +446,7 @@ int main(void) {
     test_classes_and_memory();
     test_unfinished_writer();
     test_image_codec();
+    test_cmyk_ycck();
     for (int i = 0; i < NIMG; i++) free(imgs[i].px);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);

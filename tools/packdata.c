@@ -544,7 +544,10 @@ int main(int argc, char **argv) {
         ItemList train = scan_split(train_dir, &classes, 0);
         int have_val = is_dir(val_dir);
         ItemList val = {0};
-        if (have_val) val = scan_split(val_dir, &classes, 1);  // checks val's classes before any work
+        if (have_val) {
+            val = scan_split(val_dir, &classes, 1);  // checks val's classes before any work
+            if (val.n == 0) ct_die("val split: no image files found under %s", val_dir);
+        }
         char *out = join(dst, "train.shard");
         pack_split("train", &train, &classes, out, &o);
         free(out);
