@@ -183,6 +183,10 @@ expect_fail "--strict: a bad file is fatal" "(--strict)" "$PD" --strict "$T/src"
 [ ! -e "$T/o3/train.shard" ] && [ -z "$(ls "$T/o3" 2>/dev/null)" ] && ok "--strict failure leaves no file" || bad "--strict left files: $(ls "$T/o3")"
 "$PD" --strict --split train2 "$T/clean/train" "$T/o4" 2>/dev/null && [ -f "$T/o4/train2.shard" ] \
   && ok "single split -> DST/NAME.shard" || bad "single split"
+cp -r "$T/clean/train" "$T/inside"
+"$PD" "$T/inside" "$T/inside/shards" 2>/dev/null && "$PD" "$T/inside" "$T/inside/shards" 2>/dev/null \
+  && "$PD" --info "$T/inside/shards/train.shard" | grep -q "^classes *3 " && ok "DST inside SRC is not taken for a class" \
+  || bad "DST inside SRC: $("$PD" --info "$T/inside/shards/train.shard" | grep classes)"
 mkdir -p "$T/empty/train/a"; echo x >"$T/empty/train/a/x.txt"
 expect_fail "zero usable images is an error" "no image files" "$PD" "$T/empty" "$T/o5"
 mkdir -p "$T/allbad/cls"; : >"$T/allbad/cls/z.jpg"

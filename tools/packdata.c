@@ -103,6 +103,9 @@ static int is_dir(const char *path) {
     return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+// The output folder, resolved, when it lies inside the source tree: never scanned as a class.
+static char *dst_real;
+
 // Sorted names of the entries of dir (hidden ones skipped); want_dirs selects directories or files.
 static StrList list_dir(const char *dir, int want_dirs) {
     StrList out = {0};
@@ -114,6 +117,11 @@ static StrList list_dir(const char *dir, int want_dirs) {
         char *full = join(dir, e->d_name);
         struct stat st;
         int ok = stat(full, &st) == 0;  // follows symlinks, like ImageFolder
+        if (ok && want_dirs && dst_real) {
+            char *real = realpath(full, NULL);
+            if (real && strcmp(real, dst_real) == 0) ok = 0;
+            free(real);
+        }
         free(full);
         if (!ok) continue;
         if (want_dirs ? S_ISDIR(st.st_mode) : S_ISREG(st.st_mode)) sl_push(&out, ct_strdup(e->d_name));
@@ -535,6 +543,7 @@ int main(int argc, char **argv) {
     const char *src = pos[0], *dst = pos[1];
     if (!is_dir(src)) ct_die("%s: not a directory", src);
     ct_mkdir_p(dst);
+    dst_real = realpath(dst, NULL);
     fprintf(stderr, "packdata: %d threads, max short side %d, %d channel%s, codec %s%s\n", omp_get_max_threads(),
             o.max_short, o.channels, o.channels == 1 ? "" : "s", shard_codec_name(o.codec),
             o.lz4hc ? " (HC)" : "");
