@@ -2,9 +2,9 @@
 //
 // With NHWC activations and KRSC weights, a convolution is out[NPQ, K] = col[NPQ, RSC] w[K, RSC]^T
 // where row m of col (the "im2col" matrix) holds the receptive field of output pixel m in (r, s, c)
-// order. A 1x1 stride-1 unpadded convolution needs no col at all: the input already is [NHW, C].
-// Otherwise col is built for a tile of output rows at a time, so scratch memory stays bounded
-// (about TILE_BYTES) whatever the batch size.
+// order. The GEMM packs col straight from the input (GemmView.conv), so col never exists; a 1x1
+// stride-1 unpadded convolution is a plain GEMM on the input. Backward-data of a stride-1 conv is
+// itself a forward conv (flipped kernel); strided ones go through a bounded dcol tile and col2im.
 #include <string.h>
 
 #include "nn/gemm.h"
@@ -41,31 +41,6 @@ static size_t tile_rows(const ConvShape *s) {
     return maxr;
 }
 
-// col[rows, RSC] = receptive fields of output rows [m0, m0 + rows); padding reads as zero.
-static void im2col(const ConvShape *s, float *col, const float *in, size_t m0, size_t rows) {
-    const int C = s->C, R = s->R, S = s->S;
-    const size_t rsc = (size_t)R * S * C, pq = (size_t)s->P * s->Q;
-#pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < rows; i++) {
-        const size_t m = m0 + i;
-        const int n = (int)(m / pq), p = (int)(m % pq) / s->Q, q = (int)(m % pq) % s->Q;
-        float *dst = col + i * rsc;
-        for (int r = 0; r < R; r++) {
-            const int h = p * s->stride - s->pad + r;
-            if (h < 0 || h >= s->H) {
-                memset(dst + (size_t)r * S * C, 0, (size_t)S * C * sizeof(float));
-                continue;
-            }
-            for (int t = 0; t < S; t++) {
-                const int w = q * s->stride - s->pad + t;
-                float *d = dst + ((size_t)r * S + t) * C;
-                if (w < 0 || w >= s->W) memset(d, 0, (size_t)C * sizeof(float));
-                else memcpy(d, in + (((size_t)n * s->H + h) * s->W + w) * C, (size_t)C * sizeof(float));
-            }
-        }
-    }
-}
-
 // din += scatter of dcol rows [m0, m0 + rows). One thread per image, rows in increasing order, so
 // every din element sums its contributions in (m, r, s) order whatever the thread count.
 static void col2im_add(const ConvShape *s, float *din, const float *dcol, size_t m0, size_t rows) {
@@ -98,18 +73,10 @@ static void col2im_add(const ConvShape *s, float *din, const float *dcol, size_t
 void conv2d_forward(const ConvShape *s, float *out, const float *in, const float *w) {
     const size_t npq = (size_t)s->N * s->P * s->Q;
     const int rsc = s->R * s->S * s->C;
-    if (is_pointwise(s)) {
-        sgemm((int)npq, s->K, s->C, in, s->C, 1, w, 1, s->C, out, s->K, 0);
-        return;
-    }
-    const size_t T = tile_rows(s);
-    float *col = ct_alloc(T * rsc * sizeof(float));
-    for (size_t m0 = 0; m0 < npq; m0 += T) {
-        const size_t rows = CT_MIN(T, npq - m0);
-        im2col(s, col, in, m0, rows);
-        sgemm((int)rows, s->K, rsc, col, rsc, 1, w, 1, rsc, out + m0 * s->K, s->K, 0);
-    }
-    free(col);
+    // out[NPQ, K] = im2col(in)[NPQ, RSC] w^T; a pointwise conv's im2col is the input itself.
+    const GemmView a = is_pointwise(s) ? (GemmView){in, s->C, 1, NULL, 0} : (GemmView){in, 0, 0, s, 0};
+    const GemmView b = {w, 1, rsc, NULL, 0};
+    sgemm_view((int)npq, s->K, rsc, &a, &b, out, s->K, 0);
 }
 
 void conv2d_backward_data(const ConvShape *s, float *din, const float *dout, const float *w) {
@@ -146,19 +113,36 @@ void conv2d_backward_data(const ConvShape *s, float *din, const float *dout, con
     free(dcol);
 }
 
+// dw[K, RSC] = dout^T[K, NPQ] im2col(in)[NPQ, RSC]. The sum over NPQ is long and the output small,
+// so it is cut into a fixed number of row chunks (from the shape alone), each chunk's partial dw
+// computed by one thread, the partials then added in chunk order.
 void conv2d_backward_weight(const ConvShape *s, float *dw, const float *dout, const float *in) {
     const size_t npq = (size_t)s->N * s->P * s->Q;
-    const int rsc = s->R * s->S * s->C;
-    if (is_pointwise(s)) {
-        sgemm(s->K, s->C, (int)npq, dout, 1, s->K, in, s->C, 1, dw, s->C, 0);
+    const int rsc = s->R * s->S * s->C, K = s->K;
+    const size_t nw = (size_t)K * rsc;
+    int G = (int)CT_MIN((size_t)32, npq / 4096);
+    while (G > 1 && (size_t)G * nw * sizeof(float) > ((size_t)16 << 20)) G--;
+    const int pw = is_pointwise(s);
+    if (G <= 1) {
+        const GemmView a = {dout, 1, K, NULL, 0};
+        const GemmView b = pw ? (GemmView){in, s->C, 1, NULL, 0} : (GemmView){in, 0, 0, s, 0};
+        sgemm_view(K, rsc, (int)npq, &a, &b, dw, rsc, 0);
         return;
     }
-    const size_t T = tile_rows(s);
-    float *col = ct_alloc(T * rsc * sizeof(float));
-    for (size_t m0 = 0; m0 < npq; m0 += T) {
-        const size_t rows = CT_MIN(T, npq - m0);
-        im2col(s, col, in, m0, rows);
-        sgemm(s->K, rsc, (int)rows, dout + m0 * s->K, 1, s->K, col, rsc, 1, dw, rsc, m0 > 0);
+    const size_t chunk = (npq + G - 1) / G;
+    float *part = ct_alloc((size_t)G * nw * sizeof(float));
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int g = 0; g < G; g++) {
+        const size_t r0 = (size_t)g * chunk, rows = CT_MIN(chunk, npq - r0);
+        const GemmView a = {dout + r0 * K, 1, K, NULL, 0};
+        const GemmView b = pw ? (GemmView){in + r0 * s->C, s->C, 1, NULL, 0} : (GemmView){in, 0, 0, s, r0};
+        sgemm_view(K, rsc, (int)rows, &a, &b, part + (size_t)g * nw, rsc, 0);
     }
-    free(col);
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < nw; i++) {
+        float v = part[i];
+        for (int g = 1; g < G; g++) v += part[(size_t)g * nw + i];
+        dw[i] = v;
+    }
+    free(part);
 }

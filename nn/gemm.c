@@ -1,12 +1,13 @@
 // Blocked, packed SGEMM with run-time chosen micro-kernels. See nn/gemm.h for the contract.
 //
-// Structure (per block of NC columns and KC depth):
-//   1. B[kc, nc] is packed into slivers of NR columns, each stored k-major ([kc][NR]), zero-padded.
-//   2. The M rows are cut into blocks of MC; a task is one row block times a range of B slivers.
-//      A task packs its rows of A into slivers of MR rows ([kc][MR]) and runs the micro-kernel on
-//      every (A sliver, B sliver) pair: MR x NR accumulators held in registers for the whole kc.
-// Only the partition of C into tasks depends on the thread count; what each C element sums, and
-// in which order, does not.
+// Structure: C is cut into tasks, one block of MC rows times one segment of NR-wide column slivers
+// (segments of at most NC columns, cut finer when there are few row blocks). A task walks the whole
+// depth K in blocks of KC; per block it packs its slivers of B ([kc][NR], zero-padded) and of A
+// ([MR][KC]) into its thread's buffers and runs the micro-kernel on every (A, B) sliver pair, MR x NR
+// accumulators in registers for the whole kc. A convolution's im2col matrix is packed straight
+// from the input (GemmView.conv), so it never exists in memory.
+// Only which thread runs a task depends on the thread count; what each C element sums, and in
+// which order, does not.
 #include "nn/gemm.h"
 
 #include <immintrin.h>
@@ -16,7 +17,7 @@
 #include "util/common.h"
 
 #define KC 256
-#define NC 2048
+#define NC 1024
 
 typedef void (*UkrFn)(int kc, const float *restrict a, const float *restrict b, float *restrict c,
                       ptrdiff_t ldc, int acc);
@@ -26,7 +27,9 @@ typedef struct {
 } Ukr;
 
 // ---------------------------------------------------------------------------------------------
-// Micro-kernels: c[MR, NR] (row stride ldc) = (acc ? c : 0) + sum_p a[p][0..MR) x b[p][0..NR).
+// Micro-kernels: c[MR, NR] (row stride ldc) = (acc ? c : 0) + sum_p a[0..MR)[p] x b[p][0..NR).
+// An A sliver stores its MR rows one after another at the fixed stride KC, so every broadcast
+// address is the same pointer plus a constant, and packing a row is a plain copy.
 // The accumulators start at zero and c is added at the end, so the full-tile path and the edge
 // path (through a temporary tile) perform the same float operations per element.
 
@@ -35,7 +38,7 @@ static void ukr_generic_4x16(int kc, const float *restrict a, const float *restr
     float r[4][16] = {{0}};
     for (int p = 0; p < kc; p++)
         for (int i = 0; i < 4; i++)
-            for (int j = 0; j < 16; j++) r[i][j] += a[p * 4 + i] * b[p * 16 + j];
+            for (int j = 0; j < 16; j++) r[i][j] += a[i * KC + p] * b[p * 16 + j];
     for (int i = 0; i < 4; i++)
         for (int j = 0; j < 16; j++) c[i * ldc + j] = acc ? c[i * ldc + j] + r[i][j] : r[i][j];
 }
@@ -50,7 +53,7 @@ static void ukr_generic_4x16(int kc, const float *restrict a, const float *restr
             VEC bv[NV];                                                                          \
             _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) bv[v] = LOAD(b + (p * NV + v) * VW); \
             _Pragma("GCC unroll 32") for (int i = 0; i < MR; i++) {                              \
-                VEC av = BCAST(a[p * MR + i]);                                                   \
+                VEC av = BCAST(a[i * KC + p]);                                                   \
                 _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) r[i][v] = FMA(av, bv[v], r[i][v]); \
             }                                                                                    \
         }                                                                                        \
@@ -76,6 +79,8 @@ DEFINE_UKR(ukr_avx512_14x32, __m512, 16, _mm512_setzero_ps, _mm512_loadu_ps, _mm
            _mm512_set1_ps, _mm512_fmadd_ps, _mm512_add_ps, 14, 2)
 DEFINE_UKR(ukr_avx512_28x16, __m512, 16, _mm512_setzero_ps, _mm512_loadu_ps, _mm512_storeu_ps,
            _mm512_set1_ps, _mm512_fmadd_ps, _mm512_add_ps, 28, 1)
+DEFINE_UKR(ukr_avx512_8x32, __m512, 16, _mm512_setzero_ps, _mm512_loadu_ps, _mm512_storeu_ps,
+           _mm512_set1_ps, _mm512_fmadd_ps, _mm512_add_ps, 8, 2)
 #pragma GCC pop_options
 
 // ---------------------------------------------------------------------------------------------
@@ -118,12 +123,25 @@ int sgemm_set_kernel(const char *name) {
     return 1;
 }
 
-static Ukr pick_kernel(int N) {
+// Padding a dimension up to the kernel's tile wastes work; pick the AVX-512 shape that wastes
+// least (weighted a little toward the larger tiles, which need fewer loads per FMA).
+static double tile_use(int M, int N, int mr, int nr) {
+    return (double)M / (((M + mr - 1) / mr) * mr) * N / (((N + nr - 1) / nr) * nr);
+}
+
+static Ukr pick_kernel(int M, int N) {
     switch (current_isa()) {
-    case ISA_AVX512:
-        // The wide kernel wastes half its columns on a 16-wide B; the tall one fits it exactly.
-        if (((N + 31) / 32) * 32 > ((N + 15) / 16) * 16 && N < 128) return (Ukr){28, 16, ukr_avx512_28x16};
-        return (Ukr){14, 32, ukr_avx512_14x32};
+    case ISA_AVX512: {
+        const Ukr c[3] = {{14, 32, ukr_avx512_14x32}, {28, 16, ukr_avx512_28x16}, {8, 32, ukr_avx512_8x32}};
+        const double w[3] = {1.0, 0.97, 0.9};
+        int best = 0;
+        double bu = 0;
+        for (int i = 0; i < 3; i++) {
+            const double u = w[i] * tile_use(M, N, c[i].mr, c[i].nr);
+            if (u > bu) bu = u, best = i;
+        }
+        return c[best];
+    }
     case ISA_AVX2: return (Ukr){6, 16, ukr_avx2_6x16};
     default: return (Ukr){4, 16, ukr_generic_4x16};
     }
@@ -132,113 +150,138 @@ static Ukr pick_kernel(int N) {
 // ---------------------------------------------------------------------------------------------
 // Packing.
 
-// B rows [0, kc), columns [j0, j0 + n) (n <= nr) -> bp[kc][nr], zero-padded columns.
-static void pack_b(float *restrict bp, const float *B, ptrdiff_t b_rs, ptrdiff_t b_cs, int kc, int j0,
-                   int n, int nr) {
-    if (b_cs == 1) {
+// dst[j * stride] = im2col row m, columns [k0, k0 + len) of the convolution input `in`.
+static void conv_row(const ConvShape *s, const float *in, size_t m, int k0, int len, float *dst, ptrdiff_t stride) {
+    const size_t pq = (size_t)s->P * s->Q;
+    const int n = (int)(m / pq), p = (int)(m % pq) / s->Q, q = (int)(m % pq) % s->Q;
+    const int h0 = p * s->stride - s->pad, w0 = q * s->stride - s->pad, C = s->C, SC = s->S * C;
+    int r = k0 / SC, t = (k0 % SC) / C, c = k0 % C;
+    for (int j = 0; j < len;) {
+        const int run = CT_MIN(C - c, len - j), h = h0 + r, w = w0 + t;
+        if (h >= 0 && h < s->H && w >= 0 && w < s->W) {
+            const float *src = in + (((size_t)n * s->H + h) * s->W + w) * C + c;
+            if (stride == 1) memcpy(dst + j, src, (size_t)run * sizeof(float));
+            else
+                for (int i = 0; i < run; i++) dst[(j + i) * stride] = src[i];
+        } else {
+            for (int i = 0; i < run; i++) dst[(j + i) * stride] = 0.0f;
+        }
+        j += run;
+        c = 0;
+        if (++t == s->S) t = 0, r++;
+    }
+}
+
+// View rows [pc, pc + kc), columns [j0, j0 + n) (n <= nr) -> bp[kc][nr], zero-padded columns.
+static void pack_b(float *restrict bp, const GemmView *B, int pc, int kc, int j0, int n, int nr) {
+    if (B->conv) {
         for (int p = 0; p < kc; p++) {
-            const float *src = B + p * b_rs + j0;
+            float *dst = bp + (size_t)p * nr;
+            conv_row(B->conv, B->p, B->row0 + pc + p, j0, n, dst, 1);
+            for (int j = n; j < nr; j++) dst[j] = 0.0f;
+        }
+    } else if (B->cs == 1) {
+        for (int p = 0; p < kc; p++) {
+            const float *src = B->p + (pc + p) * B->rs + j0;
             float *dst = bp + (size_t)p * nr;
             memcpy(dst, src, (size_t)n * sizeof(float));
             for (int j = n; j < nr; j++) dst[j] = 0.0f;
         }
     } else {
         for (int j = 0; j < n; j++) {
-            const float *src = B + (ptrdiff_t)(j0 + j) * b_cs;
-            for (int p = 0; p < kc; p++) bp[(size_t)p * nr + j] = src[p * b_rs];
+            const float *src = B->p + pc * B->rs + (ptrdiff_t)(j0 + j) * B->cs;
+            for (int p = 0; p < kc; p++) bp[(size_t)p * nr + j] = src[p * B->rs];
         }
         for (int p = 0; p < kc; p++)
             for (int j = n; j < nr; j++) bp[(size_t)p * nr + j] = 0.0f;
     }
 }
 
-// A rows [i0, i0 + m) (m <= mr), columns [0, kc) -> ap[kc][mr], zero-padded rows.
-static void pack_a(float *restrict ap, const float *A, ptrdiff_t a_rs, ptrdiff_t a_cs, int kc, int i0,
-                   int m, int mr) {
-    if (a_rs == 1) {
-        for (int p = 0; p < kc; p++) {
-            const float *src = A + p * a_cs + i0;
-            float *dst = ap + (size_t)p * mr;
-            for (int i = 0; i < m; i++) dst[i] = src[i];
-            for (int i = m; i < mr; i++) dst[i] = 0.0f;
-        }
+// View rows [i0, i0 + m) (m <= mr), columns [pc, pc + kc) -> ap[mr][KC] (row i at ap + i*KC),
+// zero-padded rows.
+static void pack_a(float *restrict ap, const GemmView *A, int pc, int kc, int i0, int m, int mr) {
+    if (A->conv) {
+        for (int i = 0; i < m; i++) conv_row(A->conv, A->p, A->row0 + i0 + i, pc, kc, ap + (size_t)i * KC, 1);
+    } else if (A->cs == 1) {
+        for (int i = 0; i < m; i++)
+            memcpy(ap + (size_t)i * KC, A->p + (ptrdiff_t)(i0 + i) * A->rs + pc, (size_t)kc * sizeof(float));
     } else {
-        for (int i = 0; i < m; i++) {
-            const float *src = A + (ptrdiff_t)(i0 + i) * a_rs;
-            for (int p = 0; p < kc; p++) ap[(size_t)p * mr + i] = src[p * a_cs];
+        for (int p = 0; p < kc; p++) {
+            const float *src = A->p + (ptrdiff_t)(pc + p) * A->cs + (ptrdiff_t)i0 * A->rs;
+            for (int i = 0; i < m; i++) ap[(size_t)i * KC + p] = src[i * A->rs];
         }
-        for (int p = 0; p < kc; p++)
-            for (int i = m; i < mr; i++) ap[(size_t)p * mr + i] = 0.0f;
     }
+    for (int i = m; i < mr; i++) memset(ap + (size_t)i * KC, 0, (size_t)kc * sizeof(float));
 }
 
 // ---------------------------------------------------------------------------------------------
-
-void sgemm(int M, int N, int K, const float *A, ptrdiff_t a_rs, ptrdiff_t a_cs, const float *B,
-           ptrdiff_t b_rs, ptrdiff_t b_cs, float *C, ptrdiff_t ldc, int accumulate) {
+// A task is one block of MC rows times one segment of B slivers, over the whole depth K: it packs
+// its own panels (a little duplicated work across tasks, no barriers), and it alone writes its
+// part of C, summing the K blocks in order.
+void sgemm_view(int M, int N, int K, const GemmView *A, const GemmView *B, float *C, ptrdiff_t ldc,
+                int accumulate) {
     if (M <= 0 || N <= 0) return;
     if (K <= 0) {
         if (!accumulate)
             for (int i = 0; i < M; i++) memset(C + (ptrdiff_t)i * ldc, 0, (size_t)N * sizeof(float));
         return;
     }
-    const Ukr u = pick_kernel(N);
+    const Ukr u = pick_kernel(M, N);
     const int mr = u.mr, nr = u.nr;
-    const int MC = mr * (112 / mr);  // 112 rows: 28x16 and 14x32 both divide it
+    const int MC = mr * (112 / mr);
     const int mc_blocks = (M + MC - 1) / MC;
     const int nthr = omp_in_parallel() ? 1 : omp_get_max_threads();
-    const int ncmax = N < NC ? N : NC;
-    float *bp = ct_alloc((size_t)KC * ((ncmax + nr - 1) / nr) * nr * sizeof(float));
-    float *ap_all = ct_alloc((size_t)nthr * MC * KC * sizeof(float));
-
-    for (int jc = 0; jc < N; jc += NC) {
-        const int nc = CT_MIN(NC, N - jc);
-        const int slivers = (nc + nr - 1) / nr;
-        // Few row blocks (small M): also split the columns so that every thread has work.
-        int segs = 1;
-        if (mc_blocks < 4 * nthr) segs = CT_MIN(slivers, (4 * nthr + mc_blocks - 1) / mc_blocks);
-        const int per_seg = (slivers + segs - 1) / segs;
+    const int slivers = (N + nr - 1) / nr;
+    int per_seg = CT_MIN(slivers, NC / nr);
+    int segs = (slivers + per_seg - 1) / per_seg;
+    if (mc_blocks * segs < 4 * nthr) {  // few row blocks: cut the columns finer so all threads work
+        segs = CT_MIN(slivers, (4 * nthr + mc_blocks - 1) / mc_blocks);
+        per_seg = (slivers + segs - 1) / segs;
         segs = (slivers + per_seg - 1) / per_seg;
-        for (int pc = 0; pc < K; pc += KC) {
-            const int kc = CT_MIN(KC, K - pc);
-            const int acc = accumulate || pc > 0;
-            const float *Bblk = B + pc * b_rs + jc * b_cs;
-            const float *Ablk = A + pc * a_cs;
+    }
+    const int kcmax = CT_MIN(K, KC);
+    const size_t ap_size = (size_t)MC * KC, bp_size = (size_t)kcmax * per_seg * nr;
+    float *buf = ct_alloc((size_t)nthr * (ap_size + bp_size) * sizeof(float));
 #pragma omp parallel num_threads(nthr)
-            {
-#pragma omp for schedule(static)
-                for (int s = 0; s < slivers; s++)
-                    pack_b(bp + (size_t)s * nr * kc, Bblk, b_rs, b_cs, kc, s * nr, CT_MIN(nr, nc - s * nr), nr);
-                float *ap = ap_all + (size_t)omp_get_thread_num() * MC * KC;
+    {
+        float *ap = buf + (size_t)omp_get_thread_num() * (ap_size + bp_size), *bp = ap + ap_size;
 #pragma omp for schedule(dynamic, 1)
-                for (int t = 0; t < mc_blocks * segs; t++) {
-                    const int ib = t / segs, sg = t % segs;
-                    const int i0 = ib * MC, mc = CT_MIN(MC, M - i0);
-                    const int s0 = sg * per_seg, s1 = CT_MIN(slivers, s0 + per_seg);
-                    const int asl = (mc + mr - 1) / mr;
-                    for (int a = 0; a < asl; a++)
-                        pack_a(ap + (size_t)a * mr * kc, Ablk, a_rs, a_cs, kc, i0 + a * mr, CT_MIN(mr, mc - a * mr), mr);
-                    for (int s = s0; s < s1; s++) {
-                        const int j0 = s * nr, n = CT_MIN(nr, nc - j0);
-                        const float *bs = bp + (size_t)s * nr * kc;
-                        for (int a = 0; a < asl; a++) {
-                            const int m = CT_MIN(mr, mc - a * mr);
-                            float *c = C + (ptrdiff_t)(i0 + a * mr) * ldc + jc + j0;
-                            if (m == mr && n == nr) {
-                                u.fn(kc, ap + (size_t)a * mr * kc, bs, c, ldc, acc);
-                            } else {
-                                float tile[28 * 32];
-                                u.fn(kc, ap + (size_t)a * mr * kc, bs, tile, nr, 0);
-                                for (int i = 0; i < m; i++)
-                                    for (int j = 0; j < n; j++)
-                                        c[(ptrdiff_t)i * ldc + j] = acc ? c[(ptrdiff_t)i * ldc + j] + tile[i * nr + j] : tile[i * nr + j];
-                            }
+        for (int t = 0; t < mc_blocks * segs; t++) {
+            const int ib = t / segs, sg = t % segs;
+            const int i0 = ib * MC, mc = CT_MIN(MC, M - i0), asl = (mc + mr - 1) / mr;
+            const int s0 = sg * per_seg, s1 = CT_MIN(slivers, s0 + per_seg);
+            for (int pc = 0; pc < K; pc += KC) {
+                const int kc = CT_MIN(KC, K - pc), acc = accumulate || pc > 0;
+                for (int s = s0; s < s1; s++)
+                    pack_b(bp + (size_t)(s - s0) * nr * kc, B, pc, kc, s * nr, CT_MIN(nr, N - s * nr), nr);
+                for (int a = 0; a < asl; a++)
+                    pack_a(ap + (size_t)a * mr * KC, A, pc, kc, i0 + a * mr, CT_MIN(mr, mc - a * mr), mr);
+                for (int s = s0; s < s1; s++) {
+                    const int j0 = s * nr, n = CT_MIN(nr, N - j0);
+                    const float *bs = bp + (size_t)(s - s0) * nr * kc;
+                    for (int a = 0; a < asl; a++) {
+                        const int m = CT_MIN(mr, mc - a * mr);
+                        float *c = C + (ptrdiff_t)(i0 + a * mr) * ldc + j0;
+                        if (m == mr && n == nr) {
+                            u.fn(kc, ap + (size_t)a * mr * KC, bs, c, ldc, acc);
+                        } else {
+                            float tile[28 * 32];
+                            u.fn(kc, ap + (size_t)a * mr * KC, bs, tile, nr, 0);
+                            for (int i = 0; i < m; i++)
+                                for (int j = 0; j < n; j++)
+                                    c[(ptrdiff_t)i * ldc + j] =
+                                        acc ? c[(ptrdiff_t)i * ldc + j] + tile[i * nr + j] : tile[i * nr + j];
                         }
                     }
                 }
             }
         }
     }
-    free(ap_all);
-    free(bp);
+    free(buf);
+}
+
+void sgemm(int M, int N, int K, const float *A, ptrdiff_t a_rs, ptrdiff_t a_cs, const float *B,
+           ptrdiff_t b_rs, ptrdiff_t b_cs, float *C, ptrdiff_t ldc, int accumulate) {
+    const GemmView a = {A, a_rs, a_cs, NULL, 0}, b = {B, b_rs, b_cs, NULL, 0};
+    sgemm_view(M, N, K, &a, &b, C, ldc, accumulate);
 }

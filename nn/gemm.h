@@ -10,12 +10,27 @@
 #pragma once
 #include <stddef.h>
 
+#include "nn/layers.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 void sgemm(int M, int N, int K, const float *A, ptrdiff_t a_rs, ptrdiff_t a_cs, const float *B,
            ptrdiff_t b_rs, ptrdiff_t b_cs, float *C, ptrdiff_t ldc, int accumulate);
+
+// An operand view: either strided memory, or the im2col matrix of a convolution input, never
+// materialised (row m = output pixel (n, p, q), column (r, s, c) = input pixel
+// (n, p*stride - pad + r, q*stride - pad + s), channel c, zero in the padding), built on the fly
+// while packing. row0/col0 shift the origin of the im2col view.
+typedef struct {
+    const float *p;
+    ptrdiff_t rs, cs;
+    const ConvShape *conv;  // NULL: strided view
+    size_t row0;
+} GemmView;
+void sgemm_view(int M, int N, int K, const GemmView *A, const GemmView *B, float *C, ptrdiff_t ldc,
+                int accumulate);
 
 // The micro-kernel in use: "avx512", "avx2" or "generic".
 const char *sgemm_kernel_name(void);
