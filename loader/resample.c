@@ -16,8 +16,10 @@ typedef float v4f __attribute__((vector_size(16)));
 // w[i * kmax + k]. Computed in double like PIL (torch uses float; the difference is far below one level).
 typedef struct {
     int *start, *n;
+    int *off;  // horizontal only: (start - first column read) * C, the offset into the intermediate row
     float *w;
-    int kmax;
+    int kmax;  // row stride of w (a bound on the tap count)
+    int kuse;  // the most taps any output uses: loops run this many, padded with zero weights
 } Taps;
 
 static int taps_kmax(double in_len, int out_len) {
@@ -63,6 +65,8 @@ static void taps_compute(Taps *t, int out_len, int in_size, double x0, double le
         t->start[i] = lo;
         t->n[i] = n;
     }
+    t->kuse = 1;
+    for (int i = 0; i < out_len; i++) t->kuse = t->n[i] > t->kuse ? t->n[i] : t->kuse;
 }
 
 void resample_scratch_free(ResampleScratch *s) {
@@ -82,68 +86,161 @@ static void *scratch_get(ResampleScratch *s, size_t bytes) {
 }
 
 static inline uint8_t to_u8(float v) {
-    v += 0.5f;
+    v = nearbyintf(v);  // half to even, like torch.round and the SSE conversion below
     if (!(v > 0.0f)) return 0;  // also maps NaN to 0
     if (v >= 255.0f) return 255;
     return (uint8_t)(int)v;
 }
 
-// Vertical pass over one output row: acc[x] = sum_k w[k] * src_row(start + k)[x], x < len.
-static void vpass(float *restrict acc, const uint8_t *src, size_t stride, int start, int n,
-                  const float *w, int len) {
-    const uint8_t *restrict r0 = src + (size_t)start * stride;
-    float w0 = w[0];
-    int k = 1;
-    if (n >= 2) {  // two taps per sweep halves the traffic on acc
-        const uint8_t *restrict r1 = r0 + stride;
-        float w1 = w[1];
-        for (int x = 0; x < len; x++) acc[x] = w0 * (float)r0[x] + w1 * (float)r1[x];
-        k = 2;
-    } else {
-        for (int x = 0; x < len; x++) acc[x] = w0 * (float)r0[x];
+// The kernels are written once (KERNELS below) and compiled twice: for the x86-64 baseline and with
+// AVX2 enabled, chosen at run time. Both variants do the same float operations in the same order
+// (ISO C mode: no fused multiply-add contraction), so their bytes are identical.
+#define KERNELS(SUFFIX, ATTR)                                                                                  \
+    /* Vertical pass over one output row: acc[x] = sum_k w[k] * row(start + k)[x], x < len. */               \
+    ATTR static void vpass##SUFFIX(float *restrict acc, const uint8_t *src, size_t stride, int start, int n,  \
+                                   const float *w, int len) {                                                 \
+        const uint8_t *restrict r0 = src + (size_t)start * stride;                                            \
+        float w0 = w[0];                                                                                      \
+        int k = 1;                                                                                            \
+        if (n >= 2) { /* two taps per sweep halves the traffic on acc */                                      \
+            const uint8_t *restrict r1 = r0 + stride;                                                         \
+            float w1 = w[1];                                                                                  \
+            for (int x = 0; x < len; x++) acc[x] = w0 * (float)r0[x] + w1 * (float)r1[x];                     \
+            k = 2;                                                                                            \
+        } else {                                                                                              \
+            for (int x = 0; x < len; x++) acc[x] = w0 * (float)r0[x];                                         \
+        }                                                                                                     \
+        for (; k + 1 < n; k += 2) {                                                                           \
+            const uint8_t *restrict ra = r0 + (size_t)k * stride;                                             \
+            const uint8_t *restrict rb = ra + stride;                                                         \
+            float wa = w[k], wb = w[k + 1];                                                                   \
+            for (int x = 0; x < len; x++) acc[x] += wa * (float)ra[x] + wb * (float)rb[x];                    \
+        }                                                                                                     \
+        if (k < n) {                                                                                          \
+            const uint8_t *restrict ra = r0 + (size_t)k * stride;                                             \
+            float wa = w[k];                                                                                  \
+            for (int x = 0; x < len; x++) acc[x] += wa * (float)ra[x];                                        \
+        }                                                                                                     \
+    }                                                                                                         \
+    ATTR static void hpass3##SUFFIX(uint8_t *restrict out, const float *acc, const Taps *t, int dw, int flip) { \
+        switch (t->kuse) {                                                                                    \
+        case 2: HPASS3_LOOP(2); break;                                                                        \
+        case 3: HPASS3_LOOP(3); break;                                                                        \
+        case 4: HPASS3_LOOP(4); break;                                                                        \
+        case 5: HPASS3_LOOP(5); break;                                                                        \
+        case 6: HPASS3_LOOP(6); break;                                                                        \
+        default: HPASS3_LOOP(t->kuse); break;                                                                 \
+        }                                                                                                     \
     }
-    for (; k + 1 < n; k += 2) {
-        const uint8_t *restrict ra = r0 + (size_t)k * stride;
-        const uint8_t *restrict rb = ra + stride;
-        float wa = w[k], wb = w[k + 1];
-        for (int x = 0; x < len; x++) acc[x] += wa * (float)ra[x] + wb * (float)rb[x];
+
+#if defined(__SSE2__)
+#include <immintrin.h>
+// Horizontal pass of one row, 3 channels, taps padded to KM with zero weights (a fixed trip count the
+// compiler unrolls). One 4-float vector per tap: the 4th lane is the next pixel's first channel and is
+// dropped; acc is padded with zeros past the last column. Rounding and clamping by the SSE
+// conversion and saturating packs; the 4-byte store's extra byte is overwritten by the next pixel.
+#define HPASS3_LOOP(KM)                                                                                       \
+    for (int j = 0; j < dw; j++) {                                                                            \
+        int i = flip ? dw - 1 - j : j;                                                                        \
+        const float *p = acc + t->off[i];                                                                     \
+        const float *w = t->w + (size_t)i * t->kmax;                                                          \
+        __m128 s = _mm_setzero_ps();                                                                          \
+        for (int k = 0; k < (KM); k++) s = _mm_add_ps(s, _mm_mul_ps(_mm_set1_ps(w[k]), _mm_loadu_ps(p + 3 * k))); \
+        __m128i q = _mm_cvtps_epi32(s);                                                                       \
+        q = _mm_packs_epi32(q, q);                                                                            \
+        q = _mm_packus_epi16(q, q);                                                                           \
+        uint32_t v = (uint32_t)_mm_cvtsi128_si32(q);                                                          \
+        memcpy(out + 3 * j, &v, j < dw - 1 ? 4 : 3);                                                          \
     }
-    if (k < n) {
-        const uint8_t *restrict ra = r0 + (size_t)k * stride;
-        float wa = w[k];
-        for (int x = 0; x < len; x++) acc[x] += wa * (float)ra[x];
+KERNELS(_base, )
+KERNELS(_avx2, __attribute__((target("avx2"), unused)))
+
+// AVX2 horizontal pass, two output pixels per 8-float vector (the low half pixel j, the high half
+// pixel j+1, each exactly as in HPASS3_LOOP, so the bytes match the baseline). off[j] is in output
+// order (flip applied) and wp holds, per pixel pair and tap, the two weights each broadcast 4 times.
+#define HPAIRS_LOOP(KM)                                                                                       \
+    for (; j + 1 < dw; j += 2) {                                                                              \
+        const float *p0 = acc + off[j], *p1 = acc + off[j + 1];                                               \
+        const float *w = wp + (size_t)(j / 2) * kstride * 8;                                                  \
+        __m256 s = _mm256_setzero_ps();                                                                       \
+        for (int k = 0; k < (KM); k++) {                                                                      \
+            __m256 v = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(p0 + 3 * k)),                 \
+                                            _mm_loadu_ps(p1 + 3 * k), 1);                                     \
+            s = _mm256_add_ps(s, _mm256_mul_ps(_mm256_load_ps(w + 8 * k), v));                                \
+        }                                                                                                     \
+        __m256i q = _mm256_cvtps_epi32(s);                                                                    \
+        __m128i h = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));               \
+        h = _mm_packus_epi16(h, h);                                                                           \
+        h = _mm_shuffle_epi8(h, _mm_setr_epi8(0, 1, 2, 4, 5, 6, 3, 7, 8, 9, 10, 11, 12, 13, 14, 15));         \
+        uint64_t v8 = (uint64_t)_mm_cvtsi128_si64(h);                                                         \
+        memcpy(out + 3 * j, &v8, j + 2 < dw ? 8 : 6);                                                         \
+    }
+__attribute__((target("avx2"))) static void hpass3_pairs_avx2(uint8_t *restrict out, const float *acc,
+                                                               const int *off, const float *wp, int kstride,
+                                                               int kuse, int dw) {
+    int j = 0;
+    switch (kuse) {
+    case 2: HPAIRS_LOOP(2); break;
+    case 3: HPAIRS_LOOP(3); break;
+    case 4: HPAIRS_LOOP(4); break;
+    case 5: HPAIRS_LOOP(5); break;
+    case 6: HPAIRS_LOOP(6); break;
+    default: HPAIRS_LOOP(kuse); break;
+    }
+    if (j < dw) {  // odd width: the last pixel alone, same arithmetic in the low half
+        const float *p = acc + off[j];
+        const float *w = wp + (size_t)(j / 2) * kstride * 8;
+        __m128 s = _mm_setzero_ps();
+        for (int k = 0; k < kuse; k++) s = _mm_add_ps(s, _mm_mul_ps(_mm_load_ps(w + 8 * k), _mm_loadu_ps(p + 3 * k)));
+        __m128i q = _mm_cvtps_epi32(s);
+        q = _mm_packs_epi32(q, q);
+        q = _mm_packus_epi16(q, q);
+        uint32_t v = (uint32_t)_mm_cvtsi128_si32(q);
+        memcpy(out + 3 * j, &v, 3);
     }
 }
-
-// Horizontal pass of one row, 3 channels: acc holds pixels from column xlo on, padded by one float.
-static void hpass3(uint8_t *restrict out, const float *acc, int xlo, const Taps *t, int dw, int flip) {
-    for (int j = 0; j < dw; j++) {
-        int i = flip ? dw - 1 - j : j;
-        const float *p = acc + (size_t)(t->start[i] - xlo) * 3;
-        const float *w = t->w + (size_t)i * t->kmax;
-        int n = t->n[i];
-        v4f s = {0, 0, 0, 0};
-        for (int k = 0; k < n; k++) {
-            v4f v;
-            memcpy(&v, p + 3 * k, sizeof v);
-            s += w[k] * v;
-        }
-        out[3 * j + 0] = to_u8(s[0]);
-        out[3 * j + 1] = to_u8(s[1]);
-        out[3 * j + 2] = to_u8(s[2]);
+#define HAVE_PAIRS 1
+static int simd_allowed = 1;
+static int use_avx2(void) {
+    static int v = -1;
+    if (v < 0) {
+        __builtin_cpu_init();
+        v = __builtin_cpu_supports("avx2") ? 1 : 0;
     }
+    return v && __atomic_load_n(&simd_allowed, __ATOMIC_RELAXED);
 }
+int resample_set_simd(int on) { return __atomic_exchange_n(&simd_allowed, on, __ATOMIC_RELAXED); }
+#else
+#define HPASS3_LOOP(KM)                                                                                       \
+    for (int j = 0; j < dw; j++) {                                                                            \
+        int i = flip ? dw - 1 - j : j;                                                                        \
+        const float *p = acc + t->off[i];                                                                     \
+        const float *w = t->w + (size_t)i * t->kmax;                                                          \
+        float s0 = 0, s1 = 0, s2 = 0;                                                                         \
+        for (int k = 0; k < (KM); k++) {                                                                      \
+            s0 += w[k] * p[3 * k];                                                                            \
+            s1 += w[k] * p[3 * k + 1];                                                                        \
+            s2 += w[k] * p[3 * k + 2];                                                                        \
+        }                                                                                                     \
+        out[3 * j] = to_u8(s0);                                                                               \
+        out[3 * j + 1] = to_u8(s1);                                                                           \
+        out[3 * j + 2] = to_u8(s2);                                                                           \
+    }
+KERNELS(_base, )
+static int use_avx2(void) { return 0; }
+int resample_set_simd(int on) { return 0; }
+#define vpass_avx2 vpass_base
+#define hpass3_avx2 hpass3_base
+#endif
 
-static void hpass_generic(uint8_t *restrict out, const float *acc, int xlo, const Taps *t, int dw, int C,
-                          int flip) {
+static void hpass_generic(uint8_t *restrict out, const float *acc, const Taps *t, int dw, int C, int flip) {
     for (int j = 0; j < dw; j++) {
         int i = flip ? dw - 1 - j : j;
-        const float *p = acc + (size_t)(t->start[i] - xlo) * C;
+        const float *p = acc + t->off[i];
         const float *w = t->w + (size_t)i * t->kmax;
-        int n = t->n[i];
         for (int c = 0; c < C; c++) {
             float s = 0;
-            for (int k = 0; k < n; k++) s += w[k] * p[(size_t)k * C + c];
+            for (int k = 0; k < t->kuse; k++) s += w[k] * p[(size_t)k * C + c];
             out[(size_t)j * C + c] = to_u8(s);
         }
     }
@@ -165,32 +262,58 @@ void resample_u8(uint8_t *dst, int dw, int dh, const uint8_t *src, int sw, int s
     tx.kmax = taps_kmax(cw, dw);
     ty.kmax = taps_kmax(ch, dh);
     // One allocation: tap tables for both axes, then the intermediate row (all 64-byte aligned pieces).
-    size_t sx_i = ((size_t)dw * sizeof(int) + 63) & ~(size_t)63;
-    size_t sy_i = ((size_t)dh * sizeof(int) + 63) & ~(size_t)63;
-    size_t sx_w = ((size_t)dw * tx.kmax * sizeof(float) + 63) & ~(size_t)63;
-    size_t sy_w = ((size_t)dh * ty.kmax * sizeof(float) + 63) & ~(size_t)63;
-    size_t row = ((size_t)(sw + 2) * C * sizeof(float) + 63) & ~(size_t)63;
-    char *base = scratch_get(scratch, 2 * sx_i + 2 * sy_i + sx_w + sy_w + row);
+    // The row is padded with zeros for the zero-weight taps past the last column.
+#define AL(x) (((size_t)(x) + 63) & ~(size_t)63)
+    size_t sx_i = AL((size_t)dw * sizeof(int)), sy_i = AL((size_t)dh * sizeof(int));
+    size_t sx_w = AL((size_t)dw * tx.kmax * sizeof(float)), sy_w = AL((size_t)dh * ty.kmax * sizeof(float));
+    size_t row = AL(((size_t)sw * C + (size_t)tx.kmax * C + 8) * sizeof(float));
+    size_t pairs = AL((size_t)(dw + 1) / 2 * tx.kmax * 8 * sizeof(float)) + sx_i;  // AVX2 pass: weights, offsets
+    char *base = scratch_get(scratch, 3 * sx_i + 2 * sy_i + sx_w + sy_w + row + pairs);
     tx.start = (int *)base;
     tx.n = (int *)(base + sx_i);
-    ty.start = (int *)(base + 2 * sx_i);
-    ty.n = (int *)(base + 2 * sx_i + sy_i);
-    tx.w = (float *)(base + 2 * sx_i + 2 * sy_i);
-    ty.w = (float *)(base + 2 * sx_i + 2 * sy_i + sx_w);
-    float *acc = (float *)(base + 2 * sx_i + 2 * sy_i + sx_w + sy_w);
+    tx.off = (int *)(base + 2 * sx_i);
+    base += 3 * sx_i;
+    ty.start = (int *)base;
+    ty.n = (int *)(base + sy_i);
+    ty.off = NULL;
+    base += 2 * sy_i;
+    tx.w = (float *)base;
+    ty.w = (float *)(base + sx_w);
+    float *acc = (float *)(base + sx_w + sy_w);
+    float *wpair = (float *)(base + sx_w + sy_w + row);
+    int *offo = (int *)(base + sx_w + sy_w + row + pairs - sx_i);
+#undef AL
 
     taps_compute(&tx, dw, sw, x0, cw);
     taps_compute(&ty, dh, sh, y0, ch);
     // Columns the horizontal taps touch: the vertical pass runs over these only (crop before resize).
     int xlo = tx.start[0], xhi = tx.start[dw - 1] + tx.n[dw - 1];
+    for (int i = 0; i < dw; i++) tx.off[i] = (tx.start[i] - xlo) * C;
     int len = (xhi - xlo) * C;
-    acc[len] = 0;  // the 4th lane of the last 3-channel vector load
+    memset(acc + len, 0, ((size_t)tx.kmax * C + 8) * sizeof(float));
     const uint8_t *srcx = src + (size_t)xlo * C;
+    int avx2 = use_avx2();
+#ifdef HAVE_PAIRS
+    if (avx2 && C == 3) {  // pair layout in output order (flip applied)
+        for (int j = 0; j < dw; j++) {
+            int i = flip_x ? dw - 1 - j : j;
+            offo[j] = tx.off[i];
+            float *wp = wpair + (size_t)(j / 2) * tx.kmax * 8 + (j % 2) * 4;
+            for (int k = 0; k < tx.kmax; k++)
+                for (int l = 0; l < 4; l++) wp[8 * k + l] = tx.w[(size_t)i * tx.kmax + k];
+        }
+    }
+#endif
     for (int y = 0; y < dh; y++) {
-        vpass(acc, srcx, src_stride, ty.start[y], ty.n[y], ty.w + (size_t)y * ty.kmax, len);
+        const float *wy = ty.w + (size_t)y * ty.kmax;
+        if (avx2) vpass_avx2(acc, srcx, src_stride, ty.start[y], ty.n[y], wy, len);
+        else vpass_base(acc, srcx, src_stride, ty.start[y], ty.n[y], wy, len);
         uint8_t *out = dst + (size_t)y * dw * C;
-        if (C == 3) hpass3(out, acc, xlo, &tx, dw, flip_x);
-        else hpass_generic(out, acc, xlo, &tx, dw, C, flip_x);
+        if (C != 3) hpass_generic(out, acc, &tx, dw, C, flip_x);
+#ifdef HAVE_PAIRS
+        else if (avx2) hpass3_pairs_avx2(out, acc, offo, wpair, tx.kmax, tx.kuse, dw);
+#endif
+        else hpass3_base(out, acc, &tx, dw, flip_x);
     }
     resample_scratch_free(&local);
 }

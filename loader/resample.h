@@ -40,6 +40,10 @@ void resample_u8(uint8_t *dst, int dw, int dh, const uint8_t *src, int sw, int s
 void resize_u8(uint8_t *dst, int dw, int dh, const uint8_t *src, int sw, int sh, int C,
                ResampleScratch *scratch);
 
+// Tests: 0 forces the x86-64 baseline kernels instead of the AVX2 ones (same bytes by construction);
+// returns the previous setting.
+int resample_set_simd(int on);
+
 // One past the last source row resample_u8 reads for this region (so a caller decoding rows in
 // order can stop early).
 int resample_rows_needed(int dh, int sh, double y0, double ch);
