@@ -1,0 +1,598 @@
+// Convolution forward, data gradient and weight gradient as implicit GEMM (NHWC activations,
+// KRSC weights), and the GEMM engine that kernels/linear.cu reuses (a linear layer is a 1x1
+// convolution over a 1x1 image).
+//
+// The three convolutions are one GEMM C[M,N] = sum_k A[M,k] B[k,N] whose operands are gathered
+// on the fly from the tensors (no im2col buffer):
+//   forward  out[npq, k]  = sum_{rsc} in[n, p*st-pad+r, q*st-pad+s, c]  w[k, rsc]
+//   data     din[nhw, c]  = sum_{rsk} dout[n, (h+pad-r)/st, (w+pad-s)/st, k] w[k, r, s, c]
+//                           (taps whose division is not exact, or out of range, are zero)
+//   weight   dw[k, rsc]   = sum_{npq} dout[npq, k] in[n, p*st-pad+r, q*st-pad+s, c]
+// Two engines compute it:
+//   - generic: fp32 or bf16 storage, fp32 math, 64x64 tiles through shared memory, any shape.
+//   - tc: bf16 tensor cores (mma.sync m16n8k16, ldmatrix, cp.async in a 3-stage pipeline),
+//     128x64x32 tiles, when the gathered rows are 16-byte chunks (C, and K where it is a
+//     gathered dimension, multiples of 8; pointers 16-byte aligned).
+// The weight gradient reduces over N*P*Q, which is long when K*R*S*C is small: the reduction is
+// cut into a number of splits that depends only on the shape; each split writes its own fp32
+// partial buffer and a second kernel sums the partials in split order. No atomics anywhere, so a
+// rerun is bit-identical.
+#include "kernels/common.cuh"
+#include "kernels/conv_gemm.cuh"
+#include "kernels/kernels.h"
+#include "kernels/ptx.cuh"
+#include "util/common.h"
+
+#ifdef __CUDACC__
+#define CV_UNROLL _Pragma("unroll")
+#else
+#define CV_UNROLL
+#endif
+
+// ---------------------------------------------------------------------------------------------
+// Element access: fp32 or bf16 (raw uint16_t bits, round to nearest even on store).
+
+__host__ __device__ static inline float cv_u2f(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+__host__ __device__ static inline uint32_t cv_f2u(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+__device__ static inline float cv_ld(const float *p, size_t i) { return p[i]; }
+__device__ static inline float cv_ld(const uint16_t *p, size_t i) { return cv_u2f((uint32_t)p[i] << 16); }
+__device__ static inline void cv_st(float *p, size_t i, float v) { p[i] = v; }
+__device__ static inline void cv_st(uint16_t *p, size_t i, float v) {
+    uint32_t u = cv_f2u(v);
+    if ((u & 0x7fffffffu) > 0x7f800000u) {
+        p[i] = (uint16_t)((u >> 16) | 0x40u);  // quiet NaN stays NaN
+        return;
+    }
+    u += 0x7fffu + ((u >> 16) & 1u);
+    p[i] = (uint16_t)(u >> 16);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Operand gathers shared by both engines. Pixel offsets are formed in 64 bits: a large batch of
+// large images overflows 32-bit element offsets long before it overflows 32-bit pixel counts.
+
+// im2col element (row j = output pixel npq, column rsc); -1 when it is padding.
+__device__ static inline long long im2col_off(const ConvShape &s, int j, int rsc) {
+    int q = j % s.Q, t = j / s.Q;
+    int p = t % s.P, n = t / s.P;
+    int c = rsc % s.C, t2 = rsc / s.C;
+    int sx = t2 % s.S, r = t2 / s.S;
+    int h = p * s.stride - s.pad + r, w = q * s.stride - s.pad + sx;
+    if (h < 0 || h >= s.H || w < 0 || w >= s.W) return -1;
+    return ((long long)(n * s.H + h) * s.W + w) * s.C + c;
+}
+// Data-gradient gather: row m = input pixel nhw, column rsk; the dout element, or -1.
+__device__ static inline long long dgrad_off(const ConvShape &s, int m, int rsk) {
+    int w = m % s.W, t = m / s.W;
+    int h = t % s.H, n = t / s.H;
+    int k = rsk % s.K, t2 = rsk / s.K;
+    int sx = t2 % s.S, r = t2 / s.S;
+    int ph = h + s.pad - r, pw = w + s.pad - sx;
+    if (ph < 0 || pw < 0 || ph % s.stride || pw % s.stride) return -1;
+    int p = ph / s.stride, q = pw / s.stride;
+    if (p >= s.P || q >= s.Q) return -1;
+    return ((long long)(n * s.P + p) * s.Q + q) * s.K + k;
+}
+// Data-gradient weight: row rsk, column c -> w[k, r, s, c].
+__device__ static inline long long dgrad_w_off(const ConvShape &s, int rsk, int c) {
+    int k = rsk % s.K, t2 = rsk / s.K;
+    int sx = t2 % s.S, r = t2 / s.S;
+    return ((long long)(k * s.R + r) * s.S + sx) * s.C + c;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Generic engine: 64x64 output tile per 256-thread block, 16-deep k slices through shared
+// memory (operands converted to fp32 on the way in), 4x4 outputs per thread.
+
+#define GN_BM 64
+#define GN_BN 64
+#define GN_BK 16
+#define GN_THREADS 256
+
+template <int MODE, typename TA>
+__device__ static inline float gn_load_a(const GemmArgs &g, const TA *a, int m, int k) {
+    if (m >= g.M || k >= g.k_end) return 0.f;
+    if (MODE == GEMM_FWD) {
+        long long o = im2col_off(g.s, m, k);
+        return o < 0 ? 0.f : cv_ld(a, (size_t)o);
+    } else if (MODE == GEMM_DGRAD) {
+        long long o = dgrad_off(g.s, m, k);
+        return o < 0 ? 0.f : cv_ld(a, (size_t)o);
+    } else {  // WGRAD: A[k_out, j] = dout[j, k_out]
+        return cv_ld(a, (size_t)k * g.s.K + m);
+    }
+}
+template <int MODE, typename TB>
+__device__ static inline float gn_load_b(const GemmArgs &g, const TB *b, int k, int n) {
+    if (n >= g.N || k >= g.k_end) return 0.f;
+    if (MODE == GEMM_FWD) {
+        return cv_ld(b, (size_t)n * g.K + k);  // w[n, k]
+    } else if (MODE == GEMM_DGRAD) {
+        return cv_ld(b, (size_t)dgrad_w_off(g.s, k, n));
+    } else {  // WGRAD: B[j, rsc] = im2col
+        long long o = im2col_off(g.s, k, n);
+        return o < 0 ? 0.f : cv_ld(b, (size_t)o);
+    }
+}
+
+template <int MODE, typename TA, typename TB, typename TC>
+__global__ void __launch_bounds__(GN_THREADS) gemm_generic_k(GemmArgs g) {
+    __shared__ float As[GN_BK][GN_BM + 4];
+    __shared__ float Bs[GN_BK][GN_BN + 4];
+    const TA *a = (const TA *)g.a;
+    const TB *b = (const TB *)g.b;
+    int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
+    int m0 = blockIdx.x * GN_BM, n0 = blockIdx.y * GN_BN;
+    int kb = blockIdx.z * g.k_split;
+    int ke = min(g.k_end, kb + g.k_split);
+    // Which index runs fastest in memory decides the thread -> element map of the tile loads,
+    // so that neighbouring threads read neighbouring addresses.
+    const bool a_k_fast = MODE != GEMM_WGRAD;  // FWD/DGRAD A rows are contiguous in k
+    const bool b_k_fast = MODE == GEMM_FWD;    // FWD B rows are contiguous in k
+    float acc[4][4] = {};
+    for (int k0 = kb; k0 < ke; k0 += GN_BK) {
+        CV_UNROLL
+        for (int i = 0; i < GN_BM * GN_BK / GN_THREADS; i++) {
+            int e = tid + i * GN_THREADS;
+            int kl = a_k_fast ? e % GN_BK : e / GN_BM, ml = a_k_fast ? e / GN_BK : e % GN_BM;
+            int k = k0 + kl;
+            As[kl][ml] = k < ke ? gn_load_a<MODE>(g, a, m0 + ml, k) : 0.f;
+        }
+        CV_UNROLL
+        for (int i = 0; i < GN_BN * GN_BK / GN_THREADS; i++) {
+            int e = tid + i * GN_THREADS;
+            int kl = b_k_fast ? e % GN_BK : e / GN_BN, nl = b_k_fast ? e / GN_BK : e % GN_BN;
+            int k = k0 + kl;
+            Bs[kl][nl] = k < ke ? gn_load_b<MODE>(g, b, k, n0 + nl) : 0.f;
+        }
+        __syncthreads();
+        CV_UNROLL
+        for (int kk = 0; kk < GN_BK; kk++) {
+            float av[4], bv[4];
+            CV_UNROLL
+            for (int i = 0; i < 4; i++) av[i] = As[kk][ty + 16 * i];
+            CV_UNROLL
+            for (int j = 0; j < 4; j++) bv[j] = Bs[kk][tx + 16 * j];
+            CV_UNROLL
+            for (int i = 0; i < 4; i++)
+                CV_UNROLL
+                for (int j = 0; j < 4; j++) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
+        }
+        __syncthreads();
+    }
+    TC *c = (TC *)g.c + (size_t)blockIdx.z * g.c_split_stride;
+    CV_UNROLL
+    for (int i = 0; i < 4; i++) {
+        int m = m0 + ty + 16 * i;
+        if (m >= g.M) continue;
+        CV_UNROLL
+        for (int j = 0; j < 4; j++) {
+            int n = n0 + tx + 16 * j;
+            if (n >= g.N) continue;
+            float v = acc[i][j];
+            if (g.bias) v += g.bias[n];
+            cv_st(c, (size_t)m * g.N + n, v);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tensor-core engine (bf16 operands, fp32 accumulation). 128 threads = 4 warps in a 2x2 grid,
+// each warp owns a 64x32 piece of the 128x64 tile: 4x4 mma.m16n8k16 per 16-deep k step.
+//
+// Shared-memory tiles hold 16-byte chunks (8 bf16) gathered with cp.async; chunks that are
+// padding or out of range are zero-filled with a plain store. Each operand is kept in the
+// layout its source is contiguous in, and ldmatrix (.trans where needed) turns it into mma
+// fragments:
+//   A "mk" [BM][BK+8] (FWD, DGRAD: gathered rows contiguous in k)   -> ldmatrix
+//   A "km" [BK][BM+8] (WGRAD: dout rows contiguous in m = k_out)     -> ldmatrix.trans
+//   B "nk" [BN][BK+8] (FWD: weight rows contiguous in k = rsc)       -> ldmatrix
+//   B "kn" [BK][BN+8] (DGRAD: weights contiguous in c; WGRAD: im2col) -> ldmatrix.trans
+// The +8 padding makes the eight 16-byte rows an ldmatrix reads fall in distinct bank groups.
+
+#define TC_BM 128
+#define TC_BN 64
+#define TC_BK 32
+#define TC_STAGES 3
+#define TC_THREADS 128
+#define TC_A_ELEMS (TC_BM * (TC_BK + 8))  // >= TC_BK * (TC_BM + 8)
+#define TC_B_ELEMS (TC_BN * (TC_BK + 8))  // >= TC_BK * (TC_BN + 8)
+#define TC_STAGE_ELEMS (TC_A_ELEMS + TC_B_ELEMS)
+
+__device__ static inline void tc_zero16(uint16_t *dst) { *(uint4 *)dst = make_uint4(0, 0, 0, 0); }
+
+template <int MODE, typename TC>
+__global__ void __launch_bounds__(TC_THREADS) gemm_tc_k(GemmArgs g) {
+    __shared__ __align__(16) uint16_t sm[TC_STAGES * TC_STAGE_ELEMS];
+    const bool a_mk = MODE != GEMM_WGRAD;
+    const bool b_nk = MODE == GEMM_FWD;
+    const int A_LD = a_mk ? TC_BK + 8 : TC_BM + 8;  // row pitch in elements
+    const int B_LD = b_nk ? TC_BK + 8 : TC_BN + 8;
+    const uint16_t *a = (const uint16_t *)g.a;
+    const uint16_t *b = (const uint16_t *)g.b;
+    const ConvShape &s = g.s;
+    int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+    int wm = warp / 2, wn = warp % 2;
+    int m0 = blockIdx.x * TC_BM, n0 = blockIdx.y * TC_BN;
+    int kb = blockIdx.z * g.k_split;
+    int ke = min(g.k_end, kb + g.k_split);
+    int ktiles = (ke - kb + TC_BK - 1) / TC_BK;
+
+    // Per-thread gather state that does not change along k.
+    // A "mk": 4 chunks per thread: rows tid/4 + 32*i, k chunk tid%4.
+    // A "km": 4 chunks per thread: k rows (tid + 128*i)/16, m chunk tid%16.
+    // B "nk": 2 chunks: rows (tid + 128*i)/4, k chunk tid%4.
+    // B "kn": 2 chunks: k rows (tid + 128*i)/8, n chunk tid%8.
+    int a_img[4], a_y[4], a_x[4];  // FWD: n, p*st-pad, q*st-pad; DGRAD: n, h+pad, w+pad
+    if (a_mk) {
+        CV_UNROLL
+        for (int i = 0; i < 4; i++) {
+            int m = m0 + tid / 4 + 32 * i;
+            a_img[i] = -1;
+            if (m < g.M) {
+                if (MODE == GEMM_FWD) {
+                    int q = m % s.Q, t = m / s.Q;
+                    a_img[i] = t / s.P;
+                    a_y[i] = (t % s.P) * s.stride - s.pad;
+                    a_x[i] = q * s.stride - s.pad;
+                } else {
+                    int w = m % s.W, t = m / s.W;
+                    a_img[i] = t / s.H;
+                    a_y[i] = t % s.H + s.pad;
+                    a_x[i] = w + s.pad;
+                }
+            }
+        }
+    }
+    // WGRAD B: the column chunk (r, s, c..c+7) of each thread is fixed.
+    int b_r = 0, b_s = 0, b_c = -1;
+    if (MODE == GEMM_WGRAD) {
+        int n = n0 + (tid % 8) * 8;
+        if (n < g.N) {
+            b_c = n % s.C;
+            int t = n / s.C;
+            b_s = t % s.S;
+            b_r = t / s.S;
+        }
+    }
+
+    auto load_tile = [&](int stage, int k0) {
+        uint16_t *As = sm + stage * TC_STAGE_ELEMS;
+        uint16_t *Bs = As + TC_A_ELEMS;
+        if (MODE == GEMM_WGRAD) {
+            CV_UNROLL
+            for (int i = 0; i < 4; i++) {
+                int id = tid + TC_THREADS * i, kl = id / 16, mc = (id % 16) * 8;
+                int j = k0 + kl, m = m0 + mc;
+                uint16_t *dst = As + kl * A_LD + mc;
+                if (j < ke && m < g.M) ct_cp_async_cg16(dst, a + (size_t)j * s.K + m);
+                else tc_zero16(dst);
+            }
+        } else {
+            int kc = (tid % 4) * 8, k = k0 + kc;
+            int r = 0, sx = 0, ch = 0;
+            if (k < ke) {
+                int cdim = MODE == GEMM_FWD ? s.C : s.K;
+                ch = k % cdim;
+                int t = k / cdim;
+                sx = t % s.S;
+                r = t / s.S;
+            }
+            CV_UNROLL
+            for (int i = 0; i < 4; i++) {
+                int ml = tid / 4 + 32 * i;
+                uint16_t *dst = As + ml * A_LD + kc;
+                long long off = -1;
+                if (k < ke && a_img[i] >= 0) {
+                    if (MODE == GEMM_FWD) {
+                        int h = a_y[i] + r, w = a_x[i] + sx;
+                        if (h >= 0 && h < s.H && w >= 0 && w < s.W)
+                            off = ((long long)(a_img[i] * s.H + h) * s.W + w) * s.C + ch;
+                    } else {
+                        int ph = a_y[i] - r, pw = a_x[i] - sx;
+                        if (ph >= 0 && pw >= 0 && ph % s.stride == 0 && pw % s.stride == 0) {
+                            int p = ph / s.stride, q = pw / s.stride;
+                            if (p < s.P && q < s.Q)
+                                off = ((long long)(a_img[i] * s.P + p) * s.Q + q) * s.K + ch;
+                        }
+                    }
+                }
+                if (off >= 0) ct_cp_async_cg16(dst, a + off);
+                else tc_zero16(dst);
+            }
+        }
+        CV_UNROLL
+        for (int i = 0; i < 2; i++) {
+            int id = tid + TC_THREADS * i;
+            if (MODE == GEMM_FWD) {
+                int nl = id / 4, kc = (id % 4) * 8;
+                int n = n0 + nl, k = k0 + kc;
+                uint16_t *dst = Bs + nl * B_LD + kc;
+                if (n < g.N && k < ke) ct_cp_async_cg16(dst, b + (size_t)n * g.K + k);
+                else tc_zero16(dst);
+            } else if (MODE == GEMM_DGRAD) {
+                int kl = id / 8, nc = (id % 8) * 8;
+                int k = k0 + kl, n = n0 + nc;
+                uint16_t *dst = Bs + kl * B_LD + nc;
+                if (k < ke && n < g.N) ct_cp_async_cg16(dst, b + dgrad_w_off(s, k, n));
+                else tc_zero16(dst);
+            } else {
+                int kl = id / 8, nc = (id % 8) * 8;
+                int j = k0 + kl;
+                uint16_t *dst = Bs + kl * B_LD + nc;
+                long long off = -1;
+                if (j < ke && b_c >= 0) {
+                    int q = j % s.Q, t = j / s.Q;
+                    int p = t % s.P, nimg = t / s.P;
+                    int h = p * s.stride - s.pad + b_r, w = q * s.stride - s.pad + b_s;
+                    if (h >= 0 && h < s.H && w >= 0 && w < s.W)
+                        off = ((long long)(nimg * s.H + h) * s.W + w) * s.C + b_c;
+                }
+                if (off >= 0) ct_cp_async_cg16(dst, b + off);
+                else tc_zero16(dst);
+            }
+        }
+    };
+
+    float acc[4][4][4];
+    CV_UNROLL
+    for (int i = 0; i < 4; i++)
+        CV_UNROLL
+        for (int j = 0; j < 4; j++)
+            CV_UNROLL
+            for (int e = 0; e < 4; e++) acc[i][j][e] = 0.f;
+
+    for (int st = 0; st < TC_STAGES - 1; st++) {
+        if (st < ktiles) load_tile(st, kb + st * TC_BK);
+        ct_cp_async_commit();
+    }
+    for (int kt = 0; kt < ktiles; kt++) {
+        ct_cp_async_wait<TC_STAGES - 2>();
+        __syncthreads();  // tile kt visible to all; everyone is done with tile kt-1's stage
+        int pf = kt + TC_STAGES - 1;
+        if (pf < ktiles) load_tile(pf % TC_STAGES, kb + pf * TC_BK);
+        ct_cp_async_commit();
+        const uint16_t *As = sm + (kt % TC_STAGES) * TC_STAGE_ELEMS;
+        const uint16_t *Bs = As + TC_A_ELEMS;
+        CV_UNROLL
+        for (int ks = 0; ks < TC_BK; ks += 16) {
+            uint32_t af[4][4], bf[4][2];
+            CV_UNROLL
+            for (int mi = 0; mi < 4; mi++) {
+                int mrow = wm * 64 + mi * 16;
+                if (a_mk) {
+                    ct_ldmatrix_x4(af[mi], As + (mrow + lane % 16) * A_LD + ks + (lane / 16) * 8);
+                } else {
+                    int k = ks + lane % 8 + (lane / 16) * 8, m = mrow + ((lane / 8) & 1) * 8;
+                    ct_ldmatrix_x4_trans(af[mi], As + k * A_LD + m);
+                }
+            }
+            CV_UNROLL
+            for (int np = 0; np < 2; np++) {  // pairs of n8 tiles
+                int ncol = wn * 32 + np * 16;
+                uint32_t r4[4];
+                if (b_nk) {
+                    int n = ncol + lane % 8 + (lane / 16) * 8, k = ks + ((lane / 8) & 1) * 8;
+                    ct_ldmatrix_x4(r4, Bs + n * B_LD + k);
+                } else {
+                    int k = ks + lane % 8 + ((lane / 8) & 1) * 8, n = ncol + (lane / 16) * 8;
+                    ct_ldmatrix_x4_trans(r4, Bs + k * B_LD + n);
+                }
+                bf[2 * np][0] = r4[0];
+                bf[2 * np][1] = r4[1];
+                bf[2 * np + 1][0] = r4[2];
+                bf[2 * np + 1][1] = r4[3];
+            }
+            CV_UNROLL
+            for (int mi = 0; mi < 4; mi++)
+                CV_UNROLL
+                for (int ni = 0; ni < 4; ni++) ct_mma_m16n8k16_bf16(acc[mi][ni], af[mi], bf[ni], acc[mi][ni]);
+        }
+    }
+    ct_cp_async_wait<0>();
+
+    // Accumulator fragment: c0,c1 at (row g, cols 2t, 2t+1), c2,c3 at row g+8.
+    TC *c = (TC *)g.c + (size_t)blockIdx.z * g.c_split_stride;
+    int gi = lane / 4, ti = lane % 4;
+    CV_UNROLL
+    for (int mi = 0; mi < 4; mi++)
+        CV_UNROLL
+        for (int half = 0; half < 2; half++) {
+            int m = m0 + wm * 64 + mi * 16 + gi + half * 8;
+            if (m >= g.M) continue;
+            CV_UNROLL
+            for (int ni = 0; ni < 4; ni++)
+                CV_UNROLL
+                for (int e = 0; e < 2; e++) {
+                    int n = n0 + wn * 32 + ni * 8 + 2 * ti + e;
+                    if (n >= g.N) continue;
+                    float v = acc[mi][ni][half * 2 + e];
+                    if (g.bias) v += g.bias[n];
+                    cv_st(c, (size_t)m * g.N + n, v);
+                }
+        }
+}
+
+// Sum of the split-K partials in split order: dst[i] = sum_z part[z * n + i].
+__global__ void reduce_splits_k(float *dst, const float *part, int splits, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        float acc = 0.f;
+        for (int z = 0; z < splits; z++) acc += part[(size_t)z * n + i];
+        dst[i] = acc;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Host side.
+
+static int ceil_div(long long a, long long b) { return (int)((a + b - 1) / b); }
+static int aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
+// Split-K plan for the weight gradient. Depends only on the GEMM shape (not on the GPU), so the
+// summation order, hence every bit of the result, is the same on any device.
+typedef struct {
+    int splits, k_split;
+} SplitPlan;
+static SplitPlan split_plan(int M, int N, int K, int bm, int bn, int bk) {
+    SplitPlan sp;
+    long long tiles = (long long)ceil_div(M, bm) * ceil_div(N, bn);
+    int want = (int)((512 + tiles - 1) / tiles);  // ~4 waves of a 132-SM GPU
+    int most = K / (8 * bk);                      // keep >= 8 k-tiles per split
+    if (want > most) want = most;
+    if (want > CONV_MAX_SPLITS) want = CONV_MAX_SPLITS;
+    if (want < 1) want = 1;
+    sp.k_split = ceil_div(ceil_div(K, want), bk) * bk;
+    sp.splits = ceil_div(K, sp.k_split);
+    return sp;
+}
+
+extern "C" size_t conv2d_gpu_work_floats(const ConvShape *s) {
+    int M = s->K, N = s->R * s->S * s->C, K = s->N * s->P * s->Q;
+    if (M <= 0 || N <= 0 || K <= 0) return 0;
+    SplitPlan a = split_plan(M, N, K, GN_BM, GN_BN, GN_BK);
+    SplitPlan b = split_plan(M, N, K, TC_BM, TC_BN, TC_BK);
+    int splits = a.splits > b.splits ? a.splits : b.splits;
+    return splits > 1 ? (size_t)splits * M * N : 0;
+}
+
+// Which engine: TC when asked (or AUTO) and the shape and pointers allow it.
+static int tc_ok(int mode, const ConvShape *s, CtDtype dt, const void *p0, const void *p1) {
+    if (dt != CT_BF16 || !aligned16(p0) || !aligned16(p1)) return 0;
+    if (s->C % 8) return 0;
+    if (mode != GEMM_FWD && s->K % 8) return 0;
+    return 1;
+}
+
+
+// Runs one GEMM. dt: operand storage of A and B; TC output type given by c_f32.
+extern "C" int ct_gemm_run(int mode, GemmArgs g, CtDtype dt, int a_f32, int c_f32, int algo,
+                           float *work, float *final_out, cudaStream_t st) {
+    int use_tc = algo != CT_CONV_GENERIC && g.tc_ok;
+    if (algo == CT_CONV_TC && !use_tc) ct_die("conv: tensor-core path requested for an ineligible shape");
+    int bm = use_tc ? TC_BM : GN_BM, bn = use_tc ? TC_BN : GN_BN, bk = use_tc ? TC_BK : GN_BK;
+    int splits = 1;
+    g.k_split = g.k_end;
+    g.c_split_stride = 0;
+    if (mode == GEMM_WGRAD && !g.no_split) {
+        SplitPlan sp = split_plan(g.M, g.N, g.k_end, bm, bn, bk);
+        splits = sp.splits;
+        g.k_split = sp.k_split;
+        if (splits > 1) {
+            if (!work) ct_die("conv weight gradient: no work buffer (conv2d_gpu_work_floats)");
+            g.c = work;
+            g.c_split_stride = (size_t)g.M * g.N;
+        }
+    }
+    dim3 grid(ceil_div(g.M, bm), ceil_div(g.N, bn), splits);
+    if (grid.y > 65535 || grid.z > 65535) ct_die("conv: GEMM of %d x %d too large for the grid", g.M, g.N);
+    // The kernel is picked first, then launched once (CT_LAUNCH cannot take a template-id).
+    void (*kern)(GemmArgs) = NULL;
+    int threads = use_tc ? TC_THREADS : GN_THREADS;
+    if (use_tc) {
+        if (mode == GEMM_FWD) kern = c_f32 ? gemm_tc_k<GEMM_FWD, float> : gemm_tc_k<GEMM_FWD, uint16_t>;
+        else if (mode == GEMM_DGRAD) kern = gemm_tc_k<GEMM_DGRAD, uint16_t>;
+        else kern = gemm_tc_k<GEMM_WGRAD, float>;
+    } else if (dt == CT_F32) {
+        if (mode == GEMM_FWD) kern = gemm_generic_k<GEMM_FWD, float, float, float>;
+        else if (mode == GEMM_DGRAD) kern = gemm_generic_k<GEMM_DGRAD, float, float, float>;
+        else kern = gemm_generic_k<GEMM_WGRAD, float, float, float>;
+    } else if (mode == GEMM_FWD) {  // bf16 operands
+        kern = c_f32 ? gemm_generic_k<GEMM_FWD, uint16_t, uint16_t, float>
+                     : gemm_generic_k<GEMM_FWD, uint16_t, uint16_t, uint16_t>;
+    } else if (mode == GEMM_DGRAD) {
+        kern = a_f32 ? gemm_generic_k<GEMM_DGRAD, float, uint16_t, uint16_t>
+                     : gemm_generic_k<GEMM_DGRAD, uint16_t, uint16_t, uint16_t>;
+    } else {
+        kern = a_f32 ? gemm_generic_k<GEMM_WGRAD, float, uint16_t, float>
+                     : gemm_generic_k<GEMM_WGRAD, uint16_t, uint16_t, float>;
+    }
+    CT_LAUNCH(kern, grid, threads, 0, st, g);
+    CT_CHECK_LAUNCH(use_tc ? "conv GEMM (tensor cores)" : "conv GEMM (generic)");
+    if (splits > 1) {
+        size_t n = (size_t)g.M * g.N;
+        unsigned blocks = (unsigned)((n + 255) / 256);
+        if (blocks > 4096) blocks = 4096;
+        CT_LAUNCH(reduce_splits_k, blocks, 256, 0, st, final_out, work, splits, n);
+        CT_CHECK_LAUNCH("conv split-K reduction");
+    }
+    return use_tc ? CT_CONV_TC : CT_CONV_GENERIC;
+}
+
+static int conv_empty(const ConvShape *s) {
+    return s->N <= 0 || s->P <= 0 || s->Q <= 0 || s->K <= 0 || s->C <= 0;
+}
+
+extern "C" int conv2d_forward_gpu_ex(const ConvShape *s, void *out, const void *in, const void *w,
+                                     CtDtype dt, ct_stream_t st, int algo) {
+    if (conv_empty(s)) return CT_CONV_GENERIC;
+    GemmArgs g = {};
+    g.s = *s;
+    g.a = in;
+    g.b = w;
+    g.c = out;
+    g.M = s->N * s->P * s->Q;
+    g.N = s->K;
+    g.K = g.k_end = s->R * s->S * s->C;
+    g.tc_ok = tc_ok(GEMM_FWD, s, dt, in, w);
+    return ct_gemm_run(GEMM_FWD, g, dt, dt == CT_F32, dt == CT_F32, algo, NULL, NULL, (cudaStream_t)st);
+}
+
+extern "C" int conv2d_backward_data_gpu_ex(const ConvShape *s, void *din, const void *dout,
+                                           const void *w, CtDtype dt, ct_stream_t st, int algo) {
+    if (s->N <= 0 || s->H <= 0 || s->W <= 0 || s->C <= 0) return CT_CONV_GENERIC;
+    if (conv_empty(s)) {  // no output pixel sees the input: the gradient is zero
+        CT_CUDA_CHECK(cudaMemsetAsync(din, 0, (size_t)s->N * s->H * s->W * s->C * (dt == CT_F32 ? 4 : 2), (cudaStream_t)st));
+        return CT_CONV_GENERIC;
+    }
+    GemmArgs g = {};
+    g.s = *s;
+    g.a = dout;
+    g.b = w;
+    g.c = din;
+    g.M = s->N * s->H * s->W;
+    g.N = s->C;
+    g.K = g.k_end = s->R * s->S * s->K;
+    g.tc_ok = tc_ok(GEMM_DGRAD, s, dt, dout, w);
+    return ct_gemm_run(GEMM_DGRAD, g, dt, dt == CT_F32, dt == CT_F32, algo, NULL, NULL, (cudaStream_t)st);
+}
+
+extern "C" int conv2d_backward_weight_gpu_ex(const ConvShape *s, float *dw, const void *dout,
+                                             const void *in, float *work, CtDtype dt, ct_stream_t st,
+                                             int algo) {
+    if (s->K <= 0 || s->C <= 0 || s->R <= 0 || s->S <= 0) return CT_CONV_GENERIC;
+    if (conv_empty(s)) {
+        CT_CUDA_CHECK(cudaMemsetAsync(dw, 0, (size_t)s->K * s->R * s->S * s->C * 4, (cudaStream_t)st));
+        return CT_CONV_GENERIC;
+    }
+    GemmArgs g = {};
+    g.s = *s;
+    g.a = dout;
+    g.b = in;
+    g.c = dw;
+    g.M = s->K;
+    g.N = s->R * s->S * s->C;
+    g.K = g.k_end = s->N * s->P * s->Q;
+    g.tc_ok = tc_ok(GEMM_WGRAD, s, dt, dout, in);
+    return ct_gemm_run(GEMM_WGRAD, g, dt, dt == CT_F32, 1, algo, work, dw, (cudaStream_t)st);
+}
+
+extern "C" void conv2d_forward_gpu(const ConvShape *s, void *out, const void *in, const void *w,
+                                   CtDtype dt, ct_stream_t st) {
+    conv2d_forward_gpu_ex(s, out, in, w, dt, st, CT_CONV_AUTO);
+}
+extern "C" void conv2d_backward_data_gpu(const ConvShape *s, void *din, const void *dout, const void *w,
+                                         CtDtype dt, ct_stream_t st) {
+    conv2d_backward_data_gpu_ex(s, din, dout, w, dt, st, CT_CONV_AUTO);
+}
+extern "C" void conv2d_backward_weight_gpu(const ConvShape *s, float *dw, const void *dout, const void *in,
+                                           float *work, CtDtype dt, ct_stream_t st) {
+    conv2d_backward_weight_gpu_ex(s, dw, dout, in, work, dt, st, CT_CONV_AUTO);
+}

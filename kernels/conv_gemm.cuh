@@ -1,0 +1,30 @@
+// Internal interface between kernels/conv.cu and kernels/linear.cu: the implicit-GEMM engine.
+// Not part of the C API (kernels/kernels.h).
+#pragma once
+#include <stddef.h>
+
+#include "kernels/kernels.h"
+
+enum { GEMM_FWD = 0, GEMM_DGRAD = 1, GEMM_WGRAD = 2 };
+#define CONV_MAX_SPLITS 64
+
+// C[M,N] = sum_{k < K} A[M,k] B[k,N], operands gathered from the tensors of convolution `s`
+// according to the mode (see conv.cu). A linear layer is the 1x1 convolution of a 1x1 image.
+typedef struct {
+    ConvShape s;
+    const void *a, *b;      // FWD: in, w; DGRAD: dout, w; WGRAD: dout, in
+    void *c;                // FWD: out; DGRAD: din; WGRAD: dw (fp32)
+    const float *bias;      // added to every row of C (linear forward), or NULL
+    int M, N, K;            // GEMM sizes
+    int k_end;              // == K (the reduction runs over [0, k_end))
+    int k_split;            // reduction length per blockIdx.z (set by ct_gemm_run)
+    size_t c_split_stride;  // elements between split partial buffers (set by ct_gemm_run)
+    int tc_ok;              // the tensor-core engine may run this GEMM
+    int no_split;           // WGRAD: one pass over the whole reduction (no work buffer)
+} GemmArgs;
+
+// Runs the GEMM on stream st with the engine `algo` allows (CtConvAlgo); returns the engine used.
+// dt: storage of the operands; a_f32: A is fp32 whatever dt (linear's dout); c_f32: C is fp32.
+// WGRAD with several splits writes partials into work, then sums them into final_out.
+extern "C" int ct_gemm_run(int mode, GemmArgs g, CtDtype dt, int a_f32, int c_f32, int algo, float *work,
+                           float *final_out, cudaStream_t st);

@@ -1,0 +1,309 @@
+// GPU convolution and linear kernels (kernels/conv.cu, kernels/linear.cu) under emulation,
+// against the CPU reference layers (nn/layers.h):
+//   - every engine (generic fp32, generic bf16, tensor-core bf16) on fixed and randomly drawn small
+//     shapes: odd sizes, stride 2 and 3, 1x1, 5x5, 7x7 stems, channels not a multiple of 8, batch 1;
+//   - bf16 runs take bf16-rounded inputs and the CPU reference sees the same rounded values, so
+//     an fp32 output (weight gradient, linear logits) may differ only by summation order (1e-5)
+//     and a bf16 output by its own rounding (1e-2);
+//   - outputs are poisoned with NaN before each call (an element left unwritten fails), and every
+//     call runs twice: the two results must be bit-identical.
+// Shapes stay small: the emulator runs one host thread per CUDA thread.
+#include <string.h>
+
+#include "kernels/kernels.h"
+#include "nn/layers.h"
+#include "tests/test.h"
+#include "util/common.h"
+#include "util/rng.h"
+
+static uint16_t f2bf(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+static float bf2f(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static size_t esize(CtDtype dt) { return dt == CT_BF16 ? 2 : 4; }
+
+static float *host_random(size_t n, uint64_t key, CtDtype dt) {
+    float *h = (float *)ct_alloc(n * sizeof(float) + 4);
+    Rng r = rng_make(20261122, key, n);
+    for (size_t i = 0; i < n; i++) {
+        h[i] = 2.0f * rng_uniform(&r) - 1.0f;
+        if (dt == CT_BF16) h[i] = bf2f(f2bf(h[i]));  // the reference sees what the GPU sees
+    }
+    return h;
+}
+static void *dev_upload(const float *h, size_t n, CtDtype dt) {
+    void *d = NULL;
+    if (cudaMalloc(&d, n * esize(dt) + 16) != cudaSuccess) ct_die("cudaMalloc");
+    if (dt == CT_BF16) {
+        uint16_t *t = (uint16_t *)ct_alloc(n * 2 + 2);
+        for (size_t i = 0; i < n; i++) t[i] = f2bf(h[i]);
+        cudaMemcpy(d, t, n * 2, cudaMemcpyHostToDevice);
+        free(t);
+    } else {
+        cudaMemcpy(d, h, n * 4, cudaMemcpyHostToDevice);
+    }
+    return d;
+}
+static void *dev_alloc_poisoned(size_t bytes) {
+    void *d = NULL;
+    if (cudaMalloc(&d, bytes + 16) != cudaSuccess) ct_die("cudaMalloc");
+    cudaMemset(d, 0xff, bytes + 16);  // NaN in fp32 and in bf16
+    return d;
+}
+static void poison(void *d, size_t bytes) { cudaMemset(d, 0xff, bytes); }
+static void dev_download(float *h, const void *d, size_t n, CtDtype dt) {
+    if (dt == CT_BF16) {
+        uint16_t *t = (uint16_t *)ct_alloc(n * 2 + 2);
+        cudaMemcpy(t, d, n * 2, cudaMemcpyDeviceToHost);
+        for (size_t i = 0; i < n; i++) h[i] = bf2f(t[i]);
+        free(t);
+    } else {
+        cudaMemcpy(h, d, n * 4, cudaMemcpyDeviceToHost);
+    }
+}
+static int dev_equal(const void *a, const void *b, size_t bytes) {
+    unsigned char *x = (unsigned char *)ct_alloc(bytes + 1), *y = (unsigned char *)ct_alloc(bytes + 1);
+    cudaMemcpy(x, a, bytes, cudaMemcpyDeviceToHost);
+    cudaMemcpy(y, b, bytes, cudaMemcpyDeviceToHost);
+    int eq = memcmp(x, y, bytes) == 0;
+    free(x);
+    free(y);
+    return eq;
+}
+
+// Worst error seen per (kernel, engine) for the report at the end.
+enum { K_FWD, K_DGRAD, K_WGRAD, K_LIN_FWD, K_LIN_DIN, K_LIN_DW, K_LIN_DB, NKERN };
+static const char *kname[NKERN] = {"conv fwd", "conv dgrad", "conv wgrad", "linear fwd",
+                                   "linear din", "linear dw", "linear db"};
+enum { E_F32, E_BF16, E_TC, NENG };
+static const char *ename[NENG] = {"generic fp32", "generic bf16", "tensor-core bf16"};
+static double worst[NKERN][NENG];
+static int runs[NKERN][NENG];
+
+static void record(int k, int e, double err, double tol, const char *what) {
+    runs[k][e]++;
+    if (!(err <= worst[k][e])) worst[k][e] = err;
+    CHECK(err <= tol, "%s %s %s: rel err %.3g > %.1g", kname[k], ename[e], what, err, tol);
+}
+
+static cudaStream_t stream;
+
+static void sync(void) {
+    cudaError_t e = cudaStreamSynchronize(stream);
+    if (e != cudaSuccess) ct_die("cuda: %s", cudaGetErrorString(e));
+}
+
+static void test_conv(int N, int H, int W, int C, int K, int R, int S, int stride, int pad) {
+    ConvShape s = conv_shape(N, H, W, C, K, R, S, stride, pad);
+    char what[128];
+    snprintf(what, sizeof what, "N%d H%d W%d C%d K%d %dx%d/%d pad %d", N, H, W, C, K, R, S, stride, pad);
+    size_t nin = (size_t)N * H * W * C, nout = (size_t)N * s.P * s.Q * K, nw = (size_t)K * R * S * C;
+    size_t nwork = conv2d_gpu_work_floats(&s);
+    float *work = nwork ? (float *)dev_alloc_poisoned(nwork * 4) : NULL;
+    float *ref = (float *)ct_alloc((nin > nout ? nin : nout) * 4 + (nw + 1) * 4);
+    float *got = (float *)ct_alloc((nin > nout ? nin : nout) * 4 + (nw + 1) * 4);
+    for (int dti = 0; dti < 2; dti++) {
+        CtDtype dt = dti ? CT_BF16 : CT_F32;
+        uint64_t key = ((uint64_t)N * 131 + H) * 131 + W;
+        key = ((key * 131 + C) * 131 + K) * 131 + R * 17 + S * 5 + stride;
+        float *in = host_random(nin, key * 4 + 0, dt);
+        float *w = host_random(nw, key * 4 + 1, dt);
+        float *dout = host_random(nout, key * 4 + 2, dt);
+        void *d_in = dev_upload(in, nin, dt), *d_w = dev_upload(w, nw, dt), *d_dout = dev_upload(dout, nout, dt);
+        void *o1 = dev_alloc_poisoned(nout * esize(dt)), *o2 = dev_alloc_poisoned(nout * esize(dt));
+        void *di1 = dev_alloc_poisoned(nin * esize(dt)), *di2 = dev_alloc_poisoned(nin * esize(dt));
+        float *dw1 = (float *)dev_alloc_poisoned(nw * 4), *dw2 = (float *)dev_alloc_poisoned(nw * 4);
+        int tc_fwd = dt == CT_BF16 && C % 8 == 0, tc_bwd = tc_fwd && K % 8 == 0;
+        for (int algo = CT_CONV_GENERIC; algo <= CT_CONV_TC; algo++) {
+            if (algo == CT_CONV_TC && !tc_fwd) continue;
+            int e = algo == CT_CONV_TC ? E_TC : dt == CT_BF16 ? E_BF16 : E_F32;
+            double tol_act = dt == CT_BF16 ? 1e-2 : 1e-5;
+
+            // Forward.
+            int used = 0;
+            for (int rep = 0; rep < 2; rep++)
+                used = conv2d_forward_gpu_ex(&s, rep ? o2 : o1, d_in, d_w, dt, stream, algo);
+            sync();
+            CHECK(used == algo, "fwd %s: engine %d ran, %d asked", what, used, algo);
+            conv2d_forward(&s, ref, in, w);
+            dev_download(got, o1, nout, dt);
+            record(K_FWD, e, rel_err_norm(got, ref, nout), tol_act, what);
+            CHECK(dev_equal(o1, o2, nout * esize(dt)), "fwd %s %s: reruns differ", ename[e], what);
+
+            // Data and weight gradients (the tensor-core engine needs K % 8 == 0 for both).
+            if (algo == CT_CONV_TC && !tc_bwd) continue;
+            for (int rep = 0; rep < 2; rep++)
+                used = conv2d_backward_data_gpu_ex(&s, rep ? di2 : di1, d_dout, d_w, dt, stream, algo);
+            sync();
+            CHECK(used == algo, "dgrad %s: engine %d ran, %d asked", what, used, algo);
+            conv2d_backward_data(&s, ref, dout, w);
+            dev_download(got, di1, nin, dt);
+            record(K_DGRAD, e, rel_err_norm(got, ref, nin), tol_act, what);
+            CHECK(dev_equal(di1, di2, nin * esize(dt)), "dgrad %s %s: reruns differ", ename[e], what);
+
+            for (int rep = 0; rep < 2; rep++) {
+                if (work) poison(work, nwork * 4);
+                used = conv2d_backward_weight_gpu_ex(&s, rep ? dw2 : dw1, d_dout, d_in, work, dt, stream, algo);
+            }
+            sync();
+            CHECK(used == algo, "wgrad %s: engine %d ran, %d asked", what, used, algo);
+            conv2d_backward_weight(&s, ref, dout, in);
+            dev_download(got, dw1, nw, CT_F32);
+            // fp32 output from exactly representable products: only the summation order differs.
+            record(K_WGRAD, e, rel_err_norm(got, ref, nw), 1e-5, what);
+            CHECK(dev_equal(dw1, dw2, nw * 4), "wgrad %s %s: reruns differ", ename[e], what);
+            poison(o1, nout * esize(dt));
+            poison(o2, nout * esize(dt));
+            poison(di1, nin * esize(dt));
+            poison(di2, nin * esize(dt));
+            poison(dw1, nw * 4);
+            poison(dw2, nw * 4);
+        }
+        cudaFree(d_in);
+        cudaFree(d_w);
+        cudaFree(d_dout);
+        cudaFree(o1);
+        cudaFree(o2);
+        cudaFree(di1);
+        cudaFree(di2);
+        cudaFree(dw1);
+        cudaFree(dw2);
+        free(in);
+        free(w);
+        free(dout);
+    }
+    if (work) cudaFree(work);
+    free(ref);
+    free(got);
+}
+
+static void test_linear(int N, int I, int O, int bias) {
+    char what[96];
+    snprintf(what, sizeof what, "N%d I%d O%d%s", N, I, O, bias ? " +bias" : "");
+    size_t nin = (size_t)N * I, nout = (size_t)N * O, nw = (size_t)O * I;
+    for (int dti = 0; dti < 2; dti++) {
+        CtDtype dt = dti ? CT_BF16 : CT_F32;
+        uint64_t key = 7000000 + (uint64_t)N * 10007 + I * 101 + O;
+        float *in = host_random(nin, key * 4, dt), *w = host_random(nw, key * 4 + 1, dt);
+        float *b = host_random(O, key * 4 + 2, CT_F32), *dout = host_random(nout, key * 4 + 3, CT_F32);
+        void *d_in = dev_upload(in, nin, dt), *d_w = dev_upload(w, nw, dt);
+        float *d_b = (float *)dev_upload(b, O, CT_F32), *d_dout = (float *)dev_upload(dout, nout, CT_F32);
+        float *o1 = (float *)dev_alloc_poisoned(nout * 4), *o2 = (float *)dev_alloc_poisoned(nout * 4);
+        void *di1 = dev_alloc_poisoned(nin * esize(dt)), *di2 = dev_alloc_poisoned(nin * esize(dt));
+        float *dw1 = (float *)dev_alloc_poisoned(nw * 4), *dw2 = (float *)dev_alloc_poisoned(nw * 4);
+        float *db1 = (float *)dev_alloc_poisoned(O * 4), *db2 = (float *)dev_alloc_poisoned(O * 4);
+        size_t big = nin > nw ? nin : nw;
+        if (nout > big) big = nout;
+        float *ref = (float *)ct_alloc(big * 4 + 4), *ref2 = (float *)ct_alloc(big * 4 + 4);
+        float *ref3 = (float *)ct_alloc(O * 4 + 4), *got = (float *)ct_alloc(big * 4 + 4);
+
+        for (int algo = CT_CONV_GENERIC; algo <= CT_CONV_TC; algo++) {
+            if (algo == CT_CONV_TC && !(dt == CT_BF16 && I % 8 == 0)) continue;
+            int e = algo == CT_CONV_TC ? E_TC : dt == CT_BF16 ? E_BF16 : E_F32;
+            int used = 0;
+            for (int rep = 0; rep < 2; rep++)
+                used = linear_forward_gpu_ex(rep ? o2 : o1, d_in, d_w, bias ? d_b : NULL, N, I, O, dt, stream, algo);
+            sync();
+            CHECK(used == algo, "linear fwd %s: engine %d ran, %d asked", what, used, algo);
+            linear_forward(ref, in, w, bias ? b : NULL, N, I, O);
+            dev_download(got, o1, nout, CT_F32);
+            record(K_LIN_FWD, e, rel_err_norm(got, ref, nout), 1e-5, what);
+            CHECK(dev_equal(o1, o2, nout * 4), "linear fwd %s: reruns differ", what);
+            poison(o1, nout * 4);
+        }
+        // Backward (the generic engine: dout is fp32).
+        int e = dt == CT_BF16 ? E_BF16 : E_F32;
+        for (int rep = 0; rep < 2; rep++)
+            linear_backward_gpu(rep ? di2 : di1, rep ? dw2 : dw1, bias ? (rep ? db2 : db1) : NULL, d_dout, d_in, d_w,
+                                N, I, O, dt, stream);
+        sync();
+        linear_backward(ref, ref2, bias ? ref3 : NULL, dout, in, w, N, I, O);
+        dev_download(got, di1, nin, dt);
+        record(K_LIN_DIN, e, rel_err_norm(got, ref, nin), dt == CT_BF16 ? 1e-2 : 1e-5, what);
+        dev_download(got, dw1, nw, CT_F32);
+        record(K_LIN_DW, e, rel_err_norm(got, ref2, nw), 1e-5, what);
+        CHECK(dev_equal(di1, di2, nin * esize(dt)) && dev_equal(dw1, dw2, nw * 4), "linear bwd %s: reruns differ",
+              what);
+        if (bias) {
+            dev_download(got, db1, O, CT_F32);
+            record(K_LIN_DB, e, rel_err_norm(got, ref3, O), 1e-5, what);
+            CHECK(dev_equal(db1, db2, O * 4), "linear db %s: reruns differ", what);
+        }
+        // din = NULL is allowed (the first layer's input needs no gradient).
+        poison(dw1, nw * 4);
+        linear_backward_gpu(NULL, dw1, NULL, d_dout, d_in, d_w, N, I, O, dt, stream);
+        sync();
+        CHECK(dev_equal(dw1, dw2, nw * 4), "linear bwd %s without din: dw differs", what);
+
+        void *ptrs[] = {d_in, d_w, d_b, d_dout, o1, o2, di1, di2, dw1, dw2, db1, db2};
+        for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++) cudaFree(ptrs[i]);
+        free(in);
+        free(w);
+        free(b);
+        free(dout);
+        free(ref);
+        free(ref2);
+        free(ref3);
+        free(got);
+    }
+}
+
+int main(void) {
+    if (cudaStreamCreate(&stream) != cudaSuccess) ct_die("cudaStreamCreate");
+    // N, H, W, C, K, R, S, stride, pad
+    static const int fixed[][9] = {
+        {1, 5, 5, 3, 4, 3, 3, 1, 1},     // batch 1, 3 channels
+        {2, 7, 6, 5, 7, 3, 3, 2, 1},     // odd sizes, stride 2, non-square
+        {2, 6, 6, 6, 5, 1, 1, 1, 0},     // 1x1
+        {2, 7, 7, 6, 10, 1, 1, 2, 0},    // 1x1 stride 2 (projection shortcut)
+        {1, 13, 11, 3, 8, 7, 7, 2, 3},   // 7x7/2 stem
+        {2, 4, 4, 8, 8, 5, 5, 2, 2},     // 5x5
+        {2, 8, 8, 16, 16, 3, 3, 1, 1},   // tensor cores: 3x3
+        {2, 9, 9, 16, 32, 3, 3, 2, 1},   // tensor cores: 3x3/2, odd input
+        {1, 6, 5, 24, 8, 1, 1, 1, 0},    // tensor cores: 1x1, C = 24 (k chunks straddle taps)
+        {2, 7, 7, 16, 24, 1, 1, 2, 0},   // tensor cores: 1x1/2
+        {2, 10, 10, 16, 72, 3, 3, 1, 1}, // tensor cores: several tiles in M and N
+        {2, 16, 16, 8, 16, 3, 3, 1, 1},  // N*P*Q = 512: split weight gradient on both engines
+        {3, 5, 7, 32, 24, 3, 3, 1, 0},   // pad 0
+        {1, 11, 11, 8, 8, 7, 7, 2, 3},   // tensor cores: 7x7/2 stem with C padded to 8
+        {1, 1, 1, 16, 16, 3, 3, 1, 1},   // 1x1 image, 3x3 kernel: mostly padding
+    };
+    for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++) {
+        const int *f = fixed[i];
+        test_conv(f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8]);
+    }
+    // Random shapes; every other one with C and K multiples of 8 for the tensor cores.
+    Rng r = rng_make(5, 0, 0);
+    for (int i = 0; i < 10; i++) {
+        int R = 1 + 2 * (int)rng_below(&r, 3), S = i % 3 ? R : 1 + 2 * (int)rng_below(&r, 3);
+        int stride = 1 + (int)rng_below(&r, 3), pad = (int)rng_below(&r, (R > S ? R : S) / 2 + 1);
+        int N = 1 + (int)rng_below(&r, 3);
+        int H = R + (int)rng_below(&r, 8), W = S + (int)rng_below(&r, 8);
+        int C = 1 + (int)rng_below(&r, 20), K = 1 + (int)rng_below(&r, 20);
+        if (i % 2) {
+            C = 8 * (1 + (int)rng_below(&r, 3));
+            K = 8 * (1 + (int)rng_below(&r, 3));
+        }
+        test_conv(N, H, W, C, K, R, S, stride, pad);
+    }
+    test_linear(1, 5, 3, 1);
+    test_linear(4, 16, 10, 1);
+    test_linear(3, 24, 70, 0);
+    test_linear(5, 33, 7, 1);
+    test_linear(2, 64, 130, 1);
+
+    printf("%-12s %-18s %5s %12s\n", "kernel", "engine", "runs", "worst err");
+    for (int k = 0; k < NKERN; k++)
+        for (int e = 0; e < NENG; e++)
+            if (runs[k][e]) printf("%-12s %-18s %5d %12.3g\n", kname[k], ename[e], runs[k][e], worst[k][e]);
+    cudaStreamDestroy(stream);
+    return test_summary("emu_conv");
+}

@@ -1,0 +1,174 @@
+// GPU benchmark of the convolution engines on ResNet-50 layer shapes: the generic implicit GEMM
+// (fp32 and bf16) and the bf16 tensor-core engine, side by side, in ms and TFLOP/s, plus the
+// relative difference of the tensor-core result to the generic bf16 one (a correctness check on
+// real hardware, where the emulated tests cannot go). Needs a GPU; build and run with
+//   tools/bench_gpu.sh [batch] [iters]
+// (build.sh does not build .cu tools).
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime.h>
+
+#include "kernels/kernels.h"
+#include "nn/layers.h"
+#include "util/common.h"
+
+#define CK(x)                                                                                   \
+    do {                                                                                        \
+        cudaError_t e_ = (x);                                                                   \
+        if (e_ != cudaSuccess) ct_die("%s:%d: %s: %s", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+    } while (0)
+
+// The conv shapes of a torchvision ResNet-50 at 224x224 (v1.5: stride on the 3x3).
+typedef struct {
+    const char *name;
+    int H, C, K, R, stride;
+} Layer;
+static const Layer layers[] = {
+    {"stem 7x7/2", 224, 3, 64, 7, 2},     {"l1 1x1 64-64", 56, 64, 64, 1, 1},
+    {"l1 3x3 64-64", 56, 64, 64, 3, 1},   {"l1 1x1 64-256", 56, 64, 256, 1, 1},
+    {"l1 1x1 256-64", 56, 256, 64, 1, 1}, {"l2 3x3/2 128", 56, 128, 128, 3, 2},
+    {"l2 3x3 128", 28, 128, 128, 3, 1},   {"l2 1x1 512-128", 28, 512, 128, 1, 1},
+    {"l2 ds 1x1/2", 56, 256, 512, 1, 2},  {"l3 3x3 256", 14, 256, 256, 3, 1},
+    {"l3 1x1 1024-256", 14, 1024, 256, 1, 1}, {"l3 1x1 256-1024", 14, 256, 1024, 1, 1},
+    {"l4 3x3 512", 7, 512, 512, 3, 1},    {"l4 1x1 2048-512", 7, 2048, 512, 1, 1},
+};
+
+static void fill(void *d, size_t n, CtDtype dt, unsigned seed) {
+    size_t es = dt == CT_BF16 ? 2 : 4;
+    unsigned char *h = (unsigned char *)malloc(n * es);
+    unsigned x = seed * 2654435761u + 1;
+    for (size_t i = 0; i < n; i++) {
+        x = x * 1664525u + 1013904223u;
+        float f = ((x >> 8) * (1.0f / 16777216.0f)) * 2.f - 1.f;
+        if (dt == CT_BF16) {
+            uint32_t u;
+            memcpy(&u, &f, 4);
+            uint16_t b = (uint16_t)(u >> 16);
+            memcpy(h + 2 * i, &b, 2);
+        } else {
+            memcpy(h + 4 * i, &f, 4);
+        }
+    }
+    CK(cudaMemcpy(d, h, n * es, cudaMemcpyHostToDevice));
+    free(h);
+}
+
+static double rel_diff(const void *a, const void *b, size_t n, int bf16) {
+    size_t es = bf16 ? 2 : 4;
+    unsigned char *x = (unsigned char *)malloc(n * es), *y = (unsigned char *)malloc(n * es);
+    CK(cudaMemcpy(x, a, n * es, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(y, b, n * es, cudaMemcpyDeviceToHost));
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        float u, v;
+        if (bf16) {
+            uint32_t p = (uint32_t)((uint16_t *)x)[i] << 16, q = (uint32_t)((uint16_t *)y)[i] << 16;
+            memcpy(&u, &p, 4);
+            memcpy(&v, &q, 4);
+        } else {
+            u = ((float *)x)[i];
+            v = ((float *)y)[i];
+        }
+        num += (double)(u - v) * (u - v);
+        den += (double)v * v;
+    }
+    free(x);
+    free(y);
+    return sqrt(num / (den > 0 ? den : 1));
+}
+
+int main(int argc, char **argv) {
+    int B = argc > 1 ? atoi(argv[1]) : 64, iters = argc > 2 ? atoi(argv[2]) : 10;
+    cudaStream_t st;
+    CK(cudaStreamCreate(&st));
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    cudaDeviceProp prop;
+    CK(cudaGetDeviceProperties(&prop, 0));
+    printf("device %s, batch %d, %d iterations per timing\n", prop.name, B, iters);
+    printf("%-18s %-6s %9s %9s %9s %9s %9s %9s %10s\n", "layer", "pass", "f32 ms", "f32 TF/s", "bf16 ms",
+           "bf16 TF/s", "tc ms", "tc TF/s", "tc-vs-bf16");
+    double tot[3] = {0, 0, 0};
+    for (size_t li = 0; li < sizeof layers / sizeof layers[0]; li++) {
+        const Layer *L = &layers[li];
+        ConvShape s = {B, L->H, L->H, L->C, L->K, L->R, L->R, L->stride, L->R / 2, 0, 0};
+        s.P = s.Q = (L->H + 2 * s.pad - L->R) / L->stride + 1;
+        size_t nin = (size_t)B * L->H * L->H * L->C, nout = (size_t)B * s.P * s.Q * L->K;
+        size_t nw = (size_t)L->K * L->R * L->R * L->C;
+        double flops = 2.0 * nout * L->R * L->R * L->C;
+        void *in[2], *w[2], *dout[2], *out[3], *din[3];
+        float *dw[3], *work = NULL;
+        size_t nwork = conv2d_gpu_work_floats(&s);
+        if (nwork) CK(cudaMalloc(&work, nwork * 4));
+        for (int d = 0; d < 2; d++) {
+            CtDtype dt = d ? CT_BF16 : CT_F32;
+            size_t es = d ? 2 : 4;
+            CK(cudaMalloc(&in[d], nin * es));
+            CK(cudaMalloc(&w[d], nw * es));
+            CK(cudaMalloc(&dout[d], nout * es));
+            fill(in[d], nin, dt, 1);
+            fill(w[d], nw, dt, 2);
+            fill(dout[d], nout, dt, 3);
+        }
+        for (int v = 0; v < 3; v++) {
+            size_t es = v ? 2 : 4;
+            CK(cudaMalloc(&out[v], nout * es));
+            CK(cudaMalloc(&din[v], nin * es));
+            CK(cudaMalloc(&dw[v], nw * 4));
+        }
+        for (int pass = 0; pass < 3; pass++) {
+            double ms[3] = {-1, -1, -1};
+            for (int v = 0; v < 3; v++) {  // 0: generic fp32, 1: generic bf16, 2: tensor cores
+                int d = v ? 1 : 0, algo = v == 2 ? CT_CONV_TC : CT_CONV_GENERIC;
+                CtDtype dt = d ? CT_BF16 : CT_F32;
+                int ok = v < 2 || (L->C % 8 == 0 && (pass == 0 || L->K % 8 == 0));
+                if (!ok) continue;
+                for (int it = -1; it < iters; it++) {
+                    if (it == 0) CK(cudaEventRecord(e0, st));
+                    if (pass == 0) conv2d_forward_gpu_ex(&s, out[v], in[d], w[d], dt, st, algo);
+                    else if (pass == 1) conv2d_backward_data_gpu_ex(&s, din[v], dout[d], w[d], dt, st, algo);
+                    else conv2d_backward_weight_gpu_ex(&s, dw[v], dout[d], in[d], work, dt, st, algo);
+                }
+                CK(cudaEventRecord(e1, st));
+                CK(cudaEventSynchronize(e1));
+                float t;
+                CK(cudaEventElapsedTime(&t, e0, e1));
+                ms[v] = t / iters;
+                tot[v] += ms[v];
+            }
+            double diff = -1;
+            if (ms[2] >= 0) {
+                if (pass == 0) diff = rel_diff(out[2], out[1], nout, 1);
+                else if (pass == 1) diff = rel_diff(din[2], din[1], nin, 1);
+                else diff = rel_diff(dw[2], dw[1], nw, 0);
+            }
+            static const char *pn[3] = {"fwd", "dgrad", "wgrad"};
+            printf("%-18s %-6s", L->name, pn[pass]);
+            for (int v = 0; v < 3; v++) {
+                if (ms[v] < 0) printf(" %9s %9s", "-", "-");
+                else printf(" %9.3f %9.1f", ms[v], flops / (ms[v] * 1e-3) / 1e12);
+            }
+            if (diff >= 0) printf(" %10.2e\n", diff);
+            else printf(" %10s\n", "-");
+        }
+        for (int d = 0; d < 2; d++) {
+            cudaFree(in[d]);
+            cudaFree(w[d]);
+            cudaFree(dout[d]);
+        }
+        for (int v = 0; v < 3; v++) {
+            cudaFree(out[v]);
+            cudaFree(din[v]);
+            cudaFree(dw[v]);
+        }
+        if (work) cudaFree(work);
+    }
+    CK(cudaGetLastError());
+    printf("sum of the timed passes (ms, tc where eligible else '-'): f32 %.2f  bf16 %.2f  tc %.2f\n", tot[0], tot[1],
+           tot[2]);
+    return 0;
+}

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Builds and runs the GPU convolution benchmark (tools/bench_conv.cu) on a machine with a GPU.
+#   tools/bench_gpu.sh [batch] [iterations]      (defaults 64 10)
+# Needs only nvcc and gcc: the conv kernels and util/common.c are compiled here, nothing else.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
+ARCH=${CUDA_ARCH:-90}
+OUT=${BENCH_DIR:-build/bench-gpu}
+mkdir -p "$OUT"
+gcc -std=c11 -O2 -D_GNU_SOURCE -I. -c util/common.c -o "$OUT/common.o"
+"$NVCC" -std=c++17 -O3 -lineinfo -I. -DCTRAIN_CUDA -gencode arch=compute_$ARCH,code=sm_$ARCH \
+  -o "$OUT/bench_conv" tools/bench_conv.cu kernels/conv.cu kernels/linear.cu "$OUT/common.o"
+"$OUT/bench_conv" "${1:-64}" "${2:-10}"
