@@ -90,6 +90,7 @@ static int runs[NKERN][NENG];
 
 static void record(int k, int e, double err, double tol, const char *what) {
     runs[k][e]++;
+    printf("  %-10s %-16s %-36s %.3g\n", kname[k], ename[e], what, err);
     if (!(err <= worst[k][e])) worst[k][e] = err;
     CHECK(err <= tol, "%s %s %s: rel err %.3g > %.1g", kname[k], ename[e], what, err, tol);
 }
@@ -101,12 +102,15 @@ static void sync(void) {
     if (e != cudaSuccess) ct_die("cuda: %s", cudaGetErrorString(e));
 }
 
-static void test_conv(int N, int H, int W, int C, int K, int R, int S, int stride, int pad) {
+// rerun: run forward and data gradient twice and compare the bits (the weight gradient, whose
+// reduction crosses blocks, always runs twice).
+static void test_conv(int N, int H, int W, int C, int K, int R, int S, int stride, int pad, int rerun) {
     ConvShape s = conv_shape(N, H, W, C, K, R, S, stride, pad);
     char what[128];
     snprintf(what, sizeof what, "N%d H%d W%d C%d K%d %dx%d/%d pad %d", N, H, W, C, K, R, S, stride, pad);
     size_t nin = (size_t)N * H * W * C, nout = (size_t)N * s.P * s.Q * K, nw = (size_t)K * R * S * C;
     size_t nwork = conv2d_gpu_work_floats(&s);
+    double t0 = ct_now();
     float *work = nwork ? (float *)dev_alloc_poisoned(nwork * 4) : NULL;
     float *ref = (float *)ct_alloc((nin > nout ? nin : nout) * 4 + (nw + 1) * 4);
     float *got = (float *)ct_alloc((nin > nout ? nin : nout) * 4 + (nw + 1) * 4);
@@ -129,25 +133,25 @@ static void test_conv(int N, int H, int W, int C, int K, int R, int S, int strid
 
             // Forward.
             int used = 0;
-            for (int rep = 0; rep < 2; rep++)
+            for (int rep = 0; rep < 1 + rerun; rep++)
                 used = conv2d_forward_gpu_ex(&s, rep ? o2 : o1, d_in, d_w, dt, stream, algo);
             sync();
             CHECK(used == algo, "fwd %s: engine %d ran, %d asked", what, used, algo);
             conv2d_forward(&s, ref, in, w);
             dev_download(got, o1, nout, dt);
             record(K_FWD, e, rel_err_norm(got, ref, nout), tol_act, what);
-            CHECK(dev_equal(o1, o2, nout * esize(dt)), "fwd %s %s: reruns differ", ename[e], what);
+            if (rerun) CHECK(dev_equal(o1, o2, nout * esize(dt)), "fwd %s %s: reruns differ", ename[e], what);
 
             // Data and weight gradients (the tensor-core engine needs K % 8 == 0 for both).
             if (algo == CT_CONV_TC && !tc_bwd) continue;
-            for (int rep = 0; rep < 2; rep++)
+            for (int rep = 0; rep < 1 + rerun; rep++)
                 used = conv2d_backward_data_gpu_ex(&s, rep ? di2 : di1, d_dout, d_w, dt, stream, algo);
             sync();
             CHECK(used == algo, "dgrad %s: engine %d ran, %d asked", what, used, algo);
             conv2d_backward_data(&s, ref, dout, w);
             dev_download(got, di1, nin, dt);
             record(K_DGRAD, e, rel_err_norm(got, ref, nin), tol_act, what);
-            CHECK(dev_equal(di1, di2, nin * esize(dt)), "dgrad %s %s: reruns differ", ename[e], what);
+            if (rerun) CHECK(dev_equal(di1, di2, nin * esize(dt)), "dgrad %s %s: reruns differ", ename[e], what);
 
             for (int rep = 0; rep < 2; rep++) {
                 if (work) poison(work, nwork * 4);
@@ -183,6 +187,7 @@ static void test_conv(int N, int H, int W, int C, int K, int R, int S, int strid
     if (work) cudaFree(work);
     free(ref);
     free(got);
+    printf("%s: split work %zu floats, %.2f s\n", what, nwork, ct_now() - t0);
 }
 
 static void test_linear(int N, int I, int O, int bias) {
@@ -270,29 +275,29 @@ int main(void) {
         {2, 9, 9, 16, 32, 3, 3, 2, 1},   // tensor cores: 3x3/2, odd input
         {1, 6, 5, 24, 8, 1, 1, 1, 0},    // tensor cores: 1x1, C = 24 (k chunks straddle taps)
         {2, 7, 7, 16, 24, 1, 1, 2, 0},   // tensor cores: 1x1/2
-        {2, 10, 10, 16, 72, 3, 3, 1, 1}, // tensor cores: several tiles in M and N
-        {2, 16, 16, 8, 16, 3, 3, 1, 1},  // N*P*Q = 512: split weight gradient on both engines
+        {2, 9, 9, 16, 72, 1, 1, 1, 0},   // tensor cores: several tiles in M and N
+        {2, 16, 16, 8, 8, 3, 3, 1, 1},   // N*P*Q = 512: split weight gradient on both engines
         {3, 5, 7, 32, 24, 3, 3, 1, 0},   // pad 0
         {1, 11, 11, 8, 8, 7, 7, 2, 3},   // tensor cores: 7x7/2 stem with C padded to 8
         {1, 1, 1, 16, 16, 3, 3, 1, 1},   // 1x1 image, 3x3 kernel: mostly padding
     };
     for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++) {
         const int *f = fixed[i];
-        test_conv(f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8]);
+        test_conv(f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8], i % 3 == 0 || i == 11);
     }
     // Random shapes; every other one with C and K multiples of 8 for the tensor cores.
     Rng r = rng_make(5, 0, 0);
-    for (int i = 0; i < 10; i++) {
+    for (int i = 0; i < 8; i++) {
         int R = 1 + 2 * (int)rng_below(&r, 3), S = i % 3 ? R : 1 + 2 * (int)rng_below(&r, 3);
         int stride = 1 + (int)rng_below(&r, 3), pad = (int)rng_below(&r, (R > S ? R : S) / 2 + 1);
         int N = 1 + (int)rng_below(&r, 3);
-        int H = R + (int)rng_below(&r, 8), W = S + (int)rng_below(&r, 8);
+        int H = R + (int)rng_below(&r, 6), W = S + (int)rng_below(&r, 6);
         int C = 1 + (int)rng_below(&r, 20), K = 1 + (int)rng_below(&r, 20);
         if (i % 2) {
             C = 8 * (1 + (int)rng_below(&r, 3));
             K = 8 * (1 + (int)rng_below(&r, 3));
         }
-        test_conv(N, H, W, C, K, R, S, stride, pad);
+        test_conv(N, H, W, C, K, R, S, stride, pad, i == 0);
     }
     test_linear(1, 5, 3, 1);
     test_linear(4, 16, 10, 1);
