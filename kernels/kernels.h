@@ -66,7 +66,73 @@ int linear_forward_gpu_ex(float *out, const void *in, const void *w, const float
 // ---------------------------------------------------------------------------------------------
 // Batch norm, pooling, elementwise, losses, optimizer (kernels/batchnorm.cu, pool.cu,
 // elementwise.cu, loss.cu, sgd.cu).
-// [section owned by the other kernels]
+// Activation tensors (x, y, dy, dx, pool in/out, normalised input) are `void *` holding dtype
+// elements; BN parameters, statistics and gradients, logits, losses and the optimizer state are
+// always fp32. All pointers are device pointers unless said otherwise. Nothing here synchronises:
+// scalar results (loss, hit counts) are written to device memory for the caller to read back.
+
+// Batch norm over M = N*H*W rows of C channels. `work` is a device scratch of at least
+// batchnorm_gpu_work_floats(M, C) floats (per-chunk partial sums): the batch statistics and
+// dgamma/dbeta are reduced over fixed row chunks in a fixed order, so results are bit-identical
+// run to run (no float atomics).
+size_t batchnorm_gpu_work_floats(int M, int C);
+void batchnorm_forward_train_gpu(void *y, float *save_mean, float *save_invstd, float *running_mean,
+                                 float *running_var, const void *x, const float *gamma,
+                                 const float *beta, int M, int C, float momentum, float eps, int relu,
+                                 float *work, CtDtype dt, ct_stream_t stream);
+void batchnorm_forward_eval_gpu(void *y, const void *x, const float *gamma, const float *beta,
+                                const float *running_mean, const float *running_var, int M, int C,
+                                float eps, int relu, CtDtype dt, ct_stream_t stream);
+// y: forward output when relu was fused (its zeros mask dy), NULL otherwise. dx may alias dy.
+// dgamma, dbeta are overwritten (fp32).
+void batchnorm_backward_gpu(void *dx, float *dgamma, float *dbeta, const void *dy, const void *x,
+                            const void *y, const float *gamma, const float *save_mean,
+                            const float *save_invstd, int M, int C, float *work, CtDtype dt,
+                            ct_stream_t stream);
+
+// Elementwise (dx may alias dy; y may alias a or x).
+void relu_forward_gpu(void *y, const void *x, size_t n, CtDtype dt, ct_stream_t stream);
+void relu_backward_gpu(void *dx, const void *dy, const void *y, size_t n, CtDtype dt, ct_stream_t stream);
+void add_forward_gpu(void *y, const void *a, const void *b, size_t n, int relu, CtDtype dt,
+                     ct_stream_t stream);
+void add_inplace_gpu(void *y, const void *x, size_t n, CtDtype dt, ct_stream_t stream);
+// out = (in / 255 - mean[c]) / std[c]; mean and std are DEVICE arrays of C floats.
+void normalize_u8_gpu(void *out, const uint8_t *in, size_t pixels, int C, const float *mean,
+                      const float *std, CtDtype dt, ct_stream_t stream);
+// fp32 <-> bf16 (round to nearest even, like __float2bfloat16_rn). bf16 is raw uint16_t bits.
+void f32_to_bf16_gpu(uint16_t *out, const float *in, size_t n, ct_stream_t stream);
+void bf16_to_f32_gpu(float *out, const uint16_t *in, size_t n, ct_stream_t stream);
+// Copy between dtypes: out (dt_out) = in (dt_in); a plain copy when they match.
+void convert_act_gpu(void *out, CtDtype dt_out, const void *in, CtDtype dt_in, size_t n,
+                     ct_stream_t stream);
+
+// Pooling. Max pool: padding never wins, ties go to the first element in window order;
+// backward is the gather form (one thread per input element, no atomics).
+void maxpool_forward_gpu(void *out, const void *in, int N, int H, int W, int C, int k, int stride,
+                         int pad, int P, int Q, CtDtype dt, ct_stream_t stream);
+void maxpool_backward_gpu(void *din, const void *dout, const void *in, int N, int H, int W, int C,
+                          int k, int stride, int pad, int P, int Q, CtDtype dt, ct_stream_t stream);
+void avgpool_forward_gpu(void *out, const void *in, int N, int HW, int C, CtDtype dt, ct_stream_t stream);
+void avgpool_backward_gpu(void *din, const void *dout, int N, int HW, int C, CtDtype dt,
+                          ct_stream_t stream);
+
+// Losses on fp32 logits [N,K] (one block walks the rows in order: deterministic). *loss (device)
+// receives the mean loss, *correct (device, may be NULL) the argmax hit count. Same gradient
+// conventions as the CPU: softmax_xent overwrites dlogits, kd_loss accumulates into it.
+void softmax_xent_gpu(float *dlogits, const float *logits, const int32_t *labels, int N, int K,
+                      float smoothing, float grad_scale, float *loss, int *correct, ct_stream_t stream);
+void kd_loss_gpu(float *dlogits, const float *logits, const float *teacher_logits, int N, int K,
+                 float temperature, float grad_scale, float *loss, ct_stream_t stream);
+// *count (device) = number of rows whose label is among the k largest logits (CPU tie rule).
+void topk_correct_gpu(const float *logits, const int32_t *labels, int N, int K, int k, int *count,
+                      ct_stream_t stream);
+
+// SGD over the flat fp32 buffers (nn/sgd.h's sgd_update_range per element, PyTorch's order).
+// decay[i] != 0 applies weight decay wd to element i (NULL: every element); first != 0 initialises
+// the momentum buffer with d. params_bf16 (may be NULL) receives the updated weights as bf16.
+void sgd_step_gpu(float *params, const float *grads, float *buf, const uint8_t *decay, size_t n,
+                  float lr, float momentum, float wd, int nesterov, int first, uint16_t *params_bf16,
+                  ct_stream_t stream);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,134 @@
+// Pooling on the GPU: max pool (forward, and the gather-form backward: one thread per input
+// element sums the gradients of the windows whose maximum it is, so no atomics and a fixed
+// order), global average pool forward and backward. Twins of nn/layers.h's *pool_*.
+#include "kernels/common.cuh"
+#include "kernels/act.cuh"
+#include "kernels/kernels.h"
+
+#define POOL_THREADS 256
+#define GRID_STRIDE(i, n) \
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n); i += (size_t)gridDim.x * blockDim.x)
+
+// Index (row-major window order) of the first maximum of window (p, q) of image n, channel c, or
+// -1 when the window holds only padding. Padding never wins: it is not a candidate at all.
+template <typename T>
+__device__ static int window_argmax(const T *in, int n, int p, int q, int c, int H, int W, int C,
+                                    int k, int stride, int pad, float *best_out) {
+    int best = -1;
+    float bv = 0.f;
+    for (int r = 0; r < k; r++) {
+        int h = p * stride - pad + r;
+        if (h < 0 || h >= H) continue;
+        for (int s = 0; s < k; s++) {
+            int w = q * stride - pad + s;
+            if (w < 0 || w >= W) continue;
+            float v = ct_ld(in, (((size_t)n * H + h) * W + w) * C + c);
+            if (best < 0 || v > bv) {
+                best = r * k + s;
+                bv = v;
+            }
+        }
+    }
+    if (best_out) *best_out = bv;
+    return best;
+}
+
+template <typename T>
+__global__ void maxpool_fwd_k(T *out, const T *in, int N, int H, int W, int C, int k, int stride,
+                              int pad, int P, int Q) {
+    size_t total = (size_t)N * P * Q * C;
+    GRID_STRIDE(i, total) {
+        int c = (int)(i % C);
+        size_t t = i / C;
+        int q = (int)(t % Q);
+        t /= Q;
+        int p = (int)(t % P);
+        int n = (int)(t / P);
+        float v = 0.f;
+        int a = window_argmax(in, n, p, q, c, H, W, C, k, stride, pad, &v);
+        ct_st(out, i, a < 0 ? -INFINITY : v);
+    }
+}
+
+template <typename T>
+__global__ void maxpool_bwd_k(T *din, const T *dout, const T *in, int N, int H, int W, int C, int k,
+                              int stride, int pad, int P, int Q) {
+    size_t total = (size_t)N * H * W * C;
+    GRID_STRIDE(i, total) {
+        int c = (int)(i % C);
+        size_t t = i / C;
+        int w = (int)(t % W);
+        t /= W;
+        int h = (int)(t % H);
+        int n = (int)(t / H);
+        // Windows p with p*stride - pad <= h <= p*stride - pad + k - 1.
+        int p0 = h + pad - k + 1;
+        p0 = p0 <= 0 ? 0 : (p0 + stride - 1) / stride;
+        int p1 = min(P - 1, (h + pad) / stride);
+        int q0 = w + pad - k + 1;
+        q0 = q0 <= 0 ? 0 : (q0 + stride - 1) / stride;
+        int q1 = min(Q - 1, (w + pad) / stride);
+        float g = 0.f;
+        for (int p = p0; p <= p1; p++)
+            for (int q = q0; q <= q1; q++) {
+                int a = window_argmax(in, n, p, q, c, H, W, C, k, stride, pad, (float *)0);
+                int r = h - (p * stride - pad), s = w - (q * stride - pad);
+                if (a == r * k + s) g += ct_ld(dout, (((size_t)n * P + p) * Q + q) * C + c);
+            }
+        ct_st(din, i, g);
+    }
+}
+
+extern "C" void maxpool_forward_gpu(void *out, const void *in, int N, int H, int W, int C, int k,
+                                    int stride, int pad, int P, int Q, CtDtype dt, ct_stream_t stream) {
+    size_t total = (size_t)N * P * Q * C;
+    if (!total) return;
+    CT_DISPATCH(dt, T, CT_LAUNCH(maxpool_fwd_k<T>, ct_grid_for(total, POOL_THREADS), POOL_THREADS, 0,
+                                 stream, (T *)out, (const T *)in, N, H, W, C, k, stride, pad, P, Q));
+}
+extern "C" void maxpool_backward_gpu(void *din, const void *dout, const void *in, int N, int H, int W,
+                                     int C, int k, int stride, int pad, int P, int Q, CtDtype dt,
+                                     ct_stream_t stream) {
+    size_t total = (size_t)N * H * W * C;
+    if (!total) return;
+    CT_DISPATCH(dt, T, CT_LAUNCH(maxpool_bwd_k<T>, ct_grid_for(total, POOL_THREADS), POOL_THREADS, 0,
+                                 stream, (T *)din, (const T *)dout, (const T *)in, N, H, W, C, k,
+                                 stride, pad, P, Q));
+}
+
+// out[n,c] = mean over HW: one thread per (n, c), summing HW in order (fixed, coalesced over c).
+template <typename T>
+__global__ void avgpool_fwd_k(T *out, const T *in, int N, int HW, int C) {
+    size_t total = (size_t)N * C;
+    GRID_STRIDE(i, total) {
+        int c = (int)(i % C);
+        size_t n = i / C;
+        float s = 0.f;
+        for (int j = 0; j < HW; j++) s += ct_ld(in, (n * HW + j) * C + c);
+        ct_st(out, i, s / (float)HW);
+    }
+}
+template <typename T>
+__global__ void avgpool_bwd_k(T *din, const T *dout, int N, int HW, int C) {
+    size_t total = (size_t)N * HW * C;
+    GRID_STRIDE(i, total) {
+        int c = (int)(i % C);
+        size_t n = i / ((size_t)HW * C);
+        ct_st(din, i, ct_ld(dout, n * C + c) / (float)HW);
+    }
+}
+
+extern "C" void avgpool_forward_gpu(void *out, const void *in, int N, int HW, int C, CtDtype dt,
+                                    ct_stream_t stream) {
+    size_t total = (size_t)N * C;
+    if (!total) return;
+    CT_DISPATCH(dt, T, CT_LAUNCH(avgpool_fwd_k<T>, ct_grid_for(total, POOL_THREADS), POOL_THREADS, 0,
+                                 stream, (T *)out, (const T *)in, N, HW, C));
+}
+extern "C" void avgpool_backward_gpu(void *din, const void *dout, int N, int HW, int C, CtDtype dt,
+                                     ct_stream_t stream) {
+    size_t total = (size_t)N * HW * C;
+    if (!total) return;
+    CT_DISPATCH(dt, T, CT_LAUNCH(avgpool_bwd_k<T>, ct_grid_for(total, POOL_THREADS), POOL_THREADS, 0,
+                                 stream, (T *)din, (const T *)dout, N, HW, C));
+}

@@ -1,0 +1,490 @@
+// The non-conv GPU kernels (batch norm, pooling, elementwise, losses, SGD) against the CPU
+// reference layers (nn/layers.h, nn/sgd.h) on random shapes, awkward ones included (odd sizes,
+// channel counts that are not multiples of 8 or 32, batch 1, several BN row chunks).
+// Built twice: against the emulated kernels (build/tests/emu_kernels, part of ./build.sh test) and
+// against the real ones (build/gpu-tests/emu_kernels, tests/gpu.sh). Compiled as C++.
+//
+// Inputs are rounded to the storage dtype first, so both sides see the same numbers: fp32 must
+// agree within 1e-5 (norm-wise relative), bf16 outputs within 1e-2 (their own rounding).
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "kernels/common.cuh"
+#include "kernels/kernels.h"
+#include "nn/layers.h"
+#include "nn/sgd.h"
+#include "tests/test.h"
+#include "util/common.h"
+#include "util/rng.h"
+
+#define CKC(call)                                                                           \
+    do {                                                                                    \
+        cudaError_t err_ = (call);                                                          \
+        if (err_ != cudaSuccess) ct_die("%s: %s", #call, cudaGetErrorString(err_));         \
+    } while (0)
+
+static const char *dtname(CtDtype dt) { return dt == CT_BF16 ? "bf16" : "fp32"; }
+static double tol(CtDtype dt) { return dt == CT_BF16 ? 1e-2 : 1e-5; }
+static double worst[2];  // largest error seen per dtype (report)
+static void note(CtDtype dt, double err) {
+    if (err > worst[dt]) worst[dt] = err;
+}
+
+// Host bf16 rounding, round to nearest even (independent of kernels/act.cuh on purpose).
+static uint16_t h_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+static float h_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static void round_to(float *x, size_t n, CtDtype dt) {
+    if (dt == CT_BF16)
+        for (size_t i = 0; i < n; i++) x[i] = h_f32(h_bf16(x[i]));
+}
+
+static Rng g_rng;
+static float *rand_vec(size_t n, float lo, float hi, CtDtype dt) {
+    float *x = (float *)ct_alloc((n ? n : 1) * sizeof(float));
+    for (size_t i = 0; i < n; i++) x[i] = lo + (hi - lo) * rng_uniform(&g_rng);
+    round_to(x, n, dt);
+    return x;
+}
+
+// Device buffers holding n elements of dtype dt, to and from host floats.
+static void *dev_act(const float *x, size_t n, CtDtype dt) {
+    size_t es = dt == CT_BF16 ? 2 : 4;
+    void *d = NULL;
+    CKC(cudaMalloc(&d, (n ? n : 1) * es));
+    if (x) {
+        if (dt == CT_BF16) {
+            uint16_t *h = (uint16_t *)ct_alloc((n ? n : 1) * 2);
+            for (size_t i = 0; i < n; i++) h[i] = h_bf16(x[i]);
+            CKC(cudaMemcpy(d, h, n * 2, cudaMemcpyHostToDevice));
+            free(h);
+        } else {
+            CKC(cudaMemcpy(d, x, n * 4, cudaMemcpyHostToDevice));
+        }
+    }
+    return d;
+}
+static float *dev_f32(const float *x, size_t n) { return (float *)dev_act(x, n, CT_F32); }
+static float *host_act(const void *d, size_t n, CtDtype dt) {
+    float *x = (float *)ct_alloc((n ? n : 1) * sizeof(float));
+    CKC(cudaDeviceSynchronize());
+    if (dt == CT_BF16) {
+        uint16_t *h = (uint16_t *)ct_alloc((n ? n : 1) * 2);
+        CKC(cudaMemcpy(h, d, n * 2, cudaMemcpyDeviceToHost));
+        for (size_t i = 0; i < n; i++) x[i] = h_f32(h[i]);
+        free(h);
+    } else {
+        CKC(cudaMemcpy(x, d, n * 4, cudaMemcpyDeviceToHost));
+    }
+    return x;
+}
+static float *host_f32(const void *d, size_t n) { return host_act(d, n, CT_F32); }
+
+static void expect_close(const char *what, const float *got, const float *want, size_t n, double t, CtDtype dt) {
+    double e = rel_err_norm(got, want, n);
+    note(dt, e);
+    CHECK(e <= t, "%s (%s): relative error %.3g > %.3g", what, dtname(dt), e, t);
+}
+
+// ---------------------------------------------------------------------------------------------
+static void test_batchnorm(int M, int C, int relu, CtDtype dt) {
+    char what[96];
+    size_t n = (size_t)M * C;
+    float *x = rand_vec(n, -2.f, 3.f, dt);
+    for (size_t i = 0; i < n; i++) x[i] += (float)(i % C) * 0.25f;  // per-channel offsets
+    round_to(x, n, dt);
+    float *gamma = rand_vec(C, 0.5f, 1.5f, CT_F32), *beta = rand_vec(C, -0.5f, 0.5f, CT_F32);
+    float *rm = rand_vec(C, -0.1f, 0.1f, CT_F32), *rv = rand_vec(C, 0.9f, 1.1f, CT_F32);
+    float *rm_c = (float *)ct_alloc(C * 4), *rv_c = (float *)ct_alloc(C * 4);
+    memcpy(rm_c, rm, C * 4);
+    memcpy(rv_c, rv, C * 4);
+    float *y = (float *)ct_alloc(n * 4), *mean = (float *)ct_alloc(C * 4), *invstd = (float *)ct_alloc(C * 4);
+    batchnorm_forward_train(y, mean, invstd, rm_c, rv_c, x, gamma, beta, M, C, 0.1f, 1e-5f, relu);
+
+    void *dx_ = dev_act(x, n, dt), *dy_ = dev_act(NULL, n, dt);
+    float *dg = dev_f32(gamma, C), *db = dev_f32(beta, C), *drm = dev_f32(rm, C), *drv = dev_f32(rv, C);
+    float *dmean = dev_f32(NULL, C), *dinv = dev_f32(NULL, C);
+    float *work = dev_f32(NULL, batchnorm_gpu_work_floats(M, C));
+    batchnorm_forward_train_gpu(dy_, dmean, dinv, drm, drv, dx_, dg, db, M, C, 0.1f, 1e-5f, relu, work, dt, 0);
+    float *gy = host_act(dy_, n, dt), *gm = host_f32(dmean, C), *gi = host_f32(dinv, C);
+    float *grm = host_f32(drm, C), *grv = host_f32(drv, C);
+    snprintf(what, sizeof what, "bn fwd train M=%d C=%d relu=%d: y", M, C, relu);
+    expect_close(what, gy, y, n, tol(dt), dt);
+    // Statistics are fp32 computed from the same (rounded) inputs: fp32 tolerance in both modes.
+    snprintf(what, sizeof what, "bn fwd train M=%d C=%d: mean", M, C);
+    expect_close(what, gm, mean, C, 1e-5, dt);
+    snprintf(what, sizeof what, "bn fwd train M=%d C=%d: invstd", M, C);
+    expect_close(what, gi, invstd, C, 1e-5, dt);
+    snprintf(what, sizeof what, "bn fwd train M=%d C=%d: running mean/var", M, C);
+    expect_close(what, grm, rm_c, C, 1e-5, dt);
+    expect_close(what, grv, rv_c, C, 1e-5, dt);
+
+    // Determinism: a second run gives the same bits.
+    float *drm2 = dev_f32(rm, C), *drv2 = dev_f32(rv, C);
+    void *dy2 = dev_act(NULL, n, dt);
+    batchnorm_forward_train_gpu(dy2, dmean, dinv, drm2, drv2, dx_, dg, db, M, C, 0.1f, 1e-5f, relu, work, dt, 0);
+    float *gy2 = host_act(dy2, n, dt), *gm2 = host_f32(dmean, C);
+    CHECK(!memcmp(gy2, gy, n * 4) && !memcmp(gm2, gm, C * 4), "bn fwd M=%d C=%d (%s): rerun not bit-identical", M, C,
+          dtname(dt));
+
+    // Eval forward with the (CPU-updated) running statistics.
+    float *ye = (float *)ct_alloc(n * 4);
+    batchnorm_forward_eval(ye, x, gamma, beta, rm_c, rv_c, M, C, 1e-5f, relu);
+    float *drmc = dev_f32(rm_c, C), *drvc = dev_f32(rv_c, C);
+    batchnorm_forward_eval_gpu(dy2, dx_, dg, db, drmc, drvc, M, C, 1e-5f, relu, dt, 0);
+    float *gye = host_act(dy2, n, dt);
+    snprintf(what, sizeof what, "bn fwd eval M=%d C=%d relu=%d", M, C, relu);
+    expect_close(what, gye, ye, n, tol(dt), dt);
+
+    // Backward: the ReLU mask comes from y (the GPU's own y, rounded like the CPU input).
+    float *dy = rand_vec(n, -1.f, 1.f, dt);
+    float *yr = (float *)ct_alloc(n * 4);
+    memcpy(yr, gy, n * 4);  // what the GPU stored; its zeros are exactly the CPU's zeros
+    float *dxc = (float *)ct_alloc(n * 4), *dgam = (float *)ct_alloc(C * 4), *dbet = (float *)ct_alloc(C * 4);
+    batchnorm_backward(dxc, dgam, dbet, dy, x, relu ? yr : NULL, gamma, mean, invstd, M, C);
+    void *ddy = dev_act(dy, n, dt), *dyr = dev_act(yr, n, dt);
+    float *ddg = dev_f32(NULL, C), *ddb = dev_f32(NULL, C);
+    // dx aliases dy (allowed by the API): the executor does this.
+    float *dmean_c = dev_f32(mean, C), *dinv_c = dev_f32(invstd, C);
+    batchnorm_backward_gpu(ddy, ddg, ddb, ddy, dx_, relu ? dyr : NULL, dg, dmean_c, dinv_c, M, C, work, dt, 0);
+    float *gdx = host_act(ddy, n, dt), *gdg = host_f32(ddg, C), *gdb = host_f32(ddb, C);
+    snprintf(what, sizeof what, "bn bwd M=%d C=%d relu=%d: dx", M, C, relu);
+    expect_close(what, gdx, dxc, n, tol(dt), dt);
+    snprintf(what, sizeof what, "bn bwd M=%d C=%d relu=%d: dgamma", M, C, relu);
+    expect_close(what, gdg, dgam, C, 1e-5, dt);
+    snprintf(what, sizeof what, "bn bwd M=%d C=%d relu=%d: dbeta", M, C, relu);
+    expect_close(what, gdb, dbet, C, 1e-5, dt);
+
+    void *dptrs[] = {dx_, dy_, dg, db, drm, drv, dmean, dinv, work, drm2, drv2, dy2, drmc, drvc, ddy, dyr, ddg, ddb, dmean_c, dinv_c};
+    for (size_t i = 0; i < CT_ARRAY_LEN(dptrs); i++) cudaFree(dptrs[i]);
+    float *hptrs[] = {x, gamma, beta, rm, rv, rm_c, rv_c, y, mean, invstd, gy, gm, gi, grm, grv, gy2, gm2, ye, gye, dy, yr, dxc, dgam, dbet, gdx, gdg, gdb};
+    for (size_t i = 0; i < CT_ARRAY_LEN(hptrs); i++) free(hptrs[i]);
+}
+
+// ---------------------------------------------------------------------------------------------
+static void test_elementwise(size_t n, int C, CtDtype dt) {
+    char what[96];
+    float *a = rand_vec(n, -1.f, 1.f, dt), *b = rand_vec(n, -1.f, 1.f, dt);
+    float *want = (float *)ct_alloc(n * 4);
+    void *da = dev_act(a, n, dt), *db = dev_act(b, n, dt), *dout = dev_act(NULL, n, dt);
+
+    relu_forward(want, a, n);
+    relu_forward_gpu(dout, da, n, dt, 0);
+    float *got = host_act(dout, n, dt);
+    snprintf(what, sizeof what, "relu fwd n=%zu", n);
+    expect_close(what, got, want, n, 0.0, dt);  // exact: max(0, x) of a representable x
+    free(got);
+
+    relu_backward(want, b, a, n);
+    relu_backward_gpu(dout, db, da, n, dt, 0);
+    got = host_act(dout, n, dt);
+    snprintf(what, sizeof what, "relu bwd n=%zu", n);
+    expect_close(what, got, want, n, 0.0, dt);
+    free(got);
+
+    for (int relu = 0; relu < 2; relu++) {
+        add_forward(want, a, b, n, relu);
+        add_forward_gpu(dout, da, db, n, relu, dt, 0);
+        got = host_act(dout, n, dt);
+        snprintf(what, sizeof what, "add fwd n=%zu relu=%d", n, relu);
+        expect_close(what, got, want, n, dt == CT_BF16 ? 1e-2 : 0.0, dt);
+        free(got);
+    }
+
+    memcpy(want, a, n * 4);
+    add_inplace(want, b, n);
+    add_inplace_gpu(da, db, n, dt, 0);  // da = a + b
+    got = host_act(da, n, dt);
+    snprintf(what, sizeof what, "add_inplace n=%zu", n);
+    expect_close(what, got, want, n, dt == CT_BF16 ? 1e-2 : 0.0, dt);
+    free(got);
+
+    // uint8 -> normalised activation.
+    size_t pixels = n / C;
+    if (pixels) {
+        uint8_t *u = (uint8_t *)ct_alloc(pixels * C);
+        Rng r = rng_make(7, n, C);
+        for (size_t i = 0; i < pixels * C; i++) u[i] = (uint8_t)rng_below(&r, 256);
+        float *mean = rand_vec(C, 0.3f, 0.6f, CT_F32), *std = rand_vec(C, 0.2f, 0.3f, CT_F32);
+        normalize_u8(want, u, pixels, C, mean, std);
+        uint8_t *du = NULL;
+        CKC(cudaMalloc(&du, pixels * C));
+        CKC(cudaMemcpy(du, u, pixels * C, cudaMemcpyHostToDevice));
+        float *dm = dev_f32(mean, C), *ds = dev_f32(std, C);
+        normalize_u8_gpu(dout, du, pixels, C, dm, ds, dt, 0);
+        got = host_act(dout, pixels * C, dt);
+        snprintf(what, sizeof what, "normalize_u8 pixels=%zu C=%d", pixels, C);
+        expect_close(what, got, want, pixels * C, dt == CT_BF16 ? 1e-2 : 1e-6, dt);
+        free(got);
+        cudaFree(du);
+        cudaFree(dm);
+        cudaFree(ds);
+        free(u);
+        free(mean);
+        free(std);
+    }
+    cudaFree(da);
+    cudaFree(db);
+    cudaFree(dout);
+    free(a);
+    free(b);
+    free(want);
+}
+
+// fp32 -> bf16 must round exactly like the host reference (nearest even), including ties,
+// subnormals, infinities and NaN; bf16 -> fp32 is exact.
+static void test_convert(void) {
+    const size_t n = 1000;
+    float *x = (float *)ct_alloc(n * 4);
+    for (size_t i = 0; i < n; i++) x[i] = (rng_uniform(&g_rng) - 0.5f) * powf(2.f, (float)((int)(i % 60) - 30));
+    uint32_t special[] = {0x3f808000u, 0x3f818000u, 0x00000001u, 0x807fffffu, 0x7f800000u, 0xff800000u,
+                          0x7fc00001u, 0x7f7fffffu, 0x00000000u, 0x80000000u};
+    for (size_t i = 0; i < CT_ARRAY_LEN(special); i++) memcpy(&x[i], &special[i], 4);
+    float *dx = dev_f32(x, n);
+    uint16_t *dh = NULL;
+    CKC(cudaMalloc(&dh, n * 2));
+    f32_to_bf16_gpu(dh, dx, n, 0);
+    uint16_t *h = (uint16_t *)ct_alloc(n * 2);
+    CKC(cudaDeviceSynchronize());
+    CKC(cudaMemcpy(h, dh, n * 2, cudaMemcpyDeviceToHost));
+    int bad = 0;
+    for (size_t i = 0; i < n; i++) bad += h[i] != h_bf16(x[i]);
+    CHECK(bad == 0, "f32_to_bf16: %d of %zu values rounded differently from the host", bad, n);
+    bf16_to_f32_gpu(dx, dh, n, 0);
+    float *back = host_f32(dx, n);
+    bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        float w = h_f32(h[i]);
+        bad += memcmp(&back[i], &w, 4) != 0;
+    }
+    CHECK(bad == 0, "bf16_to_f32: %d of %zu values differ", bad, n);
+    // convert_act_gpu: fp32 -> fp32 is a copy.
+    float *dy = dev_f32(NULL, n);
+    convert_act_gpu(dy, CT_F32, dx, CT_F32, n, 0);
+    float *cp = host_f32(dy, n);
+    CHECK(!memcmp(cp, back, n * 4), "convert_act_gpu fp32 copy differs");
+    cudaFree(dx);
+    cudaFree(dh);
+    cudaFree(dy);
+    free(x);
+    free(h);
+    free(back);
+    free(cp);
+}
+
+// ---------------------------------------------------------------------------------------------
+static void test_maxpool(int N, int H, int W, int C, int k, int stride, int pad, int ties, CtDtype dt) {
+    char what[128];
+    int P = (H + 2 * pad - k) / stride + 1, Q = (W + 2 * pad - k) / stride + 1;
+    size_t nin = (size_t)N * H * W * C, nout = (size_t)N * P * Q * C;
+    float *x = rand_vec(nin, -2.f, 2.f, dt);
+    if (ties)  // few distinct values: many ties, which must go to the first element in window order
+        for (size_t i = 0; i < nin; i++) x[i] = floorf(x[i]);
+    float *out = (float *)ct_alloc(nout * 4);
+    maxpool_forward(out, x, N, H, W, C, k, stride, pad, P, Q);
+    void *dxin = dev_act(x, nin, dt), *dout = dev_act(NULL, nout, dt);
+    maxpool_forward_gpu(dout, dxin, N, H, W, C, k, stride, pad, P, Q, dt, 0);
+    float *got = host_act(dout, nout, dt);
+    snprintf(what, sizeof what, "maxpool fwd %dx%dx%dx%d k%d s%d p%d ties=%d", N, H, W, C, k, stride, pad, ties);
+    expect_close(what, got, out, nout, 0.0, dt);  // a max is exact
+
+    float *g = rand_vec(nout, -1.f, 1.f, dt);
+    float *din = (float *)ct_alloc(nin * 4);
+    maxpool_backward(din, g, x, N, H, W, C, k, stride, pad, P, Q);
+    void *dg = dev_act(g, nout, dt), *ddin = dev_act(NULL, nin, dt);
+    maxpool_backward_gpu(ddin, dg, dxin, N, H, W, C, k, stride, pad, P, Q, dt, 0);
+    float *gdin = host_act(ddin, nin, dt);
+    snprintf(what, sizeof what, "maxpool bwd %dx%dx%dx%d k%d s%d p%d ties=%d", N, H, W, C, k, stride, pad, ties);
+    expect_close(what, gdin, din, nin, dt == CT_BF16 ? 1e-2 : 1e-6, dt);
+    cudaFree(dxin);
+    cudaFree(dout);
+    cudaFree(dg);
+    cudaFree(ddin);
+    free(x);
+    free(out);
+    free(got);
+    free(g);
+    free(din);
+    free(gdin);
+}
+
+static void test_avgpool(int N, int HW, int C, CtDtype dt) {
+    char what[96];
+    size_t nin = (size_t)N * HW * C, nout = (size_t)N * C;
+    float *x = rand_vec(nin, -2.f, 2.f, dt), *out = (float *)ct_alloc(nout * 4);
+    avgpool_forward(out, x, N, HW, C);
+    void *dx = dev_act(x, nin, dt), *dout = dev_act(NULL, nout, dt);
+    avgpool_forward_gpu(dout, dx, N, HW, C, dt, 0);
+    float *got = host_act(dout, nout, dt);
+    snprintf(what, sizeof what, "avgpool fwd N=%d HW=%d C=%d", N, HW, C);
+    expect_close(what, got, out, nout, tol(dt), dt);
+    float *g = rand_vec(nout, -1.f, 1.f, dt), *din = (float *)ct_alloc(nin * 4);
+    avgpool_backward(din, g, N, HW, C);
+    void *dg = dev_act(g, nout, dt);
+    avgpool_backward_gpu(dx, dg, N, HW, C, dt, 0);
+    float *gdin = host_act(dx, nin, dt);
+    snprintf(what, sizeof what, "avgpool bwd N=%d HW=%d C=%d", N, HW, C);
+    expect_close(what, gdin, din, nin, tol(dt), dt);
+    cudaFree(dx);
+    cudaFree(dout);
+    cudaFree(dg);
+    free(x);
+    free(out);
+    free(got);
+    free(g);
+    free(din);
+    free(gdin);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Losses: logits are fp32 on both backends, so fp32 tolerances (the CPU sums rows in double).
+static void test_losses(int N, int K, float smoothing, float T) {
+    char what[96];
+    size_t n = (size_t)N * K;
+    float *z = rand_vec(n, -4.f, 4.f, CT_F32), *t = rand_vec(n, -3.f, 3.f, CT_F32);
+    if (K > 3) z[1] = z[2] = 5.0f;  // a tie for the top-1 rule (first index wins on the CPU)
+    int32_t *lab = (int32_t *)ct_alloc(N * 4);
+    Rng r = rng_make(11, N, K);
+    for (int i = 0; i < N; i++) lab[i] = (int32_t)rng_below(&r, K);
+    if (K > 3) lab[0] = 2;  // tied with index 1, which comes first: not a hit
+    float *dz = (float *)ct_alloc(n * 4);
+    int correct = -1;
+    float loss = softmax_xent(dz, z, lab, N, K, smoothing, 0.5f, &correct);
+
+    float *dz_d = dev_f32(NULL, n), *z_d = dev_f32(z, n), *t_d = dev_f32(t, n), *sc = dev_f32(NULL, 4);
+    int32_t *lab_d = NULL;
+    CKC(cudaMalloc(&lab_d, N * 4));
+    CKC(cudaMemcpy(lab_d, lab, N * 4, cudaMemcpyHostToDevice));
+    softmax_xent_gpu(dz_d, z_d, lab_d, N, K, smoothing, 0.5f, sc, (int *)(sc + 1), 0);
+    float *gdz = host_f32(dz_d, n), *gsc = host_f32(sc, 2);
+    int gcorrect;
+    memcpy(&gcorrect, &gsc[1], 4);
+    snprintf(what, sizeof what, "softmax_xent N=%d K=%d eps=%g: loss", N, K, smoothing);
+    expect_close(what, &gsc[0], &loss, 1, 1e-5, CT_F32);
+    snprintf(what, sizeof what, "softmax_xent N=%d K=%d eps=%g: dlogits", N, K, smoothing);
+    expect_close(what, gdz, dz, n, 1e-5, CT_F32);
+    CHECK(gcorrect == correct, "softmax_xent N=%d K=%d: %d hits, CPU %d", N, K, gcorrect, correct);
+
+    // Distillation accumulates onto the cross-entropy gradient.
+    float kd = kd_loss(dz, z, t, N, K, T, 0.5f);
+    kd_loss_gpu(dz_d, z_d, t_d, N, K, T, 0.5f, sc, 0);
+    free(gdz);
+    free(gsc);
+    gdz = host_f32(dz_d, n);
+    gsc = host_f32(sc, 1);
+    snprintf(what, sizeof what, "kd_loss N=%d K=%d T=%g: loss", N, K, T);
+    expect_close(what, &gsc[0], &kd, 1, 1e-5, CT_F32);
+    snprintf(what, sizeof what, "kd_loss N=%d K=%d T=%g: dlogits (accumulated)", N, K, T);
+    expect_close(what, gdz, dz, n, 1e-5, CT_F32);
+
+    int ks[] = {1, 3, 5};
+    for (size_t i = 0; i < CT_ARRAY_LEN(ks); i++) {
+        int want = topk_correct(z, lab, N, K, ks[i]);
+        topk_correct_gpu(z_d, lab_d, N, K, ks[i], (int *)sc, 0);
+        int got;
+        CKC(cudaDeviceSynchronize());
+        CKC(cudaMemcpy(&got, sc, 4, cudaMemcpyDeviceToHost));
+        CHECK(got == want, "topk N=%d K=%d k=%d: %d hits, CPU %d", N, K, ks[i], got, want);
+    }
+    cudaFree(dz_d);
+    cudaFree(z_d);
+    cudaFree(t_d);
+    cudaFree(sc);
+    cudaFree(lab_d);
+    free(z);
+    free(t);
+    free(lab);
+    free(dz);
+    free(gdz);
+    free(gsc);
+}
+
+// ---------------------------------------------------------------------------------------------
+// SGD: three steps (the first initialises the momentum buffer) over a buffer where every third
+// element is excluded from weight decay, against sgd_update_range on the same ranges.
+static void test_sgd(size_t n, float momentum, float wd, int nesterov) {
+    char what[96];
+    float *p = rand_vec(n, -1.f, 1.f, CT_F32), *buf = (float *)ct_zalloc(n * 4);
+    uint8_t *decay = (uint8_t *)ct_alloc(n);
+    for (size_t i = 0; i < n; i++) decay[i] = i % 3 != 0;
+    float *dp = dev_f32(p, n), *dbuf = dev_f32(buf, n), *dgr = dev_f32(NULL, n);
+    uint8_t *ddecay = NULL;
+    uint16_t *dbf = NULL;
+    CKC(cudaMalloc(&ddecay, n));
+    CKC(cudaMalloc(&dbf, n * 2));
+    CKC(cudaMemcpy(ddecay, decay, n, cudaMemcpyHostToDevice));
+    for (int step = 0; step < 3; step++) {
+        float *g = rand_vec(n, -0.5f, 0.5f, CT_F32);
+        CKC(cudaMemcpy(dgr, g, n * 4, cudaMemcpyHostToDevice));
+        float lr = 0.1f / (step + 1);
+        for (size_t i = 0; i < n; i++)  // CPU: element by element with the element's decay
+            sgd_update_range(p + i, g + i, buf + i, 1, lr, momentum, decay[i] ? wd : 0.f, nesterov, step == 0);
+        sgd_step_gpu(dp, dgr, dbuf, ddecay, n, lr, momentum, wd, nesterov, step == 0, dbf, 0);
+        free(g);
+    }
+    float *gp = host_f32(dp, n), *gb = host_f32(dbuf, n);
+    snprintf(what, sizeof what, "sgd n=%zu m=%g wd=%g nesterov=%d: params", n, momentum, wd, nesterov);
+    expect_close(what, gp, p, n, 1e-6, CT_F32);
+    snprintf(what, sizeof what, "sgd n=%zu m=%g wd=%g nesterov=%d: momentum", n, momentum, wd, nesterov);
+    if (momentum != 0.f) expect_close(what, gb, buf, n, 1e-6, CT_F32);
+    uint16_t *hb = (uint16_t *)ct_alloc(n * 2);
+    CKC(cudaMemcpy(hb, dbf, n * 2, cudaMemcpyDeviceToHost));
+    int bad = 0;
+    for (size_t i = 0; i < n; i++) bad += hb[i] != h_bf16(gp[i]);
+    CHECK(bad == 0, "sgd: bf16 weight copy differs from the rounded params in %d places", bad);
+    cudaFree(dp);
+    cudaFree(dbuf);
+    cudaFree(dgr);
+    cudaFree(ddecay);
+    cudaFree(dbf);
+    free(p);
+    free(buf);
+    free(decay);
+    free(gp);
+    free(gb);
+    free(hb);
+}
+
+int main(void) {
+    double t0 = ct_now();
+    g_rng = rng_make(20261122, 5, 0);
+    test_convert();
+    for (int d = 0; d < 2; d++) {
+        CtDtype dt = d ? CT_BF16 : CT_F32;
+        // (M, C): one row, batch-1 images, odd channel counts, > 32 channels, several row chunks.
+        int bn[][2] = {{1, 3}, {15, 5}, {49, 13}, {2 * 7 * 7, 40}, {300, 17}, {1 * 9 * 11, 64}};
+        for (size_t i = 0; i < CT_ARRAY_LEN(bn); i++) test_batchnorm(bn[i][0], bn[i][1], (int)(i & 1), dt);
+        test_batchnorm(300, 17, 1, dt);
+        test_elementwise(1, 1, dt);
+        test_elementwise(3 * 37, 3, dt);
+        test_elementwise(2 * 5 * 5 * 13, 13, dt);
+        test_maxpool(1, 7, 7, 3, 3, 2, 1, 0, dt);
+        test_maxpool(2, 8, 9, 5, 3, 2, 1, 1, dt);
+        test_maxpool(1, 6, 5, 9, 2, 2, 0, 1, dt);
+        test_maxpool(2, 5, 5, 1, 3, 1, 1, 1, dt);
+        test_avgpool(1, 1, 7, dt);
+        test_avgpool(2, 49, 13, dt);
+        test_avgpool(3, 16, 40, dt);
+    }
+    test_losses(1, 1, 0.f, 1.f);
+    test_losses(3, 10, 0.1f, 4.f);
+    test_losses(5, 300, 0.f, 2.f);
+    test_losses(2, 1000, 0.2f, 1.5f);
+    test_sgd(1, 0.9f, 1e-4f, 0);
+    test_sgd(1000, 0.9f, 5e-4f, 1);
+    test_sgd(777, 0.f, 1e-3f, 0);
+    test_sgd(333, 0.5f, 0.f, 0);
+    printf("worst relative error: fp32 %.3g, bf16 %.3g (%.1f s)\n", worst[CT_F32], worst[CT_BF16], ct_now() - t0);
+    return test_summary("emu_kernels");
+}
