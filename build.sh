@@ -4,6 +4,7 @@
 #   ./build.sh test     build, then run every test that needs no GPU; ends with 'N passed, N failed'
 #   ./build.sh demo     build, then ./train --demo
 #   ./build.sh clean    remove build outputs
+#   ./build.sh gpu-tests  build tests/emu_*.c against the real CUDA kernels into build/gpu-tests/
 # Environment: CC, CXX, NVCC (override compilers), CTRAIN_NO_CUDA=1 (CPU backend only),
 #   TEST_FILTER=regex (run only matching tests), FUZZ_SECONDS (per fuzz target, default 30),
 #   JOBS (parallel compile jobs).
@@ -182,11 +183,24 @@ $(B)/tests/emu_%: $(B)/emu/tests/emu_%.o $(B)/libctrain_emu.a $(B)/libctrain.a
 $(B)/emu/tests/emu_%.o: tests/emu_%.c
 	@mkdir -p $(dir $@); echo "  EMU   $<"; $(CXX) $(EMUFLAGS) -x c++ -include kernels/emu/emu.h -c $< -o $@
 
+# The emulator tests compiled for the real GPU (./build.sh gpu-tests; run by tests/gpu.sh).
+GPU_TESTS := $(patsubst tests/%.c,$(B)/gpu-tests/%,$(wildcard tests/emu_*.c))
+.PHONY: gpu-tests
+gpu-tests: release $(GPU_TESTS)
+$(B)/gpu-tests/emu_%.o: tests/emu_%.c
+	@mkdir -p $(dir $@); echo "  NVCC  $< (gpu test)"; $(NVCC) $(NVFLAGS) -MMD -MP -x cu -c $< -o $@
+$(B)/gpu-tests/emu_%: $(B)/gpu-tests/emu_%.o $(B)/libctrain_cuda.a $(B)/libctrain.a
+	@echo "  LD    $@"; $(CXX) -fopenmp -o $@ $^ $(LDLIBS) $(CUDALIBS)
+
 -include $(shell find build -name '*.d' 2>/dev/null)
 EOF
 
 # Make runs with -r (no built-in rules) so that 'train' is never mistaken for a C program of main.c.
 if [ "$MODE" = test ]; then target=tests; else target=release; fi
+if [ "$MODE" = gpu-tests ]; then
+  [ "$HAVE_CUDA" = 1 ] || { echo "./build.sh gpu-tests needs nvcc and libcudart_static.a" >&2; exit 1; }
+  target=gpu-tests
+fi
 if [ ! -f main.c ]; then say "main.c missing"; exit 1; fi
 make -r -s -j"$JOBS" -f "$B/rules.mk" "$target"
 if [ "$HAVE_CUDA" = 1 ]; then say "built ./train (backends: cpu, cuda via $NVCC) and ./packdata"
@@ -194,6 +208,7 @@ else say "built ./train (backend: cpu only; no nvcc found) and ./packdata"; fi
 
 case "$MODE" in
   release) exit 0 ;;
+  gpu-tests) say "built $B/gpu-tests/ (run them with tests/gpu.sh on a machine with a GPU)"; exit 0 ;;
   demo) exec ./train --demo ;;
   test) ;;
   *) echo "usage: ./build.sh [release|test|demo|clean]" >&2; exit 2 ;;

@@ -109,6 +109,7 @@ extern "C" void batchnorm_forward_train_gpu(void *y, float *save_mean, float *sa
         CT_LAUNCH(bn_apply<T>, ct_grid_for(n, 256), 256, 0, stream, (T *)y, (const T *)x, gamma, beta,
                   (const float *)save_mean, (const float *)save_invstd, 1, eps, n, C, relu);
     });
+    CT_CHECK_LAUNCH("batchnorm_forward_train_gpu");
 }
 
 extern "C" void batchnorm_forward_eval_gpu(void *y, const void *x, const float *gamma,
@@ -120,6 +121,7 @@ extern "C" void batchnorm_forward_eval_gpu(void *y, const void *x, const float *
         CT_LAUNCH(bn_apply<T>, ct_grid_for(n, 256), 256, 0, stream, (T *)y, (const T *)x, gamma, beta,
                   running_mean, running_var, 0, eps, n, C, relu);
     });
+    CT_CHECK_LAUNCH("batchnorm_forward_eval_gpu");
 }
 
 // Backward partials: ps[chunk][c] = sum dy', pq[chunk][c] = sum dy' * (x - mean), where
@@ -201,4 +203,5 @@ extern "C" void batchnorm_backward_gpu(void *dx, float *dgamma, float *dbeta, co
                   (const T *)y, gamma, save_mean, save_invstd, (const float *)dgamma,
                   (const float *)dbeta, n, C, 1.0f / (float)M);
     });
+    CT_CHECK_LAUNCH("batchnorm_backward_gpu");
 }

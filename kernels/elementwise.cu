@@ -51,23 +51,27 @@ extern "C" void relu_forward_gpu(void *y, const void *x, size_t n, CtDtype dt, c
     if (!n) return;
     CT_DISPATCH(dt, T, CT_LAUNCH(relu_fwd_k<T>, ct_grid_for(n, EW_THREADS), EW_THREADS, 0, stream,
                                  (T *)y, (const T *)x, n));
+    CT_CHECK_LAUNCH("relu_forward_gpu");
 }
 extern "C" void relu_backward_gpu(void *dx, const void *dy, const void *y, size_t n, CtDtype dt,
                                   ct_stream_t stream) {
     if (!n) return;
     CT_DISPATCH(dt, T, CT_LAUNCH(relu_bwd_k<T>, ct_grid_for(n, EW_THREADS), EW_THREADS, 0, stream,
                                  (T *)dx, (const T *)dy, (const T *)y, n));
+    CT_CHECK_LAUNCH("relu_backward_gpu");
 }
 extern "C" void add_forward_gpu(void *y, const void *a, const void *b, size_t n, int relu, CtDtype dt,
                                 ct_stream_t stream) {
     if (!n) return;
     CT_DISPATCH(dt, T, CT_LAUNCH(add_k<T>, ct_grid_for(n, EW_THREADS), EW_THREADS, 0, stream, (T *)y,
                                  (const T *)a, (const T *)b, n, relu));
+    CT_CHECK_LAUNCH("add_forward_gpu");
 }
 extern "C" void add_inplace_gpu(void *y, const void *x, size_t n, CtDtype dt, ct_stream_t stream) {
     if (!n) return;
     CT_DISPATCH(dt, T, CT_LAUNCH(add_inplace_k<T>, ct_grid_for(n, EW_THREADS), EW_THREADS, 0, stream,
                                  (T *)y, (const T *)x, n));
+    CT_CHECK_LAUNCH("add_inplace_gpu");
 }
 extern "C" void normalize_u8_gpu(void *out, const uint8_t *in, size_t pixels, int C, const float *mean,
                                  const float *std, CtDtype dt, ct_stream_t stream) {
@@ -75,14 +79,17 @@ extern "C" void normalize_u8_gpu(void *out, const uint8_t *in, size_t pixels, in
     if (!n) return;
     CT_DISPATCH(dt, T, CT_LAUNCH(normalize_u8_k<T>, ct_grid_for(n, EW_THREADS), EW_THREADS, 0, stream,
                                  (T *)out, in, n, C, mean, std));
+    CT_CHECK_LAUNCH("normalize_u8_gpu");
 }
 extern "C" void f32_to_bf16_gpu(uint16_t *out, const float *in, size_t n, ct_stream_t stream) {
     if (!n) return;
     CT_LAUNCH((convert_k<uint16_t, float>), ct_grid_for(n, EW_THREADS), EW_THREADS, 0, stream, out, in, n);
+    CT_CHECK_LAUNCH("f32_to_bf16_gpu");
 }
 extern "C" void bf16_to_f32_gpu(float *out, const uint16_t *in, size_t n, ct_stream_t stream) {
     if (!n) return;
     CT_LAUNCH((convert_k<float, uint16_t>), ct_grid_for(n, EW_THREADS), EW_THREADS, 0, stream, out, in, n);
+    CT_CHECK_LAUNCH("bf16_to_f32_gpu");
 }
 extern "C" void convert_act_gpu(void *out, CtDtype dt_out, const void *in, CtDtype dt_in, size_t n,
                                 ct_stream_t stream) {
@@ -91,4 +98,5 @@ extern "C" void convert_act_gpu(void *out, CtDtype dt_out, const void *in, CtDty
     else if (dt_out == CT_F32 && dt_in == CT_BF16) bf16_to_f32_gpu((float *)out, (const uint16_t *)in, n, stream);
     else if (dt_out == CT_F32) CT_LAUNCH((convert_k<float, float>), ct_grid_for(n, EW_THREADS), EW_THREADS, 0, stream, (float *)out, (const float *)in, n);
     else CT_LAUNCH((convert_k<uint16_t, uint16_t>), ct_grid_for(n, EW_THREADS), EW_THREADS, 0, stream, (uint16_t *)out, (const uint16_t *)in, n);
+    CT_CHECK_LAUNCH("convert_act_gpu");
 }

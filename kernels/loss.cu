@@ -139,13 +139,16 @@ extern "C" void softmax_xent_gpu(float *dlogits, const float *logits, const int3
                                  ct_stream_t stream) {
     CT_LAUNCH(softmax_xent_k, 1, LOSS_THREADS, 0, stream, dlogits, logits, labels, N, K, smoothing,
               grad_scale, loss, correct);
+    CT_CHECK_LAUNCH("softmax_xent_gpu");
 }
 extern "C" void kd_loss_gpu(float *dlogits, const float *logits, const float *teacher_logits, int N,
                             int K, float temperature, float grad_scale, float *loss, ct_stream_t stream) {
     CT_LAUNCH(kd_loss_k, 1, LOSS_THREADS, 0, stream, dlogits, logits, teacher_logits, N, K,
               temperature, grad_scale, loss);
+    CT_CHECK_LAUNCH("kd_loss_gpu");
 }
 extern "C" void topk_correct_gpu(const float *logits, const int32_t *labels, int N, int K, int k,
                                  int *count, ct_stream_t stream) {
     CT_LAUNCH(topk_k, 1, LOSS_THREADS, 0, stream, logits, labels, N, K, k, count);
+    CT_CHECK_LAUNCH("topk_correct_gpu");
 }

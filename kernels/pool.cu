@@ -85,6 +85,7 @@ extern "C" void maxpool_forward_gpu(void *out, const void *in, int N, int H, int
     if (!total) return;
     CT_DISPATCH(dt, T, CT_LAUNCH(maxpool_fwd_k<T>, ct_grid_for(total, POOL_THREADS), POOL_THREADS, 0,
                                  stream, (T *)out, (const T *)in, N, H, W, C, k, stride, pad, P, Q));
+    CT_CHECK_LAUNCH("maxpool_forward_gpu");
 }
 extern "C" void maxpool_backward_gpu(void *din, const void *dout, const void *in, int N, int H, int W,
                                      int C, int k, int stride, int pad, int P, int Q, CtDtype dt,
@@ -94,6 +95,7 @@ extern "C" void maxpool_backward_gpu(void *din, const void *dout, const void *in
     CT_DISPATCH(dt, T, CT_LAUNCH(maxpool_bwd_k<T>, ct_grid_for(total, POOL_THREADS), POOL_THREADS, 0,
                                  stream, (T *)din, (const T *)dout, (const T *)in, N, H, W, C, k,
                                  stride, pad, P, Q));
+    CT_CHECK_LAUNCH("maxpool_backward_gpu");
 }
 
 // out[n,c] = mean over HW: one thread per (n, c), summing HW in order (fixed, coalesced over c).
@@ -124,6 +126,7 @@ extern "C" void avgpool_forward_gpu(void *out, const void *in, int N, int HW, in
     if (!total) return;
     CT_DISPATCH(dt, T, CT_LAUNCH(avgpool_fwd_k<T>, ct_grid_for(total, POOL_THREADS), POOL_THREADS, 0,
                                  stream, (T *)out, (const T *)in, N, HW, C));
+    CT_CHECK_LAUNCH("avgpool_forward_gpu");
 }
 extern "C" void avgpool_backward_gpu(void *din, const void *dout, int N, int HW, int C, CtDtype dt,
                                      ct_stream_t stream) {
@@ -131,4 +134,5 @@ extern "C" void avgpool_backward_gpu(void *din, const void *dout, int N, int HW,
     if (!total) return;
     CT_DISPATCH(dt, T, CT_LAUNCH(avgpool_bwd_k<T>, ct_grid_for(total, POOL_THREADS), POOL_THREADS, 0,
                                  stream, (T *)din, (const T *)dout, N, HW, C));
+    CT_CHECK_LAUNCH("avgpool_backward_gpu");
 }

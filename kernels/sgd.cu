@@ -31,4 +31,5 @@ extern "C" void sgd_step_gpu(float *params, const float *grads, float *buf, cons
     if (!n) return;
     CT_LAUNCH(sgd_k, ct_grid_for(n, 256), 256, 0, stream, params, grads, buf, decay, n, lr, momentum,
               wd, nesterov, first, params_bf16);
+    CT_CHECK_LAUNCH("sgd_step_gpu");
 }
