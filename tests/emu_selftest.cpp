@@ -78,7 +78,10 @@ __global__ void mask_kernel(int *out) {
         v = (int)__popc(b);
         __syncwarp(0xffff0000u);
     }
+    // Reconverged: a full-warp shuffle after the halves did different numbers of operations.
+    int other = __shfl_sync(0xffffffffu, v, lane ^ 16);
     out[lane] = v;
+    out[32 + lane] = other;
 }
 
 // A partial warp (block of 40 threads) reduces with a full mask: lanes 8..31 of warp 1 do not
@@ -232,11 +235,14 @@ static void test_warp_ops() {
             CHECK(r[6] == 3, "any/all lane %d: %d", l, r[6]);
             CHECK(r[7] == 496, "xor reduction lane %d: %d", l, r[7]);
         }
-    CT_LAUNCH(mask_kernel, 1, 32, 0, 0, d);
-    CT_CUDA_CHECK(cudaMemcpy(o.data(), d, 32 * sizeof(int), cudaMemcpyDeviceToHost));
-    for (int l = 0; l < 32; l++) {
-        int ref = l < 16 ? 136 : 8;  // sum 1..16; 8 odd lanes among 16..31
-        CHECK(o[l] == ref, "masked halves lane %d: %d vs %d", l, o[l], ref);
+    for (int rep = 0; rep < 20; rep++) {
+        CT_LAUNCH(mask_kernel, 1, 32, 0, 0, d);
+        CT_CUDA_CHECK(cudaMemcpy(o.data(), d, 64 * sizeof(int), cudaMemcpyDeviceToHost));
+        for (int l = 0; l < 32; l++) {
+            int ref = l < 16 ? 136 : 8;  // sum 1..16; 8 odd lanes among 16..31
+            CHECK(o[l] == ref, "masked halves lane %d: %d vs %d", l, o[l], ref);
+            CHECK(o[32 + l] == (l < 16 ? 8 : 136), "reconverged shuffle lane %d: %d", l, o[32 + l]);
+        }
     }
     CT_LAUNCH(partial_warp_kernel, 1, 40, 0, 0, d);
     CT_CUDA_CHECK(cudaMemcpy(o.data(), d, 2 * sizeof(int), cudaMemcpyDeviceToHost));

@@ -55,6 +55,8 @@ static std::atomic<int> g_jitter{-1};
 // Describes where the current thread waits, for the deadlock report.
 static __thread const char *t_wait_what;
 
+static void report_warp_state();
+
 static void report_deadlock() {
     fprintf(stderr,
             "emu: deadlock: block (%u,%u,%u) thread (%u,%u,%u) has waited %d s in %s; are some "
@@ -62,6 +64,7 @@ static void report_deadlock() {
             "or a branch)? aborting\n",
             blockIdx.x, blockIdx.y, blockIdx.z, threadIdx.x, threadIdx.y, threadIdx.z,
             g_deadlock_s, t_wait_what ? t_wait_what : "a barrier");
+    report_warp_state();
     abort();
 }
 
@@ -222,9 +225,29 @@ struct Warp {
 };
 static std::vector<Warp *> g_warps;
 
+static void report_warp_state() {
+    unsigned wi = t_warp;
+    if (wi >= g_warps.size()) return;
+    Warp &w = *g_warps[wi];
+    // Unlocked read: the block is stuck, this is diagnostics only.
+    fprintf(stderr, "emu: warp %u: live lanes 0x%08x, waiting lanes 0x%08x\n", wi, w.live, w.arrived);
+    for (uint32_t a = w.arrived; a; a &= a - 1) {
+        int l = __builtin_ctz(a);
+        fprintf(stderr, "emu:   lane %2d waits in %s with mask 0x%08x\n", l, w.what[l], w.want[l]);
+    }
+}
+
 static void warp_try_release(Warp &w, uint32_t mask) {
     uint32_t group = mask & w.live;
     if (group == 0 || (w.arrived & group) != group) return;
+    // Complete only when every lane of the group waits in an operation with this same mask:
+    // after divergence, some of them may still be waiting in an earlier operation of their own
+    // (e.g. a half-warp __syncwarp) that completes first. Lanes that never agree deadlock, which
+    // the wait's timeout reports with this warp's state.
+    for (uint32_t o = group; o; o &= o - 1) {
+        int l = __builtin_ctz(o);
+        if (w.want[l] != mask) return;
+    }
     int first = __builtin_ctz(group);
     w.fn[first](w.in, w.out, group, w.ctx[first]);
     w.arrived &= ~group;
@@ -232,16 +255,6 @@ static void warp_try_release(Warp &w, uint32_t mask) {
     s_warp_ops.fetch_add(1, std::memory_order_relaxed);
     w.seq.fetch_add(1, std::memory_order_release);
     futex_wake(&w.seq, INT_MAX);
-}
-
-static void warp_mismatch(const char *what, uint32_t mask, int other, const Warp &w) {
-    fprintf(stderr,
-            "emu: %s in block (%u,%u,%u) thread (%u,%u,%u) (warp %u lane %u) with mask 0x%08x meets "
-            "lane %d in %s with mask 0x%08x: the lanes of a mask must execute the same warp "
-            "operation with the same mask; aborting\n",
-            what, blockIdx.x, blockIdx.y, blockIdx.z, threadIdx.x, threadIdx.y, threadIdx.z, t_warp,
-            t_lane, mask, other, w.what[other], w.want[other]);
-    abort();
 }
 
 void warp_collective(const char *what, uint32_t mask, const WarpPayload &in, WarpPayload &out,
@@ -260,11 +273,6 @@ void warp_collective(const char *what, uint32_t mask, const WarpPayload &in, War
     uint32_t my;
     {
         std::lock_guard<std::mutex> lk(w.m);
-        uint32_t others = w.arrived & mask & w.live;
-        for (uint32_t o = others; o; o &= o - 1) {
-            int l = __builtin_ctz(o);
-            if (w.want[l] != mask || w.fn[l] != fn) warp_mismatch(what, mask, l, w);
-        }
         w.in[lane] = in;
         w.want[lane] = mask;
         w.fn[lane] = fn;

@@ -1,0 +1,206 @@
+// Test of the test: kernels with classic synchronisation bugs must fail under emulation, and
+// their correct twins must pass. Each bug is caught because the emulator runs the threads of a
+// block concurrently (and, with jitter, in a shuffled, yielding order):
+//   1. a block reduction that forgets the __syncthreads after filling shared memory;
+//   2. a "warp-synchronous" shared-memory reduction without __syncwarp (broken since Volta);
+//   3. lanes waiting in different barriers (a shuffle vs __syncthreads): the emulator reports the
+//      deadlock and aborts instead of hanging (checked in a child process);
+//   4. a shuffle mask that leaves out calling lanes: aborts with a message.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <string>
+#include <vector>
+
+#include "kernels/common.cuh"
+#include "tests/test.h"
+#include "util/rng.h"
+
+#define BS 256
+
+__global__ void reduce_ok(const float *x, float *out) {
+    __shared__ float buf[BS];
+    int tid = threadIdx.x;
+    buf[tid] = x[blockIdx.x * BS + tid];
+    __syncthreads();
+    for (int s = BS / 2; s > 0; s >>= 1) {
+        if (tid < s) buf[tid] += buf[tid + s];
+        __syncthreads();
+    }
+    if (tid == 0) out[blockIdx.x] = buf[0];
+}
+
+__global__ void reduce_missing_sync(const float *x, float *out) {
+    __shared__ float buf[BS];
+    int tid = threadIdx.x;
+    buf[tid] = x[blockIdx.x * BS + tid];
+    // BUG: no __syncthreads() here: thread 0 may add buf[128] before thread 128 stored it.
+    for (int s = BS / 2; s > 0; s >>= 1) {
+        if (tid < s) buf[tid] += buf[tid + s];
+        __syncthreads();
+    }
+    if (tid == 0) out[blockIdx.x] = buf[0];
+}
+
+// Last 64 elements reduced by one warp without barriers, relying on lockstep execution.
+__global__ void reduce_warp_nosync(const float *x, float *out) {
+    __shared__ float buf[BS];
+    int tid = threadIdx.x;
+    buf[tid] = x[blockIdx.x * BS + tid];
+    __syncthreads();
+    for (int s = BS / 2; s > 32; s >>= 1) {
+        if (tid < s) buf[tid] += buf[tid + s];
+        __syncthreads();
+    }
+    if (tid < 32) {
+        volatile float *v = buf;
+        // BUG: each step needs __syncwarp() (independent thread scheduling).
+        v[tid] += v[tid + 32];
+        v[tid] += v[tid + 16];
+        v[tid] += v[tid + 8];
+        v[tid] += v[tid + 4];
+        v[tid] += v[tid + 2];
+        v[tid] += v[tid + 1];
+    }
+    if (tid == 0) out[blockIdx.x] = buf[0];
+}
+
+__global__ void reduce_warp_sync(const float *x, float *out) {
+    __shared__ float buf[BS];
+    int tid = threadIdx.x;
+    buf[tid] = x[blockIdx.x * BS + tid];
+    __syncthreads();
+    for (int s = BS / 2; s > 32; s >>= 1) {
+        if (tid < s) buf[tid] += buf[tid + s];
+        __syncthreads();
+    }
+    if (tid < 32) {
+        float v = buf[tid] + buf[tid + 32];
+        for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
+        if (tid == 0) out[blockIdx.x] = v;
+    }
+}
+
+__global__ void deadlock_kernel(int *out) {
+    int v = threadIdx.x;
+    if (threadIdx.x < 16) v = __shfl_xor_sync(0xffffffffu, v, 1);  // waits for lanes 16..31
+    else __syncthreads();                                            // waits for lanes 0..15
+    out[threadIdx.x] = v;
+}
+
+// A mask that leaves out the calling lanes (a half-warp mask used by the whole warp).
+__global__ void mask_excludes_self_kernel(int *out) {
+    out[threadIdx.x] = __shfl_xor_sync(0x0000ffffu, (int)threadIdx.x, 1);
+}
+
+typedef void (*Kern)(const float *, float *);
+
+// Runs `k` `reps` times on fresh inputs; returns how many launches produced a wrong sum.
+static int count_wrong(Kern k, const char *name, int nblocks, int reps, uint64_t seed) {
+    std::vector<float> h(nblocks * BS);
+    float *dx, *dout;
+    CT_CUDA_CHECK(cudaMalloc(&dx, h.size() * sizeof(float)));
+    CT_CUDA_CHECK(cudaMalloc(&dout, nblocks * sizeof(float)));
+    int wrong = 0;
+    for (int r = 0; r < reps; r++) {
+        Rng rng = rng_make(seed, (uint64_t)r, 0);
+        // Small integers: every summation order gives the exact sum, so any difference is a race.
+        for (auto &v : h) v = (float)(int)rng_below(&rng, 100);
+        CT_CUDA_CHECK(cudaMemcpy(dx, h.data(), h.size() * sizeof(float), cudaMemcpyHostToDevice));
+        CT_LAUNCH(k, nblocks, BS, 0, 0, dx, dout);
+        CT_CHECK_LAUNCH(name);
+        std::vector<float> o(nblocks);
+        CT_CUDA_CHECK(cudaMemcpy(o.data(), dout, o.size() * sizeof(float), cudaMemcpyDeviceToHost));
+        bool bad = false;
+        for (int b = 0; b < nblocks; b++) {
+            float ref = 0;
+            for (int i = 0; i < BS; i++) ref += h[b * BS + i];
+            bad |= o[b] != ref;
+        }
+        wrong += bad;
+    }
+    cudaFree(dx);
+    cudaFree(dout);
+    return wrong;
+}
+
+// Runs this program with `arg` in a child; returns its stderr, and whether it died of SIGABRT.
+static std::string run_child(const char *self, const char *arg, bool *aborted, double *seconds) {
+    int fd[2];
+    if (pipe(fd) != 0) ct_die_errno("pipe");
+    double t0 = ct_now();
+    pid_t pid = fork();
+    if (pid < 0) ct_die_errno("fork");
+    if (pid == 0) {
+        dup2(fd[1], 2);
+        close(fd[0]);
+        close(fd[1]);
+        setenv("CTRAIN_EMU_DEADLOCK_S", "2", 1);
+        execl(self, self, arg, (char *)nullptr);
+        _exit(127);
+    }
+    close(fd[1]);
+    std::string err;
+    char buf[4096];
+    ssize_t n;
+    while ((n = read(fd[0], buf, sizeof buf)) > 0) err.append(buf, (size_t)n);
+    close(fd[0]);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    *seconds = ct_now() - t0;
+    *aborted = WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT;
+    return err;
+}
+
+int main(int argc, char **argv) {
+    if (argc == 2) {  // child cases: expected to abort
+        int *d;
+        CT_CUDA_CHECK(cudaMalloc(&d, 64 * sizeof(int)));
+        if (!strcmp(argv[1], "deadlock")) CT_LAUNCH(deadlock_kernel, 1, 32, 0, 0, d);
+        if (!strcmp(argv[1], "mask")) CT_LAUNCH(mask_excludes_self_kernel, 1, 32, 0, 0, d);
+        cudaDeviceSynchronize();
+        return 0;  // reaching here means the bug went unnoticed
+    }
+
+    const int nblocks = 4, reps = 12;
+    struct {
+        Kern k;
+        const char *name;
+        bool buggy;
+    } cases[] = {
+        {reduce_ok, "reduce_ok", false},
+        {reduce_warp_sync, "reduce_warp_sync", false},
+        {reduce_missing_sync, "reduce_missing_sync", true},
+        {reduce_warp_nosync, "reduce_warp_nosync", true},
+    };
+    for (int jitter : {0, 3}) {
+        emu::set_jitter(jitter);
+        for (auto &c : cases) {
+            double t0 = ct_now();
+            int wrong = count_wrong(c.k, c.name, nblocks, reps, 11 + jitter);
+            printf("jitter %d  %-22s wrong in %2d of %d launches  (%.2f s)\n", jitter, c.name, wrong,
+                   reps, ct_now() - t0);
+            if (c.buggy) CHECK(wrong > 0, "%s (jitter %d): the bug went unnoticed in %d launches", c.name, jitter, reps);
+            else CHECK(wrong == 0, "%s (jitter %d): correct kernel wrong in %d launches", c.name, jitter, wrong);
+        }
+    }
+    emu::set_jitter(0);
+
+    const char *self = "/proc/self/exe";
+    char path[4096];
+    ssize_t len = readlink(self, path, sizeof path - 1);
+    if (len > 0) {
+        path[len] = 0;
+        self = path;
+    }
+    bool aborted;
+    double secs;
+    std::string err = run_child(self, "deadlock", &aborted, &secs);
+    printf("deadlock case: %s after %.1f s: %s", aborted ? "aborted" : "NOT aborted", secs, err.c_str());
+    CHECK(aborted && err.find("deadlock") != std::string::npos, "deadlock must be reported and abort");
+    err = run_child(self, "mask", &aborted, &secs);
+    printf("mask case: %s after %.1f s: %s", aborted ? "aborted" : "NOT aborted", secs, err.c_str());
+    CHECK(aborted && err.find("mask") != std::string::npos, "mismatched masks must be reported and abort");
+    return test_summary("emu_catches_race");
+}
