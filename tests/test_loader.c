@@ -34,7 +34,7 @@ static void write_shard(const char *path, uint32_t codec, int C) {
         uint8_t *img = ct_alloc((size_t)h * wd * C);
         make_image(img, wd, h, C, i);
         size_t sz = 0;
-        uint8_t *p = shard_encode(codec, 0, img, h, wd, C, &sz);
+        uint8_t *p = shard_encode(codec, codec == SHARD_CODEC_JPEG ? 90 : 0, img, h, wd, C, &sz);
         shard_writer_add(w, p, (uint32_t)sz, h, wd, i % NCLS);
         free(p);
         free(img);
@@ -142,14 +142,16 @@ static void hook_free(void *p, void *ctx) {
 int main(void) {
     char dir[] = "/tmp/ct_test_loader_XXXXXX";
     if (!mkdtemp(dir)) ct_die_errno("mkdtemp");
-    char lz4[512], raw[512], gray[512], bad[512];
+    char lz4[512], raw[512], gray[512], bad[512], jpg[512];
     snprintf(lz4, sizeof lz4, "%s/lz4.shard", dir);
     snprintf(raw, sizeof raw, "%s/raw.shard", dir);
     snprintf(gray, sizeof gray, "%s/gray.shard", dir);
     snprintf(bad, sizeof bad, "%s/bad.shard", dir);
+    snprintf(jpg, sizeof jpg, "%s/jpeg.shard", dir);
     write_shard(lz4, SHARD_CODEC_LZ4, 3);
     write_shard(raw, SHARD_CODEC_RAW, 3);
     write_shard(gray, SHARD_CODEC_LZ4, 1);
+    write_shard(jpg, SHARD_CODEC_JPEG, 3);
     Shard s, sr, sg;
     shard_open(&s, lz4);
     shard_open(&sr, raw);
@@ -207,6 +209,25 @@ int main(void) {
         CHECK(check_against_direct(&sg, &c, &e, 3), "grayscale train differs from the direct path");
         epoch_free(&e);
         loader_destroy(l);
+    }
+
+    // JPEG payloads (decoded whole by libjpeg-turbo in the worker): same as the direct path, any worker count.
+    {
+        Shard sj;
+        shard_open(&sj, jpg);
+        LoaderConfig c = base_cfg(1, 1);
+        Loader *l = loader_create(&sj, &c);
+        Epoch e = run_epoch(l, 4, 16 * 16 * 3);
+        CHECK(e.n == (N / 6) * 6 && check_against_direct(&sj, &c, &e, 4), "JPEG shard differs from the direct path");
+        loader_destroy(l);
+        c.workers = 3;
+        l = loader_create(&sj, &c);
+        Epoch e3 = run_epoch(l, 4, 16 * 16 * 3);
+        CHECK(epoch_same(&e, &e3), "JPEG shard: 1 and 3 workers differ");
+        loader_destroy(l);
+        epoch_free(&e);
+        epoch_free(&e3);
+        shard_close(&sj);
     }
 
     // Simulated ranks: eval exact coverage (53 = not a multiple of 3 x 4), train exact shares.
