@@ -46,12 +46,14 @@ static void gray_to_rgb(uint8_t *dst, const uint8_t *src, size_t n) {
     }
 }
 
+uint64_t image_max_pixels = IMAGE_MAX_PIXELS;
+
 static int check_dims(uint64_t w, uint64_t h, char *err, size_t errlen) {
     if (w == 0 || h == 0) return fail(err, errlen, "image has zero size (%llux%llu)", (unsigned long long)w,
                                       (unsigned long long)h);
-    if (w > IMAGE_MAX_DIM || h > IMAGE_MAX_DIM || w * h > IMAGE_MAX_PIXELS)
+    if (w > IMAGE_MAX_DIM || h > IMAGE_MAX_DIM || w * h > image_max_pixels)
         return fail(err, errlen, "image of %llux%llu pixels is larger than supported (%u per side, %llu pixels)",
-                    (unsigned long long)w, (unsigned long long)h, IMAGE_MAX_DIM, (unsigned long long)IMAGE_MAX_PIXELS);
+                    (unsigned long long)w, (unsigned long long)h, IMAGE_MAX_DIM, (unsigned long long)image_max_pixels);
     return 0;
 }
 

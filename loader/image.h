@@ -15,6 +15,8 @@ int image_kind(const uint8_t *data, size_t n);  // by magic bytes
 
 #define IMAGE_MAX_DIM 65535u
 #define IMAGE_MAX_PIXELS (1ull << 28)
+// Largest image image_decode accepts (IMAGE_MAX_PIXELS; fuzzers lower it to keep inputs fast).
+extern uint64_t image_max_pixels;
 
 // Decode a JPEG (baseline or progressive; grayscale, YCbCr, RGB, CMYK or YCCK) or a PNG (any bit
 // depth, palette, alpha) to 8-bit HWC with `channels` (1 or 3) channels:
