@@ -92,10 +92,12 @@ static inline uint8_t to_u8(float v) {
     return (uint8_t)(int)v;
 }
 
-// The kernels are written once (KERNELS below) and compiled twice: for the x86-64 baseline and with
-// AVX2 enabled, chosen at run time. Both variants do the same float operations in the same order
-// (ISO C mode: no fused multiply-add contraction), so their bytes are identical.
-#define KERNELS(SUFFIX, ATTR)                                                                                  \
+// The vertical kernel is written once (VPASS_KERNEL) and compiled twice, for the x86-64 baseline and
+// with AVX2 enabled; the horizontal one has a baseline loop (HPASS3_LOOP) and a hand-written AVX2
+// pair loop (HPAIRS_LOOP). The variant is chosen at run time. All variants do the same float
+// operations in the same order (ISO C mode: no fused multiply-add contraction), so their bytes are
+// identical on every x86-64 machine.
+#define VPASS_KERNEL(SUFFIX, ATTR)                                                                                  \
     /* Vertical pass over one output row: acc[x] = sum_k w[k] * row(start + k)[x], x < len. */               \
     ATTR static void vpass##SUFFIX(float *restrict acc, const uint8_t *src, size_t stride, int start, int n,  \
                                    const float *w, int len) {                                                 \
@@ -121,7 +123,9 @@ static inline uint8_t to_u8(float v) {
             float wa = w[k];                                                                                  \
             for (int x = 0; x < len; x++) acc[x] += wa * (float)ra[x];                                        \
         }                                                                                                     \
-    }                                                                                                         \
+    }
+
+#define HPASS3_KERNEL(SUFFIX, ATTR)                                                                             \
     ATTR static void hpass3##SUFFIX(uint8_t *restrict out, const float *acc, const Taps *t, int dw, int flip) { \
         switch (t->kuse) {                                                                                    \
         case 2: HPASS3_LOOP(2); break;                                                                        \
@@ -152,8 +156,9 @@ static inline uint8_t to_u8(float v) {
         uint32_t v = (uint32_t)_mm_cvtsi128_si32(q);                                                          \
         memcpy(out + 3 * j, &v, j < dw - 1 ? 4 : 3);                                                          \
     }
-KERNELS(_base, )
-KERNELS(_avx2, __attribute__((target("avx2"), unused)))
+VPASS_KERNEL(_base, )
+VPASS_KERNEL(_avx2, __attribute__((target("avx2"))))
+HPASS3_KERNEL(_base, )
 
 // AVX2 horizontal pass, two output pixels per 8-float vector (the low half pixel j, the high half
 // pixel j+1, each exactly as in HPASS3_LOOP, so the bytes match the baseline). off[j] is in output
@@ -226,11 +231,11 @@ int resample_set_simd(int on) { return __atomic_exchange_n(&simd_allowed, on, __
         out[3 * j + 1] = to_u8(s1);                                                                           \
         out[3 * j + 2] = to_u8(s2);                                                                           \
     }
-KERNELS(_base, )
+VPASS_KERNEL(_base, )
+HPASS3_KERNEL(_base, )
 static int use_avx2(void) { return 0; }
 int resample_set_simd(int on) { return 0; }
 #define vpass_avx2 vpass_base
-#define hpass3_avx2 hpass3_base
 #endif
 
 static void hpass_generic(uint8_t *restrict out, const float *acc, const Taps *t, int dw, int C, int flip) {

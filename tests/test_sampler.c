@@ -128,15 +128,18 @@ static void check_rrc_bounds(void) {
     CHECK(ok, "RandomResizedCrop box outside the image");
 }
 
-// Stats of N boxes for an H x W image: means of h, w, top, left, h*w, and the fallback share.
-enum { NSTAT = 6 };
+// Stats of N boxes for an H x W image: means of h, w, top, left, h*w, the fallback share, and two
+// second moments (log aspect squared: tells log-uniform from uniform ratios; width squared).
+enum { NSTAT = 8 };
 static void rrc_stats(int H, int W, int n, double *mean, double *sd) {
     double s[NSTAT] = {0}, s2[NSTAT] = {0};
     for (int i = 0; i < n; i++) {
         Rng r = rng_make(11, (uint64_t)H * 100000 + W, i);
         CropBox b;
         int tries = rrc_get_params(&r, H, W, 0.08f, 1.0f, 0.75f, 4.0f / 3.0f, &b);
-        double v[NSTAT] = {b.height, b.width, b.top, b.left, (double)b.height * b.width, tries == 11};
+        double la = log((double)b.width / b.height);
+        double v[NSTAT] = {b.height, b.width, b.top, b.left, (double)b.height * b.width, tries == 11, la * la,
+                           (double)b.width * b.width};
         for (int k = 0; k < NSTAT; k++) {
             s[k] += v[k];
             s2[k] += v[k] * v[k];
@@ -157,10 +160,10 @@ static const char *PY =
     "for line in open(d + '/rrc.txt'):\n"
     "    H, W, n = [int(v) for v in line.split()]\n"
     "    img = torch.zeros(1, H, W, dtype=torch.uint8)\n"
-    "    v = np.zeros((n, 6))\n"
+    "    v = np.zeros((n, 8))\n"
     "    for k in range(n):\n"
     "        i, j, h, w = T.RandomResizedCrop.get_params(img, [0.08, 1.0], [3.0 / 4.0, 4.0 / 3.0])\n"
-    "        v[k] = [h, w, i, j, h * w, 0]\n"
+    "        v[k] = [h, w, i, j, h * w, 0, np.log(w / h) ** 2, w * w]\n"
     "    out.append(' '.join('%.6f' % m for m in v.mean(0)))\n"
     "open(d + '/rrc_out.txt', 'w').write('\\n'.join(out) + '\\n')\n"
     "for line in open(d + '/px.txt'):\n"
@@ -242,16 +245,17 @@ static void check_against_torchvision(void) {
     if (rc == 0) {
         snprintf(path, sizeof path, "%s/rrc_out.txt", dir);
         f = fopen(path, "r");
-        const char *names[NSTAT] = {"height", "width", "top", "left", "area", "fallback"};
+        const char *names[NSTAT] = {"height", "width", "top", "left", "area", "fallback", "logasp^2", "width^2"};
         for (int s = 0; s < ns; s++) {
             double ref[NSTAT], mean[NSTAT], sd[NSTAT];
             for (int k = 0; k < NSTAT; k++)
                 if (fscanf(f, "%lf", &ref[k]) != 1) ct_die("short rrc_out.txt");
             rrc_stats(shapes[s][0], shapes[s][1], n, mean, sd);
-            for (int k = 0; k < 5; k++) {
+            for (int k = 0; k < NSTAT; k++) {
+                if (k == 5) continue;  // torchvision does not say when it fell back
                 // Both are means of n draws: their difference has sd ~ sd * sqrt(2/n); allow 5 of those.
                 double tol = 5 * sd[k] * sqrt(2.0 / n) + 1e-9;
-                printf("rrc %dx%d %-8s ours %10.3f torchvision %10.3f (tol %.3f)\n", shapes[s][0], shapes[s][1],
+                printf("rrc %dx%d %-8s ours %12.5f torchvision %12.5f (tol %.5f)\n", shapes[s][0], shapes[s][1],
                        names[k], mean[k], ref[k], tol);
                 CHECK(fabs(mean[k] - ref[k]) <= tol, "rrc %dx%d: mean %s %.3f vs torchvision %.3f", shapes[s][0],
                       shapes[s][1], names[k], mean[k], ref[k]);
