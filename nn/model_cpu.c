@@ -1,0 +1,337 @@
+// CPU executor: walks the op list of a ResNet with the reference layers of nn/layers.h.
+//
+// Memory plan. Time runs over forward steps 0..n-1 (op i at time i) and then backward steps
+// n..2n-1 (op i at time 2n-1-i). Every buffer (activation slot, gradient slot) gets a lifetime
+// [first write, last read] on that timeline and an offset in one arena; buffers whose lifetimes
+// do not intersect may share memory. Offsets are assigned greedily, largest buffer first, at the
+// lowest offset that does not collide with an already placed buffer of intersecting lifetime.
+#include "nn/model_cpu.h"
+
+#include <string.h>
+
+#include "nn/layers.h"
+#include "util/common.h"
+
+#define BN_MOMENTUM 0.1f
+#define BN_EPS 1e-5f
+#define NONE ((size_t)-1)
+
+struct CpuExec {
+    int n_ops, n_tensors;
+    // Current plan.
+    int planned, N, H, W, train;
+    TensorDim *dims;
+    size_t *act_off;   // per slot: offset of the activation in the arena (floats)
+    size_t *grad_off;  // per slot: offset of its gradient, NONE when no gradient is kept
+    float *arena;
+    size_t arena_floats;
+    float *scratch;    // gradient contributions that must be added to an already written gradient
+    size_t scratch_floats;
+    float *dlogits;    // cpu_train_step's loss gradient
+    // Per BN op: batch mean and 1/sqrt(var+eps) saved by the training forward.
+    size_t *bn_off;
+    float *bn_save;
+    // Backward bookkeeping.
+    char *grad_written;
+    int forward_was_train;  // batch size of the last forward if it was a training one, else 0
+    size_t dlogits_cap;
+};
+
+CpuExec *cpu_exec_create(const ResNet *m) {
+    CpuExec *e = ct_zalloc(sizeof *e);
+    e->n_ops = m->n_ops;
+    e->n_tensors = m->n_tensors;
+    e->dims = ct_zalloc(m->n_tensors * sizeof(TensorDim));
+    e->act_off = ct_zalloc(m->n_tensors * sizeof(size_t));
+    e->grad_off = ct_zalloc(m->n_tensors * sizeof(size_t));
+    e->grad_written = ct_zalloc(m->n_tensors);
+    e->bn_off = ct_zalloc(m->n_ops * sizeof(size_t));
+    size_t bn_total = 0;
+    for (int i = 0; i < m->n_ops; i++) {
+        e->bn_off[i] = bn_total;
+        if (m->ops[i].kind == OP_BN) bn_total += 2 * (size_t)m->ops[i].C;
+    }
+    e->bn_save = ct_zalloc(CT_MAX(bn_total, 1) * sizeof(float));
+    return e;
+}
+
+void cpu_exec_free(CpuExec *e) {
+    if (!e) return;
+    free(e->dims);
+    free(e->act_off);
+    free(e->grad_off);
+    free(e->grad_written);
+    free(e->bn_off);
+    free(e->bn_save);
+    free(e->arena);
+    free(e->scratch);
+    free(e->dlogits);
+    free(e);
+}
+
+size_t cpu_exec_arena_bytes(const CpuExec *e) { return e->arena_floats * sizeof(float); }
+
+// ---------------------------------------------------------------------------------------------
+// Planning.
+typedef struct {
+    size_t size;        // floats
+    int start, end;     // lifetime, inclusive
+    size_t *off;        // where to store the assigned offset
+} Interval;
+
+static int cmp_interval(const void *a, const void *b) {
+    const Interval *x = a, *y = b;
+    if (x->size != y->size) return x->size < y->size ? 1 : -1;
+    return x->start - y->start;  // deterministic tie break
+}
+
+static size_t place_intervals(Interval *iv, int n) {
+    qsort(iv, n, sizeof *iv, cmp_interval);
+    size_t total = 0;
+    // Candidate offsets are 0 and the ends of already placed buffers; take the lowest that fits.
+    for (int i = 0; i < n; i++) {
+        size_t best = NONE;
+        for (int c = -1; c < i; c++) {
+            size_t cand = c < 0 ? 0 : *iv[c].off + iv[c].size;
+            if (best != NONE && cand >= best) continue;
+            int ok = 1;
+            for (int j = 0; j < i && ok; j++) {
+                if (iv[j].start > iv[i].end || iv[i].start > iv[j].end) continue;  // disjoint in time
+                size_t a0 = *iv[j].off, a1 = a0 + iv[j].size;
+                if (cand < a1 && a0 < cand + iv[i].size) ok = 0;
+            }
+            if (ok) best = cand;
+        }
+        *iv[i].off = best;
+        total = CT_MAX(total, best + iv[i].size);
+    }
+    return total;
+}
+
+// Does op's backward read its input activation / output activation?
+static int bwd_needs_input(const Op *op) {
+    return op->kind == OP_CONV || op->kind == OP_BN || op->kind == OP_MAXPOOL || op->kind == OP_FC;
+}
+static int bwd_needs_output(const Op *op) { return (op->kind == OP_BN || op->kind == OP_ADD) && op->relu; }
+
+static void plan(CpuExec *e, const ResNet *m, int N, int H, int W, int train) {
+    if (resnet_shapes(m, H, W, e->dims) != 0)
+        ct_die("%s: input %dx%d is too small for the network (a feature map would be empty)", m->arch, H, W);
+    int n = m->n_ops, T = 2 * n;
+    int *producer = ct_alloc(m->n_tensors * sizeof(int));
+    for (int t = 0; t < m->n_tensors; t++) producer[t] = -1;
+    for (int i = 0; i < n; i++) producer[m->ops[i].out] = i;
+
+    Interval *iv = ct_alloc(2 * m->n_tensors * sizeof(Interval));
+    int niv = 0;
+    size_t max_slot = 0;
+    for (int t = 0; t < m->n_tensors; t++) {
+        size_t size = (size_t)N * e->dims[t].H * e->dims[t].W * e->dims[t].C;
+        max_slot = CT_MAX(max_slot, size);
+        int start = producer[t] < 0 ? 0 : producer[t], end = start;
+        int first_bwd_use = T;  // gradient: time of the first contribution
+        for (int i = 0; i < n; i++) {
+            const Op *op = &m->ops[i];
+            int bt = T - 1 - i;
+            if (op->in == t || op->in2 == t) {
+                end = CT_MAX(end, i);
+                if (train && op->in == t && bwd_needs_input(op)) end = CT_MAX(end, bt);
+                if (train) first_bwd_use = CT_MIN(first_bwd_use, bt);
+            }
+            if (op->out == t && train && bwd_needs_output(op)) end = CT_MAX(end, bt);
+        }
+        if (t == m->n_tensors - 1) end = T;  // logits stay valid until the next forward
+        iv[niv++] = (Interval){size, start, end, &e->act_off[t]};
+        e->grad_off[t] = NONE;
+        // A gradient for every slot but the input and the logits (the caller passes dlogits).
+        if (train && t != 0 && t != m->n_tensors - 1 && producer[t] >= 0) {
+            int gend = T - 1 - producer[t];
+            iv[niv++] = (Interval){size, first_bwd_use, gend, &e->grad_off[t]};
+        }
+    }
+    size_t total = place_intervals(iv, niv);
+    free(iv);
+    free(producer);
+    if (total > e->arena_floats) {
+        free(e->arena);
+        e->arena = ct_alloc(total * sizeof(float));
+        e->arena_floats = total;
+    }
+    if (train && max_slot > e->scratch_floats) {
+        free(e->scratch);
+        e->scratch = ct_alloc(max_slot * sizeof(float));
+        e->scratch_floats = max_slot;
+    }
+    e->planned = 1;
+    e->N = N;
+    e->H = H;
+    e->W = W;
+    e->train = train;
+}
+
+static void ensure_plan(CpuExec *e, const ResNet *m, int N, int H, int W, int train) {
+    if (N < 1) ct_die("%s: batch size %d", m->arch, N);
+    if (e->planned && H == e->H && W == e->W && N <= e->N && (!train || e->train)) return;
+    // Keep the larger batch of the two so alternating train/eval batch sizes do not re-plan.
+    if (e->planned && H == e->H && W == e->W) N = CT_MAX(N, e->N);
+    plan(e, m, N, H, W, train || (e->planned && e->train && H == e->H && W == e->W));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Forward.
+static float *act(CpuExec *e, int t) { return e->arena + e->act_off[t]; }
+
+static void forward_ops(CpuExec *e, ResNet *m, int N, int train) {
+    for (int i = 0; i < m->n_ops; i++) {
+        const Op *op = &m->ops[i];
+        const TensorDim din = e->dims[op->in], dout = e->dims[op->out];
+        float *y = act(e, op->out);
+        const float *x = act(e, op->in);
+        switch (op->kind) {
+        case OP_CONV: {
+            ConvShape s = conv_shape(N, din.H, din.W, din.C, op->K, op->R, op->S, op->stride, op->pad);
+            conv2d_forward(&s, y, x, m->params + m->entries[op->w].offset);
+            break;
+        }
+        case OP_BN: {
+            const float *gamma = m->params + m->entries[op->w].offset;
+            const float *beta = m->params + m->entries[op->b].offset;
+            float *rm = m->bufs + m->entries[op->rm].offset, *rv = m->bufs + m->entries[op->rv].offset;
+            int M = N * din.H * din.W;
+            if (train) {
+                float *sm = e->bn_save + e->bn_off[i], *si = sm + op->C;
+                batchnorm_forward_train(y, sm, si, rm, rv, x, gamma, beta, M, op->C, BN_MOMENTUM, BN_EPS, op->relu);
+                m->counts[m->entries[op->nbt].offset] += 1;
+            } else {
+                batchnorm_forward_eval(y, x, gamma, beta, rm, rv, M, op->C, BN_EPS, op->relu);
+            }
+            break;
+        }
+        case OP_RELU:
+            relu_forward(y, x, (size_t)N * din.H * din.W * din.C);
+            break;
+        case OP_MAXPOOL:
+            maxpool_forward(y, x, N, din.H, din.W, din.C, op->R, op->stride, op->pad, dout.H, dout.W);
+            break;
+        case OP_ADD:
+            add_forward(y, x, act(e, op->in2), (size_t)N * din.H * din.W * din.C, op->relu);
+            break;
+        case OP_AVGPOOL:
+            avgpool_forward(y, x, N, din.H * din.W, din.C);
+            break;
+        case OP_FC:
+            linear_forward(y, x, m->params + m->entries[op->w].offset,
+                           op->b >= 0 ? m->params + m->entries[op->b].offset : NULL, N, op->C, op->K);
+            break;
+        default:
+            ct_die("%s: op %d (%s) has unknown kind %d", m->arch, i, op->name, op->kind);
+        }
+    }
+    e->forward_was_train = train ? N : 0;
+}
+
+const float *cpu_forward(CpuExec *e, ResNet *m, const float *x, int N, int H, int W, int train) {
+    ensure_plan(e, m, N, H, W, train);
+    memcpy(act(e, 0), x, (size_t)N * H * W * m->in_channels * sizeof(float));
+    forward_ops(e, m, N, train);
+    return act(e, m->n_tensors - 1);
+}
+
+const float *cpu_forward_u8(CpuExec *e, ResNet *m, const uint8_t *x, int N, int H, int W,
+                            const float *mean, const float *std, int train) {
+    ensure_plan(e, m, N, H, W, train);
+    normalize_u8(act(e, 0), x, (size_t)N * H * W, m->in_channels, mean, std);
+    forward_ops(e, m, N, train);
+    return act(e, m->n_tensors - 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Backward. A slot's gradient is written by the first contribution (backward runs the consumers
+// in reverse op order) and accumulated by the later ones through the scratch buffer.
+static float *grad_dest(CpuExec *e, int t) {
+    if (e->grad_off[t] == NONE) return NULL;
+    return e->grad_written[t] ? e->scratch : e->arena + e->grad_off[t];
+}
+
+static void grad_commit(CpuExec *e, int t, const float *dst, size_t n) {
+    if (!dst) return;
+    if (e->grad_written[t]) add_inplace(e->arena + e->grad_off[t], dst, n);
+    e->grad_written[t] = 1;
+}
+
+void cpu_backward(CpuExec *e, const ResNet *m, const float *dlogits, float *grads, GradReadyFn ready,
+                  void *ctx) {
+    int N = e->forward_was_train;
+    if (N <= 0 || !e->train) ct_die("%s: cpu_backward without a preceding training forward", m->arch);
+    memset(e->grad_written, 0, m->n_tensors);
+    for (int i = m->n_ops - 1; i >= 0; i--) {
+        const Op *op = &m->ops[i];
+        const TensorDim din = e->dims[op->in], dout = e->dims[op->out];
+        const float *dy = op->out == m->n_tensors - 1 ? dlogits : e->arena + e->grad_off[op->out];
+        const float *x = act(e, op->in);
+        const float *y = act(e, op->out);
+        size_t n_in = (size_t)N * din.H * din.W * din.C;
+        float *dx = grad_dest(e, op->in);
+        switch (op->kind) {
+        case OP_CONV: {
+            ConvShape s = conv_shape(N, din.H, din.W, din.C, op->K, op->R, op->S, op->stride, op->pad);
+            conv2d_backward_weight(&s, grads + m->entries[op->w].offset, dy, x);
+            if (dx) conv2d_backward_data(&s, dx, dy, m->params + m->entries[op->w].offset);
+            break;
+        }
+        case OP_BN: {
+            const float *sm = e->bn_save + e->bn_off[i], *si = sm + op->C;
+            float *tmp = dx ? dx : e->scratch;  // the BN input always has a gradient in a ResNet
+            batchnorm_backward(tmp, grads + m->entries[op->w].offset, grads + m->entries[op->b].offset, dy, x,
+                               op->relu ? y : NULL, m->params + m->entries[op->w].offset, sm, si,
+                               N * din.H * din.W, op->C);
+            break;
+        }
+        case OP_RELU:
+            if (dx) relu_backward(dx, dy, y, n_in);
+            break;
+        case OP_MAXPOOL:
+            if (dx) maxpool_backward(dx, dy, x, N, din.H, din.W, din.C, op->R, op->stride, op->pad, dout.H, dout.W);
+            break;
+        case OP_ADD: {
+            // d(a+b) with a fused ReLU: both operands receive relu'(y) * dy. When one of them
+            // already holds a gradient, da/db is the scratch buffer and the commit adds it.
+            float *da = dx ? dx : e->scratch;
+            if (op->relu) relu_backward(da, dy, y, n_in);
+            else memcpy(da, dy, n_in * sizeof(float));
+            grad_commit(e, op->in, dx, n_in);
+            float *db = grad_dest(e, op->in2);
+            if (db && db != da) memcpy(db, da, n_in * sizeof(float));
+            grad_commit(e, op->in2, db, n_in);
+            dx = NULL;  // already committed
+            break;
+        }
+        case OP_AVGPOOL:
+            if (dx) avgpool_backward(dx, dy, N, din.H * din.W, din.C);
+            break;
+        case OP_FC:
+            linear_backward(dx, grads + m->entries[op->w].offset,
+                            op->b >= 0 ? grads + m->entries[op->b].offset : NULL, dy, x,
+                            m->params + m->entries[op->w].offset, N, op->C, op->K);
+            break;
+        default:
+            ct_die("%s: op %d (%s) has unknown kind %d", m->arch, i, op->name, op->kind);
+        }
+        if (op->kind != OP_ADD) grad_commit(e, op->in, dx, n_in);
+        if (ready && (op->w >= 0)) ready(ctx, op->grad_done);
+    }
+}
+
+float cpu_train_step(CpuExec *e, ResNet *m, const float *x, const int32_t *labels, int N, int H, int W,
+                     float smoothing, float *grads, int *correct) {
+    const float *logits = cpu_forward(e, m, x, N, H, W, 1);
+    size_t nk = (size_t)N * m->num_classes;
+    if (nk > e->dlogits_cap) {
+        free(e->dlogits);
+        e->dlogits = ct_alloc(nk * sizeof(float));
+        e->dlogits_cap = nk;
+    }
+    float loss = softmax_xent(e->dlogits, logits, labels, N, m->num_classes, smoothing, 1.0f, correct);
+    cpu_backward(e, m, e->dlogits, grads, NULL, NULL);
+    return loss;
+}
