@@ -1,0 +1,226 @@
+#!/usr/bin/python3
+"""PyTorch reference for ctrain's CPU ResNet: one training step, dumped for tests/helper_parity.c.
+
+Run with Debian's /usr/bin/python3 (torch + torchvision). Writes into --out:
+  weights.safetensors  the initial state_dict (torchvision names, OIHW, num_batches_tracked I64),
+                       float32; ctrain must load it with its strict loader.
+  ref.safetensors      x (NHWC float32), labels (I64), eval_logits, logits, loss, grad.<name>,
+                       post.<bn buffer> (running stats after the training forward),
+                       step1.<name>, step2.<name> (params after one and two SGD steps with the
+                       same gradients), all float64; __metadata__ holds the configuration.
+
+The reference runs in float64 on the float32 initial values, so it is the exact answer to the
+question ctrain answers in float32: comparisons then measure ctrain's own rounding, not a mix of
+two float32 summation orders. --report-fp32 also runs torch in float32 and prints how far that is
+from the float64 reference (the scale of fp32 error to expect).
+
+The safetensors files are written by a few lines of code here (numpy only: Debian's python has no
+safetensors package); tests/test_safetensors_py.sh checks ctrain's files with the real package.
+"""
+import argparse
+import copy
+import json
+import os
+import struct
+import sys
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import torchvision
+
+
+# ---------------------------------------------------------------------------------------------
+# CIFAR ResNet (He et al. 2016, section 4.2) with projection shortcuts, torchvision naming.
+class CifarBasicBlock(nn.Module):
+    def __init__(self, inplanes, planes, stride):
+        super().__init__()
+        self.conv1 = nn.Conv2d(inplanes, planes, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(planes)
+        self.relu = nn.ReLU(inplace=True)
+        self.conv2 = nn.Conv2d(planes, planes, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(planes)
+        self.downsample = None
+        if stride != 1 or inplanes != planes:
+            self.downsample = nn.Sequential(nn.Conv2d(inplanes, planes, 1, stride, bias=False), nn.BatchNorm2d(planes))
+
+    def forward(self, x):
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        sc = x if self.downsample is None else self.downsample(x)
+        return self.relu(out + sc)
+
+
+class CifarResNet(nn.Module):
+    def __init__(self, depth, in_ch, num_classes):
+        super().__init__()
+        assert (depth - 2) % 6 == 0
+        n = (depth - 2) // 6
+        self.conv1 = nn.Conv2d(in_ch, 16, 3, 1, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(16)
+        self.relu = nn.ReLU(inplace=True)
+        inplanes = 16
+        for s, planes in enumerate([16, 32, 64]):
+            blocks = []
+            for i in range(n):
+                blocks.append(CifarBasicBlock(inplanes, planes, 2 if (s > 0 and i == 0) else 1))
+                inplanes = planes
+            setattr(self, "layer%d" % (s + 1), nn.Sequential(*blocks))
+        self.avgpool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(64, num_classes)
+        for m in self.modules():
+            if isinstance(m, nn.Conv2d):
+                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+            elif isinstance(m, nn.BatchNorm2d):
+                nn.init.constant_(m.weight, 1)
+                nn.init.constant_(m.bias, 0)
+
+    def forward(self, x):
+        x = self.relu(self.bn1(self.conv1(x)))
+        x = self.layer3(self.layer2(self.layer1(x)))
+        return self.fc(torch.flatten(self.avgpool(x), 1))
+
+
+def build(arch, in_ch, classes):
+    if arch in ("resnet20", "resnet32", "resnet44", "resnet56", "resnet110"):
+        return CifarResNet(int(arch[6:]), in_ch, classes)
+    m = getattr(torchvision.models, arch)(num_classes=classes)
+    if in_ch != 3:
+        m.conv1 = nn.Conv2d(in_ch, 64, 7, 2, 3, bias=False)
+        nn.init.kaiming_normal_(m.conv1.weight, mode="fan_out", nonlinearity="relu")
+    return m
+
+
+# ---------------------------------------------------------------------------------------------
+# Minimal safetensors writer (format: u64 LE header length, JSON header, raw little-endian data).
+DT = {np.dtype("float32"): "F32", np.dtype("float64"): "F64", np.dtype("int64"): "I64", np.dtype("int32"): "I32"}
+
+
+def save_safetensors(path, tensors, metadata=None):
+    header, blobs, off = {}, [], 0
+    if metadata:
+        header["__metadata__"] = {k: str(v) for k, v in metadata.items()}
+    for name, a in tensors.items():
+        a = np.array(a, order="C", copy=False)  # (ascontiguousarray would make 0-d arrays 1-d)
+        b = a.astype(a.dtype.newbyteorder("<"), copy=False).tobytes()
+        header[name] = {"dtype": DT[a.dtype], "shape": list(a.shape), "data_offsets": [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * ((8 - (8 + len(h)) % 8) % 8)
+    with open(path + ".tmp", "wb") as f:
+        f.write(struct.pack("<Q", len(h)))
+        f.write(h)
+        for b in blobs:
+            f.write(b)
+    os.replace(path + ".tmp", path)
+
+
+def np_of(t):
+    return t.detach().cpu().numpy()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--arch", required=True)
+    ap.add_argument("--in-ch", type=int, default=3)
+    ap.add_argument("--classes", type=int, default=10)
+    ap.add_argument("--batch", type=int, default=2)
+    ap.add_argument("--size", type=int, default=64)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--smoothing", type=float, default=0.0)
+    ap.add_argument("--lr", type=float, default=0.1)
+    ap.add_argument("--momentum", type=float, default=0.9)
+    ap.add_argument("--wd", type=float, default=5e-4)
+    ap.add_argument("--nesterov", type=int, default=0)
+    ap.add_argument("--wd-exclude", type=int, default=0, help="no weight decay on BN params and biases")
+    ap.add_argument("--report-fp32", action="store_true")
+    ap.add_argument("--fp32-floor", action="store_true",
+                    help="also store floor.<key>: torch's own float32 error against the float64 reference")
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args()
+    torch.manual_seed(a.seed)
+    torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+    model = build(a.arch, a.in_ch, a.classes)
+    # Non-trivial BN state so that a swapped gamma/beta or a mean/var mix-up cannot pass.
+    g = torch.Generator().manual_seed(a.seed + 1)
+    with torch.no_grad():
+        for mod in model.modules():
+            if isinstance(mod, nn.BatchNorm2d):
+                C = mod.num_features
+                mod.weight.copy_(0.5 + torch.rand(C, generator=g))
+                mod.bias.copy_(0.1 * torch.randn(C, generator=g))
+                mod.running_mean.copy_(0.1 * torch.randn(C, generator=g))
+                mod.running_var.copy_(0.5 + torch.rand(C, generator=g))
+                mod.num_batches_tracked.fill_(3)
+    os.makedirs(a.out, exist_ok=True)
+    sd = {k: np_of(v) for k, v in model.state_dict().items()}
+    save_safetensors(os.path.join(a.out, "weights.safetensors"), sd)
+
+    x32 = torch.randn(a.batch, a.in_ch, a.size, a.size, generator=g)
+    labels = torch.randint(0, a.classes, (a.batch,), generator=g)
+
+    def run(dtype):
+        m = copy.deepcopy(model).to(dtype)
+        x = x32.to(dtype)
+        m.eval()
+        with torch.no_grad():
+            eval_logits = m(x)
+        m.train()
+        logits = m(x)
+        loss = F.cross_entropy(logits, labels, label_smoothing=a.smoothing)
+        loss.backward()
+        named = dict(m.named_parameters())
+        decay = [p for n, p in named.items() if not (a.wd_exclude and (p.ndim == 1))]
+        no_decay = [p for n, p in named.items() if a.wd_exclude and p.ndim == 1]
+        groups = [{"params": decay, "weight_decay": a.wd}]
+        if no_decay:
+            groups.append({"params": no_decay, "weight_decay": 0.0})
+        opt = torch.optim.SGD(groups, lr=a.lr, momentum=a.momentum, nesterov=bool(a.nesterov))
+        out = {"eval_logits": eval_logits, "logits": logits, "loss": loss.reshape(1)}
+        for n, p in named.items():
+            out["grad." + n] = p.grad.clone()
+        for n, b in m.named_buffers():
+            out["post." + n] = b.clone()
+        opt.step()
+        for n, p in named.items():
+            out["step1." + n] = p.detach().clone()
+        opt.step()  # same gradients again: exercises buf = momentum * buf + d
+        for n, p in named.items():
+            out["step2." + n] = p.detach().clone()
+        return out
+
+    ref = run(torch.float64)
+    tensors = {"x": np_of(x32.permute(0, 2, 3, 1)), "labels": np_of(labels).astype(np.int64)}
+    for k, v in ref.items():
+        tensors[k] = np_of(v)
+    r32 = run(torch.float32) if (a.report_fp32 or a.fp32_floor) else None
+
+    def rel(k):
+        d = (r32[k].double() - ref[k].double()).norm()
+        return (d / ref[k].double().norm().clamp_min(1e-30)).item()
+
+    if a.fp32_floor:
+        # Norm-wise relative error of torch float32 against the float64 reference, per quantity:
+        # how much float32 rounding alone moves each result on this problem (its conditioning).
+        for k in ref:
+            if ref[k].dtype.is_floating_point:
+                tensors["floor." + k] = np.array([rel(k)], dtype=np.float64)
+    meta = {k: getattr(a, k) for k in ("arch", "in_ch", "classes", "batch", "size", "seed", "smoothing", "lr",
+                                        "momentum", "wd", "nesterov", "wd_exclude")}
+    meta["torch"] = torch.__version__
+    save_safetensors(os.path.join(a.out, "ref.safetensors"), tensors, meta)
+    print("%s: loss %.6f, %d params, reference in float64 written to %s" %
+          (a.arch, ref["loss"].item(), sum(p.numel() for p in model.parameters()), a.out))
+
+    if a.report_fp32:
+        # How far torch's own float32 run is from the float64 reference (the fp32 noise floor).
+        grads = [k for k in ref if k.startswith("grad.")]
+        worst = max(grads, key=rel)
+        print("torch fp32 vs fp64: logits %.2e loss %.2e eval_logits %.2e worst grad %.2e (%s)" %
+              (rel("logits"), rel("loss"), rel("eval_logits"), rel(worst), worst[5:]))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
