@@ -43,16 +43,20 @@ src_bytes=$(du -sb "$W/src" | cut -f1)
 ncores=$(nproc)
 echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $ncores cores; $N JPEGs of 500x375, $((src_bytes / 1024)) KiB"
 echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg) (other work on the machine makes these numbers noisy)"
-printf '\n| %-44s | %7s | %9s | %12s |\n' "run" "threads" "img/s" "output KiB"
-printf '| %-44s | %7s | %9s | %12s |\n' "---" "---" "---" "---"
+# Wall-clock img/s depends on what else the machine runs; img per CPU-second (user + sys of all
+# threads) is the steadier figure on a shared machine.
+printf '\n| %-44s | %7s | %9s | %13s | %12s |\n' "run" "threads" "img/s" "img/CPU-s" "output KiB"
+printf '| %-44s | %7s | %9s | %13s | %12s |\n' "---" "---" "---" "---" "---"
+row() { # label, threads, images, wall, cpu, bytes
+  printf '| %-44s | %7s | %9.0f | %13.0f | %12s |\n' "$1" "$2" "$(echo "$3 / $4" | bc -l)" "$(echo "$3 / $5" | bc -l)" "$6"
+}
 run() { # label, threads, packdata flags...
   local label=$1 t=$2; shift 2
   rm -rf "$W/out"
-  local t0=$(date +%s.%N)
-  OMP_NUM_THREADS=$t "$PD" "$@" "$W/src" "$W/out" 2>"$W/pack.log" || { cat "$W/pack.log" >&2; exit 1; }
-  local t1=$(date +%s.%N)
-  local bytes=$(cat "$W/out"/*.shard | wc -c)
-  printf '| %-44s | %7s | %9.0f | %12d |\n' "$label" "$t" "$(echo "$N / ($t1 - $t0)" | bc -l)" $((bytes / 1024))
+  OMP_NUM_THREADS=$t /usr/bin/time -f "%e %U %S" -o "$W/time" "$PD" "$@" "$W/src" "$W/out" 2>"$W/pack.log" \
+    || { cat "$W/pack.log" >&2; exit 1; }
+  read -r wall user sys <"$W/time"
+  row "$label" "$t" "$N" "$wall" "$(echo "$user + $sys" | bc -l)" $(($(cat "$W/out"/*.shard | wc -c) / 1024))
 }
 run "packdata lz4, --max-short 256 (default)" 1
 run "packdata lz4, --max-short 256 (default)" "$ncores"
@@ -64,20 +68,21 @@ $PY - "$W/src" "$N" <<'EOF'
 import glob, sys, time
 from PIL import Image
 files = sorted(glob.glob(sys.argv[1] + "/*/*/*.JPEG"))
-t0 = time.time()
+t0, c0 = time.time(), time.process_time()
 for f in files:
     im = Image.open(f).convert("RGB")
     w, h = im.size
     s = 256 / min(w, h)
     im = im.resize((max(1, int(w * s)), max(1, int(h * s))) if min(w, h) > 256 else (w, h), Image.BILINEAR, reducing_gap=None)
     im.tobytes()
-dt = time.time() - t0
-print("| %-44s | %7s | %9.0f | %12s |" % ("peer: PIL decode + resize 256 (no packing)", 1, len(files) / dt, "-"))
+dt, dc = time.time() - t0, time.process_time() - c0
+print("| %-44s | %7s | %9.0f | %13.0f | %12s |" % ("peer: PIL decode + resize 256 (no packing)", 1, len(files) / dt, len(files) / dc, "-"))
 EOF
 # Decode side: --verify checks every checksum and decodes every record.
 rm -rf "$W/out"; "$PD" "$W/src" "$W/out" 2>/dev/null
-t0=$(date +%s.%N); "$PD" --verify "$W/out/train.shard" >/dev/null; t1=$(date +%s.%N)
 ntrain=$("$PD" --info "$W/out/train.shard" | awk '/^records/ {print $2}')
-printf '| %-44s | %7s | %9.0f | %12s |\n' "packdata --verify (crc + LZ4 decode, train)" "$ncores" "$(echo "$ntrain / ($t1 - $t0)" | bc -l)" "-"
+/usr/bin/time -f "%e %U %S" -o "$W/time" "$PD" --verify "$W/out/train.shard" >/dev/null
+read -r wall user sys <"$W/time"
+row "packdata --verify (crc + LZ4 decode, train)" "$ncores" "$ntrain" "$wall" "$(echo "$user + $sys" | bc -l)" "-"
 echo
 "$PD" --info "$W/out/train.shard" | grep -E "^(bytes|compression|image size)"

@@ -310,7 +310,7 @@ static void pack_split(const char *label, const ItemList *items, const StrList *
     size_t chunk = (size_t)nt * 16;
     Result *res = ct_zalloc(chunk * sizeof(Result));
     ResampleScratch *scratch = ct_zalloc((size_t)nt * sizeof(ResampleScratch));
-    Progress pr = {label, items->n, ct_now(), 0, isatty(2)};
+    Progress pr = {label, items->n, ct_now(), ct_now(), isatty(2)};
     size_t skipped = 0;
     uint64_t raw_total = 0, stored_total = 0;
     for (size_t base = 0; base < items->n; base += chunk) {
