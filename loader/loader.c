@@ -224,7 +224,9 @@ Loader *loader_create(const Shard *shard, const LoaderConfig *cfg) {
     return l;
 }
 
-void loader_start_epoch(Loader *l, int64_t epoch) {
+void loader_start_epoch(Loader *l, int64_t epoch) { loader_start_epoch_at(l, epoch, 0); }
+
+void loader_start_epoch_at(Loader *l, int64_t epoch, int64_t first_batch) {
     if (epoch < 0) ct_die("loader: epoch %lld < 0", (long long)epoch);
     pthread_mutex_lock(&l->mu);
     for (int i = 0; i < l->nslots; i++)
@@ -240,9 +242,12 @@ void loader_start_epoch(Loader *l, int64_t epoch) {
     sampler_set_epoch(&l->sampler, epoch);
     l->epoch = epoch;
     l->nbatches = sampler_num_batches(&l->sampler);
+    if (first_batch < 0 || first_batch > l->nbatches)
+        ct_die("loader: cannot start epoch %lld at batch %lld: it has %lld batches", (long long)epoch,
+               (long long)first_batch, (long long)l->nbatches);
     l->total_items = l->nbatches * l->chunks_per_batch;
-    l->next_item = 0;
-    l->next_batch = 0;
+    l->next_item = first_batch * l->chunks_per_batch;  // batch b still lives in slot b % nslots
+    l->next_batch = first_batch;
     l->active = 1;
     pthread_cond_broadcast(&l->work_cv);
     pthread_mutex_unlock(&l->mu);

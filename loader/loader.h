@@ -61,6 +61,9 @@ Loader *loader_create(const Shard *shard, const LoaderConfig *cfg);
 // Begin producing epoch `epoch` (any order of epochs; resuming at epoch e gives the same batches).
 // Batches of a previous epoch that were not consumed are discarded; all must have been released.
 void loader_start_epoch(Loader *l, int64_t epoch);
+// Same, starting at batch first_batch (0 <= first_batch <= batches per epoch) without producing the
+// ones before it: resuming mid-epoch gives exactly the batches a full epoch would have given from there.
+void loader_start_epoch_at(Loader *l, int64_t epoch, int64_t first_batch);
 // Next batch of the current epoch, blocking until it is ready: 1, or 0 at the end of the epoch.
 // Dies on a bad record, naming the file and the record.
 int loader_next(Loader *l, LoaderBatch *b);
