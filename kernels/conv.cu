@@ -11,8 +11,9 @@
 // Two engines compute it:
 //   - generic: fp32 or bf16 storage, fp32 math, 64x64 tiles through shared memory, any shape.
 //   - tc: bf16 tensor cores (mma.sync m16n8k16, ldmatrix, cp.async in a 3-stage pipeline),
-//     128x64x32 tiles, when the gathered rows are 16-byte chunks (C, and K where it is a
-//     gathered dimension, multiples of 8; pointers 16-byte aligned).
+//     128x64x32 tiles, any bf16 shape: operands whose 8-element chunks are contiguous and
+//     16-byte aligned (channel count along the chunk a multiple of 8) are copied by cp.async,
+//     others (the 3-channel stem) are gathered element by element into the same tiles.
 // The weight gradient reduces over N*P*Q, which is long when K*R*S*C is small: the reduction is
 // cut into a number of splits that depends only on the shape; each split writes its own fp32
 // partial buffer and a second kernel sums the partials in split order. No atomics anywhere, so a
@@ -208,8 +209,34 @@ __global__ void __launch_bounds__(GN_THREADS) gemm_generic_k(GemmArgs g) {
 #define TC_STAGE_ELEMS (TC_A_ELEMS + TC_B_ELEMS)
 
 __device__ static inline void tc_zero16(uint16_t *dst) { *(uint4 *)dst = make_uint4(0, 0, 0, 0); }
+__device__ static inline void tc_store8(uint16_t *dst, const uint16_t v[8]) {
+    uint4 u;
+    u.x = v[0] | (uint32_t)v[1] << 16;
+    u.y = v[2] | (uint32_t)v[3] << 16;
+    u.z = v[4] | (uint32_t)v[5] << 16;
+    u.w = v[6] | (uint32_t)v[7] << 16;
+    *(uint4 *)dst = u;
+}
+// Forward gather: input element at tap (r, sx), channel c of the output pixel whose window
+// starts at (y, x) in image img; -1 for padding.
+__device__ static inline long long fwd_a_off(const ConvShape &s, int img, int y, int x, int r, int sx, int c) {
+    int h = y + r, w = x + sx;
+    if (h < 0 || h >= s.H || w < 0 || w >= s.W) return -1;
+    return ((long long)(img * s.H + h) * s.W + w) * s.C + c;
+}
+// Data-gradient gather: dout element reaching input pixel (y - pad, x - pad) through tap (r, sx).
+__device__ static inline long long dgrad_a_off(const ConvShape &s, int img, int y, int x, int r, int sx, int k) {
+    int ph = y - r, pw = x - sx;
+    if (ph < 0 || pw < 0 || ph % s.stride || pw % s.stride) return -1;
+    int p = ph / s.stride, q = pw / s.stride;
+    if (p >= s.P || q >= s.Q) return -1;
+    return ((long long)(img * s.P + p) * s.Q + q) * s.K + k;
+}
 
-template <int MODE, typename TC>
+// VEC_A / VEC_B: the operand's 8-element chunks are contiguous and 16-byte aligned in memory
+// (channel counts multiples of 8, aligned pointers) and travel by cp.async; otherwise each chunk
+// is gathered element by element (e.g. the 3-channel stem) and stored with one 16-byte store.
+template <int MODE, typename TC, bool VEC_A, bool VEC_B>
 __global__ void __launch_bounds__(TC_THREADS) gemm_tc_k(GemmArgs g) {
     __shared__ __align__(16) uint16_t sm[TC_STAGES * TC_STAGE_ELEMS];
     const bool a_mk = MODE != GEMM_WGRAD;
@@ -237,6 +264,7 @@ __global__ void __launch_bounds__(TC_THREADS) gemm_tc_k(GemmArgs g) {
         for (int i = 0; i < 4; i++) {
             int m = m0 + tid / 4 + 32 * i;
             a_img[i] = -1;
+            a_y[i] = a_x[i] = 0;
             if (m < g.M) {
                 if (MODE == GEMM_FWD) {
                     int q = m % s.Q, t = m / s.Q;
@@ -252,15 +280,23 @@ __global__ void __launch_bounds__(TC_THREADS) gemm_tc_k(GemmArgs g) {
             }
         }
     }
-    // WGRAD B: the column chunk (r, s, c..c+7) of each thread is fixed.
-    int b_r = 0, b_s = 0, b_c = -1;
+    // WGRAD B: the columns (r, s, c) of each thread's chunk are fixed; c = -1 past the end.
+    int b_r[8], b_s[8], b_c[8];
     if (MODE == GEMM_WGRAD) {
         int n = n0 + (tid % 8) * 8;
-        if (n < g.N) {
-            b_c = n % s.C;
-            int t = n / s.C;
-            b_s = t % s.S;
-            b_r = t / s.S;
+        int c = n % s.C, t = n / s.C, sx = t % s.S, r = t / s.S;
+        CV_UNROLL
+        for (int e = 0; e < 8; e++) {
+            b_r[e] = r;
+            b_s[e] = sx;
+            b_c[e] = n + e < g.N ? c : -1;
+            if (++c == s.C) {
+                c = 0;
+                if (++sx == s.S) {
+                    sx = 0;
+                    ++r;
+                }
+            }
         }
     }
 
@@ -273,40 +309,60 @@ __global__ void __launch_bounds__(TC_THREADS) gemm_tc_k(GemmArgs g) {
                 int id = tid + TC_THREADS * i, kl = id / 16, mc = (id % 16) * 8;
                 int j = k0 + kl, m = m0 + mc;
                 uint16_t *dst = As + kl * A_LD + mc;
-                if (j < ke && m < g.M) ct_cp_async_cg16(dst, a + (size_t)j * s.K + m);
-                else tc_zero16(dst);
+                if (VEC_A) {
+                    if (j < ke && m < g.M) ct_cp_async_cg16(dst, a + (size_t)j * s.K + m);
+                    else tc_zero16(dst);
+                } else {
+                    uint16_t v[8];
+                    CV_UNROLL
+                    for (int e = 0; e < 8; e++) v[e] = j < ke && m + e < g.M ? a[(size_t)j * s.K + m + e] : 0;
+                    tc_store8(dst, v);
+                }
             }
         } else {
+            // The chunk's 8 columns k..k+7 as taps (r, sx) and channel ch (FWD: c, DGRAD: k_out).
             int kc = (tid % 4) * 8, k = k0 + kc;
-            int r = 0, sx = 0, ch = 0;
-            if (k < ke) {
-                int cdim = MODE == GEMM_FWD ? s.C : s.K;
-                ch = k % cdim;
-                int t = k / cdim;
-                sx = t % s.S;
-                r = t / s.S;
-            }
-            CV_UNROLL
-            for (int i = 0; i < 4; i++) {
-                int ml = tid / 4 + 32 * i;
-                uint16_t *dst = As + ml * A_LD + kc;
-                long long off = -1;
-                if (k < ke && a_img[i] >= 0) {
-                    if (MODE == GEMM_FWD) {
-                        int h = a_y[i] + r, w = a_x[i] + sx;
-                        if (h >= 0 && h < s.H && w >= 0 && w < s.W)
-                            off = ((long long)(a_img[i] * s.H + h) * s.W + w) * s.C + ch;
-                    } else {
-                        int ph = a_y[i] - r, pw = a_x[i] - sx;
-                        if (ph >= 0 && pw >= 0 && ph % s.stride == 0 && pw % s.stride == 0) {
-                            int p = ph / s.stride, q = pw / s.stride;
-                            if (p < s.P && q < s.Q)
-                                off = ((long long)(a_img[i] * s.P + p) * s.Q + q) * s.K + ch;
+            int cdim = MODE == GEMM_FWD ? s.C : s.K;
+            int ch = k % cdim, t = k / cdim, sx = t % s.S, r = t / s.S;
+            if (VEC_A) {
+                CV_UNROLL
+                for (int i = 0; i < 4; i++) {
+                    uint16_t *dst = As + (tid / 4 + 32 * i) * A_LD + kc;
+                    long long off = -1;
+                    if (k < ke && a_img[i] >= 0)
+                        off = MODE == GEMM_FWD ? fwd_a_off(s, a_img[i], a_y[i], a_x[i], r, sx, ch)
+                                               : dgrad_a_off(s, a_img[i], a_y[i], a_x[i], r, sx, ch);
+                    if (off >= 0) ct_cp_async_cg16(dst, a + off);
+                    else tc_zero16(dst);
+                }
+            } else {
+                int er[8], es[8], ec[8];
+                CV_UNROLL
+                for (int e = 0; e < 8; e++) {
+                    er[e] = r;
+                    es[e] = sx;
+                    ec[e] = k + e < ke ? ch : -1;
+                    if (++ch == cdim) {
+                        ch = 0;
+                        if (++sx == s.S) {
+                            sx = 0;
+                            ++r;
                         }
                     }
                 }
-                if (off >= 0) ct_cp_async_cg16(dst, a + off);
-                else tc_zero16(dst);
+                CV_UNROLL
+                for (int i = 0; i < 4; i++) {
+                    uint16_t v[8];
+                    CV_UNROLL
+                    for (int e = 0; e < 8; e++) {
+                        long long off = -1;
+                        if (ec[e] >= 0 && a_img[i] >= 0)
+                            off = MODE == GEMM_FWD ? fwd_a_off(s, a_img[i], a_y[i], a_x[i], er[e], es[e], ec[e])
+                                                   : dgrad_a_off(s, a_img[i], a_y[i], a_x[i], er[e], es[e], ec[e]);
+                        v[e] = off >= 0 ? a[off] : 0;
+                    }
+                    tc_store8(As + (tid / 4 + 32 * i) * A_LD + kc, v);
+                }
             }
         }
         CV_UNROLL
@@ -316,28 +372,48 @@ __global__ void __launch_bounds__(TC_THREADS) gemm_tc_k(GemmArgs g) {
                 int nl = id / 4, kc = (id % 4) * 8;
                 int n = n0 + nl, k = k0 + kc;
                 uint16_t *dst = Bs + nl * B_LD + kc;
-                if (n < g.N && k < ke) ct_cp_async_cg16(dst, b + (size_t)n * g.K + k);
-                else tc_zero16(dst);
+                if (VEC_B) {
+                    if (n < g.N && k < ke) ct_cp_async_cg16(dst, b + (size_t)n * g.K + k);
+                    else tc_zero16(dst);
+                } else {
+                    uint16_t v[8];
+                    CV_UNROLL
+                    for (int e = 0; e < 8; e++) v[e] = n < g.N && k + e < ke ? b[(size_t)n * g.K + k + e] : 0;
+                    tc_store8(dst, v);
+                }
             } else if (MODE == GEMM_DGRAD) {
                 int kl = id / 8, nc = (id % 8) * 8;
                 int k = k0 + kl, n = n0 + nc;
                 uint16_t *dst = Bs + kl * B_LD + nc;
-                if (k < ke && n < g.N) ct_cp_async_cg16(dst, b + dgrad_w_off(s, k, n));
-                else tc_zero16(dst);
+                if (VEC_B) {
+                    if (k < ke && n < g.N) ct_cp_async_cg16(dst, b + dgrad_w_off(s, k, n));
+                    else tc_zero16(dst);
+                } else {
+                    uint16_t v[8];
+                    long long base = k < ke ? dgrad_w_off(s, k, n) : 0;  // channels n.. are contiguous
+                    CV_UNROLL
+                    for (int e = 0; e < 8; e++) v[e] = k < ke && n + e < g.N ? b[base + e] : 0;
+                    tc_store8(dst, v);
+                }
             } else {
                 int kl = id / 8, nc = (id % 8) * 8;
                 int j = k0 + kl;
                 uint16_t *dst = Bs + kl * B_LD + nc;
-                long long off = -1;
-                if (j < ke && b_c >= 0) {
-                    int q = j % s.Q, t = j / s.Q;
-                    int p = t % s.P, nimg = t / s.P;
-                    int h = p * s.stride - s.pad + b_r, w = q * s.stride - s.pad + b_s;
-                    if (h >= 0 && h < s.H && w >= 0 && w < s.W)
-                        off = ((long long)(nimg * s.H + h) * s.W + w) * s.C + b_c;
+                int q = j % s.Q, t = j / s.Q;
+                int y = (t % s.P) * s.stride - s.pad, x = q * s.stride - s.pad, img = t / s.P;
+                if (VEC_B) {
+                    long long off = j < ke && b_c[0] >= 0 ? fwd_a_off(s, img, y, x, b_r[0], b_s[0], b_c[0]) : -1;
+                    if (off >= 0) ct_cp_async_cg16(dst, b + off);
+                    else tc_zero16(dst);
+                } else {
+                    uint16_t v[8];
+                    CV_UNROLL
+                    for (int e = 0; e < 8; e++) {
+                        long long off = j < ke && b_c[e] >= 0 ? fwd_a_off(s, img, y, x, b_r[e], b_s[e], b_c[e]) : -1;
+                        v[e] = off >= 0 ? b[off] : 0;
+                    }
+                    tc_store8(dst, v);
                 }
-                if (off >= 0) ct_cp_async_cg16(dst, b + off);
-                else tc_zero16(dst);
             }
         }
     };
@@ -463,20 +539,20 @@ extern "C" size_t conv2d_gpu_work_floats(const ConvShape *s) {
     return splits > 1 ? (size_t)splits * M * N : 0;
 }
 
-// Which engine: TC when asked (or AUTO) and the shape and pointers allow it.
-static int tc_ok(int mode, const ConvShape *s, CtDtype dt, const void *p0, const void *p1) {
-    if (dt != CT_BF16 || !aligned16(p0) || !aligned16(p1)) return 0;
-    if (s->C % 8) return 0;
-    if (mode != GEMM_FWD && s->K % 8) return 0;
-    return 1;
+// The tensor-core engine takes every bf16 GEMM; operands whose 8-element chunks are contiguous
+// and aligned (the channel count along the chunk a multiple of 8) travel by cp.async.
+void ct_gemm_tc_setup(GemmArgs *g, int mode, CtDtype dt) {
+    const ConvShape *s = &g->s;
+    g->tc_ok = dt == CT_BF16;
+    int a_chunk_dim = mode == GEMM_FWD ? s->C : s->K;  // FWD: c; DGRAD: k_out; WGRAD: m = k_out
+    g->vec_a = a_chunk_dim % 8 == 0 && aligned16(g->a);
+    g->vec_b = s->C % 8 == 0 && aligned16(g->b);  // FWD: rows of R*S*C; DGRAD, WGRAD: c
 }
 
-
-// Runs one GEMM. dt: operand storage of A and B; TC output type given by c_f32.
 extern "C" int ct_gemm_run(int mode, GemmArgs g, CtDtype dt, int a_f32, int c_f32, int algo,
                            float *work, float *final_out, cudaStream_t st) {
     int use_tc = algo != CT_CONV_GENERIC && g.tc_ok;
-    if (algo == CT_CONV_TC && !use_tc) ct_die("conv: tensor-core path requested for an ineligible shape");
+    if (algo == CT_CONV_TC && !use_tc) ct_die("conv: the tensor-core engine takes bf16 operands only (fp32 asked)");
     int bm = use_tc ? TC_BM : GN_BM, bn = use_tc ? TC_BN : GN_BN, bk = use_tc ? TC_BK : GN_BK;
     int splits = 1;
     g.k_split = g.k_end;
@@ -497,9 +573,14 @@ extern "C" int ct_gemm_run(int mode, GemmArgs g, CtDtype dt, int a_f32, int c_f3
     void (*kern)(GemmArgs) = NULL;
     int threads = use_tc ? TC_THREADS : GN_THREADS;
     if (use_tc) {
-        if (mode == GEMM_FWD) kern = c_f32 ? gemm_tc_k<GEMM_FWD, float> : gemm_tc_k<GEMM_FWD, uint16_t>;
-        else if (mode == GEMM_DGRAD) kern = gemm_tc_k<GEMM_DGRAD, uint16_t>;
-        else kern = gemm_tc_k<GEMM_WGRAD, float>;
+#define TC_PICK(MODE, TCT)                                                            \
+    kern = g.vec_a ? (g.vec_b ? gemm_tc_k<MODE, TCT, true, true> : gemm_tc_k<MODE, TCT, true, false>) \
+                   : (g.vec_b ? gemm_tc_k<MODE, TCT, false, true> : gemm_tc_k<MODE, TCT, false, false>)
+        if (mode == GEMM_FWD && c_f32) TC_PICK(GEMM_FWD, float);
+        else if (mode == GEMM_FWD) TC_PICK(GEMM_FWD, uint16_t);
+        else if (mode == GEMM_DGRAD) TC_PICK(GEMM_DGRAD, uint16_t);
+        else TC_PICK(GEMM_WGRAD, float);
+#undef TC_PICK
     } else if (dt == CT_F32) {
         if (mode == GEMM_FWD) kern = gemm_generic_k<GEMM_FWD, float, float, float>;
         else if (mode == GEMM_DGRAD) kern = gemm_generic_k<GEMM_DGRAD, float, float, float>;
@@ -541,7 +622,7 @@ extern "C" int conv2d_forward_gpu_ex(const ConvShape *s, void *out, const void *
     g.M = s->N * s->P * s->Q;
     g.N = s->K;
     g.K = g.k_end = s->R * s->S * s->C;
-    g.tc_ok = tc_ok(GEMM_FWD, s, dt, in, w);
+    ct_gemm_tc_setup(&g, GEMM_FWD, dt);
     return ct_gemm_run(GEMM_FWD, g, dt, dt == CT_F32, dt == CT_F32, algo, NULL, NULL, (cudaStream_t)st);
 }
 
@@ -560,7 +641,7 @@ extern "C" int conv2d_backward_data_gpu_ex(const ConvShape *s, void *din, const 
     g.M = s->N * s->H * s->W;
     g.N = s->C;
     g.K = g.k_end = s->R * s->S * s->K;
-    g.tc_ok = tc_ok(GEMM_DGRAD, s, dt, dout, w);
+    ct_gemm_tc_setup(&g, GEMM_DGRAD, dt);
     return ct_gemm_run(GEMM_DGRAD, g, dt, dt == CT_F32, dt == CT_F32, algo, NULL, NULL, (cudaStream_t)st);
 }
 
@@ -580,7 +661,7 @@ extern "C" int conv2d_backward_weight_gpu_ex(const ConvShape *s, float *dw, cons
     g.M = s->K;
     g.N = s->R * s->S * s->C;
     g.K = g.k_end = s->N * s->P * s->Q;
-    g.tc_ok = tc_ok(GEMM_WGRAD, s, dt, dout, in);
+    ct_gemm_tc_setup(&g, GEMM_WGRAD, dt);
     return ct_gemm_run(GEMM_WGRAD, g, dt, dt == CT_F32, 1, algo, work, dw, (cudaStream_t)st);
 }
 

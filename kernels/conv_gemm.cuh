@@ -19,9 +19,13 @@ typedef struct {
     int k_end;              // == K (the reduction runs over [0, k_end))
     int k_split;            // reduction length per blockIdx.z (set by ct_gemm_run)
     size_t c_split_stride;  // elements between split partial buffers (set by ct_gemm_run)
-    int tc_ok;              // the tensor-core engine may run this GEMM
+    int tc_ok;              // the tensor-core engine may run this GEMM (bf16 operands)
+    int vec_a, vec_b;       // operand chunks of 8 are contiguous and 16-byte aligned (cp.async)
     int no_split;           // WGRAD: one pass over the whole reduction (no work buffer)
 } GemmArgs;
+
+// Sets tc_ok, vec_a, vec_b for operands g->a, g->b of dtype dt.
+void ct_gemm_tc_setup(GemmArgs *g, int mode, CtDtype dt);
 
 // Runs the GEMM on stream st with the engine `algo` allows (CtConvAlgo); returns the engine used.
 // dt: storage of the operands; a_f32: A is fp32 whatever dt (linear's dout); c_f32: C is fp32.

@@ -29,9 +29,10 @@ typedef enum { CT_F32 = 0, CT_BF16 = 1 } CtDtype;
 // gradients (dw, db) are ALWAYS fp32 (they feed the fp32 master weights); the linear layer's
 // output (logits) and its incoming gradient dout are fp32 too (the losses take fp32 logits),
 // and its bias b is fp32. Backward functions overwrite their outputs, like the CPU ones.
-// Engines: a generic tiled implicit GEMM (any shape, fp32 or bf16, fp32 math) and a bf16
-// tensor-core one (mma.sync) used automatically when dt is bf16, C % 8 == 0 (and K % 8 == 0 for
-// the two backward passes) and the gathered pointers are 16-byte aligned.
+// Engines: a generic tiled implicit GEMM (any shape, fp32 or bf16, fp32 math; the fp32 path) and
+// a bf16 tensor-core one (mma.sync) that CT_CONV_AUTO uses for every bf16 call: fastest when the
+// channel counts are multiples of 8 and pointers 16-byte aligned (cp.async), element gathers
+// otherwise. The linear backward always takes the generic engine (its dout is fp32).
 // Determinism: no atomics; the weight gradient's reduction over N*P*Q is split in a number of
 // parts fixed by the shape, partials are summed in order: bit-identical reruns on any GPU.
 
@@ -51,8 +52,8 @@ void linear_forward_gpu(float *out, const void *in, const void *w, const float *
 void linear_backward_gpu(void *din, float *dw, float *db, const float *dout, const void *in,
                          const void *w, int N, int I, int O, CtDtype dt, ct_stream_t stream);
 
-// Tests and benchmarks: the same with an explicit engine. CT_CONV_TC on a shape the tensor-core
-// engine cannot take is a fatal error. Returns the engine that ran.
+// Tests and benchmarks: the same with an explicit engine. CT_CONV_TC with dt == CT_F32 is a fatal
+// error. Returns the engine that ran.
 typedef enum { CT_CONV_AUTO = 0, CT_CONV_GENERIC = 1, CT_CONV_TC = 2 } CtConvAlgo;
 int conv2d_forward_gpu_ex(const ConvShape *s, void *out, const void *in, const void *w, CtDtype dt,
                           ct_stream_t stream, int algo);

@@ -38,7 +38,7 @@ extern "C" int linear_forward_gpu_ex(float *out, const void *in, const void *w, 
     g.M = N;
     g.N = O;
     g.K = g.k_end = I;
-    g.tc_ok = dt == CT_BF16 && I % 8 == 0 && ((uintptr_t)in & 15) == 0 && ((uintptr_t)w & 15) == 0;
+    ct_gemm_tc_setup(&g, GEMM_FWD, dt);
     return ct_gemm_run(GEMM_FWD, g, dt, dt == CT_F32, 1, algo, NULL, NULL, (cudaStream_t)st);
 }
 
