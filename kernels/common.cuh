@@ -25,8 +25,9 @@
 //     __bfloat162float, __nv_bfloat162 helpers; fp16 likewise.
 //  7. Host side: wrap runtime calls in CT_CUDA_CHECK(call). Streams, events and graph capture
 //     behave as on a GPU but run synchronously (work runs when issued; capture records closures).
-//  8. Emulated threads are host threads: keep test shapes small (a block costs ~ its thread count
-//     in context switches per __syncthreads on a 2-core machine). docs/EMULATION.md has numbers.
+//  8. Emulated CUDA threads are fibers spread over a few host threads that run at once: a
+//     __syncthreads costs about a microsecond per CUDA thread, so keep test shapes small
+//     (docs/EMULATION.md has measured costs; tests/emu_bench measures them again).
 #pragma once
 
 #include "util/common.h"

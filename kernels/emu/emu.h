@@ -5,11 +5,12 @@
 //
 // Execution model (why it looks like this):
 // - One launch at a time (a global launch lock), blocks one after another in index order, the
-//   threads of a block CONCURRENTLY: one host thread per CUDA thread, from a persistent pool. So a
-//   __shared__ variable can be plain `static` storage, and a missing __syncthreads or a wrong
-//   shuffle really races and can fail a test.
+//   threads of a block CONCURRENTLY: each CUDA thread is a fiber (own stack), the fibers spread
+//   over a persistent pool of host threads running in parallel (kernels/emu/threads.cpp says
+//   why). So a __shared__ variable can be plain `static` storage, and a missing __syncthreads or a
+//   wrong shuffle really races and can fail a test.
 // - __syncthreads and the warp operations (shuffles, votes, __syncwarp, ldmatrix, mma) are real
-//   barriers (spin briefly, then futex). Threads that return early leave the barriers, as on a GPU.
+//   barriers. Threads that return early leave the barriers, as on a GPU.
 // - The runtime API (memory, copies, streams, events, graphs) executes synchronously, in call order.
 #pragma once
 #ifndef CTRAIN_EMU

@@ -1,17 +1,31 @@
-// The emulator's execution engine: a persistent pool of host threads (one per CUDA thread of a
-// block), the block barrier (__syncthreads), warp collectives (shuffles, votes, __syncwarp,
-// ldmatrix, mma), the per-thread cp.async queue, and kernel launch.
+// The emulator's execution engine: every CUDA thread of a block is a fiber (its own stack and
+// registers) and the fibers are spread over a persistent pool of host threads that run at the same
+// time; the block barrier (__syncthreads), warp collectives (shuffles, votes, __syncwarp, ldmatrix,
+// mma), the per-thread cp.async queue, and kernel launch.
 //
-// Waiting: a thread spins briefly (only when the block has no more threads than the machine has
-// cores, otherwise spinning steals the core the thread it waits for needs), then sleeps on a futex
-// word that whoever releases it bumps. A wait longer than CTRAIN_EMU_DEADLOCK_S seconds (default
-// 120) is reported as a deadlock (e.g. __syncthreads inside a branch not every thread takes) and
-// aborts the process instead of hanging the test suite.
+// Why fibers over host threads rather than one host thread per CUDA thread: a barrier of N host
+// threads costs N kernel context switches (about 1 ms for 256 threads on a loaded 2-core machine),
+// a fiber switch costs tens of nanoseconds. The property that matters for testing is kept: the
+// CUDA threads of a block really interleave. Fiber i runs on host thread i % H (H =
+// CTRAIN_EMU_HOST_THREADS, default max(2, cores)), so lanes of one warp run truly in parallel on
+// different host threads, and on one host thread fibers run in an order unrelated to program order
+// (host thread 0 ascending, 1 descending, ...): a thread that reads shared memory another writes
+// before the barrier sees stale data. CTRAIN_EMU_HOST_THREADS=1024 gives one host thread per CUDA
+// thread. Jitter (CTRAIN_EMU_JITTER=n) adds random fiber order, yields and block order.
+//
+// Fibers never move between host threads (so the compiler may keep addresses of thread-local
+// variables across calls), and switch only inside this file: at barriers, warp operations, block
+// start and end. On a switch the host thread's threadIdx/blockIdx become the fiber's.
+//
+// A block that cannot make progress (e.g. some threads in __syncthreads, others in a shuffle that
+// waits for them) is reported after CTRAIN_EMU_DEADLOCK_S seconds (default 60) with what every
+// waiting thread waits in, and the process aborts instead of hanging the test suite.
 #include <cerrno>
 #include <climits>
 #include <linux/futex.h>
 #include <pthread.h>
 #include <sched.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -28,10 +42,53 @@ __thread uint3 blockIdx;
 dim3 blockDim;
 dim3 gridDim;
 
+// ---------------------------------------------------------------------------------------------
+// Context switch (x86-64 System V): saves the callee-saved registers, the SSE control/status word
+// and the x87 control word on the current stack, stores the stack pointer to *save, and resumes
+// the context whose stack pointer is `to`.
+extern "C" void emu_ctx_switch(void **save, void *to);
+extern "C" void emu_ctx_entry();
+asm(R"(
+    .text
+    .globl emu_ctx_switch
+    .type emu_ctx_switch,@function
+emu_ctx_switch:
+    pushq %rbp
+    pushq %rbx
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    subq $8, %rsp
+    stmxcsr (%rsp)
+    fnstcw 4(%rsp)
+    movq %rsp, (%rdi)
+    movq %rsi, %rsp
+    ldmxcsr (%rsp)
+    fldcw 4(%rsp)
+    addq $8, %rsp
+    popq %r15
+    popq %r14
+    popq %r13
+    popq %r12
+    popq %rbx
+    popq %rbp
+    ret
+    .size emu_ctx_switch,.-emu_ctx_switch
+
+    .globl emu_ctx_entry
+    .type emu_ctx_entry,@function
+emu_ctx_entry:
+    movq %r12, %rdi
+    callq *%r13
+    ud2
+    .size emu_ctx_entry,.-emu_ctx_entry
+)");
+
 namespace emu {
 
 // ---------------------------------------------------------------------------------------------
-// Futex waiting.
+// Futex helpers (host threads sleeping when they have no runnable fiber).
 static long futex_wait(std::atomic<uint32_t> *w, uint32_t val, const struct timespec *ts) {
     return syscall(SYS_futex, reinterpret_cast<uint32_t *>(w), FUTEX_WAIT_PRIVATE, val, ts,
                    nullptr, 0);
@@ -39,7 +96,6 @@ static long futex_wait(std::atomic<uint32_t> *w, uint32_t val, const struct time
 static void futex_wake(std::atomic<uint32_t> *w, int n) {
     syscall(SYS_futex, reinterpret_cast<uint32_t *>(w), FUTEX_WAKE_PRIVATE, n, nullptr, nullptr, 0);
 }
-static inline void cpu_relax() { __builtin_ia32_pause(); }
 
 int env_int(const char *name, int dflt) {
     const char *s = getenv(name);
@@ -47,74 +103,9 @@ int env_int(const char *name, int dflt) {
     return atoi(s);
 }
 
-static int g_ncpu = 1;
-static int g_deadlock_s = 120;
-static int g_spin_iters = 0;  // for the current launch
+static int g_deadlock_s = 60;
+static int g_host_threads = 2;
 static std::atomic<int> g_jitter{-1};
-
-// Describes where the current thread waits, for the deadlock report.
-static __thread const char *t_wait_what;
-
-static void report_warp_state();
-
-static void report_deadlock() {
-    fprintf(stderr,
-            "emu: deadlock: block (%u,%u,%u) thread (%u,%u,%u) has waited %d s in %s; are some "
-            "threads of the block skipping a __syncthreads or a warp operation (different masks, "
-            "or a branch)? aborting\n",
-            blockIdx.x, blockIdx.y, blockIdx.z, threadIdx.x, threadIdx.y, threadIdx.z,
-            g_deadlock_s, t_wait_what ? t_wait_what : "a barrier");
-    report_warp_state();
-    abort();
-}
-
-// Wait until done() holds; `word` changes (with a futex wake) whenever done() may have become true.
-template <typename Done>
-static inline void wait_until(std::atomic<uint32_t> &word, Done done, bool deadlock_check) {
-    for (int i = 0; i < g_spin_iters; i++) {
-        if (done()) return;
-        cpu_relax();
-    }
-    int timeouts = 0;
-    for (;;) {
-        uint32_t v = word.load(std::memory_order_acquire);
-        if (done()) return;
-        struct timespec ts = {1, 0};
-        long r = futex_wait(&word, v, deadlock_check ? &ts : nullptr);
-        if (r != 0 && errno == ETIMEDOUT && deadlock_check && ++timeouts >= g_deadlock_s) {
-            if (done()) return;
-            report_deadlock();
-        }
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Per-thread state of the CUDA thread a pool thread currently plays.
-static __thread unsigned t_tid, t_lane, t_warp;
-static __thread uint64_t t_rng;
-
-static inline uint64_t rng_next() {
-    // xorshift64*: jitter only, never results.
-    uint64_t x = t_rng;
-    x ^= x >> 12;
-    x ^= x << 25;
-    x ^= x >> 27;
-    t_rng = x;
-    return x * 0x2545F4914F6CDD1Dull;
-}
-
-static void jitter_point() {
-    int j = g_jitter.load(std::memory_order_relaxed);
-    if (j <= 0) return;
-    uint64_t r = rng_next();
-    if ((r & 3) == 0) return;
-    int n = (int)((r >> 8) % (unsigned)(2 * j + 1));
-    for (int i = 0; i < n; i++) sched_yield();
-    if (((r >> 20) & 7) == 0) {
-        struct timespec ts = {0, (long)((r >> 24) % 20000)};
-        nanosleep(&ts, nullptr);
-    }
-}
 
 void set_jitter(int level) { g_jitter.store(level); }
 int get_jitter() {
@@ -126,92 +117,270 @@ int get_jitter() {
     return j;
 }
 
-// ---------------------------------------------------------------------------------------------
-// Statistics.
 static std::atomic<unsigned long long> s_launches, s_blocks, s_block_barriers, s_warp_ops;
 Stats stats() {
     return Stats{s_launches.load(), s_blocks.load(), s_block_barriers.load(), s_warp_ops.load()};
 }
 
 // ---------------------------------------------------------------------------------------------
-// Block barrier. state packs (live << 32 | arrived) so that arriving and exiting threads agree on
-// exactly one releaser with a single compare-and-swap. gen counts completed barriers; the
-// __syncthreads_count accumulators alternate by gen parity (barrier g+1 cannot start before g is
-// released, and g+2 not before everyone has read g's result).
-struct BlockBarrier {
-    std::atomic<uint64_t> state{0};
-    std::atomic<uint32_t> gen{0};
-    std::atomic<int> acc[2];
-    int res_count[2];
-    int res_n[2];
+// Fibers and host threads.
+struct PendingCopy {
+    void *dst;
+    const void *src;
+    int bytes, src_bytes;
 };
-static BlockBarrier g_bar;
 
-static void bar_release(uint32_t g, int arrived) {
-    int p = g & 1;
-    g_bar.res_count[p] = g_bar.acc[p].load(std::memory_order_relaxed);
-    g_bar.res_n[p] = arrived;
-    g_bar.acc[p ^ 1].store(0, std::memory_order_relaxed);
-    s_block_barriers.fetch_add(1, std::memory_order_relaxed);
-    g_bar.gen.store(g + 1, std::memory_order_release);
-    futex_wake(&g_bar.gen, INT_MAX);
+struct HostThread;
+enum { F_RUNNING = 0, F_PARKED = 1, F_NOTIFIED = 2 };
+
+struct Fiber {
+    void *sp = nullptr;
+    unsigned char *stack = nullptr;
+    size_t stack_bytes = 0;
+    unsigned tid = 0, lane = 0, warp = 0;
+    HostThread *host = nullptr;
+    uint3 tidx{0, 0, 0}, bidx{0, 0, 0};
+    std::atomic<int> state{F_RUNNING};
+    bool finished = false, yielded = false;
+    const char *wait_what = nullptr;
+    uint32_t wait_mask = 0;
+    std::vector<PendingCopy> copies;
+    std::vector<size_t> groups;  // end index (into copies) of each committed group
+    uint64_t rng = 0;
+};
+
+struct HostThread {
+    pthread_t th;
+    unsigned id = 0;
+    std::mutex qm;
+    std::vector<Fiber *> ready;  // run queue (order: see pick_next)
+    std::atomic<uint32_t> word{0};
+    std::atomic<int> sleeping{0};
+    void *sched_sp = nullptr;
+    std::vector<Fiber *> mine;  // fibers of the current launch
+    uint64_t rng = 0;
+};
+
+static std::vector<HostThread *> g_hosts;
+static std::vector<Fiber *> g_fibers;
+static __thread Fiber *t_cur;
+static __thread HostThread *t_host;
+
+static inline uint64_t xorshift(uint64_t &x) {
+    // Scheduling noise only, never results.
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    return x * 0x2545F4914F6CDD1Dull;
 }
 
-static int bar_arrive(int pred, int *n_out) {
-    uint32_t g = g_bar.gen.load(std::memory_order_acquire);
-    int p = g & 1;
-    if (pred) g_bar.acc[p].fetch_add(1, std::memory_order_relaxed);
-    uint64_t s = g_bar.state.load(std::memory_order_acquire);
-    bool releaser;
-    uint32_t arrived;
-    for (;;) {
-        uint32_t live = (uint32_t)(s >> 32);
-        arrived = (uint32_t)s + 1;
-        releaser = arrived == live;
-        uint64_t ns = ((uint64_t)live << 32) | (releaser ? 0u : arrived);
-        if (g_bar.state.compare_exchange_weak(s, ns, std::memory_order_acq_rel)) break;
+static Fiber *cur() {
+    Fiber *f = t_cur;
+    if (!f) {
+        fprintf(stderr, "emu: a device-side function (barrier, warp operation) was called outside "
+                        "a kernel launch; aborting\n");
+        abort();
     }
-    if (releaser) {
-        bar_release(g, (int)arrived);
-    } else {
-        t_wait_what = "__syncthreads";
-        wait_until(g_bar.gen, [&] { return g_bar.gen.load(std::memory_order_acquire) != g; }, true);
-    }
-    jitter_point();
-    if (n_out) *n_out = g_bar.res_n[p];
-    return g_bar.res_count[p];
+    return f;
 }
 
-static void bar_exit() {
-    uint64_t s = g_bar.state.load(std::memory_order_acquire);
+static void enqueue(Fiber *f) {
+    HostThread *h = f->host;
+    {
+        std::lock_guard<std::mutex> lk(h->qm);
+        h->ready.push_back(f);
+    }
+    h->word.fetch_add(1, std::memory_order_seq_cst);
+    if (h->sleeping.load(std::memory_order_seq_cst)) futex_wake(&h->word, 1);
+}
+
+// Makes a parked (or about to park) fiber runnable again. A fiber is enqueued only on a
+// transition out of PARKED here, or by its host when it parks while NOTIFIED (see
+// run_host_fibers), so it is never in a run queue twice. A wake that finds the fiber running
+// leaves NOTIFIED: its next park returns at once and the caller's loop re-checks its condition.
+static void unpark(Fiber *f) {
+    int s = f->state.load(std::memory_order_acquire);
     for (;;) {
-        uint32_t live = (uint32_t)(s >> 32) - 1;
-        uint32_t arrived = (uint32_t)s;
-        bool releaser = arrived > 0 && arrived == live;
-        uint64_t ns = ((uint64_t)live << 32) | (releaser ? 0u : arrived);
-        if (g_bar.state.compare_exchange_weak(s, ns, std::memory_order_acq_rel)) {
-            // Nobody can pass the barrier before we release it, so gen is stable here.
-            if (releaser) bar_release(g_bar.gen.load(std::memory_order_acquire), (int)arrived);
+        if (s == F_PARKED) {
+            if (f->state.compare_exchange_weak(s, F_RUNNING, std::memory_order_acq_rel)) {
+                enqueue(f);
+                return;
+            }
+        } else if (s == F_RUNNING) {
+            if (f->state.compare_exchange_weak(s, F_NOTIFIED, std::memory_order_acq_rel)) return;
+        } else {
             return;
         }
     }
 }
 
-void syncthreads() { bar_arrive(0, nullptr); }
+// unpark for many fibers: one lock and at most one wake per host thread.
+static void unpark_all(const std::vector<Fiber *> &fs, const Fiber *skip) {
+    HostThread *batch_host = nullptr;
+    std::vector<Fiber *> batch;
+    auto flush = [&] {
+        if (batch.empty()) return;
+        {
+            std::lock_guard<std::mutex> lk(batch_host->qm);
+            batch_host->ready.insert(batch_host->ready.end(), batch.begin(), batch.end());
+        }
+        batch_host->word.fetch_add(1, std::memory_order_seq_cst);
+        if (batch_host->sleeping.load(std::memory_order_seq_cst)) futex_wake(&batch_host->word, 1);
+        batch.clear();
+    };
+    for (Fiber *f : fs) {
+        if (f == skip) continue;
+        int s = f->state.load(std::memory_order_acquire);
+        bool enq = false;
+        for (;;) {
+            if (s == F_PARKED) {
+                if (f->state.compare_exchange_weak(s, F_RUNNING, std::memory_order_acq_rel)) {
+                    enq = true;
+                    break;
+                }
+            } else if (s == F_RUNNING) {
+                if (f->state.compare_exchange_weak(s, F_NOTIFIED, std::memory_order_acq_rel)) break;
+            } else {
+                break;
+            }
+        }
+        if (!enq) continue;
+        if (f->host != batch_host) {
+            flush();
+            batch_host = f->host;
+        }
+        batch.push_back(f);
+    }
+    flush();
+}
+
+// Suspends the current fiber until unpark. The caller loops on its own condition.
+static void park(const char *what) {
+    Fiber *f = cur();
+    f->wait_what = what;
+    emu_ctx_switch(&f->sp, f->host->sched_sp);
+    f->wait_what = nullptr;
+}
+
+// Back to the scheduler, runnable again at once (jitter, and letting other fibers run).
+static void yield_fiber() {
+    Fiber *f = cur();
+    f->yielded = true;
+    emu_ctx_switch(&f->sp, f->host->sched_sp);
+}
+
+static void jitter_point() {
+    int j = g_jitter.load(std::memory_order_relaxed);
+    if (j <= 0) return;
+    Fiber *f = cur();
+    uint64_t r = xorshift(f->rng);
+    if ((r & 3) == 0) return;
+    int n = (int)((r >> 8) % (unsigned)(j + 1));
+    for (int i = 0; i < n; i++) yield_fiber();
+    if (((r >> 20) & 15) == 0) sched_yield();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Launch state.
+struct LaunchState {
+    const std::function<void()> *body;
+    unsigned nthreads;
+    std::vector<uint32_t> order;  // block execution order (shuffled under jitter)
+    dim3 grid, block;
+};
+static LaunchState g_launch;
+static std::mutex g_launch_mutex;  // one launch at a time, from any host thread
+static std::atomic<uint32_t> g_launch_word{0};
+static std::atomic<uint32_t> g_hosts_remaining{0};
+static std::atomic<uint32_t> g_done_word{0};
+static unsigned g_active_hosts;
+static std::atomic<int> g_running{0};  // fibers executing now (a long computation is progress)
+
+static void report_deadlock_and_abort();
+
+// ---------------------------------------------------------------------------------------------
+// Counting barrier over the live fibers of the block (also used, over all fibers, at the end of
+// each block). gen counts releases; the __syncthreads_count results alternate by gen parity
+// (barrier g+2 cannot release before everyone has read g's result).
+struct Barrier {
+    std::mutex m;
+    int live = 0, arrived = 0, count_acc = 0;
+    std::atomic<uint32_t> gen{0};
+    int res_count[2] = {0, 0}, res_n[2] = {0, 0};
+    std::vector<Fiber *> waiters;
+};
+
+static Barrier g_bar;  // __syncthreads
+static Barrier g_end;  // end of block (every fiber, including those that returned early)
+
+// With b.m held: completes the current barrier; the caller unparks `out` after unlocking.
+static void bar_release_locked(Barrier &b, std::vector<Fiber *> &out) {
+    uint32_t g = b.gen.load(std::memory_order_relaxed);
+    b.res_count[g & 1] = b.count_acc;
+    b.res_n[g & 1] = b.arrived;
+    b.count_acc = 0;
+    b.arrived = 0;
+    out.swap(b.waiters);
+    if (&b == &g_bar) s_block_barriers.fetch_add(1, std::memory_order_relaxed);
+    b.gen.store(g + 1, std::memory_order_release);
+}
+
+static int bar_arrive(Barrier &b, int pred, int *n_out, const char *what,
+                      void (*on_release)() = nullptr) {
+    Fiber *f = cur();
+    std::vector<Fiber *> wake;
+    uint32_t g;
+    bool released = false;
+    {
+        std::lock_guard<std::mutex> lk(b.m);
+        g = b.gen.load(std::memory_order_relaxed);
+        b.count_acc += pred != 0;
+        if (++b.arrived == b.live) {
+            if (on_release) on_release();
+            bar_release_locked(b, wake);
+            released = true;
+        } else {
+            b.waiters.push_back(f);
+        }
+    }
+    if (released) {
+        unpark_all(wake, nullptr);
+    } else {
+        while (b.gen.load(std::memory_order_acquire) == g) park(what);
+    }
+    if (n_out) *n_out = b.res_n[g & 1];
+    return b.res_count[g & 1];
+}
+
+static void bar_exit(Barrier &b) {
+    std::vector<Fiber *> wake;
+    {
+        std::lock_guard<std::mutex> lk(b.m);
+        b.live--;
+        if (b.arrived > 0 && b.arrived == b.live) bar_release_locked(b, wake);
+    }
+    unpark_all(wake, nullptr);
+}
+
+void syncthreads() {
+    bar_arrive(g_bar, 0, nullptr, "__syncthreads");
+    jitter_point();
+}
 
 int syncthreads_reduce(int pred, int op) {
     int n = 0;
-    int count = bar_arrive(pred != 0, &n);
+    int count = bar_arrive(g_bar, pred != 0, &n, "__syncthreads_count/and/or");
+    jitter_point();
     if (op == 0) return count;
     if (op == 1) return count == n;
     return count > 0;
 }
 
 // ---------------------------------------------------------------------------------------------
-// Warps. A collective completes when every live lane of the caller's mask has arrived; the last
-// to arrive (or the last lane to exit) computes all outputs with fn, then bumps the lanes'
-// generations. Each lane has its own input and output slot, so a fast lane starting its next
-// collective never overwrites data a slow lane still reads.
+// Warps. A collective completes when every live lane of the caller's mask waits in an operation
+// with that same mask; the last to arrive (or the last lane to exit) computes all outputs with fn
+// and wakes the group. Each lane has its own input and output slot, so a fast lane starting its
+// next collective never overwrites data a slow lane still reads.
 struct Warp {
     std::mutex m;
     uint32_t live = 0, arrived = 0;
@@ -220,46 +389,33 @@ struct Warp {
     void *ctx[32];
     const char *what[32];
     std::atomic<uint32_t> lane_gen[32];
-    std::atomic<uint32_t> seq{0};
     WarpPayload in[32], out[32];
 };
 static std::vector<Warp *> g_warps;
 
-static void report_warp_state() {
-    unsigned wi = t_warp;
-    if (wi >= g_warps.size()) return;
-    Warp &w = *g_warps[wi];
-    // Unlocked read: the block is stuck, this is diagnostics only.
-    fprintf(stderr, "emu: warp %u: live lanes 0x%08x, waiting lanes 0x%08x\n", wi, w.live, w.arrived);
-    for (uint32_t a = w.arrived; a; a &= a - 1) {
-        int l = __builtin_ctz(a);
-        fprintf(stderr, "emu:   lane %2d waits in %s with mask 0x%08x\n", l, w.what[l], w.want[l]);
-    }
-}
-
-static void warp_try_release(Warp &w, uint32_t mask) {
+// With w.m held. Appends the released lanes' fibers to `wake`.
+static void warp_try_release(Warp &w, unsigned warp_index, uint32_t mask, std::vector<Fiber *> &wake) {
     uint32_t group = mask & w.live;
     if (group == 0 || (w.arrived & group) != group) return;
-    // Complete only when every lane of the group waits in an operation with this same mask:
-    // after divergence, some of them may still be waiting in an earlier operation of their own
-    // (e.g. a half-warp __syncwarp) that completes first. Lanes that never agree deadlock, which
-    // the wait's timeout reports with this warp's state.
-    for (uint32_t o = group; o; o &= o - 1) {
-        int l = __builtin_ctz(o);
-        if (w.want[l] != mask) return;
-    }
+    // After divergence some lanes of the group may still wait in an earlier operation of their
+    // own (e.g. a half-warp __syncwarp) that completes first: only equal masks complete together.
+    for (uint32_t o = group; o; o &= o - 1)
+        if (w.want[__builtin_ctz(o)] != mask) return;
     int first = __builtin_ctz(group);
     w.fn[first](w.in, w.out, group, w.ctx[first]);
     w.arrived &= ~group;
-    for (uint32_t g = group; g; g &= g - 1) w.lane_gen[__builtin_ctz(g)].fetch_add(1, std::memory_order_release);
+    for (uint32_t o = group; o; o &= o - 1) {
+        int l = __builtin_ctz(o);
+        w.lane_gen[l].fetch_add(1, std::memory_order_release);
+        wake.push_back(g_fibers[warp_index * 32 + l]);
+    }
     s_warp_ops.fetch_add(1, std::memory_order_relaxed);
-    w.seq.fetch_add(1, std::memory_order_release);
-    futex_wake(&w.seq, INT_MAX);
 }
 
 void warp_collective(const char *what, uint32_t mask, const WarpPayload &in, WarpPayload &out,
                      WarpFn fn, void *ctx) {
-    unsigned lane = t_lane;
+    Fiber *f = cur();
+    unsigned lane = f->lane;
     uint32_t bit = 1u << lane;
     if (!(mask & bit)) {
         fprintf(stderr,
@@ -269,8 +425,9 @@ void warp_collective(const char *what, uint32_t mask, const WarpPayload &in, War
                 mask, lane);
         abort();
     }
-    Warp &w = *g_warps[t_warp];
+    Warp &w = *g_warps[f->warp];
     uint32_t my;
+    std::vector<Fiber *> wake;
     {
         std::lock_guard<std::mutex> lk(w.m);
         w.in[lane] = in;
@@ -280,26 +437,29 @@ void warp_collective(const char *what, uint32_t mask, const WarpPayload &in, War
         w.what[lane] = what;
         my = w.lane_gen[lane].load(std::memory_order_relaxed);
         w.arrived |= bit;
-        warp_try_release(w, mask);
+        warp_try_release(w, f->warp, mask, wake);
     }
-    t_wait_what = what;
-    wait_until(w.seq, [&] { return w.lane_gen[lane].load(std::memory_order_acquire) != my; }, true);
+    unpark_all(wake, f);
+    f->wait_mask = mask;
+    while (w.lane_gen[lane].load(std::memory_order_acquire) == my) park(what);
     out = w.out[lane];
 }
 
-static void warp_exit() {
-    Warp &w = *g_warps[t_warp];
-    std::lock_guard<std::mutex> lk(w.m);
-    w.live &= ~(1u << t_lane);
-    // Lanes waiting for this one may now be complete.
-    uint32_t pending = w.arrived;
-    while (pending) {
-        uint32_t m = w.want[__builtin_ctz(pending)];
-        uint32_t grp = m & pending;
-        pending &= ~grp;
-        if (!grp) break;
-        warp_try_release(w, m);
+static void warp_exit(Fiber *f) {
+    Warp &w = *g_warps[f->warp];
+    std::vector<Fiber *> wake;
+    {
+        std::lock_guard<std::mutex> lk(w.m);
+        w.live &= ~(1u << f->lane);
+        // Lanes waiting for this one may now be complete.
+        uint32_t pending = w.arrived;
+        while (pending) {
+            uint32_t m = w.want[__builtin_ctz(pending)];
+            pending &= ~m;
+            warp_try_release(w, f->warp, m, wake);
+        }
     }
+    unpark_all(wake, nullptr);
 }
 
 static void nop_fn(const WarpPayload *, WarpPayload *, uint32_t, void *) {}
@@ -308,7 +468,7 @@ void warp_sync(uint32_t mask) {
     warp_collective("__syncwarp", mask, in, out, nop_fn, nullptr);
 }
 
-unsigned lane_id() { return t_lane; }
+unsigned lane_id() { return cur()->lane; }
 
 static std::atomic<bool> s_warned_shfl{false};
 void shfl_fn(const WarpPayload *in, WarpPayload *out, uint32_t group, void *) {
@@ -356,8 +516,9 @@ void match_fn(const WarpPayload *in, WarpPayload *out, uint32_t group, void *) {
     }
 }
 
-unsigned __activemask_impl() {
-    Warp &w = *g_warps[t_warp];
+unsigned activemask_impl() {
+    Fiber *f = cur();
+    Warp &w = *g_warps[f->warp];
     std::lock_guard<std::mutex> lk(w.m);
     return w.live;
 }
@@ -372,24 +533,13 @@ void trap(const char *file, int line, const char *expr) {
 // cp.async: copies wait in a per-thread queue until a wait_group retires their group, so a kernel
 // that reads the destination without waiting sees stale (poisoned) shared memory, as it may on
 // the hardware.
-struct PendingCopy {
-    void *dst;
-    const void *src;
-    int bytes, src_bytes;
-};
-static __thread std::vector<PendingCopy> *t_copies;
-static __thread std::vector<size_t> *t_groups;  // end index (into t_copies) of each committed group
-
 static void do_copy(const PendingCopy &c) {
     if (c.src_bytes > 0) memcpy(c.dst, c.src, (size_t)c.src_bytes);
     if (c.bytes > c.src_bytes) memset((char *)c.dst + c.src_bytes, 0, (size_t)(c.bytes - c.src_bytes));
 }
 
 void cp_async(void *dst, const void *src, int bytes, int src_bytes) {
-    if (!t_copies) {
-        t_copies = new std::vector<PendingCopy>();
-        t_groups = new std::vector<size_t>();
-    }
+    Fiber *f = cur();
     if (src_bytes < 0 || src_bytes > bytes) src_bytes = bytes;
     if ((uintptr_t)dst % (unsigned)bytes || (src_bytes > 0 && (uintptr_t)src % (unsigned)bytes)) {
         fprintf(stderr,
@@ -399,29 +549,26 @@ void cp_async(void *dst, const void *src, int bytes, int src_bytes) {
                 src, bytes);
         abort();
     }
-    t_copies->push_back(PendingCopy{dst, src, bytes, src_bytes});
+    f->copies.push_back(PendingCopy{dst, src, bytes, src_bytes});
 }
 void cp_async_commit() {
-    if (!t_copies) {
-        t_copies = new std::vector<PendingCopy>();
-        t_groups = new std::vector<size_t>();
-    }
-    t_groups->push_back(t_copies->size());
+    Fiber *f = cur();
+    f->groups.push_back(f->copies.size());
 }
 void cp_async_wait(int keep) {
-    if (!t_groups || (int)t_groups->size() <= keep) return;
-    size_t ngroups_done = t_groups->size() - (size_t)keep;
-    size_t upto = (*t_groups)[ngroups_done - 1];
-    for (size_t i = 0; i < upto; i++) do_copy((*t_copies)[i]);
-    t_copies->erase(t_copies->begin(), t_copies->begin() + (long)upto);
-    t_groups->erase(t_groups->begin(), t_groups->begin() + (long)ngroups_done);
-    for (auto &e : *t_groups) e -= upto;
+    Fiber *f = cur();
+    if ((int)f->groups.size() <= keep) return;
+    size_t ngroups_done = f->groups.size() - (size_t)keep;
+    size_t upto = f->groups[ngroups_done - 1];
+    for (size_t i = 0; i < upto; i++) do_copy(f->copies[i]);
+    f->copies.erase(f->copies.begin(), f->copies.begin() + (long)upto);
+    f->groups.erase(f->groups.begin(), f->groups.begin() + (long)ngroups_done);
+    for (auto &e : f->groups) e -= upto;
 }
-static void cp_async_flush() {
-    if (!t_copies) return;
-    for (auto &c : *t_copies) do_copy(c);
-    t_copies->clear();
-    t_groups->clear();
+static void cp_async_flush(Fiber *f) {
+    for (auto &c : f->copies) do_copy(c);
+    f->copies.clear();
+    f->groups.clear();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -434,32 +581,13 @@ void *dyn_smem() { return g_dyn_smem; }
 size_t dyn_smem_bytes() { return g_dyn_bytes; }
 
 // ---------------------------------------------------------------------------------------------
-// The pool and launches.
-struct Worker {
-    pthread_t th;
-    unsigned tid;
-    std::atomic<uint32_t> go{0};
-};
-static std::vector<Worker *> g_pool;
-static std::mutex g_launch_mutex;  // one launch at a time, from any host thread
-
-struct LaunchState {
-    const std::function<void()> *body;
-    unsigned nthreads;
-    std::vector<uint32_t> order;  // block execution order (shuffled under jitter)
-    dim3 grid, block;
-};
-static LaunchState g_launch;
-static std::atomic<uint32_t> g_remaining;
-static std::atomic<uint32_t> g_done_word{0};
-// The barrier at the end of each block (all threads, exited or not), whose last arriver resets
-// the per-block state for the next block.
-static std::atomic<uint32_t> g_end_count{0};
-static std::atomic<uint32_t> g_end_gen{0};
-
+// Blocks.
 static void reset_block_state() {
     unsigned n = g_launch.nthreads;
-    g_bar.state.store((uint64_t)n << 32, std::memory_order_relaxed);
+    g_bar.live = (int)n;
+    g_bar.arrived = 0;
+    g_bar.count_acc = 0;
+    g_end.live = (int)n;
     unsigned nwarps = (n + 31) / 32;
     for (unsigned i = 0; i < nwarps; i++) {
         Warp &w = *g_warps[i];
@@ -470,50 +598,168 @@ static void reset_block_state() {
     if (g_poison && g_dyn_bytes) memset(g_dyn_smem, 0xff, g_dyn_bytes);
 }
 
-static void end_of_block() {
-    uint32_t g = g_end_gen.load(std::memory_order_acquire);
-    if (g_end_count.fetch_add(1, std::memory_order_acq_rel) + 1 == g_launch.nthreads) {
-        g_end_count.store(0, std::memory_order_relaxed);
-        reset_block_state();
-        g_end_gen.store(g + 1, std::memory_order_release);
-        futex_wake(&g_end_gen, INT_MAX);
-    } else {
-        t_wait_what = "the end of the block (emulator)";
-        wait_until(g_end_gen, [&] { return g_end_gen.load(std::memory_order_acquire) != g; }, true);
-    }
-}
-
-static void play_thread(unsigned tid) {
+static void fiber_main(Fiber *f) {
     const LaunchState &L = g_launch;
-    t_tid = tid;
-    t_lane = tid % 32;
-    t_warp = tid / 32;
-    threadIdx.x = tid % L.block.x;
-    threadIdx.y = (tid / L.block.x) % L.block.y;
-    threadIdx.z = tid / (L.block.x * L.block.y);
     for (uint32_t b : L.order) {
-        blockIdx.x = b % L.grid.x;
-        blockIdx.y = (b / L.grid.x) % L.grid.y;
-        blockIdx.z = b / (L.grid.x * L.grid.y);
-        if (tid == 0) s_blocks.fetch_add(1, std::memory_order_relaxed);
+        f->bidx.x = b % L.grid.x;
+        f->bidx.y = (b / L.grid.x) % L.grid.y;
+        f->bidx.z = b / (L.grid.x * L.grid.y);
+        blockIdx = f->bidx;
+        if (f->tid == 0) s_blocks.fetch_add(1, std::memory_order_relaxed);
         jitter_point();
         (*L.body)();
-        cp_async_flush();
-        warp_exit();
-        bar_exit();
-        end_of_block();
+        cp_async_flush(f);
+        warp_exit(f);
+        bar_exit(g_bar);
+        // Every fiber, exited or not, meets here; the last resets the block state for the next.
+        bar_arrive(g_end, 0, nullptr, "the end of the block (emulator)", reset_block_state);
+    }
+    f->finished = true;
+    emu_ctx_switch(&f->sp, f->host->sched_sp);
+    abort();  // a finished fiber is never resumed
+}
+
+static void fiber_entry(void *arg) { fiber_main(static_cast<Fiber *>(arg)); }
+
+static void fiber_prepare(Fiber *f) {
+    if (!f->stack) {
+        // Kernels keep their registers' worth of locals on the stack; printf needs a few KiB.
+        // A guard page below turns an overflow into a crash instead of silent corruption.
+        size_t page = (size_t)sysconf(_SC_PAGESIZE);
+        f->stack_bytes = 256 * 1024;
+        void *p = mmap(nullptr, f->stack_bytes + page, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (p == MAP_FAILED) {
+            fprintf(stderr, "emu: cannot map a fiber stack: %s\n", strerror(errno));
+            abort();
+        }
+        mprotect(p, page, PROT_NONE);
+        f->stack = (unsigned char *)p + page;
+    }
+    // Initial frame, popped by emu_ctx_switch: control words, r15, r14, r13 (entry function),
+    // r12 (argument), rbx, rbp, return address (emu_ctx_entry). The stack is 16-byte aligned
+    // after the return, as the ABI wants before the call in emu_ctx_entry.
+    uintptr_t top = ((uintptr_t)(f->stack + f->stack_bytes)) & ~(uintptr_t)15;
+    uint64_t *sp = (uint64_t *)(top - 64);
+    uint32_t ctl[2] = {0x1F80u, 0x037Fu};  // default MXCSR, x87 control word
+    memcpy(&sp[0], ctl, 8);
+    sp[1] = 0;                                  // r15
+    sp[2] = 0;                                  // r14
+    sp[3] = (uint64_t)(uintptr_t)&fiber_entry;  // r13
+    sp[4] = (uint64_t)(uintptr_t)f;             // r12
+    sp[5] = 0;                                  // rbx
+    sp[6] = 0;                                  // rbp
+    sp[7] = (uint64_t)(uintptr_t)&emu_ctx_entry;
+    f->sp = sp;
+    f->finished = false;
+    f->yielded = false;
+    f->state.store(F_RUNNING);
+    f->copies.clear();
+    f->groups.clear();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Host threads: run their fibers of the current launch until all have finished.
+static Fiber *pick_next(HostThread *h) {
+    std::lock_guard<std::mutex> lk(h->qm);
+    if (h->ready.empty()) return nullptr;
+    size_t i = 0;
+    if (g_jitter.load(std::memory_order_relaxed) > 0) i = xorshift(h->rng) % h->ready.size();
+    Fiber *f = h->ready[i];
+    h->ready.erase(h->ready.begin() + (long)i);
+    return f;
+}
+
+static void run_host_fibers(HostThread *h) {
+    // Initial order: host thread 0 runs its fibers ascending, 1 descending, and so on, so that
+    // program order between threads is not the execution order.
+    {
+        std::lock_guard<std::mutex> lk(h->qm);
+        h->ready.clear();
+        if (h->id & 1)
+            for (size_t i = h->mine.size(); i-- > 0;) h->ready.push_back(h->mine[i]);
+        else
+            for (Fiber *f : h->mine) h->ready.push_back(f);
+    }
+    size_t nfinished = 0;
+    int idle_s = 0;
+    while (nfinished < h->mine.size()) {
+        Fiber *f = pick_next(h);
+        if (!f) {
+            // Another host thread is likely about to release our fibers: a short spin saves a
+            // futex sleep and wake-up.
+            uint32_t w0 = h->word.load(std::memory_order_acquire);
+            int spin = 0;
+            while (spin < 200 && h->word.load(std::memory_order_acquire) == w0) {
+                __builtin_ia32_pause();
+                spin++;
+            }
+            if (spin < 200) continue;
+            h->sleeping.store(1, std::memory_order_seq_cst);
+            uint32_t v = h->word.load(std::memory_order_seq_cst);
+            bool empty;
+            {
+                std::lock_guard<std::mutex> lk(h->qm);
+                empty = h->ready.empty();
+            }
+            if (empty) {
+                struct timespec ts = {1, 0};
+                long r = futex_wait(&h->word, v, &ts);
+                if (r != 0 && errno == ETIMEDOUT) {
+                    if (g_running.load() > 0) idle_s = 0;
+                    else if (++idle_s >= g_deadlock_s) report_deadlock_and_abort();
+                } else {
+                    idle_s = 0;
+                }
+            }
+            h->sleeping.store(0, std::memory_order_seq_cst);
+            continue;
+        }
+        idle_s = 0;
+        t_cur = f;
+        threadIdx = f->tidx;
+        blockIdx = f->bidx;
+        g_running.fetch_add(1, std::memory_order_relaxed);
+        emu_ctx_switch(&h->sched_sp, f->sp);
+        g_running.fetch_sub(1, std::memory_order_relaxed);
+        t_cur = nullptr;
+        if (f->finished) {
+            nfinished++;
+        } else if (f->yielded) {
+            f->yielded = false;
+            std::lock_guard<std::mutex> lk(h->qm);
+            h->ready.push_back(f);
+        } else {
+            int s = f->state.load(std::memory_order_acquire);
+            for (;;) {
+                if (s == F_NOTIFIED) {
+                    // Woken between registering as a waiter and switching out: runnable at once.
+                    if (f->state.compare_exchange_weak(s, F_RUNNING, std::memory_order_acq_rel)) {
+                        std::lock_guard<std::mutex> lk(h->qm);
+                        h->ready.push_back(f);
+                        break;
+                    }
+                } else if (f->state.compare_exchange_weak(s, F_PARKED, std::memory_order_acq_rel)) {
+                    break;
+                }
+            }
+        }
     }
 }
 
-static void *worker_main(void *arg) {
-    Worker *w = static_cast<Worker *>(arg);
-    t_rng = 0x9E3779B97F4A7C15ull * (w->tid + 1) ^ (uint64_t)time(nullptr);
+static void *host_main(void *arg) {
+    HostThread *h = static_cast<HostThread *>(arg);
+    t_host = h;
+    h->rng = 0x9E3779B97F4A7C15ull * (h->id + 1) ^ (uint64_t)time(nullptr);
     uint32_t seen = 0;
     for (;;) {
-        wait_until(w->go, [&] { return w->go.load(std::memory_order_acquire) != seen; }, false);
-        seen = w->go.load(std::memory_order_acquire);
-        play_thread(w->tid);
-        if (g_remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+        uint32_t v;
+        while ((v = g_launch_word.load(std::memory_order_acquire)) == seen)
+            futex_wait(&g_launch_word, v, nullptr);
+        seen = v;
+        if (h->id >= g_active_hosts) continue;
+        run_host_fibers(h);
+        if (g_hosts_remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) {
             g_done_word.fetch_add(1, std::memory_order_release);
             futex_wake(&g_done_word, 1);
         }
@@ -521,25 +767,50 @@ static void *worker_main(void *arg) {
     return nullptr;
 }
 
-static void grow_pool(unsigned n) {
-    while (g_pool.size() < n) {
-        Worker *w = new Worker();
-        w->tid = (unsigned)g_pool.size();
+static void report_deadlock_and_abort() {
+    fprintf(stderr,
+            "emu: deadlock: no thread of the block has made progress for %d s (are some threads "
+            "skipping a __syncthreads or a warp operation, or using different masks?); waiting "
+            "threads:\n",
+            g_deadlock_s);
+    int shown = 0;
+    for (unsigned i = 0; i < g_launch.nthreads && i < g_fibers.size(); i++) {
+        Fiber *f = g_fibers[i];
+        if (f->finished || !f->wait_what) continue;
+        if (shown++ < 64)
+            fprintf(stderr, "emu:   block (%u,%u,%u) thread (%u,%u,%u) (warp %u lane %u) in %s%s\n",
+                    f->bidx.x, f->bidx.y, f->bidx.z, f->tidx.x, f->tidx.y, f->tidx.z, f->warp,
+                    f->lane, f->wait_what, "");
+    }
+    if (shown > 64) fprintf(stderr, "emu:   ... and %d more\n", shown - 64);
+    abort();
+}
+
+static void grow(unsigned n) {
+    while (g_fibers.size() < n) {
+        Fiber *f = new Fiber();
+        f->tid = (unsigned)g_fibers.size();
+        f->lane = f->tid % 32;
+        f->warp = f->tid / 32;
+        f->rng = 0xD1B54A32D192ED03ull * (f->tid + 1);
+        g_fibers.push_back(f);
+    }
+    while (g_warps.size() < (n + 31) / 32) g_warps.push_back(new Warp());
+    unsigned want_hosts = std::min<unsigned>((unsigned)g_host_threads, n);
+    while (g_hosts.size() < want_hosts) {
+        HostThread *h = new HostThread();
+        h->id = (unsigned)g_hosts.size();
         pthread_attr_t attr;
         pthread_attr_init(&attr);
-        // Kernels keep their registers' worth of locals on the stack: 1 MiB is plenty, and 1024
-        // threads of it stay well within the address space.
-        pthread_attr_setstacksize(&attr, (size_t)1 << 20);
-        if (pthread_create(&w->th, &attr, worker_main, w) != 0) {
-            fprintf(stderr, "emu: cannot create host thread %zu for the CUDA thread pool\n",
-                    g_pool.size());
+        pthread_attr_setstacksize(&attr, (size_t)256 << 10);
+        if (pthread_create(&h->th, &attr, host_main, h) != 0) {
+            fprintf(stderr, "emu: cannot create host thread %zu for the CUDA thread pool\n", g_hosts.size());
             abort();
         }
         pthread_attr_destroy(&attr);
-        pthread_detach(w->th);
-        g_pool.push_back(w);
+        pthread_detach(h->th);
+        g_hosts.push_back(h);
     }
-    while (g_warps.size() < (n + 31) / 32) g_warps.push_back(new Warp());
 }
 
 void run_launch(const char *name, dim3 grid, dim3 block, size_t smem,
@@ -547,16 +818,20 @@ void run_launch(const char *name, dim3 grid, dim3 block, size_t smem,
     std::lock_guard<std::mutex> lk(g_launch_mutex);
     static bool inited = false;
     if (!inited) {
-        g_ncpu = (int)sysconf(_SC_NPROCESSORS_ONLN);
-        if (g_ncpu < 1) g_ncpu = 1;
-        g_deadlock_s = env_int("CTRAIN_EMU_DEADLOCK_S", 120);
+        int ncpu = (int)sysconf(_SC_NPROCESSORS_ONLN);
+        g_host_threads = env_int("CTRAIN_EMU_HOST_THREADS", std::max(2, ncpu));
+        if (g_host_threads < 1) g_host_threads = 1;
+        if (g_host_threads > 1024) g_host_threads = 1024;
+        g_deadlock_s = env_int("CTRAIN_EMU_DEADLOCK_S", 60);
         g_poison = env_int("CTRAIN_EMU_POISON", 1);
         get_jitter();
         inited = true;
     }
     unsigned n = block.x * block.y * block.z;
     uint64_t nblocks = (uint64_t)grid.x * grid.y * grid.z;
-    grow_pool(n);
+    s_launches.fetch_add(1, std::memory_order_relaxed);
+    if (nblocks == 0 || n == 0) return;
+    grow(n);
     blockDim = block;
     gridDim = grid;
     g_launch.body = &body;
@@ -565,8 +840,7 @@ void run_launch(const char *name, dim3 grid, dim3 block, size_t smem,
     g_launch.block = block;
     g_launch.order.resize(nblocks);
     for (uint64_t i = 0; i < nblocks; i++) g_launch.order[i] = (uint32_t)i;
-    int jitter = get_jitter();
-    if (jitter > 0) {
+    if (get_jitter() > 0) {
         uint64_t r = 0x243F6A8885A308D3ull ^ (uint64_t)time(nullptr) ^ s_launches.load();
         for (uint64_t i = nblocks; i > 1; i--) {
             r = r * 6364136223846793005ull + 1442695040888963407ull;
@@ -574,23 +848,28 @@ void run_launch(const char *name, dim3 grid, dim3 block, size_t smem,
         }
     }
     g_dyn_bytes = smem;
-    // Spinning only pays when every CUDA thread of the block can have a core.
-    g_spin_iters = (int)n <= g_ncpu ? 4000 : 0;
-    s_launches.fetch_add(1, std::memory_order_relaxed);
-    if (nblocks == 0) return;
-    reset_block_state();
-    g_end_count.store(0);
-    g_remaining.store(n, std::memory_order_release);
-    uint32_t done = g_done_word.load(std::memory_order_acquire);
-    for (unsigned i = 0; i < n; i++) {
-        g_pool[i]->go.fetch_add(1, std::memory_order_release);
-        futex_wake(&g_pool[i]->go, 1);
+    g_active_hosts = std::min<unsigned>((unsigned)g_hosts.size(), n);
+    for (unsigned i = 0; i < g_active_hosts; i++) g_hosts[i]->mine.clear();
+    for (unsigned t = 0; t < n; t++) {
+        Fiber *f = g_fibers[t];
+        f->host = g_hosts[t % g_active_hosts];
+        f->tidx.x = t % block.x;
+        f->tidx.y = (t / block.x) % block.y;
+        f->tidx.z = t / (block.x * block.y);
+        f->bidx = uint3{0, 0, 0};
+        fiber_prepare(f);
+        f->host->mine.push_back(f);
     }
-    wait_until(g_done_word, [&] { return g_done_word.load(std::memory_order_acquire) != done; },
-               false);
+    reset_block_state();
+    g_hosts_remaining.store(g_active_hosts, std::memory_order_release);
+    uint32_t done = g_done_word.load(std::memory_order_acquire);
+    g_launch_word.fetch_add(1, std::memory_order_acq_rel);
+    futex_wake(&g_launch_word, INT_MAX);
+    uint32_t v;
+    while ((v = g_done_word.load(std::memory_order_acquire)) == done) futex_wait(&g_done_word, v, nullptr);
     (void)name;
 }
 
 }  // namespace emu
 
-unsigned __activemask() { return emu::__activemask_impl(); }
+unsigned __activemask() { return emu::activemask_impl(); }
