@@ -117,6 +117,22 @@ def save_safetensors(path, tensors, metadata=None):
     os.replace(path + ".tmp", path)
 
 
+def load_safetensors(path):
+    """Returns ({name: numpy array}, metadata) of a safetensors file (F32/F64/I64/I32 only)."""
+    inv = {v: k for k, v in DT.items()}
+    with open(path, "rb") as f:
+        blob = f.read()
+    (n,) = struct.unpack("<Q", blob[:8])
+    header = json.loads(blob[8:8 + n])
+    meta = header.pop("__metadata__", {})
+    out = {}
+    for name, d in header.items():
+        b, e = d["data_offsets"]
+        dt = inv[d["dtype"]].newbyteorder("<")
+        out[name] = np.frombuffer(blob[8 + n + b:8 + n + e], dtype=dt).reshape(d["shape"]).copy()
+    return out, meta
+
+
 def np_of(t):
     return t.detach().cpu().numpy()
 

@@ -1,0 +1,296 @@
+// nn/safetensors.c and nn/json.c: round trips, and every malformed input gets an error naming the
+// tensor or byte offset (never a crash: this also runs under ASan+UBSan). Truncations at every
+// length and random byte corruptions of a real file are swept.
+#include <string.h>
+#include <unistd.h>
+
+#include "nn/json.h"
+#include "nn/resnet.h"
+#include "nn/safetensors.h"
+#include "tests/test.h"
+#include "util/common.h"
+#include "util/rng.h"
+
+// A file image: 8-byte length, header text, then `data_bytes` bytes of data (value i & 0xff).
+static uint8_t *image(const char *header, size_t data_bytes, size_t *size) {
+    size_t h = strlen(header);
+    *size = 8 + h + data_bytes;
+    uint8_t *b = ct_alloc(*size + 1);
+    for (int i = 0; i < 8; i++) b[i] = (uint8_t)((uint64_t)h >> (8 * i));
+    memcpy(b + 8, header, h);
+    for (size_t i = 0; i < data_bytes; i++) b[8 + h + i] = (uint8_t)i;
+    return b;
+}
+
+// Expects st_parse to fail with a message containing `needle`.
+static void expect_error(const char *what, const uint8_t *buf, size_t size, const char *needle) {
+    StFile f;
+    char *err = st_parse(buf, size, &f);
+    CHECK(err != NULL, "%s: accepted", what);
+    if (!err) {
+        st_close(&f);
+        return;
+    }
+    CHECK(strstr(err, needle) != NULL, "%s: error '%s' does not mention '%s'", what, err, needle);
+    free(err);
+}
+
+static void expect_header_error(const char *what, const char *header, size_t data_bytes, const char *needle) {
+    size_t size;
+    uint8_t *b = image(header, data_bytes, &size);
+    expect_error(what, b, size, needle);
+    free(b);
+}
+
+static void test_json(void) {
+    JsonValue v;
+    const char *good = " {\"a\": [1, -2, 3.5e2, true, false, null], \"b\": \"x\\u00e9\\ud83d\\ude00\\n\"} ";
+    char *err = json_parse(good, strlen(good), &v);
+    CHECK(err == NULL, "json valid: %s", err ? err : "");
+    if (!err) {
+        const JsonValue *a = json_get(&v, "a"), *b = json_get(&v, "b");
+        CHECK(a && a->type == JSON_ARRAY && a->n == 6, "array");
+        CHECK(a && a->items[1].is_int && a->items[1].inum == -2, "int");
+        CHECK(a && !a->items[2].is_int && a->items[2].num == 350.0, "float");
+        CHECK(a && a->items[3].type == JSON_BOOL && a->items[3].boolean, "true");
+        CHECK(b && b->type == JSON_STRING && strcmp(b->str, "x\xc3\xa9\xf0\x9f\x98\x80\n") == 0, "utf-8 escapes");
+        json_free(&v);
+    }
+    free(err);
+    const char *bad[] = {"", "{", "[1,]", "{\"a\":1,}", "{\"a\" 1}", "{\"a\":1}x", "\"abc", "[01]", "[1.]", "[-]",
+                         "tru", "{\"a\":1,\"a\":2}", "\"\\ud800\"", "\"\\q\"", "[\"\x01\"]", "{1:2}"};
+    for (size_t i = 0; i < CT_ARRAY_LEN(bad); i++) {
+        err = json_parse(bad[i], strlen(bad[i]), &v);
+        CHECK(err != NULL && strncmp(err, "byte ", 5) == 0, "json '%s' accepted or error without offset: %s", bad[i],
+              err ? err : "(none)");
+        free(err);
+    }
+    // Deep nesting is refused, not a stack overflow.
+    char deep[400];
+    memset(deep, '[', sizeof deep);
+    err = json_parse(deep, sizeof deep, &v);
+    CHECK(err && strstr(err, "nesting"), "deep nesting: %s", err ? err : "(accepted)");
+    free(err);
+    // Big integers stay exact up to int64, beyond they are not "integers".
+    err = json_parse("[9223372036854775807, 18446744073709551616]", 43, &v);
+    CHECK(!err && v.items[0].is_int && v.items[0].inum == INT64_MAX && !v.items[1].is_int, "int64 range");
+    if (!err) json_free(&v);
+    free(err);
+}
+
+static void test_parse_errors(void) {
+    uint8_t small[4] = {1, 2, 3, 4};
+    expect_error("4-byte file", small, 4, "shorter than the 8-byte header");
+    {
+        size_t size;
+        uint8_t *b = image("{}", 0, &size);
+        b[0] = 200;  // header length 200 > file
+        expect_error("header length too big", b, size, "runs past the end");
+        StFile f;
+        b[0] = 2;
+        char *err = st_parse(b, size, &f);
+        CHECK(err == NULL && f.n == 0, "empty header accepted: %s", err ? err : "");
+        free(err);
+        if (!err) st_close(&f);
+        free(b);
+    }
+    expect_header_error("malformed json", "{\"w\": {\"dtype\": \"F32\",", 0, "malformed JSON header at byte 30");
+    expect_header_error("not object", "[1,2]", 0, "not a JSON object");
+    expect_header_error("entry not object", "{\"w\": 3}", 0, "tensor 'w'");
+    expect_header_error("missing dtype", "{\"w\": {\"shape\": [1], \"data_offsets\": [0, 4]}}", 4, "'w' (byte 14): missing \"dtype\"");
+    expect_header_error("missing shape", "{\"w\": {\"dtype\": \"F32\", \"data_offsets\": [0, 4]}}", 4, "missing \"shape\"");
+    expect_header_error("missing offsets", "{\"w\": {\"dtype\": \"F32\", \"shape\": [1]}}", 4, "missing \"data_offsets\"");
+    expect_header_error("bad dtype", "{\"w\": {\"dtype\": \"F33\", \"shape\": [1], \"data_offsets\": [0, 4]}}", 4, "unsupported dtype F33");
+    expect_header_error("negative dim", "{\"w\": {\"dtype\": \"F32\", \"shape\": [-1], \"data_offsets\": [0, 4]}}", 4, "shape entry 0");
+    expect_header_error("float dim", "{\"w\": {\"dtype\": \"F32\", \"shape\": [1.5], \"data_offsets\": [0, 4]}}", 4, "shape entry 0");
+    expect_header_error("9 dims", "{\"w\": {\"dtype\": \"F32\", \"shape\": [1,1,1,1,1,1,1,1,1], \"data_offsets\": [0, 4]}}", 4, "at most 8");
+    expect_header_error("offsets reversed", "{\"w\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [4, 0]}}", 4, "begin <= end");
+    expect_header_error("offsets 3", "{\"w\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4, 8]}}", 4, "data_offsets must be");
+    expect_header_error("past end (truncated)", "{\"w\": {\"dtype\": \"F32\", \"shape\": [4], \"data_offsets\": [0, 16]}}", 12, "run past the data section");
+    expect_header_error("size mismatch", "{\"w\": {\"dtype\": \"F32\", \"shape\": [2, 3], \"data_offsets\": [0, 20]}}", 24, "shape [2, 3] of F32 needs 24");
+    expect_header_error("overflowing shape", "{\"w\": {\"dtype\": \"F64\", \"shape\": [4294967296, 4294967296, 4294967296], \"data_offsets\": [0, 8]}}", 8, "needs");
+    expect_header_error("overlap", "{\"a\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [0, 8]}, \"b\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [4, 12]}}", 12, "'a' and 'b' overlap");
+    expect_header_error("duplicate name", "{\"a\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]}, \"a\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [4, 8]}}", 8, "duplicate key \"a\"");
+    expect_header_error("metadata not object", "{\"__metadata__\": [1]}", 0, "__metadata__");
+    expect_header_error("metadata value", "{\"__metadata__\": {\"k\": 1}}", 0, "value of \"k\"");
+    expect_header_error("NUL in name", "{\"a\\u0000b\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]}}", 4, "NUL");
+    // A valid one with metadata and a scalar.
+    size_t size;
+    uint8_t *b = image("{\"__metadata__\": {\"format\": \"pt\"}, \"s\": {\"dtype\": \"I64\", \"shape\": [], \"data_offsets\": [0, 8]}, "
+                       "\"h\": {\"dtype\": \"F16\", \"shape\": [1], \"data_offsets\": [8, 10]}}", 10, &size);
+    // F16 1.5 = 0x3E00, little-endian.
+    b[size - 2] = 0x00;
+    b[size - 1] = 0x3E;
+    StFile f;
+    char *err = st_parse(b, size, &f);
+    CHECK(err == NULL, "valid file rejected: %s", err ? err : "");
+    if (!err) {
+        const StTensor *s = st_find(&f, "s"), *h = st_find(&f, "h");
+        CHECK(s && s->ndim == 0 && s->count == 1 && s->dtype == ST_I64, "scalar");
+        const char *fmt = st_meta(&f, "format");
+        CHECK(fmt && strcmp(fmt, "pt") == 0, "metadata");
+        float v = 0;
+        CHECK(h && st_to_f32(h, &v, 1) == NULL && v == 1.5f, "f16 -> f32: %g", v);
+        char *e2 = st_to_f32(s, &v, 1);
+        CHECK(e2 && strstr(e2, "'s'"), "I64 to f32 refused");
+        free(e2);
+        st_close(&f);
+    }
+    free(err);
+    free(b);
+}
+
+// Round trip of a model through a file, strict loading errors, and sweeps over a damaged file.
+static void test_resnet_files(void) {
+    char path[256];
+    snprintf(path, sizeof path, "/tmp/ctrain_test_st_%d.safetensors", (int)getpid());
+    ResNet *m = resnet_create("resnet20", 3, 10);
+    resnet_init(m, 7, 0);
+    for (size_t i = 0; i < m->n_bufs; i++) m->bufs[i] = 0.01f * (float)(i % 97);
+    for (size_t i = 0; i < m->n_counts; i++) m->counts[i] = 1000 + (int64_t)i;
+    float extra_data[3] = {1, 2, 3};
+    StWrite extra = {"optim.momentum.test", ST_F32, 1, {3}, extra_data};
+    const char *mk[1] = {"epoch"}, *mv[1] = {"12"};
+    st_save_resnet(path, m, &extra, 1, mk, mv, 1);
+
+    ResNet *m2 = resnet_create("resnet20", 3, 10);
+    StFile f;
+    char *err = st_open(path, &f);
+    CHECK(err == NULL, "open: %s", err ? err : "");
+    if (err) return;
+    CHECK(st_meta(&f, "epoch") && strcmp(st_meta(&f, "epoch"), "12") == 0, "user metadata");
+    CHECK(st_meta(&f, "format") && strcmp(st_meta(&f, "format"), "pt") == 0, "format pt");
+    // File layout is torch's: OIHW. conv1.weight[k=1, c=2, r=0, s=1] == KRSC[1,0,1,2].
+    const StTensor *c1 = st_find(&f, "conv1.weight");
+    float v;
+    memcpy(&v, c1->data + 4 * (((1 * 3 + 2) * 3 + 0) * 3 + 1), 4);
+    int e1 = resnet_find_entry(m, "conv1.weight");
+    CHECK(v == m->params[m->entries[e1].offset + ((1 * 3 + 0) * 3 + 1) * 3 + 2], "OIHW in the file");
+    err = st_load_resnet_from(&f, m2, NULL);
+    CHECK(err && strstr(err, "unexpected tensor 'optim.momentum.test'"), "extra tensor refused: %s", err ? err : "(accepted)");
+    free(err);
+    err = st_load_resnet_from(&f, m2, "optim.");
+    CHECK(err == NULL, "load with allowed prefix: %s", err ? err : "");
+    free(err);
+    CHECK(memcmp(m->params, m2->params, m->n_params * 4) == 0, "params round trip");
+    CHECK(memcmp(m->bufs, m2->bufs, m->n_bufs * 4) == 0, "buffers round trip");
+    CHECK(memcmp(m->counts, m2->counts, m->n_counts * 8) == 0, "counts round trip");
+    // Wrong model: shape mismatch names the tensor; m3 untouched.
+    ResNet *m3 = resnet_create("resnet20", 1, 10);
+    err = st_load_resnet_from(&f, m3, "optim.");
+    CHECK(err && strstr(err, "'conv1.weight' has shape [16, 3, 3, 3]") && strstr(err, "[16, 1, 3, 3]"), "shape error: %s", err ? err : "");
+    free(err);
+    int untouched = 1;
+    for (size_t i = 0; i < m3->n_params; i++) untouched &= m3->params[i] == 0.0f;
+    CHECK(untouched, "failed load modified the model");
+    resnet_free(m3);
+    m3 = resnet_create("resnet32", 3, 10);
+    err = st_load_resnet_from(&f, m3, "optim.");
+    CHECK(err && strstr(err, "missing tensor 'layer1.3.conv1.weight'"), "missing: %s", err ? err : "");
+    free(err);
+    resnet_free(m3);
+    st_close(&f);
+
+    // Wrong dtype for a param and for num_batches_tracked, built by the generic writer.
+    float w = 0;
+    StWrite bad1 = {"conv1.weight", ST_F64, 4, {16, 3, 3, 3}, NULL};
+    double *dbuf = ct_zalloc(16 * 27 * 8);
+    bad1.data = dbuf;
+    st_write(path, &bad1, 1, NULL, NULL, 0);
+    err = st_open(path, &f);
+    CHECK(!err, "open f64");
+    if (!err) {
+        char *e2 = st_load_resnet_from(&f, m2, NULL);
+        CHECK(e2 && strstr(e2, "'conv1.weight' has dtype F64, expected F32"), "dtype: %s", e2 ? e2 : "");
+        free(e2);
+        st_close(&f);
+    }
+    free(err);
+    free(dbuf);
+    // A complete state whose bn1.num_batches_tracked is F32 instead of I64.
+    StWrite *all = ct_zalloc(m->n_entries * sizeof(StWrite));
+    for (int i = 0; i < m->n_entries; i++) {
+        const StateEntry *e = &m->entries[i];
+        all[i].name = e->name;
+        all[i].ndim = e->ndim;
+        for (int d = 0; d < e->ndim; d++) all[i].shape[d] = e->shape[d];
+        all[i].dtype = e->kind == ENTRY_COUNT ? ST_I64 : ST_F32;
+        all[i].data = e->kind == ENTRY_PARAM ? (const void *)(m->params + e->offset)
+                      : e->kind == ENTRY_BUF ? (const void *)(m->bufs + e->offset)
+                                             : (const void *)(m->counts + e->offset);
+        if (strcmp(e->name, "bn1.num_batches_tracked") == 0) {
+            all[i].dtype = ST_F32;
+            all[i].data = &w;
+        }
+    }
+    st_write(path, all, m->n_entries, NULL, NULL, 0);
+    free(all);
+    err = st_open(path, &f);
+    CHECK(!err, "open scalar");
+    if (!err) {
+        const StTensor *t = st_find(&f, "bn1.num_batches_tracked");
+        CHECK(t && t->ndim == 0 && t->count == 1, "scalar written");
+        char *e2 = st_load_resnet_from(&f, m2, NULL);
+        CHECK(e2 && strstr(e2, "'bn1.num_batches_tracked' has dtype F32, expected I64"), "count dtype: %s", e2 ? e2 : "");
+        free(e2);
+        st_close(&f);
+    }
+    free(err);
+
+    // The real file again; every truncation must fail cleanly; random corruption must never crash.
+    st_save_resnet(path, m, NULL, 0, NULL, NULL, 0);
+    size_t size;
+    uint8_t *img = (uint8_t *)ct_read_file(path, &size);
+    err = st_open("/nonexistent/dir/x.safetensors", &f);
+    CHECK(err && strstr(err, "/nonexistent/dir/x.safetensors: cannot open"), "missing file: %s", err ? err : "");
+    free(err);
+    int crashes_would_show = 0, accepted_trunc = 0;
+    size_t hl = 0;
+    for (int i = 7; i >= 0; i--) hl = (hl << 8) | img[i];
+    // All header truncations, and a spread of data-section truncations.
+    for (size_t n = 0; n < size; n += (n < 8 + hl + 64 ? 1 : 997)) {
+        StFile g;
+        char *e2 = st_parse(img, n, &g);
+        if (!e2) {
+            accepted_trunc++;
+            st_close(&g);
+        }
+        free(e2);
+    }
+    CHECK(accepted_trunc == 0, "%d truncated images accepted", accepted_trunc);
+    Rng r = rng_make(1, 2, 3);
+    uint8_t *copy = ct_alloc(size);
+    for (int trial = 0; trial < 300; trial++) {
+        memcpy(copy, img, size);
+        int flips = 1 + (int)rng_below(&r, 4);
+        for (int k = 0; k < flips; k++) {
+            // Mostly in the header, where the structure is.
+            size_t at = rng_below(&r, 4) ? rng_below(&r, (uint32_t)(8 + hl)) : rng_below(&r, (uint32_t)size);
+            copy[at] = (uint8_t)rng_u32(&r);
+        }
+        StFile g;
+        char *e2 = st_parse(copy, size, &g);
+        if (!e2) {
+            ResNet *m4 = resnet_create("resnet20", 3, 10);
+            char *e3 = st_load_resnet_from(&g, m4, NULL);
+            free(e3);
+            resnet_free(m4);
+            st_close(&g);
+        }
+        free(e2);
+        crashes_would_show++;
+    }
+    CHECK(crashes_would_show == 300, "corruption sweep");
+    free(copy);
+    free(img);
+    unlink(path);
+    resnet_free(m2);
+    resnet_free(m);
+}
+
+int main(void) {
+    test_json();
+    test_parse_errors();
+    test_resnet_files();
+    return test_summary("test_safetensors");
+}
