@@ -60,7 +60,16 @@ static void taps_compute(Taps *t, int out_len, int in_size, double x0, double le
             wd[0] = 1;
             sum = 1;
         }
-        for (int k = 0; k < n; k++) w[k] = (float)(wd[k] / sum);
+        // Drop taps of weight exactly zero at either end (an integral scale-1 position has one tap of
+        // weight 1): fewer loads, and the sum is unchanged bit for bit (all terms are >= 0).
+        int k0 = 0;
+        while (n > 1 && wd[k0] == 0) {
+            k0++;
+            n--;
+            lo++;
+        }
+        while (n > 1 && wd[k0 + n - 1] == 0) n--;
+        for (int k = 0; k < n; k++) w[k] = (float)(wd[k0 + k] / sum);
         for (int k = n; k < t->kmax; k++) w[k] = 0;
         t->start[i] = lo;
         t->n[i] = n;
@@ -128,6 +137,7 @@ static inline uint8_t to_u8(float v) {
 #define HPASS3_KERNEL(SUFFIX, ATTR)                                                                             \
     ATTR static void hpass3##SUFFIX(uint8_t *restrict out, const float *acc, const Taps *t, int dw, int flip) { \
         switch (t->kuse) {                                                                                    \
+        case 1: HPASS3_LOOP(1); break;                                                                        \
         case 2: HPASS3_LOOP(2); break;                                                                        \
         case 3: HPASS3_LOOP(3); break;                                                                        \
         case 4: HPASS3_LOOP(4); break;                                                                        \
@@ -185,6 +195,7 @@ __attribute__((target("avx2"))) static void hpass3_pairs_avx2(uint8_t *restrict 
                                                                int kuse, int dw) {
     int j = 0;
     switch (kuse) {
+    case 1: HPAIRS_LOOP(1); break;
     case 2: HPAIRS_LOOP(2); break;
     case 3: HPAIRS_LOOP(3); break;
     case 4: HPAIRS_LOOP(4); break;
@@ -292,7 +303,11 @@ void resample_u8(uint8_t *dst, int dw, int dh, const uint8_t *src, int sw, int s
     taps_compute(&tx, dw, sw, x0, cw);
     taps_compute(&ty, dh, sh, y0, ch);
     // Columns the horizontal taps touch: the vertical pass runs over these only (crop before resize).
-    int xlo = tx.start[0], xhi = tx.start[dw - 1] + tx.n[dw - 1];
+    int xlo = tx.start[0], xhi = 0;
+    for (int i = 0; i < dw; i++) {
+        xlo = tx.start[i] < xlo ? tx.start[i] : xlo;
+        xhi = tx.start[i] + tx.n[i] > xhi ? tx.start[i] + tx.n[i] : xhi;
+    }
     for (int i = 0; i < dw; i++) tx.off[i] = (tx.start[i] - xlo) * C;
     int len = (xhi - xlo) * C;
     memset(acc + len, 0, ((size_t)tx.kmax * C + 8) * sizeof(float));
