@@ -226,9 +226,17 @@ __device__ static inline long long fwd_a_off(const ConvShape &s, int img, int y,
 }
 // Data-gradient gather: dout element reaching input pixel (y - pad, x - pad) through tap (r, sx).
 __device__ static inline long long dgrad_a_off(const ConvShape &s, int img, int y, int x, int r, int sx, int k) {
-    int ph = y - r, pw = x - sx;
-    if (ph < 0 || pw < 0 || ph % s.stride || pw % s.stride) return -1;
-    int p = ph / s.stride, q = pw / s.stride;
+    int p = y - r, q = x - sx;
+    if (p < 0 || q < 0) return -1;
+    if (s.stride == 2) {  // the strided ResNet convolutions: shifts, not divisions
+        if ((p | q) & 1) return -1;
+        p >>= 1;
+        q >>= 1;
+    } else if (s.stride != 1) {
+        if (p % s.stride || q % s.stride) return -1;
+        p /= s.stride;
+        q /= s.stride;
+    }
     if (p >= s.P || q >= s.Q) return -1;
     return ((long long)(img * s.P + p) * s.Q + q) * s.K + k;
 }
@@ -300,6 +308,58 @@ __global__ void __launch_bounds__(TC_THREADS) gemm_tc_k(GemmArgs g) {
         }
     }
 
+    // Gather state that moves along k: the tile loads run in k order, one BK step apart, so the
+    // decompositions of the k indices advance incrementally instead of being divided out per tile
+    // (integer division would cost more issue slots than the mma work of a tile).
+    //   A "mk": the thread's chunk column kb + (tid%4)*8 as tap (a_r, a_s) and channel a_ch;
+    //   B "kn" DGRAD: rows kb + tid/8 + 16*i as (r, s, k_out); WGRAD: as output pixel (img, p, q).
+    int cdim = MODE == GEMM_FWD ? s.C : s.K;
+    int a_ch = 0, a_s = 0, a_r = 0;
+    if (a_mk) {
+        int k = kb + (tid % 4) * 8, t = k / cdim;
+        a_ch = k % cdim;
+        a_s = t % s.S;
+        a_r = t / s.S;
+    }
+    int bk_0[2] = {0, 0}, bk_1[2] = {0, 0}, bk_2[2] = {0, 0};  // fastest-varying first
+    if (MODE != GEMM_FWD) {
+        CV_UNROLL
+        for (int i = 0; i < 2; i++) {
+            int k = kb + tid / 8 + 16 * i;
+            int d0 = MODE == GEMM_DGRAD ? s.K : s.Q, d1 = MODE == GEMM_DGRAD ? s.S : s.P;
+            int t = k / d0;
+            bk_0[i] = k % d0;
+            bk_1[i] = t % d1;
+            bk_2[i] = t / d1;
+        }
+    }
+    auto advance = [&]() {
+        if (a_mk) {
+            a_ch += TC_BK;
+            while (a_ch >= cdim) {
+                a_ch -= cdim;
+                if (++a_s == s.S) {
+                    a_s = 0;
+                    ++a_r;
+                }
+            }
+        }
+        if (MODE != GEMM_FWD) {
+            int d0 = MODE == GEMM_DGRAD ? s.K : s.Q, d1 = MODE == GEMM_DGRAD ? s.S : s.P;
+            CV_UNROLL
+            for (int i = 0; i < 2; i++) {
+                bk_0[i] += TC_BK;
+                while (bk_0[i] >= d0) {
+                    bk_0[i] -= d0;
+                    if (++bk_1[i] == d1) {
+                        bk_1[i] = 0;
+                        ++bk_2[i];
+                    }
+                }
+            }
+        }
+    };
+
     auto load_tile = [&](int stage, int k0) {
         uint16_t *As = sm + stage * TC_STAGE_ELEMS;
         uint16_t *Bs = As + TC_A_ELEMS;
@@ -322,8 +382,7 @@ __global__ void __launch_bounds__(TC_THREADS) gemm_tc_k(GemmArgs g) {
         } else {
             // The chunk's 8 columns k..k+7 as taps (r, sx) and channel ch (FWD: c, DGRAD: k_out).
             int kc = (tid % 4) * 8, k = k0 + kc;
-            int cdim = MODE == GEMM_FWD ? s.C : s.K;
-            int ch = k % cdim, t = k / cdim, sx = t % s.S, r = t / s.S;
+            int ch = a_ch, sx = a_s, r = a_r;
             if (VEC_A) {
                 CV_UNROLL
                 for (int i = 0; i < 4; i++) {
@@ -385,12 +444,13 @@ __global__ void __launch_bounds__(TC_THREADS) gemm_tc_k(GemmArgs g) {
                 int kl = id / 8, nc = (id % 8) * 8;
                 int k = k0 + kl, n = n0 + nc;
                 uint16_t *dst = Bs + kl * B_LD + nc;
+                // w[k_out, r, s, c]: channels n.. are contiguous
+                long long base = ((long long)(bk_0[i] * s.R + bk_2[i]) * s.S + bk_1[i]) * s.C + n;
                 if (VEC_B) {
-                    if (k < ke && n < g.N) ct_cp_async_cg16(dst, b + dgrad_w_off(s, k, n));
+                    if (k < ke && n < g.N) ct_cp_async_cg16(dst, b + base);
                     else tc_zero16(dst);
                 } else {
                     uint16_t v[8];
-                    long long base = k < ke ? dgrad_w_off(s, k, n) : 0;  // channels n.. are contiguous
                     CV_UNROLL
                     for (int e = 0; e < 8; e++) v[e] = k < ke && n + e < g.N ? b[base + e] : 0;
                     tc_store8(dst, v);
@@ -399,8 +459,7 @@ __global__ void __launch_bounds__(TC_THREADS) gemm_tc_k(GemmArgs g) {
                 int kl = id / 8, nc = (id % 8) * 8;
                 int j = k0 + kl;
                 uint16_t *dst = Bs + kl * B_LD + nc;
-                int q = j % s.Q, t = j / s.Q;
-                int y = (t % s.P) * s.stride - s.pad, x = q * s.stride - s.pad, img = t / s.P;
+                int y = bk_1[i] * s.stride - s.pad, x = bk_0[i] * s.stride - s.pad, img = bk_2[i];
                 if (VEC_B) {
                     long long off = j < ke && b_c[0] >= 0 ? fwd_a_off(s, img, y, x, b_r[0], b_s[0], b_c[0]) : -1;
                     if (off >= 0) ct_cp_async_cg16(dst, b + off);
@@ -427,14 +486,20 @@ __global__ void __launch_bounds__(TC_THREADS) gemm_tc_k(GemmArgs g) {
             for (int e = 0; e < 4; e++) acc[i][j][e] = 0.f;
 
     for (int st = 0; st < TC_STAGES - 1; st++) {
-        if (st < ktiles) load_tile(st, kb + st * TC_BK);
+        if (st < ktiles) {
+            load_tile(st, kb + st * TC_BK);
+            advance();
+        }
         ct_cp_async_commit();
     }
     for (int kt = 0; kt < ktiles; kt++) {
         ct_cp_async_wait<TC_STAGES - 2>();
         __syncthreads();  // tile kt visible to all; everyone is done with tile kt-1's stage
         int pf = kt + TC_STAGES - 1;
-        if (pf < ktiles) load_tile(pf % TC_STAGES, kb + pf * TC_BK);
+        if (pf < ktiles) {
+            load_tile(pf % TC_STAGES, kb + pf * TC_BK);
+            advance();
+        }
         ct_cp_async_commit();
         const uint16_t *As = sm + (kt % TC_STAGES) * TC_STAGE_ELEMS;
         const uint16_t *Bs = As + TC_A_ELEMS;
