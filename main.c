@@ -1,6 +1,1171 @@
-// train: placeholder until the driver lands (issue 4).
+// train: the ctrain driver. Flags and config, data, the epoch loop (train + eval), checkpoints,
+// logs (progress line, metrics.jsonl, TensorBoard events), distillation, --demo and --evaluate.
+//
+//   ./train [flags] SHARDS/        SHARDS/train.shard and SHARDS/val.shard (made by packdata)
+//   ./train --demo                 Fashion-MNIST, packed on first use, CPU, ~91%+ in < 10 minutes
+//   ./train --evaluate --weights W.safetensors SHARDS/
+//
+// Determinism: every random choice is keyed on (seed, epoch, index) (util/rng.h) and every CPU
+// reduction has a fixed order, so a run is a pure function of its flags and data, whatever the
+// number of loader workers, and a resumed run continues bit for bit where it stopped.
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <omp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/utsname.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "loader/loader.h"
+#include "loader/shard.h"
+#include "nn/checkpoint.h"
+#include "nn/layers.h"
+#include "nn/model_cpu.h"
+#include "nn/resnet.h"
+#include "nn/safetensors.h"
+#include "nn/schedule.h"
+#include "nn/sgd.h"
 #include "util/common.h"
+#include "util/rng.h"
+#include "util/tfevents.h"
+
+#define DEMO_SHARDS "shards/fashion-mnist"
+#define DEMO_IDX_DIR "/usr/share/datasets/fashion-mnist"
+
+// ---------------------------------------------------------------------------------------------
+// Configuration: every setting of a run, filled from defaults, then --demo's recipe, then flags.
+typedef struct {
+    const char *arch;
+    int epochs;
+    int batch;  // per device
+    double lr, momentum, wd;
+    int nesterov;
+    const char *lr_schedule;
+    double warmup_epochs;
+    int lr_step_size;
+    double lr_gamma;
+    double label_smoothing;
+    int crop_size, val_resize;
+    double min_scale;  // RandomResizedCrop's lower scale bound
+    int no_flip;
+    const char *mean, *std;  // per-channel normalisation, comma-separated ("auto": by channels)
+    int workers;
+    long long seed;
+    int deterministic;
+    const char *resume, *weights;
+    int evaluate;
+    const char *out;
+    const char *device;
+    int print_freq;
+    const char *teacher;
+    double kd_alpha, kd_temperature;
+    const char *precision;
+    int demo;
+    int zero_init_residual;
+    int no_wd_bn;
+    int max_nonfinite;
+    const char *dump_batches;
+    const char *shards;  // positional
+} Config;
+
+typedef enum { F_INT, F_LL, F_DBL, F_STR, F_BOOL } FlagType;
+typedef struct {
+    const char *name;   // long name without dashes
+    char short_name;    // 0 when none
+    FlagType type;
+    size_t offset;      // into Config
+    const char *def;    // default, as shown in --help and applied at start
+    const char *metavar;
+    const char *help;
+    int hidden;         // debugging/test flags: listed under a separate heading
+} Flag;
+
+#define OFF(f) offsetof(Config, f)
+static const Flag FLAGS[] = {
+    {"arch", 'a', F_STR, OFF(arch), "resnet18", "ARCH", "model architecture (resnet18/34/50/101/152; CIFAR-style resnet20/32/44/56/110)", 0},
+    {"epochs", 0, F_INT, OFF(epochs), "90", "N", "number of epochs to train (a resumed run continues up to N)", 0},
+    {"batch-size", 'b', F_INT, OFF(batch), "256", "N", "batch size per device (the global batch is printed)", 0},
+    {"lr", 0, F_DBL, OFF(lr), "0.1", "LR", "peak learning rate (after warmup)", 0},
+    {"momentum", 0, F_DBL, OFF(momentum), "0.9", "M", "SGD momentum (0 disables)", 0},
+    {"wd", 0, F_DBL, OFF(wd), "1e-4", "WD", "weight decay (L2, PyTorch SGD semantics)", 0},
+    {"nesterov", 0, F_BOOL, OFF(nesterov), "0", NULL, "Nesterov momentum", 0},
+    {"lr-schedule", 0, F_STR, OFF(lr_schedule), "step", "step|cosine", "learning-rate schedule: step (x gamma every --lr-step-size epochs) or cosine to 0", 0},
+    {"warmup-epochs", 0, F_DBL, OFF(warmup_epochs), "0", "E", "linear warmup from 0 over E epochs (fractions allowed)", 0},
+    {"lr-step-size", 0, F_INT, OFF(lr_step_size), "30", "N", "step schedule: epochs between decays", 0},
+    {"lr-gamma", 0, F_DBL, OFF(lr_gamma), "0.1", "G", "step schedule: decay factor", 0},
+    {"label-smoothing", 0, F_DBL, OFF(label_smoothing), "0", "EPS", "label smoothing of the cross-entropy (PyTorch's definition)", 0},
+    {"crop-size", 0, F_INT, OFF(crop_size), "224", "PX", "training and evaluation image size", 0},
+    {"val-resize", 0, F_INT, OFF(val_resize), "256", "PX", "eval: resize the short side to PX, then center-crop --crop-size", 0},
+    {"min-scale", 0, F_DBL, OFF(min_scale), "0.08", "S", "training RandomResizedCrop: smallest crop area as a fraction of the image (1: whole image)", 0},
+    {"no-flip", 0, F_BOOL, OFF(no_flip), "0", NULL, "no random horizontal flip", 0},
+    {"mean", 0, F_STR, OFF(mean), "auto", "M[,M,M]", "per-channel mean for normalisation (auto: ImageNet's for 3 channels, 0.5 for 1)", 0},
+    {"std", 0, F_STR, OFF(std), "auto", "S[,S,S]", "per-channel std for normalisation (auto: ImageNet's for 3 channels, 0.25 for 1)", 0},
+    {"workers", 'j', F_INT, OFF(workers), "2", "N", "data loader threads (results do not depend on it)", 0},
+    {"seed", 0, F_LL, OFF(seed), "0", "S", "seed of initialisation, sampling and augmentation", 0},
+    {"deterministic", 0, F_BOOL, OFF(deterministic), "1", NULL, "bit-reproducible runs (always true on the CPU backend)", 0},
+    {"resume", 0, F_STR, OFF(resume), "", "PATH", "continue from a checkpoint (OUT/last.ckpt or best.ckpt)", 0},
+    {"weights", 0, F_STR, OFF(weights), "", "PATH", "initial weights from a .safetensors file (torchvision names)", 0},
+    {"evaluate", 'e', F_BOOL, OFF(evaluate), "0", NULL, "only evaluate (--weights or --resume) on the val shard: prints top-1/top-5", 0},
+    {"out", 'o', F_STR, OFF(out), "runs/<date>-<arch>", "DIR", "output directory: config.json, metrics.jsonl, events, checkpoints, model.safetensors", 0},
+    {"device", 0, F_STR, OFF(device), "cpu", "cpu|cuda", "compute backend", 0},
+    {"print-freq", 'p', F_INT, OFF(print_freq), "10", "N", "steps between progress updates and metrics.jsonl step records", 0},
+    {"teacher", 0, F_STR, OFF(teacher), "", "ARCH:PATH", "distill from a teacher (eval mode, no gradients) loaded from a .safetensors file", 0},
+    {"kd-alpha", 0, F_DBL, OFF(kd_alpha), "0.5", "A", "distillation: loss = (1-A) * cross-entropy + A * T^2 * KL(teacher_T || student_T)", 0},
+    {"kd-temperature", 0, F_DBL, OFF(kd_temperature), "4", "T", "distillation temperature", 0},
+    {"precision", 0, F_STR, OFF(precision), "bf16", "bf16|fp32", "GPU math precision (the CPU backend is always fp32)", 0},
+    {"demo", 0, F_BOOL, OFF(demo), "0", NULL, "Fashion-MNIST demo: packs " DEMO_SHARDS "/ when absent, trains a CIFAR-style ResNet on the CPU, evaluates", 0},
+    {"zero-init-residual", 0, F_BOOL, OFF(zero_init_residual), "0", NULL, "zero-initialise the last BN of each residual block", 0},
+    {"no-wd-bn", 0, F_BOOL, OFF(no_wd_bn), "0", NULL, "no weight decay on BN weights/biases and the fc bias", 0},
+    {"max-nonfinite", 0, F_INT, OFF(max_nonfinite), "5", "N", "stop after N consecutive steps with a non-finite loss or gradient", 0},
+    {"dump-batches", 0, F_STR, OFF(dump_batches), "", "DIR", "write the initial weights, every training batch and the val batches to DIR (PyTorch comparison)", 1},
+};
+#define N_FLAGS ((int)CT_ARRAY_LEN(FLAGS))
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: train [flags] SHARDS/\n"
+            "       train --demo [flags]\n"
+            "       train --evaluate --weights W.safetensors [flags] SHARDS/\n\n"
+            "Trains a ResNet on SHARDS/train.shard, evaluating on SHARDS/val.shard after every epoch\n"
+            "(shards are made by ./packdata). Flags take a value as '--flag V' or '--flag=V'.\n\nflags (default in brackets):\n");
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1) fprintf(f, "\ntesting and debugging:\n");
+        for (int i = 0; i < N_FLAGS; i++) {
+            const Flag *fl = &FLAGS[i];
+            if (fl->hidden != pass) continue;
+            char lhs[64];
+            if (fl->short_name)
+                snprintf(lhs, sizeof lhs, "-%c, --%s%s%s", fl->short_name, fl->name, fl->metavar ? " " : "", fl->metavar ? fl->metavar : "");
+            else
+                snprintf(lhs, sizeof lhs, "    --%s%s%s", fl->name, fl->metavar ? " " : "", fl->metavar ? fl->metavar : "");
+            const char *def = fl->type == F_BOOL ? (strcmp(fl->def, "1") ? "off" : "on") : (fl->def[0] ? fl->def : "none");
+            fprintf(f, "  %-34s %s [%s]\n", lhs, fl->help, def);
+        }
+    }
+    fprintf(f, "  -h, --help                         this help\n\n"
+               "--demo uses: -a resnet20 --epochs 3 -b 128 --lr 0.2 --lr-schedule cosine --warmup-epochs 0.2\n"
+               "  --wd 5e-4 --nesterov --label-smoothing 0.1 --crop-size 28 --val-resize 28 --min-scale 0.5\n"
+               "  --mean 0.286 --std 0.353 --out runs/demo; flags given with --demo override these.\n"
+               "Exit status: 0 done, 1 error, 128+signal after a checkpoint on SIGINT/SIGTERM.\n");
+}
+
+static const Flag *find_flag_long(const char *name, size_t len) {
+    for (int i = 0; i < N_FLAGS; i++)
+        if (strlen(FLAGS[i].name) == len && !strncmp(FLAGS[i].name, name, len)) return &FLAGS[i];
+    return NULL;
+}
+static const Flag *find_flag_short(char c) {
+    for (int i = 0; i < N_FLAGS; i++)
+        if (FLAGS[i].short_name == c) return &FLAGS[i];
+    return NULL;
+}
+
+// Set one flag from its text; dies naming the flag when the value does not parse.
+static void set_flag(Config *c, const Flag *fl, const char *v) {
+    void *p = (char *)c + fl->offset;
+    char *end = NULL;
+    errno = 0;
+    switch (fl->type) {
+    case F_INT: {
+        long x = strtol(v, &end, 10);
+        if (!*v || *end || errno || x < -2147483647L || x > 2147483647L)
+            ct_die("--%s: '%s' is not an integer", fl->name, v);
+        *(int *)p = (int)x;
+        break;
+    }
+    case F_LL: {
+        long long x = strtoll(v, &end, 0);
+        if (!*v || *end || errno) ct_die("--%s: '%s' is not an integer", fl->name, v);
+        *(long long *)p = x;
+        break;
+    }
+    case F_DBL: {
+        double x = strtod(v, &end);
+        if (!*v || *end || errno || !isfinite(x)) ct_die("--%s: '%s' is not a number", fl->name, v);
+        *(double *)p = x;
+        break;
+    }
+    case F_STR: *(const char **)p = v; break;
+    case F_BOOL:
+        if (!strcmp(v, "1") || !strcmp(v, "true") || !strcmp(v, "on") || !strcmp(v, "yes")) *(int *)p = 1;
+        else if (!strcmp(v, "0") || !strcmp(v, "false") || !strcmp(v, "off") || !strcmp(v, "no")) *(int *)p = 0;
+        else ct_die("--%s: '%s' is not a boolean (use 1/0, true/false, on/off)", fl->name, v);
+        break;
+    }
+}
+
+static void config_defaults(Config *c) {
+    memset(c, 0, sizeof *c);
+    for (int i = 0; i < N_FLAGS; i++) set_flag(c, &FLAGS[i], FLAGS[i].def);
+    c->out = "";  // chosen after parsing (needs the arch)
+    c->shards = "";
+}
+
+// The demo recipe (Fashion-MNIST, 28x28 grey, 60k/10k): measured in docs/BENCHMARKS.md.
+static const char *DEMO_ARGS[] = {
+    "--arch", "resnet20", "--epochs", "3", "--batch-size", "128", "--lr", "0.2", "--lr-schedule", "cosine",
+    "--warmup-epochs", "0.2", "--wd", "5e-4", "--nesterov", "--label-smoothing", "0.1", "--crop-size", "28",
+    "--val-resize", "28", "--min-scale", "0.5", "--mean", "0.286", "--std", "0.353",
+    "--out", "runs/demo",
+};
+
+// Parses argv into c. seen[i] records which flags the user gave (so --demo's recipe yields to them).
+static void parse_args(Config *c, int argc, char **argv, int *seen) {
+    int npos = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const Flag *fl = NULL;
+        const char *val = NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); exit(0); }
+        if (!strcmp(a, "--")) {
+            for (i++; i < argc; i++) { if (npos++) ct_die("unexpected extra argument '%s' (only one SHARDS directory)", argv[i]); c->shards = argv[i]; }
+            break;
+        }
+        if (a[0] == '-' && a[1] == '-') {
+            const char *name = a + 2, *eq = strchr(name, '=');
+            size_t len = eq ? (size_t)(eq - name) : strlen(name);
+            fl = find_flag_long(name, len);
+            if (!fl && len > 3 && !strncmp(name, "no-", 3)) {  // --no-X for boolean X
+                const Flag *neg = find_flag_long(name + 3, len - 3);
+                if (neg && neg->type == F_BOOL && !eq) { set_flag(c, neg, "0"); seen[neg - FLAGS] = 1; continue; }
+            }
+            if (!fl) ct_die("unknown flag '%.*s' (see train --help)", (int)(len + 2), a);
+            if (eq) val = eq + 1;
+        } else if (a[0] == '-' && a[1] && !isdigit((unsigned char)a[1])) {
+            fl = find_flag_short(a[1]);
+            if (!fl) ct_die("unknown flag '%s' (see train --help)", a);
+            if (a[2]) {
+                if (fl->type == F_BOOL) ct_die("flag -%c takes no value (got '%s')", a[1], a);
+                val = a + 2;
+            }
+        } else {
+            if (npos++) ct_die("unexpected extra argument '%s' (only one SHARDS directory; flags start with -)", a);
+            c->shards = a;
+            continue;
+        }
+        if (fl->type == F_BOOL) {
+            set_flag(c, fl, val ? val : "1");
+        } else {
+            if (!val) {
+                if (i + 1 >= argc) ct_die("flag --%s needs a value (%s)", fl->name, fl->metavar);
+                val = argv[++i];
+            }
+            set_flag(c, fl, val);
+        }
+        seen[fl - FLAGS] = 1;
+    }
+}
+
+// Parse "a,b,c" into exactly n floats (or 1 value broadcast to n). Dies naming the flag.
+static void parse_floats(const char *flag, const char *s, float *out, int n) {
+    int k = 0;
+    const char *p = s;
+    while (*p) {
+        char *end;
+        errno = 0;
+        double x = strtod(p, &end);
+        if (end == p || errno || !isfinite(x)) ct_die("--%s: '%s' is not a comma-separated list of numbers", flag, s);
+        if (k >= n) ct_die("--%s: '%s' has more than %d values (the data has %d channels)", flag, s, n, n);
+        out[k++] = (float)x;
+        p = end;
+        if (*p == ',') p++;
+        else if (*p) ct_die("--%s: '%s' is not a comma-separated list of numbers", flag, s);
+    }
+    if (k == 1) for (int i = 1; i < n; i++) out[i] = out[0];
+    else if (k != n) ct_die("--%s: '%s' has %d values, the data has %d channels", flag, s, k, n);
+}
+
+// Range checks on values alone (before any file is opened).
+static void validate_config(const Config *c) {
+    if (!resnet_arch_valid(c->arch)) ct_die("--arch: unknown architecture '%s' (one of %s)", c->arch, resnet_arch_list());
+    if (c->epochs < 1) ct_die("--epochs: must be >= 1 (got %d)", c->epochs);
+    if (c->batch < 1 || c->batch > 65536) ct_die("--batch-size: must be in 1..65536 (got %d)", c->batch);
+    if (!(c->lr > 0)) ct_die("--lr: must be > 0 (got %g)", c->lr);
+    if (c->momentum < 0 || c->momentum >= 1) ct_die("--momentum: must be in [0, 1) (got %g)", c->momentum);
+    if (c->wd < 0) ct_die("--wd: must be >= 0 (got %g)", c->wd);
+    if (c->nesterov && c->momentum == 0) ct_die("--nesterov needs --momentum > 0");
+    LrKind k;
+    if (!lr_kind_parse(c->lr_schedule, &k)) ct_die("--lr-schedule: '%s' is not one of step, cosine", c->lr_schedule);
+    if (c->warmup_epochs < 0 || c->warmup_epochs > c->epochs) ct_die("--warmup-epochs: must be in [0, --epochs] (got %g)", c->warmup_epochs);
+    if (c->lr_step_size < 1) ct_die("--lr-step-size: must be >= 1 (got %d)", c->lr_step_size);
+    if (!(c->lr_gamma > 0) || c->lr_gamma > 1) ct_die("--lr-gamma: must be in (0, 1] (got %g)", c->lr_gamma);
+    if (c->label_smoothing < 0 || c->label_smoothing >= 1) ct_die("--label-smoothing: must be in [0, 1) (got %g)", c->label_smoothing);
+    if (c->crop_size < 1 || c->crop_size > 4096) ct_die("--crop-size: must be in 1..4096 (got %d)", c->crop_size);
+    if (c->val_resize < c->crop_size || c->val_resize > 8192) ct_die("--val-resize: must be in --crop-size (%d)..8192 (got %d)", c->crop_size, c->val_resize);
+    if (!(c->min_scale > 0) || c->min_scale > 1) ct_die("--min-scale: must be in (0, 1] (got %g)", c->min_scale);
+    if (c->workers < 1 || c->workers > 256) ct_die("--workers: must be in 1..256 (got %d)", c->workers);
+    if (c->seed < 0) ct_die("--seed: must be >= 0 (got %lld)", c->seed);
+    if (strcmp(c->device, "cpu") && strcmp(c->device, "cuda")) ct_die("--device: '%s' is not one of cpu, cuda", c->device);
+    if (c->print_freq < 1) ct_die("--print-freq: must be >= 1 (got %d)", c->print_freq);
+    if (c->kd_alpha < 0 || c->kd_alpha > 1) ct_die("--kd-alpha: must be in [0, 1] (got %g)", c->kd_alpha);
+    if (!(c->kd_temperature > 0)) ct_die("--kd-temperature: must be > 0 (got %g)", c->kd_temperature);
+    if (strcmp(c->precision, "bf16") && strcmp(c->precision, "fp32")) ct_die("--precision: '%s' is not one of bf16, fp32", c->precision);
+    if (c->max_nonfinite < 1) ct_die("--max-nonfinite: must be >= 1 (got %d)", c->max_nonfinite);
+    if (c->teacher[0]) {
+        const char *colon = strchr(c->teacher, ':');
+        if (!colon || colon == c->teacher || !colon[1]) ct_die("--teacher: '%s' is not ARCH:PATH.safetensors", c->teacher);
+        char arch[32];
+        snprintf(arch, sizeof arch, "%.*s", (int)(colon - c->teacher), c->teacher);
+        if (!resnet_arch_valid(arch)) ct_die("--teacher: unknown architecture '%s' (one of %s)", arch, resnet_arch_list());
+        if (!ct_file_exists(colon + 1)) ct_die("--teacher: no such file '%s'", colon + 1);
+    }
+    if (c->evaluate && !c->weights[0] && !c->resume[0]) ct_die("--evaluate needs --weights PATH.safetensors or --resume PATH");
+    if (c->weights[0] && c->resume[0]) ct_die("--weights and --resume exclude each other (a checkpoint carries its weights)");
+    if (c->weights[0] && !ct_file_exists(c->weights)) ct_die("--weights: no such file '%s'", c->weights);
+    if (c->resume[0] && !ct_file_exists(c->resume)) ct_die("--resume: no such file '%s'", c->resume);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Small helpers: JSON strings, the git commit, the machine.
+static void json_str(FILE *f, const char *s) {
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\') fprintf(f, "\\%c", ch);
+        else if (ch == '\n') fputs("\\n", f);
+        else if (ch == '\t') fputs("\\t", f);
+        else if (ch < 0x20) fprintf(f, "\\u%04x", ch);
+        else fputc(ch, f);
+    }
+    fputc('"', f);
+}
+
+// The commit of the source tree this binary was built from (its path is known at compile time),
+// with "-dirty" when it had uncommitted changes; "unknown" when git or the tree is not there.
+static void git_commit(char *buf, size_t n) {
+    snprintf(buf, n, "unknown");
+    char src[1024];
+    snprintf(src, sizeof src, "%s", __FILE__);
+    char *slash = strrchr(src, '/');
+    if (slash) *slash = 0;
+    else snprintf(src, sizeof src, ".");
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "git -C '%s' describe --always --dirty --abbrev=12 2>/dev/null", src);
+    FILE *p = popen(cmd, "r");
+    if (!p) return;
+    char line[128];
+    if (fgets(line, sizeof line, p)) {
+        line[strcspn(line, "\r\n")] = 0;
+        if (line[0]) snprintf(buf, n, "%s", line);
+    }
+    pclose(p);
+}
+
+static void cpu_model(char *buf, size_t n) {
+    snprintf(buf, n, "unknown");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return;
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        if (!strncmp(line, "model name", 10)) {
+            char *c = strchr(line, ':');
+            if (c) {
+                c++;
+                while (*c == ' ') c++;
+                c[strcspn(c, "\n")] = 0;
+                snprintf(buf, n, "%s", c);
+            }
+            break;
+        }
+    }
+    fclose(f);
+}
+
+static void fmt_duration(char *buf, size_t n, double s) {
+    if (!(s >= 0) || s > 1e7) { snprintf(buf, n, "--:--"); return; }
+    long t = (long)(s + 0.5);
+    if (t >= 3600) snprintf(buf, n, "%ld:%02ld:%02ld", t / 3600, (t / 60) % 60, t % 60);
+    else snprintf(buf, n, "%ld:%02ld", t / 60, t % 60);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Signals: the first SIGINT/SIGTERM asks the loop to finish the current step, checkpoint and exit;
+// a second one exits at once (the checkpoints on disk are always complete: atomic writes).
+static volatile sig_atomic_t g_stop_signal;
+
+static void on_signal(int sig) {
+    if (g_stop_signal) {
+        static const char msg[] = "\nctrain: second signal: exiting without a checkpoint\n";
+        ssize_t r = write(2, msg, sizeof msg - 1);
+        (void)r;
+        _exit(128 + sig);
+    }
+    g_stop_signal = sig;
+}
+
+static void install_signals(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The run: everything the epoch loop touches.
+typedef struct {
+    Config cfg;
+    char out[900];
+    int channels, classes;
+    uint64_t class_hash;
+    float *mean, *std;  // [channels]
+    Shard train, val;
+    int have_train;
+    Loader *ltrain, *lval;
+    ResNet *m;
+    CpuExec *ex;
+    float *grads, *dlogits;
+    SgdConfig sgdc;
+    SgdState opt;
+    ResNet *teacher;
+    CpuExec *tex;
+    LrSchedule sched;
+    int64_t steps_per_epoch;
+    FILE *metrics;
+    TfEvents *tb;
+    int tty;
+    // Position and bookkeeping (all of it goes into checkpoints).
+    int epoch;              // epoch in progress (0-based)
+    int64_t step_in_epoch;  // batches of it done
+    double best_top1;
+    int best_epoch;
+    uint32_t nonfinite_total;
+    double epoch_loss_sum;
+    int64_t epoch_correct, epoch_seen;
+    // Non-finite step recovery: BN running statistics before the step.
+    float *bufs_backup;
+    int64_t *counts_backup;
+    // Fault injection for tests (CTRAIN_FAULT_NAN_STEPS="a,b,c-d"): these global steps report a NaN loss.
+    int64_t fault_lo[16], fault_hi[16];
+    int n_faults;
+    FILE *dump_train;
+} Run;
+
+static void run_path(const Run *r, char *buf, size_t n, const char *name) { snprintf(buf, n, "%.900s/%.64s", r->out, name); }
+
+static void parse_faults(Run *r) {
+    const char *s = getenv("CTRAIN_FAULT_NAN_STEPS");
+    if (!s || !*s) return;
+    const char *p = s;
+    while (*p && r->n_faults < 16) {
+        char *end;
+        long long a = strtoll(p, &end, 10), b = a;
+        if (end == p) ct_die("CTRAIN_FAULT_NAN_STEPS: '%s' is not a list of steps like 3,5-7", s);
+        p = end;
+        if (*p == '-') { p++; b = strtoll(p, &end, 10); if (end == p) ct_die("CTRAIN_FAULT_NAN_STEPS: bad range in '%s'", s); p = end; }
+        r->fault_lo[r->n_faults] = a;
+        r->fault_hi[r->n_faults++] = b;
+        if (*p == ',') p++;
+        else if (*p) ct_die("CTRAIN_FAULT_NAN_STEPS: '%s' is not a list of steps like 3,5-7", s);
+    }
+}
+static int fault_at(const Run *r, int64_t step) {
+    for (int i = 0; i < r->n_faults; i++)
+        if (step >= r->fault_lo[i] && step <= r->fault_hi[i]) return 1;
+    return 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Data: shards and loaders.
+static void open_shards(Run *r) {
+    const Config *c = &r->cfg;
+    char tp[1100], vp[1100], err[SHARD_ERR_LEN];
+    struct stat st;
+    if (stat(c->shards, &st) != 0 || !S_ISDIR(st.st_mode))
+        ct_die("SHARDS: '%s' is not a directory (it should hold train.shard and val.shard made by packdata)", c->shards);
+    snprintf(tp, sizeof tp, "%s/train.shard", c->shards);
+    snprintf(vp, sizeof vp, "%s/val.shard", c->shards);
+    if (!ct_file_exists(vp)) ct_die("%s: missing (SHARDS must hold val.shard%s)", vp, c->evaluate ? "" : " and train.shard");
+    if (shard_open_err(&r->val, vp, err, sizeof err) != 0) ct_die("%s", err);
+    if (!c->evaluate) {
+        if (!ct_file_exists(tp)) ct_die("%s: missing (SHARDS must hold train.shard and val.shard)", tp);
+        if (shard_open_err(&r->train, tp, err, sizeof err) != 0) ct_die("%s", err);
+        r->have_train = 1;
+        if (r->train.channels != r->val.channels)
+            ct_die("channel count mismatch: %s has %u channels, %s has %u", tp, r->train.channels, vp, r->val.channels);
+        if (shard_same_classes_err(&r->train, &r->val, err, sizeof err) != 0) ct_die("%s", err);
+        if (r->train.n_records < (uint64_t)c->batch)
+            ct_die("%s: %llu records, fewer than one batch (--batch-size %d)", tp, (unsigned long long)r->train.n_records, c->batch);
+    }
+    if (r->val.n_records == 0) ct_die("%s: no records", vp);
+    r->channels = (int)r->val.channels;
+    r->classes = (int)r->val.n_classes;
+    r->class_hash = r->val.class_hash;
+    if (r->classes < 2) ct_die("%s: %d class(es); training needs at least 2", vp, r->classes);
+}
+
+static void make_loaders(Run *r) {
+    const Config *c = &r->cfg;
+    LoaderConfig lc;
+    memset(&lc, 0, sizeof lc);
+    lc.batch_size = c->batch;
+    lc.crop = c->crop_size;
+    lc.val_resize = c->val_resize;
+    lc.workers = c->workers;
+    lc.seed = (uint64_t)c->seed;
+    lc.rank = 0;
+    lc.world = 1;
+    lc.no_flip = c->no_flip;
+    if (r->have_train) {
+        lc.train = 1;
+        if (c->min_scale != 0.08) {
+            lc.scale_min = (float)c->min_scale;
+            lc.scale_max = 1.0f;
+            lc.ratio_min = 3.0f / 4.0f;
+            lc.ratio_max = 4.0f / 3.0f;
+        }
+        r->ltrain = loader_create(&r->train, &lc);
+        r->steps_per_epoch = loader_batches_per_epoch(r->ltrain);
+    }
+    lc.train = 0;
+    lc.no_flip = 1;
+    lc.scale_min = lc.scale_max = lc.ratio_min = lc.ratio_max = 0;
+    r->lval = loader_create(&r->val, &lc);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Metrics: one flat JSON object per line ("type": "step" | "epoch" | "skip" | "eval"). Wall-clock
+// fields are "time", "img_s", "data_wait" and "epoch_time"; everything else is a pure function of
+// the flags and the data (tests compare the lines with those fields removed).
+static void metrics_open(Run *r, int64_t keep_up_to_step) {
+    char path[1100];
+    run_path(r, path, sizeof path, "metrics.jsonl");
+    if (keep_up_to_step >= 0 && ct_file_exists(path)) {
+        // A resume into the same directory: drop records past the checkpoint (written after it,
+        // before the run died), so the file reads like one uninterrupted run.
+        size_t n;
+        char *text = ct_read_file(path, &n);
+        AtomicFile af = ct_atomic_open(path);
+        char *line = text;
+        while (*line) {
+            char *nl = strchr(line, '\n');
+            size_t len = nl ? (size_t)(nl - line + 1) : strlen(line);
+            const char *sp = strstr(line, "\"step\":");
+            long long st = sp && sp < line + len ? atoll(sp + 7) : 0;
+            if (nl && st <= keep_up_to_step) ct_atomic_write(&af, line, len);
+            line += len;
+        }
+        ct_atomic_commit(&af);
+        free(text);
+    }
+    r->metrics = fopen(path, keep_up_to_step >= 0 ? "a" : "w");
+    if (!r->metrics) ct_die_errno("cannot open %s", path);
+}
+
+static void write_config(Run *r, int argc, char **argv, size_t n_params) {
+    char path[1100], commit[128], cpu[256], host[256] = "unknown";
+    run_path(r, path, sizeof path, "config.json");
+    git_commit(commit, sizeof commit);
+    cpu_model(cpu, sizeof cpu);
+    gethostname(host, sizeof host - 1);
+    struct utsname un;
+    uname(&un);
+    AtomicFile af = ct_atomic_open(path);
+    FILE *f = af.f;
+    fprintf(f, "{\n  \"settings\": {\n");
+    for (int i = 0; i < N_FLAGS; i++) {
+        const Flag *fl = &FLAGS[i];
+        const void *p = (const char *)&r->cfg + fl->offset;
+        fprintf(f, "    \"%s\": ", fl->name);
+        switch (fl->type) {
+        case F_INT: fprintf(f, "%d", *(const int *)p); break;
+        case F_LL: fprintf(f, "%lld", *(const long long *)p); break;
+        case F_DBL: fprintf(f, "%.17g", *(const double *)p); break;
+        case F_STR: json_str(f, *(const char *const *)p); break;
+        case F_BOOL: fprintf(f, "%s", *(const int *)p ? "true" : "false"); break;
+        }
+        fprintf(f, ",\n");
+    }
+    fprintf(f, "    \"shards\": ");
+    json_str(f, r->cfg.shards);
+    fprintf(f, "\n  },\n  \"derived\": {\n    \"global_batch\": %d,\n    \"world_size\": 1,\n", r->cfg.batch);
+    fprintf(f, "    \"steps_per_epoch\": %lld,\n", (long long)r->steps_per_epoch);
+    fprintf(f, "    \"train_records\": %llu,\n    \"val_records\": %llu,\n",
+            (unsigned long long)(r->have_train ? r->train.n_records : 0), (unsigned long long)r->val.n_records);
+    fprintf(f, "    \"channels\": %d,\n    \"classes\": %d,\n    \"class_hash\": \"%016llx\",\n", r->channels, r->classes,
+            (unsigned long long)r->class_hash);
+    fprintf(f, "    \"mean\": [");
+    for (int i = 0; i < r->channels; i++) fprintf(f, "%s%.9g", i ? ", " : "", r->mean[i]);
+    fprintf(f, "],\n    \"std\": [");
+    for (int i = 0; i < r->channels; i++) fprintf(f, "%s%.9g", i ? ", " : "", r->std[i]);
+    fprintf(f, "],\n    \"parameters\": %zu,\n    \"precision\": \"fp32\"\n  },\n", n_params);
+    fprintf(f, "  \"command\": [");
+    for (int i = 0; i < argc; i++) { if (i) fputs(", ", f); json_str(f, argv[i]); }
+    fprintf(f, "],\n  \"git_commit\": ");
+    json_str(f, commit);
+    time_t now = time(NULL);
+    char when[64];
+    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+    fprintf(f, ",\n  \"started\": \"%s\",\n  \"machine\": {\n    \"hostname\": ", when);
+    json_str(f, host);
+    fprintf(f, ",\n    \"os\": ");
+    char os[600];
+    snprintf(os, sizeof os, "%s %s %s", un.sysname, un.release, un.machine);
+    json_str(f, os);
+    fprintf(f, ",\n    \"cpu\": ");
+    json_str(f, cpu);
+    fprintf(f, ",\n    \"cpus\": %ld,\n    \"omp_threads\": %d,\n    \"device\": ", sysconf(_SC_NPROCESSORS_ONLN), omp_get_max_threads());
+    json_str(f, r->cfg.device);
+    fprintf(f, "\n  }\n}\n");
+    ct_atomic_commit(&af);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Checkpoints.
+static void save_checkpoint(Run *r, const char *name, int64_t global_step) {
+    char path[1100];
+    run_path(r, path, sizeof path, name);
+    CheckpointMeta meta;
+    memset(&meta, 0, sizeof meta);
+    snprintf(meta.arch, sizeof meta.arch, "%s", r->m->arch);
+    meta.num_classes = (uint32_t)r->classes;
+    meta.in_channels = (uint32_t)r->channels;
+    meta.class_hash = r->class_hash;
+    meta.epoch = (uint32_t)r->epoch;
+    meta.global_step = global_step;
+    meta.step_in_epoch = r->step_in_epoch;
+    meta.seed = (uint64_t)r->cfg.seed;
+    meta.best_top1 = r->best_top1;
+    meta.best_epoch = r->best_epoch;
+    meta.nonfinite_total = r->nonfinite_total;
+    meta.n_params = r->m->n_params;
+    meta.n_buffers = r->m->n_bufs;
+    meta.n_counts = r->m->n_counts;
+    meta.opt_steps = r->opt.steps;
+    meta.epoch_loss_sum = r->epoch_loss_sum;
+    meta.epoch_correct = r->epoch_correct;
+    meta.epoch_seen = r->epoch_seen;
+    checkpoint_save(path, &meta, r->m->params, r->cfg.momentum > 0 ? r->opt.buf : NULL, r->m->bufs, r->m->counts);
+}
+
+// Load a checkpoint for --resume (or --evaluate --resume) with every compatibility check.
+static void load_checkpoint(Run *r, const char *path, int restore_position) {
+    Checkpoint ck;
+    const char *err = checkpoint_load(path, &ck);
+    if (err) ct_die("--resume %s: %s", path, err);
+    const CheckpointMeta *m = &ck.meta;
+    if (strcmp(m->arch, r->m->arch))
+        ct_die("--resume %s: checkpoint is a %s, this run is a %s (--arch)", path, m->arch, r->m->arch);
+    if ((int)m->in_channels != r->channels)
+        ct_die("--resume %s: checkpoint has %u input channels, the shards have %d", path, m->in_channels, r->channels);
+    if ((int)m->num_classes != r->classes)
+        ct_die("--resume %s: checkpoint has %u classes, the shards have %d", path, m->num_classes, r->classes);
+    if (m->class_hash != r->class_hash)
+        ct_die("--resume %s: class table differs from the shards' (hash %016llx vs %016llx): trained on another dataset",
+               path, (unsigned long long)m->class_hash, (unsigned long long)r->class_hash);
+    if (m->n_params != r->m->n_params || m->n_buffers != r->m->n_bufs || m->n_counts != r->m->n_counts)
+        ct_die("--resume %s: tensor sizes differ from a %s (%llu/%llu/%llu vs %zu/%zu/%zu)", path, r->m->arch,
+               (unsigned long long)m->n_params, (unsigned long long)m->n_buffers, (unsigned long long)m->n_counts,
+               r->m->n_params, r->m->n_bufs, r->m->n_counts);
+    memcpy(r->m->params, ck.params, m->n_params * sizeof(float));
+    memcpy(r->m->bufs, ck.buffers, m->n_buffers * sizeof(float));
+    memcpy(r->m->counts, ck.counts, m->n_counts * sizeof(int64_t));
+    if (restore_position) {
+        if (ck.momentum) memcpy(r->opt.buf, ck.momentum, m->n_params * sizeof(float));
+        else if (r->cfg.momentum > 0 && m->opt_steps > 0)
+            ct_die("--resume %s: checkpoint has no momentum buffer but --momentum is %g", path, r->cfg.momentum);
+        r->opt.steps = m->opt_steps;
+        if ((uint64_t)r->cfg.seed != m->seed)
+            ct_warn("--resume %s: checkpoint was trained with --seed %llu, continuing with --seed %lld", path,
+                    (unsigned long long)m->seed, r->cfg.seed);
+        r->epoch = (int)m->epoch;
+        r->step_in_epoch = m->step_in_epoch;
+        r->best_top1 = m->best_top1;
+        r->best_epoch = m->best_epoch;
+        r->nonfinite_total = m->nonfinite_total;
+        r->epoch_loss_sum = m->epoch_loss_sum;
+        r->epoch_correct = m->epoch_correct;
+        r->epoch_seen = m->epoch_seen;
+        if (r->step_in_epoch > r->steps_per_epoch)
+            ct_die("--resume %s: checkpoint stands at step %lld of epoch %d but an epoch has %lld steps with --batch-size %d",
+                   path, (long long)r->step_in_epoch, r->epoch + 1, (long long)r->steps_per_epoch, r->cfg.batch);
+    }
+    checkpoint_free(&ck);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Batch dumps for the PyTorch comparison (tools/torch_train_ref.py reads them):
+//   per batch: "BTCH" | i32 n, h, w, c | i32 epoch | i64 global step | f32 lr | i32 labels[n] | u8 pixels[n*h*w*c]
+static void dump_batch(FILE *f, const LoaderBatch *b, int hw, int c, int epoch, int64_t step, float lr) {
+    int32_t hdr[5] = {b->count, hw, hw, c, epoch};
+    fwrite("BTCH", 1, 4, f);
+    fwrite(hdr, 4, 5, f);
+    fwrite(&step, 8, 1, f);
+    fwrite(&lr, 4, 1, f);
+    fwrite(b->labels, 4, (size_t)b->count, f);
+    fwrite(b->images, 1, (size_t)b->count * hw * hw * c, f);
+}
+
+static FILE *dump_open(const Run *r, const char *name) {
+    char path[1100];
+    snprintf(path, sizeof path, "%.900s/%.64s", r->cfg.dump_batches, name);
+    FILE *f = fopen(path, "wb");
+    if (!f) ct_die_errno("--dump-batches: cannot create %s", path);
+    return f;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Evaluation: every val record exactly once. Loss is the plain cross-entropy (no smoothing).
+typedef struct {
+    double loss, top1, top5;
+    int64_t n;
+} EvalResult;
+
+static EvalResult evaluate(Run *r, int dump) {
+    EvalResult res = {0, 0, 0, 0};
+    int hw = r->cfg.crop_size, K = r->classes, k5 = CT_MIN(5, K);
+    double loss_sum = 0;
+    int64_t c1 = 0, c5 = 0;
+    FILE *df = dump ? dump_open(r, "val_batches.bin") : NULL;
+    loader_start_epoch(r->lval, 0);
+    LoaderBatch b;
+    while (loader_next(r->lval, &b)) {
+        const float *logits = cpu_forward_u8(r->ex, r->m, b.images, b.count, hw, hw, r->mean, r->std, 0);
+        int correct = 0;
+        float l = softmax_xent(r->dlogits, logits, b.labels, b.count, K, 0.0f, 1.0f, &correct);
+        loss_sum += (double)l * b.count;
+        c1 += correct;
+        c5 += topk_correct(logits, b.labels, b.count, K, k5);
+        res.n += b.count;
+        if (df) dump_batch(df, &b, hw, r->channels, -1, 0, 0.0f);
+        loader_release(r->lval, &b);
+    }
+    if (df) fclose(df);
+    res.loss = loss_sum / (double)res.n;
+    res.top1 = 100.0 * (double)c1 / (double)res.n;
+    res.top5 = 100.0 * (double)c5 / (double)res.n;
+    return res;
+}
+
+// ---------------------------------------------------------------------------------------------
+// One training step on a batch. Returns the loss (NaN/inf when the step was skipped).
+static int grads_finite(const float *g, size_t n) {
+    // A sum in double is enough: any inf or NaN element makes it non-finite.
+    double s = 0;
+    for (size_t i = 0; i < n; i++) s += (double)g[i];
+    return isfinite(s);
+}
+
+static float train_step(Run *r, const LoaderBatch *b, double lr, int64_t global_step, int *correct, int *skipped) {
+    ResNet *m = r->m;
+    int hw = r->cfg.crop_size, K = r->classes, N = b->count;
+    memcpy(r->bufs_backup, m->bufs, m->n_bufs * sizeof(float));
+    memcpy(r->counts_backup, m->counts, m->n_counts * sizeof(int64_t));
+    const float *logits = cpu_forward_u8(r->ex, m, b->images, N, hw, hw, r->mean, r->std, 1);
+    double alpha = r->teacher ? r->cfg.kd_alpha : 0.0;
+    // Cross-entropy writes dlogits scaled by (1 - alpha); distillation adds its alpha share. With no
+    // teacher this is the same arithmetic as alpha = 0 (scale 1), which the KD test relies on.
+    float ce = softmax_xent(r->dlogits, logits, b->labels, N, K, (float)r->cfg.label_smoothing, (float)(1.0 - alpha), correct);
+    float loss = ce;
+    if (r->teacher) {
+        const float *tl = cpu_forward_u8(r->tex, r->teacher, b->images, N, hw, hw, r->mean, r->std, 0);
+        float kd = kd_loss(r->dlogits, logits, tl, N, K, (float)r->cfg.kd_temperature, (float)alpha);
+        loss = (float)(1.0 - alpha) * ce + (float)alpha * kd;
+    }
+    if (fault_at(r, global_step)) loss = NAN;
+    *skipped = 0;
+    if (isfinite(loss)) {
+        cpu_backward(r->ex, m, r->dlogits, r->grads, NULL, NULL);
+        if (grads_finite(r->grads, m->n_params)) {
+            sgd_step(&r->sgdc, &r->opt, m, m->params, r->grads, (float)lr);
+            return loss;
+        }
+        loss = NAN;
+    }
+    // Skip: the weights are untouched (no update), and the BN statistics go back to before the step.
+    memcpy(m->bufs, r->bufs_backup, m->n_bufs * sizeof(float));
+    memcpy(m->counts, r->counts_backup, m->n_counts * sizeof(int64_t));
+    *skipped = 1;
+    return loss;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Demo: pack Fashion-MNIST on first use.
+static void demo_prepare(void) {
+    char tp[256], vp[256];
+    snprintf(tp, sizeof tp, "%s/train.shard", DEMO_SHARDS);
+    snprintf(vp, sizeof vp, "%s/val.shard", DEMO_SHARDS);
+    if (ct_file_exists(tp) && ct_file_exists(vp)) return;
+    const char *need = DEMO_IDX_DIR "/train-images-idx3-ubyte.gz";
+    if (!ct_file_exists(need)) {
+        if (geteuid() == 0) {
+            fprintf(stderr, "demo: installing Debian's dataset-fashion-mnist\n");
+            int rc = system("DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dataset-fashion-mnist >/dev/null "
+                            "|| (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dataset-fashion-mnist >/dev/null)");
+            if (rc != 0 || !ct_file_exists(need)) ct_die("demo: installing dataset-fashion-mnist failed; run: apt-get install dataset-fashion-mnist");
+        } else {
+            ct_die("demo: %s not found; install the data with: sudo apt-get install dataset-fashion-mnist", need);
+        }
+    }
+    fprintf(stderr, "demo: packing %s into %s/\n", DEMO_IDX_DIR, DEMO_SHARDS);
+    ct_mkdir_p(DEMO_SHARDS);
+    idx_pack_dir(DEMO_IDX_DIR, DEMO_SHARDS, NULL, 10);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Progress: a live line on a terminal, plain lines otherwise.
+typedef struct {
+    double t_start;          // this process's training start
+    int64_t steps_done;      // steps run by this process (for the ETA)
+    double t_last, wait_last;
+    int64_t seen_last;       // samples at t_last
+    double t_draw;
+    int drawn;               // a live line is on screen
+} Progress;
+
+static void progress_clear(Run *r, Progress *p) {
+    if (r->tty && p->drawn) { fprintf(stderr, "\r\033[K"); p->drawn = 0; }
+}
+
+// ---------------------------------------------------------------------------------------------
 int main(int argc, char **argv) {
-    (void)argc; (void)argv;
-    ct_die("train is not built yet");
+    Run run;
+    memset(&run, 0, sizeof run);
+    Run *r = &run;
+    Config *c = &r->cfg;
+    config_defaults(c);
+    int seen[N_FLAGS];
+    memset(seen, 0, sizeof seen);
+    parse_args(c, argc, argv, seen);
+    if (c->demo) {
+        // The demo recipe fills every flag the user did not give.
+        Config user = *c;
+        int dn = (int)CT_ARRAY_LEN(DEMO_ARGS), dseen[N_FLAGS];
+        memset(dseen, 0, sizeof dseen);
+        char *dargv[64];
+        dargv[0] = argv[0];
+        for (int i = 0; i < dn; i++) dargv[i + 1] = (char *)DEMO_ARGS[i];
+        parse_args(c, dn + 1, dargv, dseen);
+        for (int i = 0; i < N_FLAGS; i++)
+            if (seen[i]) memcpy((char *)c + FLAGS[i].offset, (char *)&user + FLAGS[i].offset,
+                                FLAGS[i].type == F_DBL ? sizeof(double) : FLAGS[i].type == F_LL ? sizeof(long long)
+                                : FLAGS[i].type == F_STR ? sizeof(char *) : sizeof(int));
+        if (c->shards[0]) ct_die("--demo takes no SHARDS argument (it uses %s/)", DEMO_SHARDS);
+        c->shards = DEMO_SHARDS;
+        if (!strcmp(c->device, "cuda") && !seen[find_flag_long("device", 6) - FLAGS]) c->device = "cpu";
+    }
+    if (!c->shards[0]) { usage(stderr); ct_die("missing SHARDS directory (or --demo)"); }
+    validate_config(c);
+    if (!strcmp(c->device, "cuda")) {
+#ifdef CTRAIN_CUDA
+        ct_die("--device cuda: the CUDA executor is not wired into train yet; use --device cpu");
+#else
+        ct_die("--device cuda: this train was built without CUDA (no nvcc at build time); use --device cpu");
+#endif
+    }
+    if (!c->deterministic) ct_warn("--no-deterministic: the CPU backend is deterministic anyway");
+    if (seen[find_flag_long("precision", 9) - FLAGS] && !strcmp(c->device, "cpu") && strcmp(c->precision, "fp32"))
+        ct_warn("--precision %s applies to --device cuda; the CPU backend computes in fp32", c->precision);
+    double t_program = ct_now();
+
+    if (c->demo) demo_prepare();
+    open_shards(r);
+    r->mean = ct_alloc(sizeof(float) * r->channels);
+    r->std = ct_alloc(sizeof(float) * r->channels);
+    if (!strcmp(c->mean, "auto")) {
+        static const float im_mean[3] = {0.485f, 0.456f, 0.406f};
+        for (int i = 0; i < r->channels; i++) r->mean[i] = r->channels == 3 ? im_mean[i] : 0.5f;
+    } else parse_floats("mean", c->mean, r->mean, r->channels);
+    if (!strcmp(c->std, "auto")) {
+        static const float im_std[3] = {0.229f, 0.224f, 0.225f};
+        for (int i = 0; i < r->channels; i++) r->std[i] = r->channels == 3 ? im_std[i] : 0.25f;
+    } else parse_floats("std", c->std, r->std, r->channels);
+    for (int i = 0; i < r->channels; i++)
+        if (!(r->std[i] > 0)) ct_die("--std: channel %d is %g; must be > 0", i, r->std[i]);
+
+    // An explicit --arch must match a checkpoint being resumed; without one, the checkpoint's is used.
+    Checkpoint peek;
+    if (c->resume[0]) {
+        const char *err = checkpoint_load(c->resume, &peek);
+        if (err) ct_die("--resume %s: %s", c->resume, err);
+        if (!seen[0] && !c->demo) c->arch = ct_strdup(peek.meta.arch);
+        checkpoint_free(&peek);
+    }
+
+    // Model.
+    r->m = resnet_create(c->arch, r->channels, r->classes);
+    if (!r->m) ct_die("--arch: unknown architecture '%s'", c->arch);
+    resnet_init(r->m, (uint64_t)c->seed, c->zero_init_residual);
+    {
+        TensorDim *dims = ct_alloc(sizeof(TensorDim) * r->m->n_tensors);
+        if (resnet_shapes(r->m, c->crop_size, c->crop_size, dims) != 0)
+            ct_die("--crop-size %d: too small for %s (some layer would have no pixels left)", c->crop_size, c->arch);
+        free(dims);
+    }
+    r->ex = cpu_exec_create(r->m);
+    r->dlogits = ct_alloc(sizeof(float) * (size_t)c->batch * r->classes);
+    if (c->weights[0]) st_load_resnet(c->weights, r->m);
+
+    make_loaders(r);
+
+    // --evaluate: weights in, top-1/top-5 out.
+    if (c->evaluate) {
+        if (c->resume[0]) load_checkpoint(r, c->resume, 0);
+        if (c->dump_batches[0]) ct_mkdir_p(c->dump_batches);
+        double t0 = ct_now();
+        EvalResult e = evaluate(r, c->dump_batches[0] != 0);
+        printf("evaluate %s on %s/val.shard: %lld images  loss %.4f  top-1 %.2f%%  top-5 %.2f%%  (%.1fs)\n",
+               c->weights[0] ? c->weights : c->resume, c->shards, (long long)e.n, e.loss, e.top1, e.top5, ct_now() - t0);
+        return 0;
+    }
+
+    // Optimizer, schedule, teacher.
+    r->grads = ct_alloc(sizeof(float) * r->m->n_params);
+    r->bufs_backup = ct_alloc(sizeof(float) * (r->m->n_bufs + 1));
+    r->counts_backup = ct_alloc(sizeof(int64_t) * (r->m->n_counts + 1));
+    r->sgdc.momentum = (float)c->momentum;
+    r->sgdc.weight_decay = (float)c->wd;
+    r->sgdc.nesterov = c->nesterov;
+    r->sgdc.wd_exclude_bn_bias = c->no_wd_bn;
+    sgd_init(&r->opt, r->m->n_params);
+    lr_kind_parse(c->lr_schedule, &r->sched.kind);
+    r->sched.base_lr = c->lr;
+    r->sched.epochs = c->epochs;
+    r->sched.steps_per_epoch = r->steps_per_epoch;
+    r->sched.warmup_epochs = c->warmup_epochs;
+    r->sched.step_size = c->lr_step_size;
+    r->sched.gamma = c->lr_gamma;
+    r->best_top1 = -1;
+    r->best_epoch = 0;
+    if (c->teacher[0]) {
+        const char *colon = strchr(c->teacher, ':');
+        char tarch[32];
+        snprintf(tarch, sizeof tarch, "%.*s", (int)(colon - c->teacher), c->teacher);
+        r->teacher = resnet_create(tarch, r->channels, r->classes);
+        st_load_resnet(colon + 1, r->teacher);
+        r->tex = cpu_exec_create(r->teacher);
+    }
+    parse_faults(r);
+
+    if (c->resume[0]) load_checkpoint(r, c->resume, 1);
+    if (r->epoch >= c->epochs && r->step_in_epoch == 0)
+        ct_die("--resume %s: the checkpoint has finished epoch %d already; raise --epochs beyond %d to train on", c->resume, r->epoch, r->epoch);
+
+    // Output directory.
+    if (!c->out[0]) {
+        char buf[256], when[64];
+        time_t now = time(NULL);
+        strftime(when, sizeof when, "%Y%m%d-%H%M%S", localtime(&now));
+        snprintf(buf, sizeof buf, "runs/%s-%s", when, c->arch);
+        c->out = ct_strdup(buf);
+    }
+    snprintf(r->out, sizeof r->out, "%s", c->out);
+    ct_mkdir_p(r->out);
+    int64_t start_step = (int64_t)r->epoch * r->steps_per_epoch + r->step_in_epoch;
+    write_config(r, argc, argv, r->m->n_params);
+    metrics_open(r, c->resume[0] ? start_step : -1);
+    r->tb = tfevents_open(r->out);
+    r->tty = isatty(2);
+    if (c->dump_batches[0]) {
+        ct_mkdir_p(c->dump_batches);
+        char p[1100];
+        snprintf(p, sizeof p, "%s/init.safetensors", c->dump_batches);
+        st_save_resnet(p, r->m, NULL, 0, NULL, NULL, 0);
+        r->dump_train = dump_open(r, "train_batches.bin");
+    }
+    install_signals();
+
+    fprintf(stderr, "train: %s (%zu parameters), %d classes, %d channel(s), %dx%d crops\n", c->arch, r->m->n_params,
+            r->classes, r->channels, c->crop_size, c->crop_size);
+    fprintf(stderr, "train: %llu train / %llu val images from %s/; batch %d per device x 1 device = global batch %d, "
+                    "%lld steps per epoch\n",
+            (unsigned long long)r->train.n_records, (unsigned long long)r->val.n_records, c->shards, c->batch, c->batch,
+            (long long)r->steps_per_epoch);
+    fprintf(stderr, "train: device cpu (%d threads, %d loader workers), lr %g %s, %d epochs, out %s/%s\n",
+            omp_get_max_threads(), c->workers, c->lr, c->lr_schedule, c->epochs, r->out,
+            c->resume[0] ? " (resumed)" : "");
+    if (c->resume[0])
+        fprintf(stderr, "train: resuming %s at epoch %d step %lld/%lld\n", c->resume, r->epoch + 1,
+                (long long)r->step_in_epoch, (long long)r->steps_per_epoch);
+
+    // ---- the epoch loop ----
+    Progress pr;
+    memset(&pr, 0, sizeof pr);
+    pr.t_start = ct_now();
+    int64_t total_steps = (int64_t)c->epochs * r->steps_per_epoch;
+    int consecutive_bad = 0;
+    EvalResult last_eval = {0, 0, 0, 0};
+    int stopped = 0;
+    for (; r->epoch < c->epochs; r->epoch++) {
+        double t_epoch = ct_now(), wait_epoch = loader_wait_seconds(r->ltrain);
+        int64_t seen_at_start = r->epoch_seen;
+        loader_start_epoch(r->ltrain, r->epoch);
+        pr.t_last = t_epoch;
+        pr.wait_last = wait_epoch;
+        pr.seen_last = r->epoch_seen;
+        LoaderBatch b;
+        // A resume mid-epoch: skip the batches done before the checkpoint (same batches, same order).
+        for (int64_t i = 0; i < r->step_in_epoch; i++) {
+            if (!loader_next(r->ltrain, &b)) ct_die("internal: epoch %d ended while skipping to step %lld", r->epoch, (long long)r->step_in_epoch);
+            loader_release(r->ltrain, &b);
+        }
+        while (r->step_in_epoch < r->steps_per_epoch) {
+            if (!loader_next(r->ltrain, &b)) ct_die("internal: the loader ended epoch %d after %lld of %lld batches", r->epoch + 1,
+                                                    (long long)r->step_in_epoch, (long long)r->steps_per_epoch);
+            int64_t gstep = (int64_t)r->epoch * r->steps_per_epoch + r->step_in_epoch;
+            double lr = lr_at(&r->sched, gstep);
+            if (r->dump_train) dump_batch(r->dump_train, &b, c->crop_size, r->channels, r->epoch, gstep + 1, (float)lr);
+            int correct = 0, skipped = 0;
+            float loss = train_step(r, &b, lr, gstep + 1, &correct, &skipped);
+            int n = b.count;
+            loader_release(r->ltrain, &b);
+            r->step_in_epoch++;
+            pr.steps_done++;
+            int64_t step = gstep + 1;  // steps done in the whole run
+            if (skipped) {
+                consecutive_bad++;
+                r->nonfinite_total++;
+                progress_clear(r, &pr);
+                fprintf(stderr, "train: epoch %d step %lld: non-finite loss or gradient (%g); step skipped (%d in a row)\n",
+                        r->epoch + 1, (long long)step, loss, consecutive_bad);
+                fprintf(r->metrics, "{\"type\":\"skip\",\"epoch\":%d,\"step\":%lld,\"lr\":%.9g,\"consecutive\":%d}\n",
+                        r->epoch + 1, (long long)step, lr, consecutive_bad);
+                fflush(r->metrics);
+                if (consecutive_bad >= c->max_nonfinite) {
+                    char lp[1100];
+                    run_path(r, lp, sizeof lp, "last.ckpt");
+                    ct_die("%d consecutive steps with a non-finite loss or gradient (epoch %d, step %lld, lr %g): the run has "
+                           "diverged; stopping. %s", consecutive_bad, r->epoch + 1, (long long)step, lr,
+                           ct_file_exists(lp) ? "The last good checkpoint is kept: resume from it with a lower --lr"
+                                              : "No checkpoint was written yet (diverged within the first epoch)");
+                }
+            } else {
+                consecutive_bad = 0;
+                r->epoch_loss_sum += loss * (double)n;
+                r->epoch_correct += correct;
+                r->epoch_seen += n;
+            }
+            int last_of_epoch = r->step_in_epoch == r->steps_per_epoch;
+            int record = r->step_in_epoch % c->print_freq == 0 || last_of_epoch;
+            double now = ct_now();
+            if (record || (r->tty && now - pr.t_draw > 0.25)) {
+                double dt = now - pr.t_last, wnow = loader_wait_seconds(r->ltrain);
+                double img_s = dt > 0 ? (double)(r->epoch_seen - pr.seen_last) / dt : 0;
+                double wait = dt > 0 ? (wnow - pr.wait_last) / dt : 0;
+                double avg = r->epoch_seen ? r->epoch_loss_sum / (double)r->epoch_seen : NAN;
+                double eta = (now - pr.t_start) / (double)pr.steps_done * (double)(total_steps - step);
+                char etas[32];
+                fmt_duration(etas, sizeof etas, eta);
+                if (r->tty) {
+                    fprintf(stderr, "\r\033[Kepoch %d/%d [%lld/%lld] loss %.4f (avg %.4f) lr %.4g %.0f img/s data-wait %.1f%% ETA %s",
+                            r->epoch + 1, c->epochs, (long long)r->step_in_epoch, (long long)r->steps_per_epoch, loss, avg, lr,
+                            img_s, 100 * wait, etas);
+                    pr.drawn = 1;
+                    pr.t_draw = now;
+                } else if (record) {
+                    fprintf(stderr, "epoch %d/%d [%lld/%lld] loss %.4f (avg %.4f) lr %.4g %.0f img/s data-wait %.1f%% ETA %s\n",
+                            r->epoch + 1, c->epochs, (long long)r->step_in_epoch, (long long)r->steps_per_epoch, loss, avg, lr,
+                            img_s, 100 * wait, etas);
+                }
+                if (record) {
+                    fprintf(r->metrics, "{\"type\":\"step\",\"epoch\":%d,\"step\":%lld,\"loss\":%.9g,\"loss_avg\":%.9g,\"top1\":%.9g,"
+                                        "\"lr\":%.9g,\"img_s\":%.1f,\"data_wait\":%.4f,\"time\":%.3f}\n",
+                            r->epoch + 1, (long long)step, loss, avg, 100.0 * correct / n, lr, img_s, wait, now - pr.t_start);
+                    fflush(r->metrics);
+                    tfevents_scalar(r->tb, "train/loss", step, loss);
+                    tfevents_scalar(r->tb, "train/lr", step, (float)lr);
+                    tfevents_scalar(r->tb, "train/img_per_s", step, (float)img_s);
+                    tfevents_scalar(r->tb, "train/data_wait", step, (float)wait);
+                    pr.t_last = now;
+                    pr.wait_last = wnow;
+                    pr.seen_last = r->epoch_seen;
+                }
+            }
+            if (g_stop_signal && !last_of_epoch) {
+                progress_clear(r, &pr);
+                save_checkpoint(r, "last.ckpt", step);
+                fprintf(stderr, "train: %s: checkpoint saved to %s/last.ckpt at epoch %d step %lld/%lld; resume with --resume %s/last.ckpt\n",
+                        g_stop_signal == SIGINT ? "SIGINT" : "SIGTERM", r->out, r->epoch + 1, (long long)r->step_in_epoch,
+                        (long long)r->steps_per_epoch, r->out);
+                stopped = 1;
+                break;
+            }
+        }
+        if (stopped) break;
+        progress_clear(r, &pr);
+        // End of epoch: eval, records, checkpoints.
+        double train_time = ct_now() - t_epoch, train_wait = loader_wait_seconds(r->ltrain) - wait_epoch;
+        int64_t step = (int64_t)(r->epoch + 1) * r->steps_per_epoch;
+        double t_eval = ct_now();
+        EvalResult e = evaluate(r, r->dump_train && r->epoch + 1 == c->epochs);
+        last_eval = e;
+        double eval_time = ct_now() - t_eval;
+        double tr_loss = r->epoch_seen ? r->epoch_loss_sum / (double)r->epoch_seen : NAN;
+        double tr_top1 = r->epoch_seen ? 100.0 * (double)r->epoch_correct / (double)r->epoch_seen : NAN;
+        double img_s = train_time > 0 ? (double)(r->epoch_seen - seen_at_start) / train_time : 0;
+        int best = e.top1 > r->best_top1;
+        if (best) { r->best_top1 = e.top1; r->best_epoch = r->epoch + 1; }
+        fprintf(stderr, "epoch %d/%d  train loss %.4f top-1 %.2f%%  |  val loss %.4f top-1 %.2f%% top-5 %.2f%%%s  |  %.1fs "
+                        "(eval %.1fs), %.0f img/s, data-wait %.1f%%\n",
+                r->epoch + 1, c->epochs, tr_loss, tr_top1, e.loss, e.top1, e.top5, best ? " (best)" : "", train_time + eval_time,
+                eval_time, img_s, train_time > 0 ? 100 * train_wait / train_time : 0);
+        fprintf(r->metrics, "{\"type\":\"epoch\",\"epoch\":%d,\"step\":%lld,\"train_loss\":%.9g,\"train_top1\":%.9g,\"val_loss\":%.9g,"
+                            "\"val_top1\":%.9g,\"val_top5\":%.9g,\"lr\":%.9g,\"skipped_steps\":%u,\"epoch_time\":%.3f,\"eval_time\":%.3f,"
+                            "\"img_s\":%.1f,\"data_wait\":%.4f}\n",
+                r->epoch + 1, (long long)step, tr_loss, tr_top1, e.loss, e.top1, e.top5, lr_at(&r->sched, step - 1),
+                r->nonfinite_total, train_time + eval_time, eval_time, img_s, train_time > 0 ? train_wait / train_time : 0);
+        fflush(r->metrics);
+        tfevents_scalar(r->tb, "train/epoch_loss", step, (float)tr_loss);
+        tfevents_scalar(r->tb, "train/top1", step, (float)tr_top1);
+        tfevents_scalar(r->tb, "val/loss", step, (float)e.loss);
+        tfevents_scalar(r->tb, "val/top1", step, (float)e.top1);
+        tfevents_scalar(r->tb, "val/top5", step, (float)e.top5);
+        tfevents_flush(r->tb);
+        // The position after this epoch: the next one, from its start.
+        r->epoch++;
+        r->step_in_epoch = 0;
+        r->epoch_loss_sum = 0;
+        r->epoch_correct = r->epoch_seen = 0;
+        save_checkpoint(r, "last.ckpt", step);
+        if (best) save_checkpoint(r, "best.ckpt", step);
+        r->epoch--;
+        if (g_stop_signal && r->epoch + 1 < c->epochs) {
+            fprintf(stderr, "train: %s: checkpoint saved to %s/last.ckpt after epoch %d; resume with --resume %s/last.ckpt\n",
+                    g_stop_signal == SIGINT ? "SIGINT" : "SIGTERM", r->out, r->epoch + 1, r->out);
+            stopped = 1;
+            r->epoch++;
+            break;
+        }
+        r->step_in_epoch = 0;
+    }
+    if (r->dump_train) fclose(r->dump_train);
+    tfevents_close(r->tb);
+    fclose(r->metrics);
+    if (stopped) {
+        int sig = g_stop_signal;
+        loader_destroy(r->ltrain);
+        loader_destroy(r->lval);
+        return 128 + sig;
+    }
+
+    // Final model for torchvision (load_state_dict) and --evaluate --weights.
+    char mp[1100];
+    run_path(r, mp, sizeof mp, "model.safetensors");
+    {
+        char ncls[16], nch[16];
+        snprintf(ncls, sizeof ncls, "%d", r->classes);
+        snprintf(nch, sizeof nch, "%d", r->channels);
+        const char *keys[] = {"arch", "num_classes", "in_channels"};
+        const char *vals[] = {r->m->arch, ncls, nch};
+        st_save_resnet(mp, r->m, NULL, 0, keys, vals, 3);
+    }
+    double total = ct_now() - t_program;
+    char ts[32];
+    fmt_duration(ts, sizeof ts, total);
+    fprintf(stderr, "train: done in %s (%.1fs): val top-1 %.2f%% top-5 %.2f%% (best %.2f%% at epoch %d); model %s\n", ts, total,
+            last_eval.top1, last_eval.top5, r->best_top1, r->best_epoch, mp);
+    if (c->demo)
+        printf("demo: Fashion-MNIST test top-1 %.2f%% in %s (%.1fs) on %d CPU threads\n", last_eval.top1, ts, total,
+               omp_get_max_threads());
+    loader_destroy(r->ltrain);
+    loader_destroy(r->lval);
+    return 0;
 }

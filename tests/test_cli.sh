@@ -1,0 +1,103 @@
+# train's command line: --help documents every flag with its default; unknown flags, bad values and
+# missing or mismatched shards fail before any work with a message naming the culprit.
+source "$(dirname "$0")/train_lib.sh"
+
+# expect_err "regex" args...: must exit non-zero, quickly, with an error matching regex.
+expect_err() {
+  local re=$1; shift
+  local out rc=0
+  out=$(timeout 60 "$TRAIN" "$@" 2>&1) || rc=$?
+  [ $rc -ne 0 ] || fail "train $* exited 0; expected an error matching '$re'"
+  [ $rc -lt 124 ] || fail "train $* exited $rc (timeout or crash); expected a clean error"
+  echo "$out" | grep -qE -- "$re" || fail "train $*: error does not match '$re': $out"
+  echo "$out" | grep -q "ctrain: error:" || fail "train $*: no 'ctrain: error:' line: $out"
+  ok "train $* -> $(echo "$out" | grep 'ctrain: error' | head -1)"
+}
+
+help=$("$TRAIN" --help)
+for flag in arch epochs batch-size lr momentum wd nesterov lr-schedule warmup-epochs label-smoothing crop-size \
+            val-resize workers seed deterministic resume weights evaluate out device print-freq teacher kd-alpha \
+            kd-temperature precision demo; do
+  echo "$help" | grep -qE -- "--$flag( |$)" || fail "--help does not document --$flag"
+done
+# Every documented flag shows its default in brackets.
+undocumented=$(echo "$help" | grep -E '^  (-., |    )--[a-z]' | grep -v '\[' | grep -v -- '--help' || true)
+[ -z "$undocumented" ] || fail "flags without a default in --help: $undocumented"
+"$TRAIN" -h | grep -q "usage: train" || fail "-h prints no usage"
+ok "--help documents every flag with its default"
+
+make_synth "$TMP/d" 200 50 16
+make_synth "$TMP/gray" 200 50 16 10 1
+make_synth "$TMP/five" 200 50 16 5
+mkdir -p "$TMP/mixch" "$TMP/mixcls" "$TMP/onlyval" "$TMP/empty"
+ln -s "$(readlink -f "$TMP/d/train.shard")" "$TMP/mixch/train.shard"
+ln -s "$(readlink -f "$TMP/gray/val.shard")" "$TMP/mixch/val.shard"
+ln -s "$(readlink -f "$TMP/d/train.shard")" "$TMP/mixcls/train.shard"
+ln -s "$(readlink -f "$TMP/five/val.shard")" "$TMP/mixcls/val.shard"
+ln -s "$(readlink -f "$TMP/d/val.shard")" "$TMP/onlyval/val.shard"
+head -c 1000 "$(readlink -f "$TMP/d/train.shard")" > "$TMP/empty/train.shard"
+cp "$(readlink -f "$TMP/d/val.shard")" "$TMP/empty/val.shard"
+
+expect_err "unknown flag '--bogus'" --bogus "$TMP/d"
+expect_err "unknown flag '-Z'" -Z "$TMP/d"
+expect_err "--epochs: 'ten' is not an integer" --epochs ten "$TMP/d"
+expect_err "--epochs: must be >= 1" --epochs 0 "$TMP/d"
+expect_err "--lr: 'abc' is not a number" --lr abc "$TMP/d"
+expect_err "--lr: must be > 0" --lr=-1 "$TMP/d"
+expect_err "--batch-size: must be in" -b 0 "$TMP/d"
+expect_err "--momentum: must be in" --momentum 1.5 "$TMP/d"
+expect_err "--lr-schedule: 'linear' is not one of step, cosine" --lr-schedule linear "$TMP/d"
+expect_err "--arch: unknown architecture 'resnet7'" -a resnet7 "$TMP/d"
+expect_err "--device: 'tpu' is not one of cpu, cuda" --device tpu "$TMP/d"
+expect_err "--precision: 'fp8'" --precision fp8 "$TMP/d"
+expect_err "--kd-alpha: must be in" --kd-alpha 2 "$TMP/d"
+expect_err "--teacher: 'resnet20' is not ARCH:PATH" --teacher resnet20 "$TMP/d"
+expect_err "--teacher: no such file" --teacher resnet20:/nonexistent.safetensors "$TMP/d"
+expect_err "--label-smoothing: must be in" --label-smoothing 1 "$TMP/d"
+expect_err "flag --lr needs a value" "$TMP/d" --lr
+expect_err "--nesterov: 'maybe' is not a boolean" --nesterov=maybe "$TMP/d"
+expect_err "--val-resize: must be in --crop-size" --crop-size 32 --val-resize 16 "$TMP/d"
+expect_err "unexpected extra argument" "$TMP/d" "$TMP/d"
+expect_err "missing SHARDS" --epochs 1
+expect_err "is not a directory" /nonexistent/shards
+expect_err "train.shard: missing" "$TMP/onlyval"
+mkdir -p "$TMP/none"
+expect_err "val.shard: missing" "$TMP/none"
+expect_err "channel count mismatch.*train.shard has 3.*val.shard has 1" "$TMP/mixch"
+expect_err "class" "$TMP/mixcls"
+expect_err "train.shard" "$TMP/empty"
+expect_err "--evaluate needs --weights" --evaluate "$TMP/d"
+expect_err "--weights: no such file" --weights /nonexistent.safetensors "$TMP/d"
+expect_err "--resume: no such file" --resume /nonexistent.ckpt "$TMP/d"
+expect_err "--crop-size: must be in 1..4096" --crop-size 0 "$TMP/d"
+expect_err "channel count mismatch" --out "$TMP/o" "$TMP/mixch"
+expect_err "--demo takes no SHARDS" --demo "$TMP/d"
+[ ! -e "$TMP/o" ] || fail "an invalid run created its output directory"
+
+# Resume mismatches: a resnet20 checkpoint on 10 classes.
+"$TRAIN" "${SMALL_FLAGS[@]}" --epochs 1 --out "$TMP/run" "$TMP/d" >/dev/null 2>&1 || fail "small training run failed"
+[ -f "$TMP/run/last.ckpt" ] || fail "no last.ckpt"
+expect_err "checkpoint is a resnet20, this run is a resnet32" "${SMALL_FLAGS[@]}" -a resnet32 --epochs 2 --resume "$TMP/run/last.ckpt" "$TMP/d"
+expect_err "checkpoint has 10 classes, the shards have 5" "${SMALL_FLAGS[@]}" --epochs 2 --resume "$TMP/run/last.ckpt" "$TMP/five"
+expect_err "checkpoint has 3 input channels, the shards have 1" "${SMALL_FLAGS[@]}" --epochs 2 --resume "$TMP/run/last.ckpt" "$TMP/gray"
+expect_err "finished epoch 1 already" "${SMALL_FLAGS[@]}" --epochs 1 --resume "$TMP/run/last.ckpt" "$TMP/d"
+# Same class count and channels, other class names: the class table hash tells them apart.
+# Packing the renamed tree: same images, class folders renamed.
+mkdir -p "$TMP/rt/train"
+for c in 0 1 2 3 4 5 6 7 8 9; do mkdir -p "$TMP/rt/train/other$c" "$TMP/rt/val/other$c"; done
+"$PIPPY" -c "
+from PIL import Image; import numpy as np, sys
+for s,n in (('train',40),('val',10)):
+    for i in range(n):
+        Image.fromarray(np.full((16,16,3), i*5 % 256, np.uint8)).save('$TMP/rt/%s/other%d/%03d.png' % (s, i % 10, i))
+"
+"$PACKDATA" "$TMP/rt" "$TMP/renamed" >/dev/null 2>&1 || fail "packdata of the renamed tree failed"
+expect_err "class table differs" "${SMALL_FLAGS[@]}" --epochs 2 --resume "$TMP/run/last.ckpt" "$TMP/renamed"
+# A corrupt checkpoint.
+cp "$TMP/run/last.ckpt" "$TMP/bad.ckpt"
+printf '\x55' | dd of="$TMP/bad.ckpt" bs=1 seek=5000 conv=notrunc 2>/dev/null
+expect_err "bad.ckpt: checkpoint checksum mismatch" "${SMALL_FLAGS[@]}" --epochs 2 --resume "$TMP/bad.ckpt" "$TMP/d"
+# Weights of another architecture or class count.
+expect_err "model.safetensors" "${SMALL_FLAGS[@]}" -a resnet32 --epochs 1 --weights "$TMP/run/model.safetensors" --out "$TMP/o2" "$TMP/d"
+expect_err "model.safetensors" --evaluate "${SMALL_FLAGS[@]}" --weights "$TMP/run/model.safetensors" "$TMP/five"
+echo "test_cli: all passed"

@@ -1,0 +1,66 @@
+# Shared setup of the train end-to-end tests (sourced by tests/test_train_*.sh and test_cli.sh).
+# Synthetic data: 16x16 RGB PNGs in an ImageFolder tree, 10 classes told apart by the orientation
+# and frequency of a noisy grating and a colour cast, packed by ./packdata. Cached in the build
+# directory (keyed on this file's checksum) so the tests share one copy.
+set -euo pipefail
+CTRAIN_ROOT=${CTRAIN_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
+CTRAIN_BUILD=${CTRAIN_BUILD:-$CTRAIN_ROOT/build}
+CTRAIN_BIN=${CTRAIN_BIN:-$CTRAIN_ROOT}
+TORCH_PY=${TORCH_PY:-/usr/bin/python3}
+PIPPY=${PIPPY:-python3}
+TRAIN=$CTRAIN_BIN/train
+PACKDATA=$CTRAIN_BIN/packdata
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+ok() { echo "ok: $*"; }
+
+# make_synth DST NTRAIN NVAL SIZE [CLASSES] [CHANNELS]: shards in DST/{train,val}.shard
+make_synth() {
+  local dst=$1 ntrain=$2 nval=$3 size=$4 classes=${5:-10} channels=${6:-3}
+  local key
+  key=$( (cat "${BASH_SOURCE[0]}"; echo "$ntrain $nval $size $classes $channels") | md5sum | cut -c1-12)
+  local cache=$CTRAIN_BUILD/test-data/synth-$key
+  if [ ! -f "$cache/train.shard" ] || [ ! -f "$cache/val.shard" ]; then
+    rm -rf "$cache.tmp" && mkdir -p "$cache.tmp"
+    "$PIPPY" - "$cache.tmp/src" "$ntrain" "$nval" "$size" "$classes" <<'PY'
+import math, os, sys
+import numpy as np
+from PIL import Image
+root, ntrain, nval, size, classes = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+rng = np.random.default_rng(1234)
+yy, xx = np.mgrid[0:size, 0:size].astype(np.float64)
+for split, n in (("train", ntrain), ("val", nval)):
+    for i in range(n):
+        k = i % classes
+        theta = math.pi * (k % 5) / 5 + rng.normal(0, 0.12)
+        freq = (1.5 + 1.0 * (k // 5)) * 2 * math.pi / size
+        phase = rng.uniform(0, 2 * math.pi)
+        g = np.sin(freq * (xx * math.cos(theta) + yy * math.sin(theta)) + phase)
+        cast = np.array([1.0, 0.6, 0.3]) if k % 2 else np.array([0.3, 0.6, 1.0])
+        img = 128 + 70 * g[..., None] * cast[None, None, :] + rng.normal(0, 30, (size, size, 3))
+        img = np.clip(img, 0, 255).astype(np.uint8)
+        d = os.path.join(root, split, "class%02d" % k)
+        os.makedirs(d, exist_ok=True)
+        Image.fromarray(img).save(os.path.join(d, "%05d.png" % i))
+PY
+    local chflag=""
+    [ "$channels" = 1 ] && chflag="--channels 1"
+    "$PACKDATA" $chflag "$cache.tmp/src" "$cache.tmp/out" >/dev/null 2>&1 || { echo "packdata failed" >&2; exit 1; }
+    rm -rf "$cache" && mkdir -p "$cache" && mv "$cache.tmp/out/train.shard" "$cache.tmp/out/val.shard" "$cache/" && rm -rf "$cache.tmp"
+  fi
+  mkdir -p "$dst"
+  ln -sf "$cache/train.shard" "$dst/train.shard"
+  ln -sf "$cache/val.shard" "$dst/val.shard"
+}
+
+# metrics lines without the wall-clock fields, for bit-for-bit comparisons.
+strip_timing() {
+  sed -E 's/,"(img_s|data_wait|time|epoch_time|eval_time)":[^,}]*//g' "$1"
+}
+
+# The small standard run of these tests: resnet20 on 16x16 synthetic images, batch 32.
+SMALL_FLAGS=(-a resnet20 -b 32 --crop-size 16 --val-resize 16 --min-scale 0.5 --lr 0.05 --wd 5e-4 -p 5)
+
+TMP=$(mktemp -d /tmp/ctrain-test.XXXXXX)
+trap 'rm -rf "$TMP"' EXIT

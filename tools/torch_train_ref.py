@@ -1,0 +1,186 @@
+#!/usr/bin/python3
+"""PyTorch side of ctrain's end-to-end checks (run with Debian's /usr/bin/python3: torch, torchvision).
+
+  train        replay a ctrain run in PyTorch: the same initial weights and the same batches, dumped by
+               `train --dump-batches DIR` (DIR/init.safetensors, DIR/train_batches.bin with the
+               learning rate of every step, DIR/val_batches.bin), SGD with the same settings; writes
+               the loss of every step and the final val loss/top-1 as JSON.
+  evaluate     val loss/top-1/top-5 of a safetensors state_dict on DIR/val_batches.bin (the images
+               ctrain evaluated, already cropped): compared with `train --evaluate`.
+  make-weights a torchvision (or CIFAR ResNet) state_dict with random weights AND random BN statistics,
+               so that evaluating it exercises every tensor (an untouched BN would hide mix-ups).
+
+Batch files: per batch "BTCH" | i32 n, h, w, c, epoch | i64 step | f32 lr | i32 labels[n] | u8 NHWC pixels.
+Models and the safetensors writer come from tools/torch_ref.py (the CPU executor's parity reference).
+"""
+import argparse
+import json
+import os
+import struct
+import sys
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_ref import build, save_safetensors  # noqa: E402
+
+ST_DT = {"F32": np.float32, "F64": np.float64, "I64": np.int64, "I32": np.int32, "F16": np.float16}
+
+
+def load_safetensors(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + n])
+    base = 8 + n
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        b, e = info["data_offsets"]
+        a = np.frombuffer(data[base + b:base + e], dtype=ST_DT[info["dtype"]]).reshape(info["shape"])
+        out[name] = torch.from_numpy(a.copy())
+    return out
+
+
+def read_batches(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    off, out = 0, []
+    while off < len(data):
+        if data[off:off + 4] != b"BTCH":
+            raise SystemExit("%s: bad batch record at byte %d" % (path, off))
+        n, h, w, c, epoch = struct.unpack_from("<5i", data, off + 4)
+        (step,) = struct.unpack_from("<q", data, off + 24)
+        (lr,) = struct.unpack_from("<f", data, off + 32)
+        off += 36
+        labels = np.frombuffer(data, np.int32, n, off).astype(np.int64)
+        off += 4 * n
+        px = np.frombuffer(data, np.uint8, n * h * w * c, off).reshape(n, h, w, c)
+        off += n * h * w * c
+        out.append({"n": n, "epoch": epoch, "step": step, "lr": lr, "labels": torch.from_numpy(labels), "px": px})
+    return out
+
+
+def floats(s):
+    return [float(v) for v in s.split(",")]
+
+
+def to_input(px, mean, std):
+    c = px.shape[3]
+    mean = np.array(mean * c if len(mean) == 1 else mean, np.float32)
+    std = np.array(std * c if len(std) == 1 else std, np.float32)
+    x = (px.astype(np.float32) / np.float32(255.0) - mean) / std
+    return torch.from_numpy(np.ascontiguousarray(x.transpose(0, 3, 1, 2)))
+
+
+def make_model(a, state):
+    m = build(a.arch, a.in_ch, a.classes)
+    m.load_state_dict(state, strict=True)
+    return m
+
+
+def evaluate(model, batches, mean, std):
+    model.eval()
+    n = loss = c1 = c5 = 0
+    with torch.no_grad():
+        for b in batches:
+            logits = model(to_input(b["px"], mean, std))
+            loss += F.cross_entropy(logits, b["labels"], reduction="sum").item()
+            k = min(5, logits.shape[1])
+            top = logits.topk(k, 1).indices
+            c1 += (top[:, 0] == b["labels"]).sum().item()
+            c5 += (top == b["labels"][:, None]).any(1).sum().item()
+            n += b["n"]
+    return {"n": n, "loss": loss / n, "top1": 100.0 * c1 / n, "top5": 100.0 * c5 / n}
+
+
+def cmd_train(a):
+    state = load_safetensors(os.path.join(a.dump, "init.safetensors"))
+    model = make_model(a, state)
+    named = dict(model.named_parameters())
+    decay = [p for n, p in named.items() if not (a.wd_exclude and p.ndim == 1)]
+    no_decay = [p for n, p in named.items() if a.wd_exclude and p.ndim == 1]
+    groups = [{"params": decay, "weight_decay": a.wd}]
+    if no_decay:
+        groups.append({"params": no_decay, "weight_decay": 0.0})
+    opt = torch.optim.SGD(groups, lr=0.1, momentum=a.momentum, nesterov=bool(a.nesterov))
+    mean, std = floats(a.mean), floats(a.std)
+    losses, steps = [], []
+    model.train()
+    for b in read_batches(os.path.join(a.dump, "train_batches.bin")):
+        for g in opt.param_groups:
+            g["lr"] = b["lr"]
+        opt.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(model(to_input(b["px"], mean, std)), b["labels"], label_smoothing=a.smoothing)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+        steps.append(b["step"])
+    res = evaluate(model, read_batches(os.path.join(a.dump, "val_batches.bin")), mean, std)
+    res.update({"steps": steps, "losses": losses})
+    with open(a.out, "w") as f:
+        json.dump(res, f)
+    if a.save_weights:
+        save_safetensors(a.save_weights, {k: v.detach().numpy() for k, v in model.state_dict().items()})
+    print("torch: %d steps, final loss %.4f, val loss %.4f top-1 %.2f%%" % (len(losses), losses[-1], res["loss"], res["top1"]))
+
+
+def cmd_evaluate(a):
+    model = make_model(a, load_safetensors(a.weights))
+    res = evaluate(model, read_batches(a.val), floats(a.mean), floats(a.std))
+    print(json.dumps(res))
+
+
+def cmd_make_weights(a):
+    torch.manual_seed(a.seed)
+    m = build(a.arch, a.in_ch, a.classes)
+    g = torch.Generator().manual_seed(a.seed + 1)
+    with torch.no_grad():
+        for mod in m.modules():
+            if isinstance(mod, torch.nn.BatchNorm2d):
+                C = mod.num_features
+                mod.weight.copy_(0.5 + torch.rand(C, generator=g))
+                mod.bias.copy_(0.2 * torch.randn(C, generator=g))
+                mod.running_mean.copy_(0.2 * torch.randn(C, generator=g))
+                mod.running_var.copy_(0.5 + torch.rand(C, generator=g))
+                mod.num_batches_tracked.fill_(7)
+    save_safetensors(a.out, {k: v.detach().numpy() for k, v in m.state_dict().items()})
+    print("wrote %s (%s, %d classes, %d input channels)" % (a.out, a.arch, a.classes, a.in_ch))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    for name in ("train", "evaluate", "make-weights"):
+        p = sub.add_parser(name)
+        p.add_argument("--arch", required=True)
+        p.add_argument("--in-ch", type=int, default=3)
+        p.add_argument("--classes", type=int, default=10)
+        if name != "make-weights":
+            p.add_argument("--mean", required=True, help="comma-separated, as in OUT/config.json")
+            p.add_argument("--std", required=True)
+    t = sub.choices["train"]
+    t.add_argument("--dump", required=True, help="directory written by train --dump-batches")
+    t.add_argument("--momentum", type=float, default=0.9)
+    t.add_argument("--wd", type=float, default=1e-4)
+    t.add_argument("--nesterov", type=int, default=0)
+    t.add_argument("--wd-exclude", type=int, default=0)
+    t.add_argument("--smoothing", type=float, default=0.0)
+    t.add_argument("--out", required=True, help="JSON with per-step losses and the final val result")
+    t.add_argument("--save-weights", help="final state_dict as safetensors")
+    e = sub.choices["evaluate"]
+    e.add_argument("--weights", required=True)
+    e.add_argument("--val", required=True, help="val_batches.bin from train --dump-batches")
+    w = sub.choices["make-weights"]
+    w.add_argument("--seed", type=int, default=0)
+    w.add_argument("--out", required=True)
+    a = ap.parse_args()
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "2")))
+    {"train": cmd_train, "evaluate": cmd_evaluate, "make-weights": cmd_make_weights}[a.cmd](a)
+
+
+if __name__ == "__main__":
+    main()
