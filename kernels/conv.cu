@@ -187,7 +187,8 @@ __global__ void __launch_bounds__(GN_THREADS) gemm_generic_k(GemmArgs g) {
 
 // ---------------------------------------------------------------------------------------------
 // Tensor-core engine (bf16 operands, fp32 accumulation). 128 threads = 4 warps in a 2x2 grid,
-// each warp owns a 64x32 piece of the 128x64 tile: 4x4 mma.m16n8k16 per 16-deep k step.
+// each warp owns a (16*MI)x32 piece of the (32*MI)x64 tile: MIx4 mma.m16n8k16 per 16-deep k step
+// (MI = 4: 128-row tiles; MI = 2: 64-row tiles for weight gradients of <= 64 channels).
 //
 // Shared-memory tiles hold 16-byte chunks (8 bf16) gathered with cp.async; chunks that are
 // padding or out of range are zero-filled with a plain store. Each operand is kept in the
@@ -244,19 +245,20 @@ __device__ static inline long long dgrad_a_off(const ConvShape &s, int img, int 
 // VEC_A / VEC_B: the operand's 8-element chunks are contiguous and 16-byte aligned in memory
 // (channel counts multiples of 8, aligned pointers) and travel by cp.async; otherwise each chunk
 // is gathered element by element (e.g. the 3-channel stem) and stored with one 16-byte store.
-template <int MODE, typename TC, bool VEC_A, bool VEC_B>
+template <int MODE, typename TC, bool VEC_A, bool VEC_B, int MI>
 __global__ void __launch_bounds__(TC_THREADS) gemm_tc_k(GemmArgs g) {
     __shared__ __align__(16) uint16_t sm[TC_STAGES * TC_STAGE_ELEMS];
     const bool a_mk = MODE != GEMM_WGRAD;
     const bool b_nk = MODE == GEMM_FWD;
-    const int A_LD = a_mk ? TC_BK + 8 : TC_BM + 8;  // row pitch in elements
+    const int BM = 32 * MI;                          // 2 warps of MI m16 tiles each
+    const int A_LD = a_mk ? TC_BK + 8 : BM + 8;      // row pitch in elements
     const int B_LD = b_nk ? TC_BK + 8 : TC_BN + 8;
     const uint16_t *a = (const uint16_t *)g.a;
     const uint16_t *b = (const uint16_t *)g.b;
     const ConvShape &s = g.s;
     int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     int wm = warp / 2, wn = warp % 2;
-    int m0 = blockIdx.x * TC_BM, n0 = blockIdx.y * TC_BN;
+    int m0 = blockIdx.x * BM, n0 = blockIdx.y * TC_BN;
     int kb = blockIdx.z * g.k_split;
     int ke = min(g.k_end, kb + g.k_split);
     int ktiles = (ke - kb + TC_BK - 1) / TC_BK;
@@ -266,10 +268,10 @@ __global__ void __launch_bounds__(TC_THREADS) gemm_tc_k(GemmArgs g) {
     // A "km": 4 chunks per thread: k rows (tid + 128*i)/16, m chunk tid%16.
     // B "nk": 2 chunks: rows (tid + 128*i)/4, k chunk tid%4.
     // B "kn": 2 chunks: k rows (tid + 128*i)/8, n chunk tid%8.
-    int a_img[4], a_y[4], a_x[4];  // FWD: n, p*st-pad, q*st-pad; DGRAD: n, h+pad, w+pad
+    int a_img[MI], a_y[MI], a_x[MI];  // FWD: n, p*st-pad, q*st-pad; DGRAD: n, h+pad, w+pad
     if (a_mk) {
         CV_UNROLL
-        for (int i = 0; i < 4; i++) {
+        for (int i = 0; i < MI; i++) {
             int m = m0 + tid / 4 + 32 * i;
             a_img[i] = -1;
             a_y[i] = a_x[i] = 0;
@@ -365,8 +367,8 @@ __global__ void __launch_bounds__(TC_THREADS) gemm_tc_k(GemmArgs g) {
         uint16_t *Bs = As + TC_A_ELEMS;
         if (MODE == GEMM_WGRAD) {
             CV_UNROLL
-            for (int i = 0; i < 4; i++) {
-                int id = tid + TC_THREADS * i, kl = id / 16, mc = (id % 16) * 8;
+            for (int i = 0; i < MI; i++) {
+                int id = tid + TC_THREADS * i, kl = id / (BM / 8), mc = (id % (BM / 8)) * 8;
                 int j = k0 + kl, m = m0 + mc;
                 uint16_t *dst = As + kl * A_LD + mc;
                 if (VEC_A) {
@@ -385,7 +387,7 @@ __global__ void __launch_bounds__(TC_THREADS) gemm_tc_k(GemmArgs g) {
             int ch = a_ch, sx = a_s, r = a_r;
             if (VEC_A) {
                 CV_UNROLL
-                for (int i = 0; i < 4; i++) {
+                for (int i = 0; i < MI; i++) {
                     uint16_t *dst = As + (tid / 4 + 32 * i) * A_LD + kc;
                     long long off = -1;
                     if (k < ke && a_img[i] >= 0)
@@ -410,7 +412,7 @@ __global__ void __launch_bounds__(TC_THREADS) gemm_tc_k(GemmArgs g) {
                     }
                 }
                 CV_UNROLL
-                for (int i = 0; i < 4; i++) {
+                for (int i = 0; i < MI; i++) {
                     uint16_t v[8];
                     CV_UNROLL
                     for (int e = 0; e < 8; e++) {
@@ -477,9 +479,9 @@ __global__ void __launch_bounds__(TC_THREADS) gemm_tc_k(GemmArgs g) {
         }
     };
 
-    float acc[4][4][4];
+    float acc[MI][4][4];
     CV_UNROLL
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < MI; i++)
         CV_UNROLL
         for (int j = 0; j < 4; j++)
             CV_UNROLL
@@ -505,10 +507,10 @@ __global__ void __launch_bounds__(TC_THREADS) gemm_tc_k(GemmArgs g) {
         const uint16_t *Bs = As + TC_A_ELEMS;
         CV_UNROLL
         for (int ks = 0; ks < TC_BK; ks += 16) {
-            uint32_t af[4][4], bf[4][2];
+            uint32_t af[MI][4], bf[4][2];
             CV_UNROLL
-            for (int mi = 0; mi < 4; mi++) {
-                int mrow = wm * 64 + mi * 16;
+            for (int mi = 0; mi < MI; mi++) {
+                int mrow = wm * (16 * MI) + mi * 16;
                 if (a_mk) {
                     ct_ldmatrix_x4(af[mi], As + (mrow + lane % 16) * A_LD + ks + (lane / 16) * 8);
                 } else {
@@ -533,7 +535,7 @@ __global__ void __launch_bounds__(TC_THREADS) gemm_tc_k(GemmArgs g) {
                 bf[2 * np + 1][1] = r4[3];
             }
             CV_UNROLL
-            for (int mi = 0; mi < 4; mi++)
+            for (int mi = 0; mi < MI; mi++)
                 CV_UNROLL
                 for (int ni = 0; ni < 4; ni++) ct_mma_m16n8k16_bf16(acc[mi][ni], af[mi], bf[ni], acc[mi][ni]);
         }
@@ -544,10 +546,10 @@ __global__ void __launch_bounds__(TC_THREADS) gemm_tc_k(GemmArgs g) {
     TC *c = (TC *)g.c + (size_t)blockIdx.z * g.c_split_stride;
     int gi = lane / 4, ti = lane % 4;
     CV_UNROLL
-    for (int mi = 0; mi < 4; mi++)
+    for (int mi = 0; mi < MI; mi++)
         CV_UNROLL
         for (int half = 0; half < 2; half++) {
-            int m = m0 + wm * 64 + mi * 16 + gi + half * 8;
+            int m = m0 + wm * (16 * MI) + mi * 16 + gi + half * 8;
             if (m >= g.M) continue;
             CV_UNROLL
             for (int ni = 0; ni < 4; ni++)
@@ -595,11 +597,15 @@ static SplitPlan split_plan(int M, int N, int K, int bm, int bn, int bk) {
     return sp;
 }
 
+// Weight gradients with at most 64 output channels (the stem, ResNet layer1) take 64-row tiles:
+// a 128-row tile would multiply zeros in half of its mma work.
+static int tc_wgrad_bm(int M) { return M <= 64 ? 64 : TC_BM; }
+
 extern "C" size_t conv2d_gpu_work_floats(const ConvShape *s) {
     int M = s->K, N = s->R * s->S * s->C, K = s->N * s->P * s->Q;
     if (M <= 0 || N <= 0 || K <= 0) return 0;
     SplitPlan a = split_plan(M, N, K, GN_BM, GN_BN, GN_BK);
-    SplitPlan b = split_plan(M, N, K, TC_BM, TC_BN, TC_BK);
+    SplitPlan b = split_plan(M, N, K, tc_wgrad_bm(M), TC_BN, TC_BK);
     int splits = a.splits > b.splits ? a.splits : b.splits;
     return splits > 1 ? (size_t)splits * M * N : 0;
 }
@@ -618,7 +624,8 @@ extern "C" int ct_gemm_run(int mode, GemmArgs g, CtDtype dt, int a_f32, int c_f3
                            float *work, float *final_out, cudaStream_t st) {
     int use_tc = algo != CT_CONV_GENERIC && g.tc_ok;
     if (algo == CT_CONV_TC && !use_tc) ct_die("conv: the tensor-core engine takes bf16 operands only (fp32 asked)");
-    int bm = use_tc ? TC_BM : GN_BM, bn = use_tc ? TC_BN : GN_BN, bk = use_tc ? TC_BK : GN_BK;
+    int mi = use_tc && mode == GEMM_WGRAD && tc_wgrad_bm(g.M) == 64 ? 2 : 4;  // m16 tiles per warp
+    int bm = use_tc ? 32 * mi : GN_BM, bn = use_tc ? TC_BN : GN_BN, bk = use_tc ? TC_BK : GN_BK;
     int splits = 1;
     g.k_split = g.k_end;
     g.c_split_stride = 0;
@@ -638,13 +645,14 @@ extern "C" int ct_gemm_run(int mode, GemmArgs g, CtDtype dt, int a_f32, int c_f3
     void (*kern)(GemmArgs) = NULL;
     int threads = use_tc ? TC_THREADS : GN_THREADS;
     if (use_tc) {
-#define TC_PICK(MODE, TCT)                                                            \
-    kern = g.vec_a ? (g.vec_b ? gemm_tc_k<MODE, TCT, true, true> : gemm_tc_k<MODE, TCT, true, false>) \
-                   : (g.vec_b ? gemm_tc_k<MODE, TCT, false, true> : gemm_tc_k<MODE, TCT, false, false>)
-        if (mode == GEMM_FWD && c_f32) TC_PICK(GEMM_FWD, float);
-        else if (mode == GEMM_FWD) TC_PICK(GEMM_FWD, uint16_t);
-        else if (mode == GEMM_DGRAD) TC_PICK(GEMM_DGRAD, uint16_t);
-        else TC_PICK(GEMM_WGRAD, float);
+#define TC_PICK(MODE, TCT, MI)                                                                    \
+    kern = g.vec_a ? (g.vec_b ? gemm_tc_k<MODE, TCT, true, true, MI> : gemm_tc_k<MODE, TCT, true, false, MI>) \
+                   : (g.vec_b ? gemm_tc_k<MODE, TCT, false, true, MI> : gemm_tc_k<MODE, TCT, false, false, MI>)
+        if (mode == GEMM_FWD && c_f32) TC_PICK(GEMM_FWD, float, 4);
+        else if (mode == GEMM_FWD) TC_PICK(GEMM_FWD, uint16_t, 4);
+        else if (mode == GEMM_DGRAD) TC_PICK(GEMM_DGRAD, uint16_t, 4);
+        else if (mi == 2) TC_PICK(GEMM_WGRAD, float, 2);
+        else TC_PICK(GEMM_WGRAD, float, 4);
 #undef TC_PICK
     } else if (dt == CT_F32) {
         if (mode == GEMM_FWD) kern = gemm_generic_k<GEMM_FWD, float, float, float>;
