@@ -8,6 +8,7 @@
 #include "kernels/ptx.cuh"
 #include "tests/test.h"
 
+#include <time.h>
 #include <unistd.h>
 
 __global__ void empty_kernel() {}
@@ -34,8 +35,17 @@ __global__ void mma_kernel(int iters, float *sink) {
     if (c[0] == -1.f) sink[0] = c[0];
 }
 
+// Process CPU time: on a machine shared with other jobs it is steadier than wall time, which
+// includes waiting for a core.
+static double cpu_now() {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+static double g_cpu;  // CPU seconds of the last time_launches call, per launch
+
 static double time_launches(int reps, dim3 grid, dim3 block, int kind, int iters, void *sink) {
-    double t0 = ct_now();
+    double t0 = ct_now(), c0 = cpu_now();
     for (int r = 0; r < reps; r++) {
         if (kind == 0) CT_LAUNCH(empty_kernel, grid, block, 0, 0);
         else if (kind == 1) CT_LAUNCH(barrier_kernel, grid, block, 0, 0, iters, (int *)sink);
@@ -43,6 +53,7 @@ static double time_launches(int reps, dim3 grid, dim3 block, int kind, int iters
         else CT_LAUNCH(mma_kernel, grid, block, 0, 0, iters, (float *)sink);
     }
     CT_CHECK_LAUNCH("bench kernel");
+    g_cpu = (cpu_now() - c0) / reps;
     return (ct_now() - t0) / reps;
 }
 
@@ -52,43 +63,43 @@ int main() {
     void *sink;
     CT_CUDA_CHECK(cudaMalloc(&sink, 64));
     printf("emu_bench on %ld cores (numbers from a shared machine are noisy)\n", sysconf(_SC_NPROCESSORS_ONLN));
-    printf("%-34s %8s %12s\n", "what", "threads", "cost");
+    printf("%-34s %8s %12s %12s\n", "what", "threads", "wall", "cpu");
     for (int bs : {32, 128, 256, 1024}) time_launches(1, 1, bs, 0, 0, sink);  // grow the pool first
     for (int bs : {1, 32, 128, 256, 1024}) {
         double t = time_launches(20 * scale, 1, bs, 0, 0, sink);
-        printf("%-34s %8d %9.1f us\n", "launch (empty kernel, 1 block)", bs, t * 1e6);
+        printf("%-34s %8d %9.1f us %9.1f us\n", "launch (empty kernel, 1 block)", bs, t * 1e6, g_cpu * 1e6);
         CHECK(t < 100e-6 * bs + 20e-3, "launch of %d threads takes %g s", bs, t);
     }
     for (int bs : {32, 128, 256}) {
         int nb = 64;
-        double t1 = time_launches(5 * scale, 1, bs, 0, 0, sink);
-        double tn = time_launches(5 * scale, nb, bs, 0, 0, sink);
+        double t1 = time_launches(5 * scale, 1, bs, 0, 0, sink), c1 = g_cpu;
+        double tn = time_launches(5 * scale, nb, bs, 0, 0, sink), cn = g_cpu;
         double per = (tn - t1) / (nb - 1);
-        printf("%-34s %8d %9.1f us\n", "per extra block (empty kernel)", bs, per * 1e6);
+        printf("%-34s %8d %9.1f us %9.1f us\n", "per extra block (empty kernel)", bs, per * 1e6, (cn - c1) / (nb - 1) * 1e6);
         CHECK(per < 100e-6 * bs, "a block of %d threads takes %g s", bs, per);
     }
     for (int bs : {32, 128, 256, 1024}) {
         int iters = 200;
-        double t0 = time_launches(2 * scale, 1, bs, 1, 0, sink);
-        double t = time_launches(2 * scale, 1, bs, 1, iters, sink);
+        double t0 = time_launches(2 * scale, 1, bs, 1, 0, sink), c0 = g_cpu;
+        double t = time_launches(2 * scale, 1, bs, 1, iters, sink), c = g_cpu;
         double per = (t - t0) / iters;
-        printf("%-34s %8d %9.1f us\n", "__syncthreads", bs, per * 1e6);
+        printf("%-34s %8d %9.1f us %9.1f us\n", "__syncthreads", bs, per * 1e6, (c - c0) / iters * 1e6);
         CHECK(per < 100e-6 * bs, "__syncthreads of %d threads takes %g s", bs, per);
     }
     for (int bs : {32, 256}) {
         int iters = 200;
-        double t0 = time_launches(2 * scale, 1, bs, 2, 0, sink);
-        double t = time_launches(2 * scale, 1, bs, 2, iters, sink);
+        double t0 = time_launches(2 * scale, 1, bs, 2, 0, sink), c0 = g_cpu;
+        double t = time_launches(2 * scale, 1, bs, 2, iters, sink), c = g_cpu;
         double per = (t - t0) / iters;
-        printf("%-34s %8d %9.1f us\n", "__shfl_xor_sync (all warps)", bs, per * 1e6);
+        printf("%-34s %8d %9.1f us %9.1f us\n", "__shfl_xor_sync (all warps)", bs, per * 1e6, (c - c0) / iters * 1e6);
         CHECK(per < 100e-6 * bs, "a shuffle in %d threads takes %g s", bs, per);
     }
     {
         int iters = 100;
-        double t0 = time_launches(2 * scale, 1, 32, 3, 0, sink);
-        double t = time_launches(2 * scale, 1, 32, 3, iters, sink);
+        double t0 = time_launches(2 * scale, 1, 32, 3, 0, sink), c0 = g_cpu;
+        double t = time_launches(2 * scale, 1, 32, 3, iters, sink), c = g_cpu;
         double per = (t - t0) / iters;
-        printf("%-34s %8d %9.1f us\n", "mma.sync m16n8k16 (one warp)", 32, per * 1e6);
+        printf("%-34s %8d %9.1f us %9.1f us\n", "mma.sync m16n8k16 (one warp)", 32, per * 1e6, (c - c0) / iters * 1e6);
         CHECK(per < 10e-3, "an mma takes %g s", per);
     }
     emu::Stats s = emu::stats();
