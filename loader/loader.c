@@ -220,6 +220,9 @@ Loader *loader_create(const Shard *shard, const LoaderConfig *cfg) {
         w->l = l;
         w->decode = decode ? ct_alloc(decode) : NULL;
         if (pthread_create(&w->thread, NULL, worker_main, w) != 0) ct_die("loader: cannot start worker thread %d", i);
+        char name[16];
+        snprintf(name, sizeof name, "ct-load%d-%d", l->cfg.rank % 100, i % 1000);
+        pthread_setname_np(w->thread, name);  // visible in top -H and gdb; failure is harmless
     }
     return l;
 }

@@ -14,8 +14,8 @@ S=${SECONDS_EACH:-5}
 WORKERS=${WORKERS:-"1 2"}
 PY=${TORCH_PY:-/usr/bin/python3}
 mkdir -p "$D"
-[ -x build/tools/bench_loader ] && [ -z "$(find loader tools/bench_loader.c -newer build/tools/bench_loader -name '*.[ch]' | head -1)" ] \
-  || ./build.sh >/dev/null
+# Build just the benchmark (not the CUDA objects) when the build rules exist; else the full build.
+if [ -f build/rules.mk ]; then make -r -s -f build/rules.mk build/tools/bench_loader >/dev/null; else ./build.sh >/dev/null; fi
 B=build/tools/bench_loader
 [ -d "$D/img256" ] || "$PY" tools/bench_loader_torch.py make "$D/img256" --count "${N224:-1000}" --short 256
 [ -d "$D/img64" ] || "$PY" tools/bench_loader_torch.py make "$D/img64" --count "${N32:-2000}" --short 64 --square
