@@ -28,7 +28,7 @@ run() {  # name, command...: runs, records failure, continues
 step "kernels and executor against the CPU reference (real GPU)"
 for t in build/gpu-tests/emu_*; do
   [[ -x $t && $t != *.* ]] || continue
-  run "$(basename "$t")" "$t"
+  run "$(basename "$t")" env EMU_MODEL_ALL=1 "$t"
 done
 
 step "compute-sanitizer"

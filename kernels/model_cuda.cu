@@ -1,0 +1,638 @@
+// GPU executor of a ResNet graph: walks nn/resnet.h's op list with the kernels of
+// kernels/kernels.h. API and conventions in kernels/model_cuda.h.
+//
+// Memory plan (per N x H x W, grown when a larger batch or another image size comes):
+// - every activation slot has its own buffer (training keeps them all for backward anyway);
+//   the logits are fp32 whatever the dtype (the loss reads them);
+// - activation-gradient slots share a pool: walking backward, a slot's gradient buffer is taken
+//   when its first consumer's backward writes it and given back after its producer's backward
+//   read it, best fit from the free buffers, so only the gradients alive together cost memory;
+// - one fp32 scratch covers the largest reduction workspace (BN partials, conv split-K partials).
+// The second contribution to a gradient slot (a block input feeds both the residual add and a
+// conv or the shortcut) goes through a scratch buffer and add_inplace, because every backward
+// kernel overwrites its output (the CPU convention).
+#include <string.h>
+
+#include "kernels/common.cuh"
+#include "kernels/model_cuda.h"
+#include "util/common.h"
+
+#define CK(call)                                                                              \
+    do {                                                                                      \
+        cudaError_t err_ = (call);                                                            \
+        if (err_ != cudaSuccess) ct_die("cuda: %s: %s (%s:%d)", #call, cudaGetErrorString(err_), \
+                                        __FILE__, __LINE__);                                  \
+    } while (0)
+
+#define BN_MOMENTUM 0.1f
+#define BN_EPS 1e-5f
+
+typedef struct {
+    uint8_t *d;           // device copy of the batch
+    size_t cap;           // bytes allocated
+    const uint8_t *src;   // host pointer it was copied from (NULL: nothing staged)
+    int N, H, W;
+    cudaEvent_t copied;   // recorded on the copy stream after the copy
+    cudaEvent_t consumed; // recorded on the compute stream after normalisation read it
+} Stage;
+
+struct GpuExec {
+    CtDtype dt;
+    size_t esz;  // bytes per activation element
+    cudaStream_t st, cp;
+    const ResNet *graph;  // the model this executor was made for (shape checks)
+
+    // Model state on the device.
+    float *params, *grads, *mom, *bufs;
+    uint16_t *wbf;     // bf16 copy of params (dt == CT_BF16), refreshed by every SGD step
+    uint8_t *decay;    // weight-decay mask for the last SgdConfig seen
+    int decay_mode;    // -1: mask not built; else cfg->wd_exclude_bn_bias it was built for
+
+    // Plan.
+    int pN, pH, pW;
+    TensorDim *dims;
+    void **act;        // [n_tensors] activation buffers (the logits slot points at `logits`)
+    void **grad;       // [n_tensors] gradient buffer of each slot (into gpool), NULL for slot 0
+    void **gpool;      // pooled gradient buffers
+    int n_gpool;
+    void *scratch;     // largest gradient slot, for the second contribution to a slot
+    float *work;       // reduction workspace
+    size_t work_floats;
+    float *bnstat;     // per BN op: mean[C], invstd[C]
+    size_t *bnstat_off;// [n_ops]
+    float *logits, *dlogits;
+    int32_t *labels;
+    float *xf;         // float input staging (gpu_forward with a float batch)
+    size_t xf_cap;
+    float *scalars;    // device: loss, correct (as int bits)
+    float *h_logits;   // pinned host copy of the logits
+    float *h_scalars;  // pinned host: loss, correct
+    float *meanstd;    // device mean[C], std[C] of the last u8 forward
+    float *h_meanstd;  // host copy (to skip identical re-uploads)
+    Stage stage[2];
+    int next_stage;
+    int fwd_train_N;   // N of the last training forward (0: none, backward refused)
+    size_t dev_bytes;  // device memory held
+    size_t plan_bytes; // of which the plan's
+};
+
+static void *dmalloc(GpuExec *e, size_t bytes) {
+    void *p = NULL;
+    if (bytes == 0) bytes = 16;
+    cudaError_t err = cudaMalloc(&p, bytes);
+    if (err != cudaSuccess)
+        ct_die("cuda: cannot allocate %zu bytes of device memory (%s); %zu already held by the executor: "
+               "use a smaller --batch-size or image size",
+               bytes, cudaGetErrorString(err), e->dev_bytes);
+    e->dev_bytes += bytes;
+    return p;
+}
+static void dfree(void *p) {
+    if (p) cudaFree(p);
+}
+
+int gpu_available(void) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return n > 0;
+}
+
+void gpu_select_device(int device) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n <= 0) ct_die("--device cuda: no CUDA device is usable");
+    if (device < 0 || device >= n) ct_die("cuda device %d does not exist (this node has %d)", device, n);
+    CK(cudaSetDevice(device));
+}
+
+static const StateEntry *entry(const ResNet *m, int i) { return &m->entries[i]; }
+static float *pparam(GpuExec *e, const ResNet *m, int i) { return e->params + entry(m, i)->offset; }
+static float *pgrad(GpuExec *e, const ResNet *m, int i) { return e->grads + entry(m, i)->offset; }
+// Conv / linear weight operand in the activation dtype.
+static const void *wop(GpuExec *e, const ResNet *m, int i) {
+    size_t off = entry(m, i)->offset;
+    return e->dt == CT_BF16 ? (const void *)(e->wbf + off) : (const void *)(e->params + off);
+}
+
+GpuExec *gpu_exec_create(const ResNet *m, CtDtype dt) {
+    GpuExec *e = (GpuExec *)ct_zalloc(sizeof(GpuExec));
+    e->dt = dt;
+    e->esz = dt == CT_BF16 ? 2 : 4;
+    e->graph = m;
+    e->decay_mode = -1;
+    CK(cudaStreamCreateWithFlags(&e->st, cudaStreamNonBlocking));
+    CK(cudaStreamCreateWithFlags(&e->cp, cudaStreamNonBlocking));
+    for (int i = 0; i < 2; i++) {
+        CK(cudaEventCreateWithFlags(&e->stage[i].copied, cudaEventDisableTiming));
+        CK(cudaEventCreateWithFlags(&e->stage[i].consumed, cudaEventDisableTiming));
+    }
+    e->params = (float *)dmalloc(e, m->n_params * sizeof(float));
+    e->grads = (float *)dmalloc(e, m->n_params * sizeof(float));
+    e->mom = (float *)dmalloc(e, m->n_params * sizeof(float));
+    e->bufs = (float *)dmalloc(e, m->n_bufs * sizeof(float));
+    if (dt == CT_BF16) e->wbf = (uint16_t *)dmalloc(e, m->n_params * sizeof(uint16_t));
+    e->scalars = (float *)dmalloc(e, 4 * sizeof(float));
+    CK(cudaMallocHost((void **)&e->h_scalars, 4 * sizeof(float)));
+    int cin = m->in_channels;
+    e->meanstd = (float *)dmalloc(e, 2 * (size_t)cin * sizeof(float));
+    e->h_meanstd = (float *)ct_zalloc(2 * (size_t)cin * sizeof(float));
+    CK(cudaMemsetAsync(e->grads, 0, m->n_params * sizeof(float), e->st));
+    CK(cudaMemsetAsync(e->mom, 0, m->n_params * sizeof(float), e->st));
+    gpu_upload_state(e, m, NULL);
+    return e;
+}
+
+static void free_plan(GpuExec *e, const ResNet *m) {
+    if (!e->dims) return;
+    CK(cudaDeviceSynchronize());
+    for (int s = 0; s < m->n_tensors; s++)
+        if (e->act[s] != (void *)e->logits) dfree(e->act[s]);
+    for (int i = 0; i < e->n_gpool; i++) dfree(e->gpool[i]);
+    dfree(e->scratch);
+    dfree(e->work);
+    dfree(e->bnstat);
+    dfree(e->logits);
+    dfree(e->dlogits);
+    dfree(e->labels);
+    if (e->h_logits) cudaFreeHost(e->h_logits);
+    free(e->dims);
+    free(e->act);
+    free(e->grad);
+    free(e->gpool);
+    free(e->bnstat_off);
+    e->dims = NULL;
+    e->act = e->grad = e->gpool = NULL;
+    e->n_gpool = 0;
+    e->scratch = NULL;
+    e->work = e->bnstat = e->logits = e->dlogits = e->h_logits = NULL;
+    e->labels = NULL;
+    e->bnstat_off = NULL;
+    e->pN = e->pH = e->pW = 0;
+    e->fwd_train_N = 0;
+    e->dev_bytes -= e->plan_bytes;
+    e->plan_bytes = 0;
+}
+
+void gpu_exec_free(GpuExec *e) {
+    if (!e) return;
+    free_plan(e, e->graph);
+    dfree(e->params);
+    dfree(e->grads);
+    dfree(e->mom);
+    dfree(e->bufs);
+    dfree(e->wbf);
+    dfree(e->decay);
+    dfree(e->scalars);
+    dfree(e->meanstd);
+    dfree(e->xf);
+    for (int i = 0; i < 2; i++) {
+        dfree(e->stage[i].d);
+        cudaEventDestroy(e->stage[i].copied);
+        cudaEventDestroy(e->stage[i].consumed);
+    }
+    cudaFreeHost(e->h_scalars);
+    free(e->h_meanstd);
+    cudaStreamDestroy(e->st);
+    cudaStreamDestroy(e->cp);
+    free(e);
+}
+
+void gpu_upload_state(GpuExec *e, const ResNet *m, const SgdState *sgd) {
+    CK(cudaMemcpyAsync(e->params, m->params, m->n_params * sizeof(float), cudaMemcpyHostToDevice, e->st));
+    CK(cudaMemcpyAsync(e->bufs, m->bufs, m->n_bufs * sizeof(float), cudaMemcpyHostToDevice, e->st));
+    if (sgd) {
+        if (sgd->n != m->n_params)
+            ct_die("gpu: SGD state has %zu elements, model %s has %zu params", sgd->n, m->arch, m->n_params);
+        CK(cudaMemcpyAsync(e->mom, sgd->buf, m->n_params * sizeof(float), cudaMemcpyHostToDevice, e->st));
+    }
+    if (e->wbf) f32_to_bf16_gpu(e->wbf, e->params, m->n_params, e->st);
+    CK(cudaStreamSynchronize(e->st));
+}
+
+void gpu_download_state(GpuExec *e, ResNet *m, SgdState *sgd) {
+    CK(cudaMemcpyAsync(m->params, e->params, m->n_params * sizeof(float), cudaMemcpyDeviceToHost, e->st));
+    CK(cudaMemcpyAsync(m->bufs, e->bufs, m->n_bufs * sizeof(float), cudaMemcpyDeviceToHost, e->st));
+    if (sgd) {
+        if (sgd->n != m->n_params)
+            ct_die("gpu: SGD state has %zu elements, model %s has %zu params", sgd->n, m->arch, m->n_params);
+        CK(cudaMemcpyAsync(sgd->buf, e->mom, m->n_params * sizeof(float), cudaMemcpyDeviceToHost, e->st));
+    }
+    CK(cudaStreamSynchronize(e->st));
+}
+
+static size_t slot_elems(const GpuExec *e, int s, int N) {
+    return (size_t)N * e->dims[s].H * e->dims[s].W * e->dims[s].C;
+}
+
+static ConvShape op_conv_shape(const GpuExec *e, const Op *op, int N) {
+    const TensorDim *d = &e->dims[op->in];
+    return conv_shape(N, d->H, d->W, d->C, op->K, op->R, op->S, op->stride, op->pad);
+}
+
+// Build the memory plan for batches of up to N images of H x W.
+static void plan(GpuExec *e, const ResNet *m, int N, int H, int W) {
+    if (e->dims && N <= e->pN && H == e->pH && W == e->pW) return;
+    free_plan(e, m);
+    e->dims = (TensorDim *)ct_alloc((size_t)m->n_tensors * sizeof(TensorDim));
+    if (resnet_shapes(m, H, W, e->dims) != 0)
+        ct_die("%s: input %dx%d is too small for the architecture", m->arch, H, W);
+    e->pN = N;
+    e->pH = H;
+    e->pW = W;
+    size_t bytes0 = e->dev_bytes;
+    int K = m->num_classes, last = m->n_tensors - 1;
+    e->logits = (float *)dmalloc(e, (size_t)N * K * sizeof(float));
+    e->dlogits = (float *)dmalloc(e, (size_t)N * K * sizeof(float));
+    e->labels = (int32_t *)dmalloc(e, (size_t)N * sizeof(int32_t));
+    CK(cudaMallocHost((void **)&e->h_logits, (size_t)N * K * sizeof(float)));
+
+    e->act = (void **)ct_zalloc((size_t)m->n_tensors * sizeof(void *));
+    for (int s = 0; s < m->n_tensors; s++)
+        e->act[s] = s == last ? (void *)e->logits : dmalloc(e, slot_elems(e, s, N) * e->esz);
+
+    // Gradient pool: walk backward, take a buffer for a slot at its first consumer, give the
+    // producer's output buffer back after the producer.
+    e->grad = (void **)ct_zalloc((size_t)m->n_tensors * sizeof(void *));
+    int *owner = (int *)ct_alloc((size_t)m->n_tensors * sizeof(int));  // pool index per slot
+    size_t *cap = (size_t *)ct_zalloc((size_t)2 * m->n_tensors * sizeof(size_t));
+    int *busy = (int *)ct_zalloc((size_t)2 * m->n_tensors * sizeof(int));
+    int npool = 0;
+    size_t max_slot = 0;
+    for (int s = 0; s < m->n_tensors; s++) owner[s] = -1;
+    for (int i = m->n_ops - 1; i >= 0; i--) {
+        const Op *op = &m->ops[i];
+        int ins[2] = {op->in, op->kind == OP_ADD ? op->in2 : -1};
+        for (int j = 0; j < 2; j++) {
+            int s = ins[j];
+            if (s <= 0 || owner[s] >= 0) continue;  // slot 0 (the input) needs no gradient
+            size_t need = slot_elems(e, s, N) * e->esz;
+            if (need > max_slot) max_slot = need;
+            int best = -1;
+            for (int b = 0; b < npool; b++) {  // best fit, else the largest free one (it grows)
+                if (busy[b]) continue;
+                if (best < 0) { best = b; continue; }
+                int fits_b = cap[b] >= need, fits_best = cap[best] >= need;
+                if (fits_b && (!fits_best || cap[b] < cap[best])) best = b;
+                else if (!fits_b && !fits_best && cap[b] > cap[best]) best = b;
+            }
+            if (best < 0) best = npool++;
+            if (cap[best] < need) cap[best] = need;
+            busy[best] = 1;
+            owner[s] = best;
+        }
+        if (op->out != last && owner[op->out] >= 0) busy[owner[op->out]] = 0;
+    }
+    e->n_gpool = npool;
+    e->gpool = (void **)ct_zalloc((size_t)(npool ? npool : 1) * sizeof(void *));
+    for (int b = 0; b < npool; b++) e->gpool[b] = dmalloc(e, cap[b]);
+    for (int s = 0; s < m->n_tensors; s++)
+        if (owner[s] >= 0) e->grad[s] = e->gpool[owner[s]];
+    e->scratch = dmalloc(e, max_slot);
+    free(owner);
+    free(cap);
+    free(busy);
+
+    // BN statistics and the reduction workspace.
+    e->bnstat_off = (size_t *)ct_zalloc((size_t)m->n_ops * sizeof(size_t));
+    size_t nstat = 0, work = 0;
+    for (int i = 0; i < m->n_ops; i++) {
+        const Op *op = &m->ops[i];
+        if (op->kind == OP_BN) {
+            e->bnstat_off[i] = nstat;
+            int C = e->dims[op->in].C;
+            nstat += 2 * (size_t)C;
+            size_t w = batchnorm_gpu_work_floats(N * e->dims[op->in].H * e->dims[op->in].W, C);
+            if (w > work) work = w;
+        } else if (op->kind == OP_CONV) {
+            ConvShape s = op_conv_shape(e, op, N);
+            size_t w = conv2d_gpu_work_floats(&s);
+            if (w > work) work = w;
+        }
+    }
+    e->bnstat = (float *)dmalloc(e, nstat * sizeof(float));
+    e->work_floats = work;
+    e->work = (float *)dmalloc(e, work * sizeof(float));
+    e->plan_bytes = e->dev_bytes - bytes0;
+}
+
+// Forward over the op list from act[0] (already written) with batch n.
+static void forward_ops(GpuExec *e, ResNet *m, int N, int train) {
+    CtDtype dt = e->dt;
+    cudaStream_t st = e->st;
+    for (int i = 0; i < m->n_ops; i++) {
+        const Op *op = &m->ops[i];
+        const TensorDim *di = &e->dims[op->in], *dout = &e->dims[op->out];
+        void *out = e->act[op->out];
+        const void *in = e->act[op->in];
+        size_t n_in = slot_elems(e, op->in, N);
+        switch (op->kind) {
+        case OP_CONV: {
+            ConvShape s = op_conv_shape(e, op, N);
+            conv2d_forward_gpu(&s, out, in, wop(e, m, op->w), dt, st);
+            break;
+        }
+        case OP_BN: {
+            int M = N * di->H * di->W, C = di->C;
+            float *gamma = pparam(e, m, op->w), *beta = pparam(e, m, op->b);
+            float *rm = e->bufs + entry(m, op->rm)->offset, *rv = e->bufs + entry(m, op->rv)->offset;
+            if (train) {
+                float *mean = e->bnstat + e->bnstat_off[i], *invstd = mean + C;
+                batchnorm_forward_train_gpu(out, mean, invstd, rm, rv, in, gamma, beta, M, C, BN_MOMENTUM,
+                                            BN_EPS, op->relu, e->work, dt, st);
+                if (op->nbt >= 0) m->counts[entry(m, op->nbt)->offset]++;
+            } else {
+                batchnorm_forward_eval_gpu(out, in, gamma, beta, rm, rv, M, C, BN_EPS, op->relu, dt, st);
+            }
+            break;
+        }
+        case OP_RELU:
+            relu_forward_gpu(out, in, n_in, dt, st);
+            break;
+        case OP_MAXPOOL:
+            maxpool_forward_gpu(out, in, N, di->H, di->W, di->C, op->R, op->stride, op->pad, dout->H,
+                                dout->W, dt, st);
+            break;
+        case OP_ADD:
+            add_forward_gpu(out, in, e->act[op->in2], n_in, op->relu, dt, st);
+            break;
+        case OP_AVGPOOL:
+            avgpool_forward_gpu(out, in, N, di->H * di->W, di->C, dt, st);
+            break;
+        case OP_FC:
+            linear_forward_gpu((float *)out, in, wop(e, m, op->w), op->b >= 0 ? pparam(e, m, op->b) : NULL,
+                               N, op->C, op->K, dt, st);
+            break;
+        default:
+            ct_die("gpu: op %d (%s) has unknown kind %d", i, op->name, op->kind);
+        }
+    }
+    e->fwd_train_N = train ? N : 0;
+}
+
+static void check_batch(GpuExec *e, const ResNet *m, int N, int H, int W) {
+    if (m != e->graph && (m->n_ops != e->graph->n_ops || m->n_params != e->graph->n_params))
+        ct_die("gpu: executor made for %s used with model %s", e->graph->arch, m->arch);
+    if (N < 1 || H < 1 || W < 1) ct_die("gpu: bad batch shape N=%d H=%d W=%d", N, H, W);
+    plan(e, m, N, H, W);
+}
+
+static void input_from_float(GpuExec *e, const ResNet *m, const float *x, int N, int H, int W) {
+    size_t n = (size_t)N * H * W * m->in_channels;
+    if (e->dt == CT_F32) {
+        CK(cudaMemcpyAsync(e->act[0], x, n * sizeof(float), cudaMemcpyHostToDevice, e->st));
+        return;
+    }
+    if (e->xf_cap < n) {
+        dfree(e->xf);
+        e->xf = (float *)dmalloc(e, n * sizeof(float));
+        e->xf_cap = n;
+    }
+    CK(cudaMemcpyAsync(e->xf, x, n * sizeof(float), cudaMemcpyHostToDevice, e->st));
+    f32_to_bf16_gpu((uint16_t *)e->act[0], e->xf, n, e->st);
+}
+
+static Stage *stage_batch(GpuExec *e, const ResNet *m, const uint8_t *x, int N, int H, int W) {
+    size_t bytes = (size_t)N * H * W * m->in_channels;
+    Stage *sg = &e->stage[e->next_stage];
+    e->next_stage ^= 1;
+    // The compute stream may still be normalising the batch this slot held last time.
+    CK(cudaStreamWaitEvent(e->cp, sg->consumed, 0));
+    if (sg->cap < bytes) {
+        CK(cudaStreamSynchronize(e->cp));
+        dfree(sg->d);
+        sg->d = (uint8_t *)dmalloc(e, bytes);
+        sg->cap = bytes;
+    }
+    CK(cudaMemcpyAsync(sg->d, x, bytes, cudaMemcpyHostToDevice, e->cp));
+    CK(cudaEventRecord(sg->copied, e->cp));
+    sg->src = x;
+    sg->N = N;
+    sg->H = H;
+    sg->W = W;
+    return sg;
+}
+
+void gpu_prefetch_u8(GpuExec *e, const uint8_t *x, int N, int H, int W) {
+    stage_batch(e, e->graph, x, N, H, W);
+}
+void gpu_prefetch_wait(GpuExec *e) { CK(cudaStreamSynchronize(e->cp)); }
+
+static void input_from_u8(GpuExec *e, const ResNet *m, const uint8_t *x, int N, int H, int W,
+                          const float *mean, const float *std) {
+    int C = m->in_channels;
+    if (memcmp(e->h_meanstd, mean, C * sizeof(float)) || memcmp(e->h_meanstd + C, std, C * sizeof(float))) {
+        for (int c = 0; c < C; c++)
+            if (!(std[c] != 0.0f)) ct_die("gpu: normalisation std[%d] is %g", c, std[c]);
+        memcpy(e->h_meanstd, mean, C * sizeof(float));
+        memcpy(e->h_meanstd + C, std, C * sizeof(float));
+        CK(cudaMemcpyAsync(e->meanstd, e->h_meanstd, 2 * C * sizeof(float), cudaMemcpyHostToDevice, e->st));
+        CK(cudaStreamSynchronize(e->st));  // the host copy may change before the copy ran
+    }
+    Stage *sg = NULL;
+    for (int i = 0; i < 2; i++) {
+        Stage *t = &e->stage[i];
+        if (t->src == x && t->N == N && t->H == H && t->W == W) sg = t;
+    }
+    if (!sg) sg = stage_batch(e, m, x, N, H, W);
+    CK(cudaStreamWaitEvent(e->st, sg->copied, 0));
+    normalize_u8_gpu(e->act[0], sg->d, (size_t)N * H * W, C, e->meanstd, e->meanstd + C, e->dt, e->st);
+    CK(cudaEventRecord(sg->consumed, e->st));
+    sg->src = NULL;
+}
+
+static const float *logits_to_host(GpuExec *e, const ResNet *m, int N) {
+    size_t bytes = (size_t)N * m->num_classes * sizeof(float);
+    CK(cudaMemcpyAsync(e->h_logits, e->logits, bytes, cudaMemcpyDeviceToHost, e->st));
+    CK(cudaStreamSynchronize(e->st));
+    return e->h_logits;
+}
+
+const float *gpu_forward(GpuExec *e, ResNet *m, const float *x, int N, int H, int W, int train) {
+    check_batch(e, m, N, H, W);
+    input_from_float(e, m, x, N, H, W);
+    forward_ops(e, m, N, train);
+    return logits_to_host(e, m, N);
+}
+
+const float *gpu_forward_u8(GpuExec *e, ResNet *m, const uint8_t *x, int N, int H, int W,
+                            const float *mean, const float *std, int train) {
+    check_batch(e, m, N, H, W);
+    input_from_u8(e, m, x, N, H, W, mean, std);
+    forward_ops(e, m, N, train);
+    return logits_to_host(e, m, N);
+}
+
+// Gradient target of slot s: its own buffer for the first contribution, else the scratch (the
+// caller then adds it with finish_grad).
+static void *grad_target(GpuExec *e, int s, uint8_t *init) {
+    return init[s] ? e->scratch : e->grad[s];
+}
+static void finish_grad(GpuExec *e, int s, uint8_t *init, size_t n) {
+    if (init[s]) add_inplace_gpu(e->grad[s], e->scratch, n, e->dt, e->st);
+    init[s] = 1;
+}
+
+// Backward from e->dlogits (device, written) over the op list.
+static void backward_ops(GpuExec *e, const ResNet *m, GradReadyFn ready, void *ctx) {
+    int N = e->fwd_train_N;
+    if (!N) ct_die("gpu: backward without a preceding training forward");
+    CtDtype dt = e->dt;
+    cudaStream_t st = e->st;
+    uint8_t *init = (uint8_t *)ct_zalloc((size_t)m->n_tensors);
+    int last = m->n_tensors - 1;
+    for (int i = m->n_ops - 1; i >= 0; i--) {
+        const Op *op = &m->ops[i];
+        const TensorDim *di = &e->dims[op->in], *dout = &e->dims[op->out];
+        void *gout = op->out == last ? (void *)e->dlogits : e->grad[op->out];
+        const void *in = e->act[op->in];
+        size_t n_in = slot_elems(e, op->in, N);
+        int need_din = op->in > 0;
+        switch (op->kind) {
+        case OP_CONV: {
+            ConvShape s = op_conv_shape(e, op, N);
+            conv2d_backward_weight_gpu(&s, pgrad(e, m, op->w), gout, in, e->work, dt, st);
+            if (need_din) {
+                conv2d_backward_data_gpu(&s, grad_target(e, op->in, init), gout, wop(e, m, op->w), dt, st);
+                finish_grad(e, op->in, init, n_in);
+            }
+            break;
+        }
+        case OP_BN: {
+            int M = N * di->H * di->W, C = di->C;
+            const float *mean = e->bnstat + e->bnstat_off[i], *invstd = mean + C;
+            batchnorm_backward_gpu(grad_target(e, op->in, init), pgrad(e, m, op->w), pgrad(e, m, op->b), gout,
+                                   in, op->relu ? e->act[op->out] : NULL, pparam(e, m, op->w), mean, invstd,
+                                   M, C, e->work, dt, st);
+            finish_grad(e, op->in, init, n_in);
+            break;
+        }
+        case OP_RELU:
+            relu_backward_gpu(grad_target(e, op->in, init), gout, e->act[op->out], n_in, dt, st);
+            finish_grad(e, op->in, init, n_in);
+            break;
+        case OP_MAXPOOL:
+            maxpool_backward_gpu(grad_target(e, op->in, init), gout, in, N, di->H, di->W, di->C, op->R,
+                                 op->stride, op->pad, dout->H, dout->W, dt, st);
+            finish_grad(e, op->in, init, n_in);
+            break;
+        case OP_ADD: {
+            // The output gradient buffer is ours until this op is done: mask it in place.
+            if (op->relu) relu_backward_gpu(gout, gout, e->act[op->out], n_in, dt, st);
+            int ins[2] = {op->in, op->in2};
+            for (int j = 0; j < 2; j++) {
+                int s = ins[j];
+                if (s <= 0) continue;
+                if (init[s]) add_inplace_gpu(e->grad[s], gout, n_in, dt, st);
+                else CK(cudaMemcpyAsync(e->grad[s], gout, n_in * e->esz, cudaMemcpyDeviceToDevice, st));
+                init[s] = 1;
+            }
+            break;
+        }
+        case OP_AVGPOOL:
+            avgpool_backward_gpu(grad_target(e, op->in, init), gout, N, di->H * di->W, di->C, dt, st);
+            finish_grad(e, op->in, init, n_in);
+            break;
+        case OP_FC:
+            linear_backward_gpu(need_din ? grad_target(e, op->in, init) : NULL, pgrad(e, m, op->w),
+                                op->b >= 0 ? pgrad(e, m, op->b) : NULL, (const float *)gout, in,
+                                wop(e, m, op->w), N, op->C, op->K, dt, st);
+            if (need_din) finish_grad(e, op->in, init, n_in);
+            break;
+        default:
+            ct_die("gpu: op %d (%s) has unknown kind %d", i, op->name, op->kind);
+        }
+        if (ready && (op->kind == OP_CONV || op->kind == OP_BN || op->kind == OP_FC)) ready(ctx, op->grad_done);
+    }
+    free(init);
+}
+
+static void grads_to_host(GpuExec *e, const ResNet *m, float *grads) {
+    if (grads)
+        CK(cudaMemcpyAsync(grads, e->grads, m->n_params * sizeof(float), cudaMemcpyDeviceToHost, e->st));
+    CK(cudaStreamSynchronize(e->st));
+}
+
+void gpu_backward(GpuExec *e, const ResNet *m, const float *dlogits, float *grads, GradReadyFn ready,
+                  void *ctx) {
+    int N = e->fwd_train_N;
+    if (!N) ct_die("gpu: backward without a preceding training forward");
+    CK(cudaMemcpyAsync(e->dlogits, dlogits, (size_t)N * m->num_classes * sizeof(float),
+                       cudaMemcpyHostToDevice, e->st));
+    backward_ops(e, m, ready, ctx);
+    grads_to_host(e, m, grads);
+}
+
+static float loss_and_backward(GpuExec *e, ResNet *m, const int32_t *labels, int N, float smoothing,
+                               float *grads, int *correct) {
+    for (int n = 0; n < N; n++)
+        if (labels[n] < 0 || labels[n] >= m->num_classes)
+            ct_die("gpu: label %d of batch row %d is outside [0, %d)", labels[n], n, m->num_classes);
+    CK(cudaMemcpyAsync(e->labels, labels, (size_t)N * sizeof(int32_t), cudaMemcpyHostToDevice, e->st));
+    softmax_xent_gpu(e->dlogits, e->logits, e->labels, N, m->num_classes, smoothing, 1.0f, e->scalars,
+                     (int *)(e->scalars + 1), e->st);
+    CK(cudaMemcpyAsync(e->h_scalars, e->scalars, 2 * sizeof(float), cudaMemcpyDeviceToHost, e->st));
+    backward_ops(e, m, NULL, NULL);
+    grads_to_host(e, m, grads);
+    if (correct) memcpy(correct, e->h_scalars + 1, sizeof(int));
+    return e->h_scalars[0];
+}
+
+float gpu_train_step(GpuExec *e, ResNet *m, const float *x, const int32_t *labels, int N, int H, int W,
+                     float smoothing, float *grads, int *correct) {
+    check_batch(e, m, N, H, W);
+    input_from_float(e, m, x, N, H, W);
+    forward_ops(e, m, N, 1);
+    return loss_and_backward(e, m, labels, N, smoothing, grads, correct);
+}
+
+float gpu_train_step_u8(GpuExec *e, ResNet *m, const uint8_t *x, const int32_t *labels, int N, int H,
+                        int W, const float *mean, const float *std, float smoothing, float *grads,
+                        int *correct) {
+    check_batch(e, m, N, H, W);
+    input_from_u8(e, m, x, N, H, W, mean, std);
+    forward_ops(e, m, N, 1);
+    return loss_and_backward(e, m, labels, N, smoothing, grads, correct);
+}
+
+void gpu_sgd_step(GpuExec *e, const ResNet *m, const SgdConfig *cfg, SgdState *st, float lr) {
+    if (st->n != m->n_params)
+        ct_die("sgd: state has %zu elements, model %s has %zu params", st->n, m->arch, m->n_params);
+    if (e->decay_mode != cfg->wd_exclude_bn_bias) {
+        // Mask of elements that get weight decay, from the entry table (built once per config).
+        uint8_t *h = (uint8_t *)ct_alloc(m->n_params ? m->n_params : 1);
+        memset(h, 1, m->n_params);
+        for (int i = 0; i < m->n_entries; i++) {
+            const StateEntry *en = &m->entries[i];
+            if (en->kind == ENTRY_PARAM && cfg->wd_exclude_bn_bias && en->no_decay)
+                memset(h + en->offset, 0, en->count);
+        }
+        if (!e->decay) e->decay = (uint8_t *)dmalloc(e, m->n_params);
+        CK(cudaMemcpyAsync(e->decay, h, m->n_params, cudaMemcpyHostToDevice, e->st));
+        CK(cudaStreamSynchronize(e->st));
+        free(h);
+        e->decay_mode = cfg->wd_exclude_bn_bias;
+    }
+    sgd_step_gpu(e->params, e->grads, e->mom, e->decay, m->n_params, lr, cfg->momentum, cfg->weight_decay,
+                 cfg->nesterov, st->steps == 0, e->wbf, e->st);
+    CK(cudaStreamSynchronize(e->st));
+    st->steps++;
+}
+
+void *gpu_pinned_alloc(size_t bytes, void *ctx) {
+    (void)ctx;
+    void *p = NULL;
+    cudaError_t err = cudaHostAlloc(&p, bytes ? bytes : 64, cudaHostAllocPortable);
+    if (err != cudaSuccess) ct_die("cuda: cannot allocate %zu bytes of pinned host memory: %s", bytes, cudaGetErrorString(err));
+    return p;
+}
+void gpu_pinned_free(void *p, void *ctx) {
+    (void)ctx;
+    if (p) cudaFreeHost(p);
+}
+
+float *gpu_exec_grads(GpuExec *e) { return e->grads; }
+float *gpu_exec_params(GpuExec *e) { return e->params; }
+ct_stream_t gpu_exec_stream(GpuExec *e) { return (ct_stream_t)e->st; }
+size_t gpu_exec_device_bytes(const GpuExec *e) { return e->dev_bytes; }

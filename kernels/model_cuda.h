@@ -1,0 +1,99 @@
+// GPU executor of a ResNet graph (nn/resnet.h) built on the CUDA kernels (kernels/kernels.h).
+// Mirrors nn/model_cpu.h so the trainer drives either backend with the same sequence of calls:
+//
+//   CPU                                   GPU
+//   cpu_exec_create(m)                    gpu_exec_create(m, dtype)       (uploads m's state)
+//   cpu_forward[_u8](e, m, x, ...)        gpu_forward[_u8](e, m, x, ...)  (host in, host logits out)
+//   cpu_backward(e, m, dlogits, grads,..) gpu_backward(e, m, dlogits, grads, ...)
+//   cpu_train_step(e, m, x, labels, ...)  gpu_train_step[_u8](e, m, x, labels, ...)
+//   sgd_step(cfg, st, m, params, grads)   gpu_sgd_step(e, m, cfg, lr)
+//
+// Note to the trainer (main.c):
+// - State lives on the device between steps. gpu_download_state(e, m, sgd) copies params, BN
+//   running statistics and the momentum buffer into the HOST ResNet/SgdState (before writing a
+//   checkpoint, before a CPU-side eval); gpu_upload_state does the reverse (after loading a
+//   checkpoint). Checkpoints are therefore backend-neutral. num_batches_tracked (m->counts) is host
+//   state that the GPU forward increments in place like the CPU one, so it needs no copy.
+// - Gradients stay on the device in one flat fp32 buffer (same layout as m->params, backward
+//   order): gpu_exec_grads(e). Functions taking `float *grads` (host) download them when it is
+//   not NULL (tests, or a CPU all-reduce); pass NULL in the fast path.
+// - Batches: gpu_prefetch_u8(e, x, labels, N, H, W) starts copying the NEXT batch from the
+//   loader's (pinned) ring on the copy stream; a following gpu_train_step_u8/gpu_forward_u8 on the
+//   same pointer uses the staged copy, so the copy overlaps the current step. The host buffer must
+//   stay untouched until gpu_prefetch_wait(e) returns or the step that consumes it has returned.
+// - Every function below returns after its device work is complete unless it says otherwise
+//   (the loss must come back to the host each step anyway); dies with a message on CUDA errors.
+// - dtype CT_BF16 (default): bf16 activations and conv/linear operands, fp32 accumulation, fp32
+//   master weights / momentum / BN statistics; CT_F32 for debugging (~1e-5 of the CPU backend).
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/kernels.h"
+#include "nn/model_cpu.h"  // GradReadyFn
+#include "nn/resnet.h"
+#include "nn/sgd.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct GpuExec GpuExec;
+
+// 1 if a CUDA device is usable (count > 0 and the runtime initialises); never dies.
+int gpu_available(void);
+// Selects `device` (cudaSetDevice) for the calling thread; dies naming the device on failure.
+void gpu_select_device(int device);
+
+GpuExec *gpu_exec_create(const ResNet *m, CtDtype dt);
+void gpu_exec_free(GpuExec *e);
+
+// Host <-> device copies of the model state (params, BN running stats) and, when sgd != NULL,
+// the SGD momentum buffer and step count.
+void gpu_upload_state(GpuExec *e, const ResNet *m, const SgdState *sgd);
+void gpu_download_state(GpuExec *e, ResNet *m, SgdState *sgd);
+
+// Forward on a host float NHWC input (already normalised) or a host uint8 NHWC batch (normalised
+// on the device with mean/std of in_channels floats). Returns the logits [N, num_classes] in a
+// host buffer owned by e, valid until the next forward. train as in cpu_forward.
+const float *gpu_forward(GpuExec *e, ResNet *m, const float *x, int N, int H, int W, int train);
+const float *gpu_forward_u8(GpuExec *e, ResNet *m, const uint8_t *x, int N, int H, int W,
+                            const float *mean, const float *std, int train);
+// Backward of the last training forward given host dlogits. Device gradients are overwritten;
+// grads (host, may be NULL) receives a copy. ready (may be NULL) is called on the host after the
+// work of each op producing parameter gradients has been ENQUEUED on gpu_exec_stream(e), with n:
+// grads[0, n) are final once the stream reaches that point (record an event there to overlap an
+// all-reduce).
+void gpu_backward(GpuExec *e, const ResNet *m, const float *dlogits, float *grads, GradReadyFn ready,
+                  void *ctx);
+
+// Training forward + softmax cross-entropy (label smoothing) + backward, all on the device.
+// Returns the mean loss; *correct (may be NULL) gets the top-1 hits. Labels are host int32 and
+// are checked against num_classes (dies naming the batch row).
+float gpu_train_step(GpuExec *e, ResNet *m, const float *x, const int32_t *labels, int N, int H, int W,
+                     float smoothing, float *grads, int *correct);
+float gpu_train_step_u8(GpuExec *e, ResNet *m, const uint8_t *x, const int32_t *labels, int N, int H,
+                        int W, const float *mean, const float *std, float smoothing, float *grads,
+                        int *correct);
+
+// Start copying a uint8 batch on the copy stream (see the note above); returns at once.
+void gpu_prefetch_u8(GpuExec *e, const uint8_t *x, int N, int H, int W);
+void gpu_prefetch_wait(GpuExec *e);
+
+// SGD step on the device over all params (nn/sgd.h semantics; st->steps is advanced like
+// sgd_step, st->buf is NOT touched: the momentum lives on the device until gpu_download_state).
+void gpu_sgd_step(GpuExec *e, const ResNet *m, const SgdConfig *cfg, SgdState *st, float lr);
+
+// Pinned host memory for the loader's batch ring (LoaderConfig.alloc / .free take these as is),
+// so the copy stream's transfers are truly asynchronous. Dies naming the size on failure.
+void *gpu_pinned_alloc(size_t bytes, void *ctx);
+void gpu_pinned_free(void *p, void *ctx);
+
+float *gpu_exec_grads(GpuExec *e);        // device [n_params]
+float *gpu_exec_params(GpuExec *e);       // device [n_params]
+ct_stream_t gpu_exec_stream(GpuExec *e);  // compute stream
+size_t gpu_exec_device_bytes(const GpuExec *e);  // device memory held (reporting)
+
+#ifdef __cplusplus
+}
+#endif
