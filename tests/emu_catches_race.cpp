@@ -5,7 +5,9 @@
 //   2. a "warp-synchronous" shared-memory reduction without __syncwarp (broken since Volta);
 //   3. lanes waiting in different barriers (a shuffle vs __syncthreads): the emulator reports the
 //      deadlock and aborts instead of hanging (checked in a child process);
-//   4. a shuffle mask that leaves out calling lanes: aborts with a message.
+//   4. a shuffle mask that leaves out calling lanes: aborts with a message;
+//   5. a kernel writing one element past its buffer (a missing bounds check): the red zone
+//      after the allocation is found written after the launch, and the report names the kernel.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -94,6 +96,13 @@ __global__ void mask_excludes_self_kernel(int *out) {
     out[threadIdx.x] = __shfl_xor_sync(0x0000ffffu, (int)threadIdx.x, 1);
 }
 
+// BUG: no `if (i < n)`: the last block writes past the end of x.
+__global__ void missing_bounds_check_kernel(float *x, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    x[i] = 1.0f;
+    (void)n;
+}
+
 typedef void (*Kern)(const float *, float *);
 
 // Runs `k` `reps` times on fresh inputs; returns how many launches produced a wrong sum.
@@ -159,6 +168,11 @@ int main(int argc, char **argv) {
         CT_CUDA_CHECK(cudaMalloc(&d, 64 * sizeof(int)));
         if (!strcmp(argv[1], "deadlock")) CT_LAUNCH(deadlock_kernel, 1, 32, 0, 0, d);
         if (!strcmp(argv[1], "mask")) CT_LAUNCH(mask_excludes_self_kernel, 1, 32, 0, 0, d);
+        if (!strcmp(argv[1], "oob")) {
+            float *x;
+            CT_CUDA_CHECK(cudaMalloc(&x, 100 * sizeof(float)));
+            CT_LAUNCH(missing_bounds_check_kernel, 4, 32, 0, 0, x, 100);  // 128 threads
+        }
         cudaDeviceSynchronize();
         return 0;  // reaching here means the bug went unnoticed
     }
@@ -202,5 +216,10 @@ int main(int argc, char **argv) {
     err = run_child(self, "mask", &aborted, &secs);
     printf("mask case: %s after %.1f s: %s", aborted ? "aborted" : "NOT aborted", secs, err.c_str());
     CHECK(aborted && err.find("mask") != std::string::npos, "mismatched masks must be reported and abort");
+    err = run_child(self, "oob", &aborted, &secs);
+    printf("out-of-bounds case: %s after %.1f s: %s", aborted ? "aborted" : "NOT aborted", secs, err.c_str());
+    CHECK(aborted && err.find("missing_bounds_check_kernel") != std::string::npos &&
+              err.find("past its end") != std::string::npos,
+          "an out-of-bounds write must be reported naming the kernel");
     return test_summary("emu_catches_race");
 }

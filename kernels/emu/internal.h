@@ -17,6 +17,8 @@ size_t func_max_dyn_smem(const void *func);
 void run_launch(const char *name, dim3 grid, dim3 block, size_t smem,
                 const std::function<void()> &body);
 int env_int(const char *name, int dflt);
+// Aborts naming the kernel when a device allocation's red zones were written (out of bounds).
+void check_redzones(const char *kernel);
 
 constexpr size_t kDefaultDynSmem = 48 * 1024;
 constexpr size_t kMaxDynSmemOptin = 227 * 1024;  // sm_90: 232448 bytes per block

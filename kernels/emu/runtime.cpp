@@ -109,6 +109,48 @@ size_t func_max_dyn_smem(const void *func) {
     return it == g_func_smem.end() ? kDefaultDynSmem : it->second;
 }
 
+constexpr size_t kRedzone = 256;
+constexpr unsigned char kRedzoneByte = 0xfd;
+
+// Aborts naming `who` (a kernel, or cudaFree) when the red zones of an allocation were written.
+static void check_one_redzone(const char *who, uintptr_t start, size_t bytes) {
+    const unsigned char *p = (const unsigned char *)start;
+    size_t rounded = (bytes + 255) & ~(size_t)255;
+    long bad_off = 0;
+    bool bad = false;
+    for (size_t i = 0; i < kRedzone; i++)
+        if (p[-(long)kRedzone + (long)i] != kRedzoneByte) {
+            bad = true;
+            bad_off = -(long)kRedzone + (long)i;
+            break;
+        }
+    if (!bad)
+        for (size_t i = bytes; i < rounded + kRedzone; i++)
+            if (p[i] != kRedzoneByte) {
+                bad = true;
+                bad_off = (long)i;
+                break;
+            }
+    if (!bad) return;
+    fprintf(stderr,
+            "emu: %s: memory outside the device allocation at %p (%zu bytes) was written, first at "
+            "byte offset %ld (%s); on a GPU this is an illegal address or silent corruption; "
+            "aborting\n",
+            who, (void *)start, bytes, bad_off, bad_off < 0 ? "before its start" : "past its end");
+    abort();
+}
+
+}  // namespace emu
+
+void emu::check_redzones(const char *kernel) {
+    std::lock_guard<std::recursive_mutex> lk(g_mu);
+    char who[256];
+    snprintf(who, sizeof who, "after kernel %s", kernel);
+    for (auto &a : g_dev) check_one_redzone(who, a.first, a.second);
+}
+
+namespace emu {
+
 // The device allocation containing p, or g_dev.end().
 static std::map<uintptr_t, size_t>::iterator find_dev(const void *p) {
     uintptr_t a = (uintptr_t)p;
@@ -177,12 +219,17 @@ cudaError_t cudaMalloc(void **ptr, size_t bytes) {
         }
     if (bytes == 0) return cudaSuccess;
     size_t rounded = (bytes + 255) & ~(size_t)255;
-    void *p = aligned_alloc(256, rounded);
-    if (!p) return set_error(cudaErrorMemoryAllocation);
+    unsigned char *raw = (unsigned char *)aligned_alloc(256, kRedzone + rounded + kRedzone);
+    if (!raw) return set_error(cudaErrorMemoryAllocation);
+    unsigned char *p = raw + kRedzone;
     if (g_poison_mem < 0) g_poison_mem = env_int("CTRAIN_EMU_POISON", 1);
     // Fresh device memory is garbage on a GPU: all ones here (NaN as float/bf16, -1 as int), so a
     // kernel that reads what nobody wrote cannot pass by luck of zeroed pages.
-    if (g_poison_mem) memset(p, 0xff, rounded);
+    if (g_poison_mem) memset(p, 0xff, bytes);
+    // Red zones before and right after the allocation: a kernel writing out of bounds is caught
+    // after its launch (check_redzones) instead of corrupting a neighbour.
+    memset(raw, kRedzoneByte, kRedzone);
+    memset(p + bytes, kRedzoneByte, rounded - bytes + kRedzone);
     g_dev[(uintptr_t)p] = bytes;
     g_dev_bytes += bytes;
     *ptr = p;
@@ -197,9 +244,10 @@ cudaError_t cudaFree(void *ptr) {
         fprintf(stderr, "emu: cudaFree(%p): not a live cudaMalloc pointer\n", ptr);
         return set_error(cudaErrorInvalidValue);
     }
+    check_one_redzone("cudaFree", it->first, it->second);
     g_dev_bytes -= it->second;
     g_dev.erase(it);
-    free(ptr);
+    free((unsigned char *)ptr - kRedzone);
     return cudaSuccess;
 }
 

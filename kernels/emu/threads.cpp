@@ -32,6 +32,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <deque>
 #include <mutex>
 #include <vector>
 
@@ -105,6 +106,8 @@ int env_int(const char *name, int dflt) {
 
 static int g_deadlock_s = 60;
 static int g_host_threads = 2;
+static int g_spread_by_warp = 0;
+static int g_spin = 50;
 static std::atomic<int> g_jitter{-1};
 
 void set_jitter(int level) { g_jitter.store(level); }
@@ -153,7 +156,7 @@ struct HostThread {
     pthread_t th;
     unsigned id = 0;
     std::mutex qm;
-    std::vector<Fiber *> ready;  // run queue (order: see pick_next)
+    std::deque<Fiber *> ready;  // run queue (order: see pick_next)
     std::atomic<uint32_t> word{0};
     std::atomic<int> sleeping{0};
     void *sched_sp = nullptr;
@@ -217,7 +220,8 @@ static void unpark(Fiber *f) {
 // unpark for many fibers: one lock and at most one wake per host thread.
 static void unpark_all(const std::vector<Fiber *> &fs, const Fiber *skip) {
     HostThread *batch_host = nullptr;
-    std::vector<Fiber *> batch;
+    static thread_local std::vector<Fiber *> batch;
+    batch.clear();
     auto flush = [&] {
         if (batch.empty()) return;
         {
@@ -320,7 +324,8 @@ static void bar_release_locked(Barrier &b, std::vector<Fiber *> &out) {
     b.res_n[g & 1] = b.arrived;
     b.count_acc = 0;
     b.arrived = 0;
-    out.swap(b.waiters);
+    out.assign(b.waiters.begin(), b.waiters.end());  // keeps both vectors' capacity
+    b.waiters.clear();
     if (&b == &g_bar) s_block_barriers.fetch_add(1, std::memory_order_relaxed);
     b.gen.store(g + 1, std::memory_order_release);
 }
@@ -328,7 +333,8 @@ static void bar_release_locked(Barrier &b, std::vector<Fiber *> &out) {
 static int bar_arrive(Barrier &b, int pred, int *n_out, const char *what,
                       void (*on_release)() = nullptr) {
     Fiber *f = cur();
-    std::vector<Fiber *> wake;
+    static thread_local std::vector<Fiber *> wake;
+    wake.clear();
     uint32_t g;
     bool released = false;
     {
@@ -353,7 +359,8 @@ static int bar_arrive(Barrier &b, int pred, int *n_out, const char *what,
 }
 
 static void bar_exit(Barrier &b) {
-    std::vector<Fiber *> wake;
+    static thread_local std::vector<Fiber *> wake;
+    wake.clear();
     {
         std::lock_guard<std::mutex> lk(b.m);
         b.live--;
@@ -427,7 +434,8 @@ void warp_collective(const char *what, uint32_t mask, const WarpPayload &in, War
     }
     Warp &w = *g_warps[f->warp];
     uint32_t my;
-    std::vector<Fiber *> wake;
+    static thread_local std::vector<Fiber *> wake;
+    wake.clear();
     {
         std::lock_guard<std::mutex> lk(w.m);
         w.in[lane] = in;
@@ -447,7 +455,8 @@ void warp_collective(const char *what, uint32_t mask, const WarpPayload &in, War
 
 static void warp_exit(Fiber *f) {
     Warp &w = *g_warps[f->warp];
-    std::vector<Fiber *> wake;
+    static thread_local std::vector<Fiber *> wake;
+    wake.clear();
     {
         std::lock_guard<std::mutex> lk(w.m);
         w.live &= ~(1u << f->lane);
@@ -663,10 +672,12 @@ static void fiber_prepare(Fiber *f) {
 static Fiber *pick_next(HostThread *h) {
     std::lock_guard<std::mutex> lk(h->qm);
     if (h->ready.empty()) return nullptr;
-    size_t i = 0;
-    if (g_jitter.load(std::memory_order_relaxed) > 0) i = xorshift(h->rng) % h->ready.size();
-    Fiber *f = h->ready[i];
-    h->ready.erase(h->ready.begin() + (long)i);
+    if (g_jitter.load(std::memory_order_relaxed) > 0) {
+        size_t i = xorshift(h->rng) % h->ready.size();
+        std::swap(h->ready[0], h->ready[i]);
+    }
+    Fiber *f = h->ready.front();
+    h->ready.pop_front();
     return f;
 }
 
@@ -690,11 +701,11 @@ static void run_host_fibers(HostThread *h) {
             // futex sleep and wake-up.
             uint32_t w0 = h->word.load(std::memory_order_acquire);
             int spin = 0;
-            while (spin < 200 && h->word.load(std::memory_order_acquire) == w0) {
+            while (spin < g_spin && h->word.load(std::memory_order_acquire) == w0) {
                 __builtin_ia32_pause();
                 spin++;
             }
-            if (spin < 200) continue;
+            if (spin < g_spin) continue;
             h->sleeping.store(1, std::memory_order_seq_cst);
             uint32_t v = h->word.load(std::memory_order_seq_cst);
             bool empty;
@@ -823,6 +834,8 @@ void run_launch(const char *name, dim3 grid, dim3 block, size_t smem,
         if (g_host_threads < 1) g_host_threads = 1;
         if (g_host_threads > 1024) g_host_threads = 1024;
         g_deadlock_s = env_int("CTRAIN_EMU_DEADLOCK_S", 60);
+        g_spread_by_warp = env_int("CTRAIN_EMU_SPREAD_BY_WARP", 0);
+        g_spin = env_int("CTRAIN_EMU_SPIN", 50);
         g_poison = env_int("CTRAIN_EMU_POISON", 1);
         get_jitter();
         inited = true;
@@ -848,11 +861,12 @@ void run_launch(const char *name, dim3 grid, dim3 block, size_t smem,
         }
     }
     g_dyn_bytes = smem;
-    g_active_hosts = std::min<unsigned>((unsigned)g_hosts.size(), n);
+    unsigned unit = g_spread_by_warp ? 32 : 1;
+    g_active_hosts = std::min<unsigned>((unsigned)g_hosts.size(), (n + unit - 1) / unit);
     for (unsigned i = 0; i < g_active_hosts; i++) g_hosts[i]->mine.clear();
     for (unsigned t = 0; t < n; t++) {
         Fiber *f = g_fibers[t];
-        f->host = g_hosts[t % g_active_hosts];
+        f->host = g_hosts[(t / unit) % g_active_hosts];
         f->tidx.x = t % block.x;
         f->tidx.y = (t / block.x) % block.y;
         f->tidx.z = t / (block.x * block.y);
@@ -867,7 +881,7 @@ void run_launch(const char *name, dim3 grid, dim3 block, size_t smem,
     futex_wake(&g_launch_word, INT_MAX);
     uint32_t v;
     while ((v = g_done_word.load(std::memory_order_acquire)) == done) futex_wait(&g_done_word, v, nullptr);
-    (void)name;
+    check_redzones(name);
 }
 
 }  // namespace emu
