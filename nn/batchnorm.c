@@ -1,7 +1,7 @@
 // CPU batch norm over an [M, C] matrix (NHWC activations), PyTorch training semantics.
 //
-// Per-channel sums run over fixed chunks of rows (the chunk size depends on M only); each chunk's
-// partial sums are in double, and the chunks are combined in index order. Thread count therefore
+// Per-channel sums run over fixed chunks of rows (the chunk size depends on M only), blocks of 16
+// rows in float, everything above that in double, and the chunks are combined in index order. Thread count therefore
 // never changes a result, and double partials keep the statistics exact enough to be an oracle.
 #include <math.h>
 #include <string.h>
@@ -15,46 +15,72 @@ static int chunk_rows(int M) {
     return r < 64 ? 64 : r;
 }
 
-// out[c] = sum over rows of f(row, c), with f selected by mode:
-//   0: x                       (mean)
-//   1: (x - mean)^2            (variance)
-//   2: g, 3: g * (x - mean)    (backward: g = dy masked by y > 0 when y != NULL)
-static void channel_sums(double *out, int mode, const float *x, const float *dy, const float *y,
+enum { SUM_X, SUM_SQDEV, SUM_GRAD };
+
+// Per-channel sums over the M rows:
+//   SUM_X:     s1 = sum x
+//   SUM_SQDEV: s1 = sum (x - mean)^2
+//   SUM_GRAD:  s1 = sum g, s2 = sum g * (x - mean), g = dy masked by y > 0 when y != NULL
+// Each chunk of rows sums blocks of 16 rows in float (vectorised over channels), adds each block
+// into double, and the chunks are combined in index order.
+static void channel_sums(double *s1, double *s2, int mode, const float *x, const float *dy, const float *y,
                          const float *mean, int M, int C) {
     const int cr = chunk_rows(M), nchunks = (M + cr - 1) / cr;
-    double *part = ct_alloc((size_t)nchunks * C * sizeof(double));
-#pragma omp parallel for schedule(static)
-    for (int k = 0; k < nchunks; k++) {
-        double *acc = part + (size_t)k * C;
-        for (int c = 0; c < C; c++) acc[c] = 0;
-        const int r1 = CT_MIN(M, (k + 1) * cr);
-        for (int r = k * cr; r < r1; r++) {
-            const size_t o = (size_t)r * C;
-            switch (mode) {
-            case 0:
-                for (int c = 0; c < C; c++) acc[c] += x[o + c];
-                break;
-            case 1:
-                for (int c = 0; c < C; c++) {
-                    const double d = (double)x[o + c] - mean[c];
-                    acc[c] += d * d;
+    const int two = mode == SUM_GRAD;
+    double *part = ct_alloc((size_t)nchunks * C * (two ? 2 : 1) * sizeof(double));
+#pragma omp parallel
+    {
+        float *f1 = ct_alloc((size_t)C * 2 * sizeof(float)), *f2 = f1 + C;
+#pragma omp for schedule(static)
+        for (int k = 0; k < nchunks; k++) {
+            double *a1 = part + (size_t)k * C * (two ? 2 : 1), *a2 = a1 + C;
+            for (int c = 0; c < C; c++) a1[c] = 0;
+            if (two)
+                for (int c = 0; c < C; c++) a2[c] = 0;
+            const int r1 = CT_MIN(M, (k + 1) * cr);
+            for (int rb = k * cr; rb < r1; rb += 16) {
+                const int re = CT_MIN(r1, rb + 16);
+                for (int c = 0; c < C; c++) f1[c] = 0, f2[c] = 0;
+                for (int r = rb; r < re; r++) {
+                    const float *xr = x + (size_t)r * C;
+                    if (mode == SUM_X) {
+                        for (int c = 0; c < C; c++) f1[c] += xr[c];
+                    } else if (mode == SUM_SQDEV) {
+                        for (int c = 0; c < C; c++) {
+                            const float d = xr[c] - mean[c];
+                            f1[c] += d * d;
+                        }
+                    } else if (y) {
+                        const float *gr = dy + (size_t)r * C, *yr = y + (size_t)r * C;
+                        for (int c = 0; c < C; c++) {
+                            const float gv = gr[c], g = yr[c] > 0 ? gv : 0.0f;
+                            f1[c] += g;
+                            f2[c] += g * (xr[c] - mean[c]);
+                        }
+                    } else {
+                        const float *gr = dy + (size_t)r * C;
+                        for (int c = 0; c < C; c++) {
+                            f1[c] += gr[c];
+                            f2[c] += gr[c] * (xr[c] - mean[c]);
+                        }
+                    }
                 }
-                break;
-            case 2:
-                for (int c = 0; c < C; c++) acc[c] += (y && !(y[o + c] > 0)) ? 0.0 : dy[o + c];
-                break;
-            case 3:
-                for (int c = 0; c < C; c++) {
-                    const double g = (y && !(y[o + c] > 0)) ? 0.0 : dy[o + c];
-                    acc[c] += g * ((double)x[o + c] - mean[c]);
-                }
-                break;
+                for (int c = 0; c < C; c++) a1[c] += f1[c];
+                if (two)
+                    for (int c = 0; c < C; c++) a2[c] += f2[c];
             }
         }
+        free(f1);
     }
-    for (int c = 0; c < C; c++) out[c] = 0;
-    for (int k = 0; k < nchunks; k++)
-        for (int c = 0; c < C; c++) out[c] += part[(size_t)k * C + c];
+    for (int c = 0; c < C; c++) s1[c] = 0;
+    if (two)
+        for (int c = 0; c < C; c++) s2[c] = 0;
+    for (int k = 0; k < nchunks; k++) {
+        const double *a1 = part + (size_t)k * C * (two ? 2 : 1), *a2 = a1 + C;
+        for (int c = 0; c < C; c++) s1[c] += a1[c];
+        if (two)
+            for (int c = 0; c < C; c++) s2[c] += a2[c];
+    }
     free(part);
 }
 
@@ -77,9 +103,9 @@ void batchnorm_forward_train(float *y, float *save_mean, float *save_invstd, flo
                              int M, int C, float momentum, float eps, int relu) {
     double *sum = ct_alloc((size_t)C * sizeof(double));
     float *scale = ct_alloc((size_t)C * sizeof(float));
-    channel_sums(sum, 0, x, NULL, NULL, NULL, M, C);
+    channel_sums(sum, NULL, SUM_X, x, NULL, NULL, NULL, M, C);
     for (int c = 0; c < C; c++) save_mean[c] = (float)(sum[c] / M);
-    channel_sums(sum, 1, x, NULL, NULL, save_mean, M, C);
+    channel_sums(sum, NULL, SUM_SQDEV, x, NULL, NULL, save_mean, M, C);
     for (int c = 0; c < C; c++) {
         const double var = sum[c] / M;
         save_invstd[c] = (float)(1.0 / sqrt(var + eps));
@@ -112,8 +138,7 @@ void batchnorm_backward(float *dx, float *dgamma, float *dbeta, const float *dy,
                         const float *save_invstd, int M, int C) {
     double *sg = ct_alloc((size_t)C * 2 * sizeof(double)), *sgx = sg + C;
     float *k0 = ct_alloc((size_t)C * 3 * sizeof(float)), *k1 = k0 + C, *k2 = k1 + C;
-    channel_sums(sg, 2, x, dy, y, save_mean, M, C);
-    channel_sums(sgx, 3, x, dy, y, save_mean, M, C);
+    channel_sums(sg, sgx, SUM_GRAD, x, dy, y, save_mean, M, C);
     for (int c = 0; c < C; c++) {
         const double inv = save_invstd[c];
         dbeta[c] = (float)sg[c];
@@ -128,9 +153,13 @@ void batchnorm_backward(float *dx, float *dgamma, float *dbeta, const float *dy,
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < M; r++) {
         const size_t o = (size_t)r * C;
-        for (int c = 0; c < C; c++) {
-            const float g = (y && !(y[o + c] > 0)) ? 0.0f : dy[o + c];
-            dx[o + c] = k0[c] * g + k1[c] * x[o + c] + k2[c];
+        if (y) {
+            for (int c = 0; c < C; c++) {
+                const float gv = dy[o + c], g = y[o + c] > 0 ? gv : 0.0f;
+                dx[o + c] = k0[c] * g + k1[c] * x[o + c] + k2[c];
+            }
+        } else {
+            for (int c = 0; c < C; c++) dx[o + c] = k0[c] * dy[o + c] + k1[c] * x[o + c] + k2[c];
         }
     }
     free(k0);

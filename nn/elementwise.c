@@ -4,13 +4,19 @@
 
 void relu_forward(float *y, const float *x, size_t n) {
 #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) y[i] = x[i] > 0 ? x[i] : 0.0f;
+    for (size_t i = 0; i < n; i++) {
+        const float v = x[i];
+        y[i] = v > 0 ? v : 0.0f;
+    }
 }
 
 // The mask is the output: y > 0 exactly where the input was positive (PyTorch's threshold_backward).
 void relu_backward(float *dx, const float *dy, const float *y, size_t n) {
 #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) dx[i] = y[i] > 0 ? dy[i] : 0.0f;
+    for (size_t i = 0; i < n; i++) {
+        const float g = dy[i];  // loaded unconditionally, so the select vectorises
+        dx[i] = y[i] > 0 ? g : 0.0f;
+    }
 }
 
 void add_forward(float *y, const float *a, const float *b, size_t n, int relu) {
