@@ -13,7 +13,9 @@
 //   - tc: bf16 tensor cores (mma.sync m16n8k16, ldmatrix, cp.async in a 3-stage pipeline),
 //     128x64x32 tiles, any bf16 shape: operands whose 8-element chunks are contiguous and
 //     16-byte aligned (channel count along the chunk a multiple of 8) are copied by cp.async,
-//     others (the 3-channel stem) are gathered element by element into the same tiles.
+//     others (the 3-channel stem) are gathered element by element into the same tiles. The
+//     data gradient runs once per stride phase (input pixels with equal h % st, w % st), each a
+//     stride-1 GEMM over only the taps that reach those pixels: no mma work on skipped taps.
 // The weight gradient reduces over N*P*Q, which is long when K*R*S*C is small: the reduction is
 // cut into a number of splits that depends only on the shape; each split writes its own fp32
 // partial buffer and a second kernel sums the partials in split order. No atomics anywhere, so a
@@ -225,20 +227,11 @@ __device__ static inline long long fwd_a_off(const ConvShape &s, int img, int y,
     if (h < 0 || h >= s.H || w < 0 || w >= s.W) return -1;
     return ((long long)(img * s.H + h) * s.W + w) * s.C + c;
 }
-// Data-gradient gather: dout element reaching input pixel (y - pad, x - pad) through tap (r, sx).
-__device__ static inline long long dgrad_a_off(const ConvShape &s, int img, int y, int x, int r, int sx, int k) {
+// Data-gradient gather for one stride phase of the data gradient (see GemmArgs): y, x are the
+// phase pixel shifted by (dh, dw), the tap (r, sx) is the phase's (ri, si); a stride-1 gather.
+__device__ static inline long long dgrad1_a_off(const ConvShape &s, int img, int y, int x, int r, int sx, int k) {
     int p = y - r, q = x - sx;
-    if (p < 0 || q < 0) return -1;
-    if (s.stride == 2) {  // the strided ResNet convolutions: shifts, not divisions
-        if ((p | q) & 1) return -1;
-        p >>= 1;
-        q >>= 1;
-    } else if (s.stride != 1) {
-        if (p % s.stride || q % s.stride) return -1;
-        p /= s.stride;
-        q /= s.stride;
-    }
-    if (p >= s.P || q >= s.Q) return -1;
+    if (p < 0 || q < 0 || p >= s.P || q >= s.Q) return -1;
     return ((long long)(img * s.P + p) * s.Q + q) * s.K + k;
 }
 
@@ -256,6 +249,9 @@ __global__ void __launch_bounds__(TC_THREADS) gemm_tc_k(GemmArgs g) {
     const uint16_t *a = (const uint16_t *)g.a;
     const uint16_t *b = (const uint16_t *)g.b;
     const ConvShape &s = g.s;
+    // DGRAD runs one stride phase at a time (see GemmArgs): its taps are (r0 + ri*st, s0 + si*st),
+    // ri < nr, si < ns, and the gather is that of a stride-1 convolution.
+    const int taps_s = MODE == GEMM_DGRAD ? g.ns : s.S;
     int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     int wm = warp / 2, wn = warp % 2;
     int m0 = blockIdx.x * BM, n0 = blockIdx.y * TC_BN;
@@ -281,11 +277,11 @@ __global__ void __launch_bounds__(TC_THREADS) gemm_tc_k(GemmArgs g) {
                     a_img[i] = t / s.P;
                     a_y[i] = (t % s.P) * s.stride - s.pad;
                     a_x[i] = q * s.stride - s.pad;
-                } else {
-                    int w = m % s.W, t = m / s.W;
-                    a_img[i] = t / s.H;
-                    a_y[i] = t % s.H + s.pad;
-                    a_x[i] = w + s.pad;
+                } else {  // phase pixel (hh, ww): dout row p = hh + dh - ri, column q = ww + dw - si
+                    int ww = m % g.Wp, t = m / g.Wp;
+                    a_img[i] = t / g.Hp;
+                    a_y[i] = t % g.Hp + g.dh;
+                    a_x[i] = ww + g.dw;
                 }
             }
         }
@@ -320,15 +316,15 @@ __global__ void __launch_bounds__(TC_THREADS) gemm_tc_k(GemmArgs g) {
     if (a_mk) {
         int k = kb + (tid % 4) * 8, t = k / cdim;
         a_ch = k % cdim;
-        a_s = t % s.S;
-        a_r = t / s.S;
+        a_s = t % taps_s;
+        a_r = t / taps_s;
     }
     int bk_0[2] = {0, 0}, bk_1[2] = {0, 0}, bk_2[2] = {0, 0};  // fastest-varying first
     if (MODE != GEMM_FWD) {
         CV_UNROLL
         for (int i = 0; i < 2; i++) {
             int k = kb + tid / 8 + 16 * i;
-            int d0 = MODE == GEMM_DGRAD ? s.K : s.Q, d1 = MODE == GEMM_DGRAD ? s.S : s.P;
+            int d0 = MODE == GEMM_DGRAD ? s.K : s.Q, d1 = MODE == GEMM_DGRAD ? taps_s : s.P;
             int t = k / d0;
             bk_0[i] = k % d0;
             bk_1[i] = t % d1;
@@ -340,14 +336,14 @@ __global__ void __launch_bounds__(TC_THREADS) gemm_tc_k(GemmArgs g) {
             a_ch += TC_BK;
             while (a_ch >= cdim) {
                 a_ch -= cdim;
-                if (++a_s == s.S) {
+                if (++a_s == taps_s) {
                     a_s = 0;
                     ++a_r;
                 }
             }
         }
         if (MODE != GEMM_FWD) {
-            int d0 = MODE == GEMM_DGRAD ? s.K : s.Q, d1 = MODE == GEMM_DGRAD ? s.S : s.P;
+            int d0 = MODE == GEMM_DGRAD ? s.K : s.Q, d1 = MODE == GEMM_DGRAD ? taps_s : s.P;
             CV_UNROLL
             for (int i = 0; i < 2; i++) {
                 bk_0[i] += TC_BK;
@@ -392,7 +388,7 @@ __global__ void __launch_bounds__(TC_THREADS) gemm_tc_k(GemmArgs g) {
                     long long off = -1;
                     if (k < ke && a_img[i] >= 0)
                         off = MODE == GEMM_FWD ? fwd_a_off(s, a_img[i], a_y[i], a_x[i], r, sx, ch)
-                                               : dgrad_a_off(s, a_img[i], a_y[i], a_x[i], r, sx, ch);
+                                               : dgrad1_a_off(s, a_img[i], a_y[i], a_x[i], r, sx, ch);
                     if (off >= 0) ct_cp_async_cg16(dst, a + off);
                     else tc_zero16(dst);
                 }
@@ -405,7 +401,7 @@ __global__ void __launch_bounds__(TC_THREADS) gemm_tc_k(GemmArgs g) {
                     ec[e] = k + e < ke ? ch : -1;
                     if (++ch == cdim) {
                         ch = 0;
-                        if (++sx == s.S) {
+                        if (++sx == taps_s) {
                             sx = 0;
                             ++r;
                         }
@@ -419,7 +415,7 @@ __global__ void __launch_bounds__(TC_THREADS) gemm_tc_k(GemmArgs g) {
                         long long off = -1;
                         if (ec[e] >= 0 && a_img[i] >= 0)
                             off = MODE == GEMM_FWD ? fwd_a_off(s, a_img[i], a_y[i], a_x[i], er[e], es[e], ec[e])
-                                                   : dgrad_a_off(s, a_img[i], a_y[i], a_x[i], er[e], es[e], ec[e]);
+                                                   : dgrad1_a_off(s, a_img[i], a_y[i], a_x[i], er[e], es[e], ec[e]);
                         v[e] = off >= 0 ? a[off] : 0;
                     }
                     tc_store8(As + (tid / 4 + 32 * i) * A_LD + kc, v);
@@ -447,7 +443,8 @@ __global__ void __launch_bounds__(TC_THREADS) gemm_tc_k(GemmArgs g) {
                 int k = k0 + kl, n = n0 + nc;
                 uint16_t *dst = Bs + kl * B_LD + nc;
                 // w[k_out, r, s, c]: channels n.. are contiguous
-                long long base = ((long long)(bk_0[i] * s.R + bk_2[i]) * s.S + bk_1[i]) * s.C + n;
+                int r = g.r0 + bk_2[i] * s.stride, sx = g.s0 + bk_1[i] * s.stride;
+                long long base = ((long long)(bk_0[i] * s.R + r) * s.S + sx) * s.C + n;
                 if (VEC_B) {
                     if (k < ke && n < g.N) ct_cp_async_cg16(dst, b + base);
                     else tc_zero16(dst);
@@ -551,6 +548,11 @@ __global__ void __launch_bounds__(TC_THREADS) gemm_tc_k(GemmArgs g) {
         for (int half = 0; half < 2; half++) {
             int m = m0 + wm * (16 * MI) + mi * 16 + gi + half * 8;
             if (m >= g.M) continue;
+            size_t row = m;
+            if (MODE == GEMM_DGRAD) {  // phase pixel -> input pixel
+                int ww = m % g.Wp, t = m / g.Wp, hh = t % g.Hp, img = t / g.Hp;
+                row = ((size_t)img * s.H + g.ph_h + hh * s.stride) * s.W + g.ph_w + ww * s.stride;
+            }
             CV_UNROLL
             for (int ni = 0; ni < 4; ni++)
                 CV_UNROLL
@@ -559,7 +561,7 @@ __global__ void __launch_bounds__(TC_THREADS) gemm_tc_k(GemmArgs g) {
                     if (n >= g.N) continue;
                     float v = acc[mi][ni][half * 2 + e];
                     if (g.bias) v += g.bias[n];
-                    cv_st(c, (size_t)m * g.N + n, v);
+                    cv_st(c, row * g.N + n, v);
                 }
         }
 }
@@ -711,11 +713,34 @@ extern "C" int conv2d_backward_data_gpu_ex(const ConvShape *s, void *din, const 
     g.a = dout;
     g.b = w;
     g.c = din;
-    g.M = s->N * s->H * s->W;
     g.N = s->C;
-    g.K = g.k_end = s->R * s->S * s->K;
     ct_gemm_tc_setup(&g, GEMM_DGRAD, dt);
-    return ct_gemm_run(GEMM_DGRAD, g, dt, dt == CT_F32, dt == CT_F32, algo, NULL, NULL, (cudaStream_t)st);
+    if (algo == CT_CONV_GENERIC || !g.tc_ok) {  // the generic engine walks all taps at once
+        g.M = s->N * s->H * s->W;
+        g.K = g.k_end = s->R * s->S * s->K;
+        return ct_gemm_run(GEMM_DGRAD, g, dt, dt == CT_F32, dt == CT_F32, algo, NULL, NULL, (cudaStream_t)st);
+    }
+    // Tensor cores: one GEMM per stride phase (one in all for stride 1). A phase whose taps are
+    // all skipped (1x1 stride 2, odd rows) still runs with K = 0 and writes its zeros.
+    int used = CT_CONV_TC, str = s->stride;
+    for (int ph = 0; ph < str; ph++)
+        for (int pw = 0; pw < str; pw++) {
+            g.ph_h = ph;
+            g.ph_w = pw;
+            g.Hp = ph < s->H ? (s->H - ph + str - 1) / str : 0;
+            g.Wp = pw < s->W ? (s->W - pw + str - 1) / str : 0;
+            g.r0 = (ph + s->pad) % str;
+            g.s0 = (pw + s->pad) % str;
+            g.nr = g.r0 < s->R ? (s->R - g.r0 + str - 1) / str : 0;
+            g.ns = g.s0 < s->S ? (s->S - g.s0 + str - 1) / str : 0;
+            g.dh = (ph + s->pad - g.r0) / str;
+            g.dw = (pw + s->pad - g.s0) / str;
+            g.M = s->N * g.Hp * g.Wp;
+            g.K = g.k_end = g.nr * g.ns * s->K;
+            if (g.K == 0) g.nr = g.ns = 1;  // no taps: keep the kernel's index arithmetic defined
+            if (g.M > 0) used = ct_gemm_run(GEMM_DGRAD, g, dt, 0, 0, CT_CONV_TC, NULL, NULL, (cudaStream_t)st);
+        }
+    return used;
 }
 
 extern "C" int conv2d_backward_weight_gpu_ex(const ConvShape *s, float *dw, const void *dout,

@@ -22,6 +22,11 @@ typedef struct {
     int tc_ok;              // the tensor-core engine may run this GEMM (bf16 operands)
     int vec_a, vec_b;       // operand chunks of 8 are contiguous and 16-byte aligned (cp.async)
     int no_split;           // WGRAD: one pass over the whole reduction (no work buffer)
+    // DGRAD on the tensor-core engine runs once per stride phase (ph_h, ph_w): the input pixels
+    // h = ph_h + hh*st (hh < Hp), w = ph_w + ww*st (ww < Wp) receive only the taps
+    // r = r0 + ri*st (ri < nr), s = s0 + si*st (si < ns), from dout row hh + dh - ri, column
+    // ww + dw - si. So no mma work goes to taps that the stride skips (3/4 of them at stride 2).
+    int ph_h, ph_w, Hp, Wp, r0, s0, nr, ns, dh, dw;
 } GemmArgs;
 
 // Sets tc_ok, vec_a, vec_b for operands g->a, g->b of dtype dt.
