@@ -89,7 +89,7 @@ static void *scratch_get(ResampleScratch *s, size_t bytes) {
     if (s->cap < bytes) {
         free(s->buf);
         s->buf = ct_alloc(bytes);
-        s->cap = bytes;
+        __atomic_store_n(&s->cap, bytes, __ATOMIC_RELAXED);  // the loader reports it from another thread
     }
     return s->buf;
 }

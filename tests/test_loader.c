@@ -316,6 +316,7 @@ int main(void) {
         CHECK(ctx == 3 && alloc_calls == 3, "alloc hook called %d times for 3 buffers", ctx);
         loader_start_epoch(l, 0);
         LoaderBatch a, b;
+        CHECK(loader_memory_bytes(l) > 0 && loader_wait_seconds(l) >= 0, "stats while the workers run");
         CHECK(loader_next(l, &a) == 1 && loader_next(l, &b) == 1, "two batches");
         CHECK(a.images != b.images, "two held batches share a buffer");
         loader_release(l, &b);
