@@ -57,34 +57,51 @@ static char *find_idx(const char *dir, const char *name) {
     ct_die("%s: no %s(.gz) here (expected MNIST-format IDX files)", dir, name);
 }
 
-static void pack_split(const char *idx_dir, const char *prefix, const char *out_path,
-                       const char *const *class_names, uint32_t n_classes) {
+typedef struct {
+    char *img_path, *lab_path;
+    uint8_t *images, *labels;
+    uint32_t n, h, w;
+} IdxSplit;
+
+static IdxSplit load_split(const char *idx_dir, const char *prefix, uint32_t n_classes) {
+    IdxSplit s;
     char name[64];
     snprintf(name, sizeof name, "%s-images-idx3-ubyte", prefix);
-    char *img_path = find_idx(idx_dir, name);
+    s.img_path = find_idx(idx_dir, name);
     snprintf(name, sizeof name, "%s-labels-idx1-ubyte", prefix);
-    char *lab_path = find_idx(idx_dir, name);
+    s.lab_path = find_idx(idx_dir, name);
     uint32_t idims[3], ldims[1];
-    uint8_t *images = read_idx(img_path, 0x00000803u, idims, 3);
-    uint8_t *labels = read_idx(lab_path, 0x00000801u, ldims, 1);
-    if (idims[0] != ldims[0]) ct_die("%s has %u images but %s has %u labels", img_path, idims[0], lab_path, ldims[0]);
-    uint32_t h = idims[1], w = idims[2];
-    size_t img_bytes = (size_t)h * w;
+    s.images = read_idx(s.img_path, 0x00000803u, idims, 3);
+    s.labels = read_idx(s.lab_path, 0x00000801u, ldims, 1);
+    if (idims[0] != ldims[0])
+        ct_die("%s has %u images but %s has %u labels", s.img_path, idims[0], s.lab_path, ldims[0]);
     for (uint32_t i = 0; i < ldims[0]; i++)
-        if (labels[i] >= n_classes)
-            ct_die("%s: label %u of item %u is out of range (%u classes)", lab_path, labels[i], i, n_classes);
+        if (s.labels[i] >= n_classes)
+            ct_die("%s: label %u of item %u is out of range (%u classes)", s.lab_path, s.labels[i], i, n_classes);
+    s.n = idims[0];
+    s.h = idims[1];
+    s.w = idims[2];
+    return s;
+}
+
+static void write_split(const IdxSplit *s, const char *out_path, const char *const *class_names,
+                        uint32_t n_classes) {
+    size_t img_bytes = (size_t)s->h * s->w;
     ShardWriter *wr = shard_writer_open(out_path, 1, SHARD_CODEC_LZ4, n_classes, class_names);
-    for (uint32_t i = 0; i < idims[0]; i++) {
+    for (uint32_t i = 0; i < s->n; i++) {
         size_t n;
-        uint8_t *payload = shard_encode(SHARD_CODEC_LZ4, 0, images + img_bytes * i, h, w, 1, &n);
-        shard_writer_add(wr, payload, (uint32_t)n, h, w, labels[i]);
+        uint8_t *payload = shard_encode(SHARD_CODEC_LZ4, 0, s->images + img_bytes * i, s->h, s->w, 1, &n);
+        shard_writer_add(wr, payload, (uint32_t)n, s->h, s->w, s->labels[i]);
         free(payload);
     }
     shard_writer_finish(wr);
-    free(images);
-    free(labels);
-    free(img_path);
-    free(lab_path);
+}
+
+static void free_split(IdxSplit *s) {
+    free(s->images);
+    free(s->labels);
+    free(s->img_path);
+    free(s->lab_path);
 }
 
 void idx_pack_dir(const char *idx_dir, const char *dst_dir, const char *const *class_names, uint32_t n_classes) {
@@ -92,12 +109,18 @@ void idx_pack_dir(const char *idx_dir, const char *dst_dir, const char *const *c
         class_names = shard_fashion_mnist_classes;
         n_classes = 10;
     }
+    // Read and check all four files before writing anything, so bad input leaves no shard behind.
+    IdxSplit train = load_split(idx_dir, "train", n_classes);
+    IdxSplit val = load_split(idx_dir, "t10k", n_classes);
     ct_mkdir_p(dst_dir);
     size_t n = strlen(dst_dir) + 32;
     char *out = ct_alloc(n);
-    snprintf(out, n, "%s/train.shard", dst_dir);
-    pack_split(idx_dir, "train", out, class_names, n_classes);
+    // val first: a caller that checks for train.shard (written last) sees both or neither complete.
     snprintf(out, n, "%s/val.shard", dst_dir);
-    pack_split(idx_dir, "t10k", out, class_names, n_classes);
+    write_split(&val, out, class_names, n_classes);
+    snprintf(out, n, "%s/train.shard", dst_dir);
+    write_split(&train, out, class_names, n_classes);
     free(out);
+    free_split(&train);
+    free_split(&val);
 }

@@ -116,9 +116,11 @@ uint8_t *shard_encode(uint32_t codec, int level, const uint8_t *pixels, uint32_t
 
 // ---------------------------------------------------------------------------------------------
 // MNIST-format IDX import (loader/idx.c): reads {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]
-// from idx_dir and writes dst_dir/train.shard and dst_dir/val.shard (t10k), 1 channel, LZ4, with
+// from idx_dir and writes dst_dir/val.shard (t10k) then dst_dir/train.shard, 1 channel, LZ4, with
 // the given class names (NULL: the 10 Fashion-MNIST names). Dies naming the file on bad input.
-// `train --demo` calls it to pack /usr/share/datasets/fashion-mnist into shards/fashion-mnist/.
+// Every input is read and checked before anything is written, and train.shard is written last:
+// its presence means both are complete. `train --demo` calls it to pack
+// /usr/share/datasets/fashion-mnist into shards/fashion-mnist/.
 extern const char *const shard_fashion_mnist_classes[10];
 void idx_pack_dir(const char *idx_dir, const char *dst_dir, const char *const *class_names, uint32_t n_classes);
 

@@ -252,6 +252,31 @@ for split, pre, n in (("train", "train", 60000), ("val", "t10k", 10000)):
 EOF
 fi
 
+# Bad IDX input: each error names the file, and nothing is written.
+mkdir -p "$T/idxbad"
+$PY - "$T/idxbad" <<'EOF'
+import gzip, struct, sys
+d = sys.argv[1]
+def w(name, magic, dims, data):
+    with gzip.open(f"{d}/{name}.gz", "wb") as f:
+        f.write(struct.pack(">I", magic) + b"".join(struct.pack(">I", x) for x in dims) + data)
+w("train-images-idx3-ubyte", 0x803, (3, 2, 2), bytes(12))
+w("train-labels-idx1-ubyte", 0x801, (3,), bytes([0, 1, 2]))
+w("t10k-images-idx3-ubyte", 0x803, (2, 2, 2), bytes(8))
+w("t10k-labels-idx1-ubyte", 0x801, (2,), bytes([0, 1]))
+EOF
+"$PD" --idx "$T/idxbad" "$T/idxok" 2>/dev/null && [ "$("$PD" --info "$T/idxok/val.shard" | awk '/^records/ {print $2}')" = 2 ] \
+  && ok "--idx on a small hand-made IDX set" || bad "--idx small set"
+cp -r "$T/idxbad" "$T/idx1"; $PY -c "import gzip,sys; gzip.open(sys.argv[1],'wb').write(b'\0\0\x08\x01\0\0\0\x02\0')" "$T/idx1/t10k-labels-idx1-ubyte.gz"
+expect_fail "--idx: truncated labels named" "t10k-labels-idx1-ubyte.gz: truncated" "$PD" --idx "$T/idx1" "$T/idxo1"
+[ ! -e "$T/idxo1/train.shard" ] && ok "--idx: nothing written on bad input" || bad "--idx wrote train.shard despite bad val input"
+cp -r "$T/idxbad" "$T/idx2"; $PY -c "import gzip,sys; gzip.open(sys.argv[1],'wb').write(b'\0\0\x08\x02\0\0\0\x03\0\0\0\x02\0\0\0\x02'+bytes(12))" "$T/idx2/train-images-idx3-ubyte.gz"
+expect_fail "--idx: wrong magic named" "train-images-idx3-ubyte.gz: IDX magic" "$PD" --idx "$T/idx2" "$T/idxo2"
+cp -r "$T/idxbad" "$T/idx3"; $PY -c "import gzip,sys; gzip.open(sys.argv[1],'wb').write(b'\0\0\x08\x01\0\0\0\x03'+bytes([0,1,10]))" "$T/idx3/train-labels-idx1-ubyte.gz"
+expect_fail "--idx: label out of range named" "train-labels-idx1-ubyte.gz: label 10" "$PD" --idx "$T/idx3" "$T/idxo3"
+cp -r "$T/idxbad" "$T/idx4"; rm "$T/idx4/t10k-images-idx3-ubyte.gz"
+expect_fail "--idx: missing file named" "t10k-images-idx3-ubyte" "$PD" --idx "$T/idx4" "$T/idxo4"
+
 # ---------------------------------------------------------------------------------------------
 # Flags.
 "$PD" --help | grep -q -- "--max-short N" && ok "--help" || bad "--help"
