@@ -3,13 +3,16 @@
 # PIL decoding + resizing the same files one by one (what a torchvision ImageFolder loader does per
 # image before any packing).
 #   tools/bench_packdata.sh [N_IMAGES (300)] [WORKDIR (a temp dir, removed)]
-# Needs ./packdata (./build.sh) and /usr/bin/python3 with PIL and numpy.
+# Needs ./packdata (./build.sh), /usr/bin/python3 with PIL and numpy, /usr/bin/time and bc.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 N=${1:-300}
 PY=${TORCH_PY:-/usr/bin/python3}
 PD=$ROOT/packdata
 [ -x "$PD" ] || { echo "build first: ./build.sh" >&2; exit 1; }
+for tool in /usr/bin/time bc; do
+  command -v $tool >/dev/null || { echo "needs $tool (Debian packages: time, bc)" >&2; exit 1; }
+done
 if [ -n "${2:-}" ]; then W=$2; mkdir -p "$W"; else W=$(mktemp -d /tmp/bench_packdata.XXXXXX); trap 'rm -rf "$W"' EXIT; fi
 
 # Photo-like JPEGs: a smooth random field (a few octaves of upsampled noise), edges from a couple
