@@ -152,6 +152,9 @@ def main():
     ap.add_argument("--nesterov", type=int, default=0)
     ap.add_argument("--wd-exclude", type=int, default=0, help="no weight decay on BN params and biases")
     ap.add_argument("--report-fp32", action="store_true")
+    ap.add_argument("--explain-fp32", action="store_true",
+                    help="print the error of a float64 run whose conv/BN/fc outputs are rounded to float32: "
+                         "the part of the float32 error that comes from storing activations alone")
     ap.add_argument("--fp32-floor", action="store_true",
                     help="also store floor.<key>: torch's own float32 error against the float64 reference")
     ap.add_argument("--out", required=True)
@@ -177,8 +180,12 @@ def main():
     x32 = torch.randn(a.batch, a.in_ch, a.size, a.size, generator=g)
     labels = torch.randint(0, a.classes, (a.batch,), generator=g)
 
-    def run(dtype):
+    def run(dtype, round_outputs=False):
         m = copy.deepcopy(model).to(dtype)
+        if round_outputs:
+            for mod in m.modules():
+                if isinstance(mod, (nn.Conv2d, nn.BatchNorm2d, nn.Linear)):
+                    mod.register_forward_hook(lambda mod, i, o: o.float().to(dtype))
         x = x32.to(dtype)
         m.eval()
         with torch.no_grad():
@@ -236,6 +243,12 @@ def main():
         worst = max(grads, key=rel)
         print("torch fp32 vs fp64: logits %.2e loss %.2e eval_logits %.2e worst grad %.2e (%s)" %
               (rel("logits"), rel("loss"), rel("eval_logits"), rel(worst), worst[5:]))
+    if a.explain_fp32:
+        r32 = run(torch.float64, round_outputs=True)
+        grads = [k for k in ref if k.startswith("grad.")]
+        worst = max(grads, key=rel)
+        print("fp64 with fp32-rounded conv/BN/fc outputs vs fp64: logits %.2e loss %.2e worst grad %.2e (%s)" %
+              (rel("logits"), rel("loss"), rel(worst), worst[5:]))
 
 
 if __name__ == "__main__":
