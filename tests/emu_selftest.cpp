@@ -345,6 +345,15 @@ static void test_bf16_half() {
     cudaFree(dout);
 }
 
+// Layouts host code and kernels rely on when reinterpreting memory, as in CUDA's headers.
+static_assert(sizeof(__nv_bfloat16) == 2 && alignof(__nv_bfloat16) == 2, "bf16");
+static_assert(sizeof(__nv_bfloat162) == 4 && alignof(__nv_bfloat162) == 4, "bf16x2");
+static_assert(sizeof(__half2) == 4 && alignof(__half2) == 4, "half2");
+static_assert(sizeof(float4) == 16 && alignof(float4) == 16, "float4");
+static_assert(sizeof(uint4) == 16 && alignof(uint4) == 16, "uint4");
+static_assert(sizeof(float2) == 8 && alignof(float2) == 8, "float2");
+static_assert(sizeof(uchar4) == 4 && alignof(uchar4) == 4, "uchar4");
+
 static void test_launch_config() {
     int *d;
     CT_CUDA_CHECK(cudaMalloc(&d, 3 * 2 * 2 * 4 * 3 * 2 * sizeof(int)));

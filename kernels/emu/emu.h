@@ -290,6 +290,28 @@ struct alignas(8) float2 { float x, y; };
 struct float3 { float x, y, z; };
 struct alignas(16) float4 { float x, y, z, w; };
 struct alignas(16) double2 { double x, y; };
+struct alignas(2) char2 { signed char x, y; };
+struct alignas(4) char4 { signed char x, y, z, w; };
+struct alignas(2) uchar2 { unsigned char x, y; };
+struct alignas(4) uchar4 { unsigned char x, y, z, w; };
+struct alignas(4) short2 { short x, y; };
+struct alignas(8) short4 { short x, y, z, w; };
+struct alignas(4) ushort2 { unsigned short x, y; };
+struct alignas(8) ushort4 { unsigned short x, y, z, w; };
+struct alignas(16) longlong2 { long long x, y; };
+struct alignas(16) ulonglong2 { unsigned long long x, y; };
+struct int3 { int x, y, z; };
+static inline uchar4 make_uchar4(unsigned char x, unsigned char y, unsigned char z, unsigned char w) {
+    return uchar4{x, y, z, w};
+}
+static inline char4 make_char4(signed char x, signed char y, signed char z, signed char w) {
+    return char4{x, y, z, w};
+}
+static inline ushort2 make_ushort2(unsigned short x, unsigned short y) { return ushort2{x, y}; }
+static inline short2 make_short2(short x, short y) { return short2{x, y}; }
+static inline int3 make_int3(int x, int y, int z) { return int3{x, y, z}; }
+static inline uint3 make_uint3(unsigned x, unsigned y, unsigned z) { return uint3{x, y, z}; }
+static inline double2 make_double2(double x, double y) { return double2{x, y}; }
 static inline int2 make_int2(int x, int y) { return int2{x, y}; }
 static inline int4 make_int4(int x, int y, int z, int w) { return int4{x, y, z, w}; }
 static inline uint2 make_uint2(unsigned x, unsigned y) { return uint2{x, y}; }
@@ -762,7 +784,7 @@ struct __nv_bfloat16 {
     operator float() const { return emu::bf16_to_f32(__x); }
     operator __nv_bfloat16_raw() const { return __nv_bfloat16_raw{__x}; }
 };
-struct __nv_bfloat162 {
+struct alignas(4) __nv_bfloat162 {
     __nv_bfloat16 x, y;
     __nv_bfloat162() = default;
     __nv_bfloat162(__nv_bfloat16 a, __nv_bfloat16 b) : x(a), y(b) {}
@@ -783,7 +805,7 @@ struct __half {
     operator float() const { return emu::f16_to_f32(__x); }
     operator __half_raw() const { return __half_raw{__x}; }
 };
-struct __half2 {
+struct alignas(4) __half2 {
     __half x, y;
     __half2() = default;
     __half2(__half a, __half b) : x(a), y(b) {}
