@@ -147,6 +147,10 @@ def cmd_make_weights(a):
                 mod.running_mean.copy_(0.2 * torch.randn(C, generator=g))
                 mod.running_var.copy_(0.5 + torch.rand(C, generator=g))
                 mod.num_batches_tracked.fill_(7)
+        # Spread the logits: with the default fc init a random network predicts one class for
+        # every image, and a top-1 comparison would then check nothing.
+        m.fc.weight.mul_(20.0)
+        m.fc.bias.zero_()
     save_safetensors(a.out, {k: v.detach().numpy() for k, v in m.state_dict().items()})
     print("wrote %s (%s, %d classes, %d input channels)" % (a.out, a.arch, a.classes, a.in_ch))
 
