@@ -1,6 +1,7 @@
 // Check kernels for the inline-PTX wrappers of kernels/ptx.cuh. Compiled like every kernel: by
 // nvcc for sm_80/sm_90 (so the asm of the real path is assembled on every build with nvcc), and
-// by g++ against the emulator, where tests/emu_ptx.cpp compares them with plain host arithmetic.
+// by g++ against the emulator, where tests/emu_ptx_layouts.c compares them with plain host
+// arithmetic.
 // On a GPU the same entry points check the hardware (and so the emulator's layouts).
 #include "kernels/common.cuh"
 #include "kernels/ptx.cuh"
