@@ -6,7 +6,9 @@
 // HOW TO WRITE A KERNEL THAT RUNS IN BOTH (the emulator checks what it can, nvcc checks the rest:
 // `./build.sh` compiles every .cu with nvcc for sm_80 and sm_90 whenever nvcc is installed)
 //  1. Launch only with CT_LAUNCH(kernel, grid, block, smem_bytes, stream, args...), never <<<>>>.
-//     Template kernels: the macro cannot take `k<64, 4>` (the comma), so name it first:
+//     Template kernels: the comma in `k<64, 4>` splits macro arguments, so parenthesize it or
+//     name it first (both checked with nvcc and the emulator):
+//         CT_LAUNCH((conv_fwd_kernel<64, 4>), grid, block, smem, stream, x, w, y);
 //         auto *k = conv_fwd_kernel<64, 4>;  CT_LAUNCH(k, grid, block, smem, stream, x, w, y);
 //     Then check: CT_CHECK_LAUNCH("conv_fwd") (dies naming the kernel on a launch error).
 //  2. Dynamic shared memory: CT_DYN_SMEM(float, tile); inside the kernel (declares `float *tile`,

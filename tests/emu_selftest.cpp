@@ -379,6 +379,9 @@ static void test_launch_config() {
     CT_LAUNCH(k, 1, 10, 0, 0, d);
     cudaMemcpy(o.data(), d, 10 * sizeof(int), cudaMemcpyDeviceToHost);
     CHECK(o[3] == 5, "template kernel %d", o[3]);
+    CT_LAUNCH((tmpl_kernel<7>), 1, 10, 0, 0, d);
+    cudaMemcpy(o.data(), d, 10 * sizeof(int), cudaMemcpyDeviceToHost);
+    CHECK(o[3] == 7 && cudaGetLastError() == cudaSuccess, "parenthesized template kernel %d", o[3]);
     cudaFree(d);
 }
 
