@@ -275,13 +275,14 @@ int main(void) {
         {2, 7, 7, 16, 24, 1, 1, 2, 0},   // tensor cores: 1x1/2
         {2, 9, 9, 16, 72, 1, 1, 1, 0},   // tensor cores: several tiles in M and N
         {2, 16, 16, 8, 8, 3, 3, 1, 1},   // N*P*Q = 512: split weight gradient on both engines
+        {2, 16, 16, 8, 72, 1, 1, 1, 0},  // split weight gradient with 128-row tensor-core tiles (K > 64)
         {3, 5, 7, 32, 24, 3, 3, 1, 0},   // pad 0
         {1, 11, 11, 8, 8, 7, 7, 2, 3},   // tensor cores: 7x7/2 stem with C padded to 8
         {1, 1, 1, 16, 16, 3, 3, 1, 1},   // 1x1 image, 3x3 kernel: mostly padding
     };
     for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++) {
         const int *f = fixed[i];
-        test_conv(f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8], i % 3 == 0 || i == 11);
+        test_conv(f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8], i % 3 == 0 || i == 11 || i == 12);
     }
     // Random shapes; every other one with C and K multiples of 8 for the tensor cores.
     Rng r = rng_make(5, 0, 0);
