@@ -150,21 +150,33 @@ static Ukr pick_kernel(int M, int N) {
 // ---------------------------------------------------------------------------------------------
 // Packing.
 
-// dst[j * stride] = im2col row m, columns [k0, k0 + len) of the convolution input `in`.
-static void conv_row(const ConvShape *s, const float *in, size_t m, int k0, int len, float *dst, ptrdiff_t stride) {
+// Walks the pixels of an im2col matrix in row order without a division per row.
+typedef struct {
+    int n, p, q;
+} Pixel;
+static Pixel pixel_of(const ConvShape *s, size_t m) {
     const size_t pq = (size_t)s->P * s->Q;
-    const int n = (int)(m / pq), p = (int)(m % pq) / s->Q, q = (int)(m % pq) % s->Q;
-    const int h0 = p * s->stride - s->pad, w0 = q * s->stride - s->pad, C = s->C, SC = s->S * C;
+    return (Pixel){(int)(m / pq), (int)(m % pq) / s->Q, (int)(m % pq) % s->Q};
+}
+static void pixel_next(const ConvShape *s, Pixel *x) {
+    if (++x->q == s->Q) {
+        x->q = 0;
+        if (++x->p == s->P) x->p = 0, x->n++;
+    }
+}
+
+// dst[0, len) = im2col row of pixel x, columns [k0, k0 + len) of the convolution input `in`.
+static void conv_row(const ConvShape *s, const float *in, Pixel x, int k0, int len, float *restrict dst) {
+    const int h0 = x.p * s->stride - s->pad, w0 = x.q * s->stride - s->pad, C = s->C, SC = s->S * C;
     int r = k0 / SC, t = (k0 % SC) / C, c = k0 % C;
+    const float *img = in + (size_t)x.n * s->H * s->W * C;
     for (int j = 0; j < len;) {
         const int run = CT_MIN(C - c, len - j), h = h0 + r, w = w0 + t;
         if (h >= 0 && h < s->H && w >= 0 && w < s->W) {
-            const float *src = in + (((size_t)n * s->H + h) * s->W + w) * C + c;
-            if (stride == 1) memcpy(dst + j, src, (size_t)run * sizeof(float));
-            else
-                for (int i = 0; i < run; i++) dst[(j + i) * stride] = src[i];
+            const float *src = img + ((size_t)h * s->W + w) * C + c;
+            for (int i = 0; i < run; i++) dst[j + i] = src[i];
         } else {
-            for (int i = 0; i < run; i++) dst[(j + i) * stride] = 0.0f;
+            for (int i = 0; i < run; i++) dst[j + i] = 0.0f;
         }
         j += run;
         c = 0;
@@ -172,19 +184,29 @@ static void conv_row(const ConvShape *s, const float *in, size_t m, int k0, int 
     }
 }
 
-// View rows [pc, pc + kc), columns [j0, j0 + n) (n <= nr) -> bp[kc][nr], zero-padded columns.
-static void pack_b(float *restrict bp, const GemmView *B, int pc, int kc, int j0, int n, int nr) {
-    if (B->conv) {
-        for (int p = 0; p < kc; p++) {
-            float *dst = bp + (size_t)p * nr;
-            conv_row(B->conv, B->p, B->row0 + pc + p, j0, n, dst, 1);
-            for (int j = n; j < nr; j++) dst[j] = 0.0f;
+// im2col view: rows [pc, pc + kc), columns [j0, j0 + ncols) -> consecutive slivers bp[kc][nr],
+// zero-padded; each row is gathered once for all slivers.
+static void pack_b_conv(float *restrict bp, const GemmView *B, int pc, int kc, int j0, int ncols, int nr) {
+    const int nsl = (ncols + nr - 1) / nr;
+    float row[NC];
+    Pixel x = pixel_of(B->conv, B->row0 + pc);
+    for (int p = 0; p < kc; p++, pixel_next(B->conv, &x)) {
+        conv_row(B->conv, B->p, x, j0, ncols, row);
+        for (int j = ncols; j < nsl * nr; j++) row[j] = 0.0f;
+        for (int sl = 0; sl < nsl; sl++) {
+            float *dst = bp + ((size_t)sl * kc + p) * nr;
+            for (int j = 0; j < nr; j++) dst[j] = row[sl * nr + j];
         }
-    } else if (B->cs == 1) {
+    }
+}
+
+// Strided view rows [pc, pc + kc), columns [j0, j0 + n) (n <= nr) -> bp[kc][nr], zero-padded.
+static void pack_b(float *restrict bp, const GemmView *B, int pc, int kc, int j0, int n, int nr) {
+    if (B->cs == 1) {
         for (int p = 0; p < kc; p++) {
             const float *src = B->p + (pc + p) * B->rs + j0;
             float *dst = bp + (size_t)p * nr;
-            memcpy(dst, src, (size_t)n * sizeof(float));
+            for (int j = 0; j < n; j++) dst[j] = src[j];
             for (int j = n; j < nr; j++) dst[j] = 0.0f;
         }
     } else {
@@ -201,7 +223,8 @@ static void pack_b(float *restrict bp, const GemmView *B, int pc, int kc, int j0
 // zero-padded rows.
 static void pack_a(float *restrict ap, const GemmView *A, int pc, int kc, int i0, int m, int mr) {
     if (A->conv) {
-        for (int i = 0; i < m; i++) conv_row(A->conv, A->p, A->row0 + i0 + i, pc, kc, ap + (size_t)i * KC, 1);
+        Pixel x = pixel_of(A->conv, A->row0 + i0);
+        for (int i = 0; i < m; i++, pixel_next(A->conv, &x)) conv_row(A->conv, A->p, x, pc, kc, ap + (size_t)i * KC);
     } else if (A->cs == 1) {
         for (int i = 0; i < m; i++)
             memcpy(ap + (size_t)i * KC, A->p + (ptrdiff_t)(i0 + i) * A->rs + pc, (size_t)kc * sizeof(float));
@@ -234,17 +257,33 @@ void sgemm_view(int M, int N, int K, const GemmView *A, const GemmView *B, float
     const int slivers = (N + nr - 1) / nr;
     int per_seg = CT_MIN(slivers, NC / nr);
     int segs = (slivers + per_seg - 1) / per_seg;
-    if (mc_blocks * segs < 4 * nthr) {  // few row blocks: cut the columns finer so all threads work
+    if (nthr > 1 && mc_blocks * segs < 4 * nthr) {  // few row blocks: cut the columns finer so all threads work
         segs = CT_MIN(slivers, (4 * nthr + mc_blocks - 1) / mc_blocks);
         per_seg = (slivers + segs - 1) / segs;
         segs = (slivers + per_seg - 1) / per_seg;
     }
+    // B shared by several row blocks is packed once, by all threads, before the tasks start
+    // (bounded: B larger than 32 MB packed is packed per task instead).
+    const size_t bfull = (size_t)K * slivers * nr;
+    const int shared_b = mc_blocks > 1 && bfull * sizeof(float) <= ((size_t)32 << 20);
     const int kcmax = CT_MIN(K, KC);
-    const size_t ap_size = (size_t)MC * KC, bp_size = (size_t)kcmax * per_seg * nr;
-    float *buf = ct_alloc((size_t)nthr * (ap_size + bp_size) * sizeof(float));
+    const size_t ap_size = (size_t)MC * KC, bp_size = shared_b ? 0 : (size_t)kcmax * per_seg * nr;
+    float *buf = ct_alloc(((size_t)nthr * (ap_size + bp_size) + (shared_b ? bfull : 0)) * sizeof(float));
+    float *bshared = buf + (size_t)nthr * (ap_size + bp_size);
+    const int kblocks = (K + KC - 1) / KC;
 #pragma omp parallel num_threads(nthr)
     {
         float *ap = buf + (size_t)omp_get_thread_num() * (ap_size + bp_size), *bp = ap + ap_size;
+        if (shared_b) {
+            // Block pc (depth kc) sliver s lives at pc * slivers * nr + s * nr * kc.
+#pragma omp for schedule(static)
+            for (int t = 0; t < kblocks * slivers; t++) {
+                const int pc = (t / slivers) * KC, sl = t % slivers, kc = CT_MIN(KC, K - pc);
+                float *dst = bshared + (size_t)pc * slivers * nr + (size_t)sl * nr * kc;
+                if (B->conv) pack_b_conv(dst, B, pc, kc, sl * nr, CT_MIN(nr, N - sl * nr), nr);
+                else pack_b(dst, B, pc, kc, sl * nr, CT_MIN(nr, N - sl * nr), nr);
+            }
+        }
 #pragma omp for schedule(dynamic, 1)
         for (int t = 0; t < mc_blocks * segs; t++) {
             const int ib = t / segs, sg = t % segs;
@@ -252,13 +291,23 @@ void sgemm_view(int M, int N, int K, const GemmView *A, const GemmView *B, float
             const int s0 = sg * per_seg, s1 = CT_MIN(slivers, s0 + per_seg);
             for (int pc = 0; pc < K; pc += KC) {
                 const int kc = CT_MIN(KC, K - pc), acc = accumulate || pc > 0;
-                for (int s = s0; s < s1; s++)
-                    pack_b(bp + (size_t)(s - s0) * nr * kc, B, pc, kc, s * nr, CT_MIN(nr, N - s * nr), nr);
+                // bseg: sliver s0 of this depth block; slivers follow at nr * kc.
+                const float *bseg;
+                if (shared_b) {
+                    bseg = bshared + (size_t)pc * slivers * nr + (size_t)s0 * nr * kc;
+                } else {
+                    if (B->conv)
+                        pack_b_conv(bp, B, pc, kc, s0 * nr, CT_MIN(N, s1 * nr) - s0 * nr, nr);
+                    else
+                        for (int s = s0; s < s1; s++)
+                            pack_b(bp + (size_t)(s - s0) * nr * kc, B, pc, kc, s * nr, CT_MIN(nr, N - s * nr), nr);
+                    bseg = bp;
+                }
                 for (int a = 0; a < asl; a++)
                     pack_a(ap + (size_t)a * mr * KC, A, pc, kc, i0 + a * mr, CT_MIN(mr, mc - a * mr), mr);
                 for (int s = s0; s < s1; s++) {
                     const int j0 = s * nr, n = CT_MIN(nr, N - j0);
-                    const float *bs = bp + (size_t)(s - s0) * nr * kc;
+                    const float *bs = bseg + (size_t)(s - s0) * nr * kc;
                     for (int a = 0; a < asl; a++) {
                         const int m = CT_MIN(mr, mc - a * mr);
                         float *c = C + (ptrdiff_t)(i0 + a * mr) * ldc + j0;
