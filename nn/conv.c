@@ -86,7 +86,9 @@ void conv2d_backward_data(const ConvShape *s, float *din, const float *dout, con
         sgemm((int)npq, s->C, s->K, dout, s->K, 1, w, s->C, 1, din, s->C, 0);
         return;
     }
-    if (s->stride == 1 && s->R == s->S && s->pad <= s->R - 1) {
+    // The flipped-kernel route costs a weight transform (K x RSC); the col2im route a scatter
+    // (NPQ x RSC). Late ResNet stages have more weights than output pixels: they take col2im.
+    if (s->stride == 1 && s->R == s->S && s->pad <= s->R - 1 && npq > 4 * (size_t)s->K) {
         // Stride 1: the gradient is a forward convolution of dout with the kernel flipped in space
         // and its K and C swapped, padded by R-1-pad; it lands exactly on [N, H, W, C].
         const int R = s->R, S = s->S, C = s->C, K = s->K;

@@ -79,6 +79,8 @@ DEFINE_UKR(ukr_avx512_14x32, __m512, 16, _mm512_setzero_ps, _mm512_loadu_ps, _mm
            _mm512_set1_ps, _mm512_fmadd_ps, _mm512_add_ps, 14, 2)
 DEFINE_UKR(ukr_avx512_28x16, __m512, 16, _mm512_setzero_ps, _mm512_loadu_ps, _mm512_storeu_ps,
            _mm512_set1_ps, _mm512_fmadd_ps, _mm512_add_ps, 28, 1)
+DEFINE_UKR(ukr_avx512_16x16, __m512, 16, _mm512_setzero_ps, _mm512_loadu_ps, _mm512_storeu_ps,
+           _mm512_set1_ps, _mm512_fmadd_ps, _mm512_add_ps, 16, 1)
 DEFINE_UKR(ukr_avx512_8x32, __m512, 16, _mm512_setzero_ps, _mm512_loadu_ps, _mm512_storeu_ps,
            _mm512_set1_ps, _mm512_fmadd_ps, _mm512_add_ps, 8, 2)
 #pragma GCC pop_options
@@ -132,11 +134,12 @@ static double tile_use(int M, int N, int mr, int nr) {
 static Ukr pick_kernel(int M, int N) {
     switch (current_isa()) {
     case ISA_AVX512: {
-        const Ukr c[3] = {{14, 32, ukr_avx512_14x32}, {28, 16, ukr_avx512_28x16}, {8, 32, ukr_avx512_8x32}};
-        const double w[3] = {1.0, 0.97, 0.9};
+        const Ukr c[4] = {{14, 32, ukr_avx512_14x32}, {28, 16, ukr_avx512_28x16}, {8, 32, ukr_avx512_8x32},
+                          {16, 16, ukr_avx512_16x16}};
+        const double w[4] = {1.0, 0.97, 0.9, 0.85};
         int best = 0;
         double bu = 0;
-        for (int i = 0; i < 3; i++) {
+        for (int i = 0; i < 4; i++) {
             const double u = w[i] * tile_use(M, N, c[i].mr, c[i].nr);
             if (u > bu) bu = u, best = i;
         }
@@ -185,16 +188,40 @@ static void conv_row(const ConvShape *s, const float *in, Pixel x, int k0, int l
 }
 
 // im2col view: rows [pc, pc + kc), columns [j0, j0 + ncols) -> consecutive slivers bp[kc][nr],
-// zero-padded; each row is gathered once for all slivers.
+// zero-padded. When the channel runs never straddle a sliver (C divides nr, j0 on a run start),
+// each run is copied straight into its sliver; otherwise the row is gathered once and split.
 static void pack_b_conv(float *restrict bp, const GemmView *B, int pc, int kc, int j0, int ncols, int nr) {
-    const int nsl = (ncols + nr - 1) / nr;
+    const ConvShape *s = B->conv;
+    const int nsl = (ncols + nr - 1) / nr, C = s->C;
+    const size_t sl_stride = (size_t)nr * kc;
+    Pixel x = pixel_of(s, B->row0 + pc);
+    if (nr % C == 0 && j0 % C == 0) {
+        const int SC = s->S * C, r0 = j0 / SC, t0 = (j0 % SC) / C;
+        for (int p = 0; p < kc; p++, pixel_next(s, &x)) {
+            const int h0 = x.p * s->stride - s->pad, w0 = x.q * s->stride - s->pad;
+            const float *img = B->p + (size_t)x.n * s->H * s->W * C;
+            int r = r0, t = t0;
+            for (int j = 0; j < ncols; j += C) {
+                float *dst = bp + (size_t)(j / nr) * sl_stride + (size_t)p * nr + j % nr;
+                const int h = h0 + r, w = w0 + t;
+                if (h >= 0 && h < s->H && w >= 0 && w < s->W) {
+                    const float *src = img + ((size_t)h * s->W + w) * C;
+                    for (int i = 0; i < C; i++) dst[i] = src[i];
+                } else {
+                    for (int i = 0; i < C; i++) dst[i] = 0.0f;
+                }
+                if (++t == s->S) t = 0, r++;
+            }
+            for (int j = ncols; j < nsl * nr; j++) bp[(size_t)(j / nr) * sl_stride + (size_t)p * nr + j % nr] = 0.0f;
+        }
+        return;
+    }
     float row[NC];
-    Pixel x = pixel_of(B->conv, B->row0 + pc);
-    for (int p = 0; p < kc; p++, pixel_next(B->conv, &x)) {
-        conv_row(B->conv, B->p, x, j0, ncols, row);
+    for (int p = 0; p < kc; p++, pixel_next(s, &x)) {
+        conv_row(s, B->p, x, j0, ncols, row);
         for (int j = ncols; j < nsl * nr; j++) row[j] = 0.0f;
         for (int sl = 0; sl < nsl; sl++) {
-            float *dst = bp + ((size_t)sl * kc + p) * nr;
+            float *dst = bp + sl * sl_stride + (size_t)p * nr;
             for (int j = 0; j < nr; j++) dst[j] = row[sl * nr + j];
         }
     }
