@@ -48,14 +48,17 @@ __host__ __device__ static inline uint32_t cv_f2u(float f) {
 __device__ static inline float cv_ld(const float *p, size_t i) { return p[i]; }
 __device__ static inline float cv_ld(const uint16_t *p, size_t i) { return cv_u2f((uint32_t)p[i] << 16); }
 __device__ static inline void cv_st(float *p, size_t i, float v) { p[i] = v; }
-__device__ static inline void cv_st(uint16_t *p, size_t i, float v) {
+__device__ static inline uint16_t cv_bf16(float v) {
     uint32_t u = cv_f2u(v);
-    if ((u & 0x7fffffffu) > 0x7f800000u) {
-        p[i] = (uint16_t)((u >> 16) | 0x40u);  // quiet NaN stays NaN
-        return;
-    }
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);  // quiet NaN stays NaN
     u += 0x7fffu + ((u >> 16) & 1u);
-    p[i] = (uint16_t)(u >> 16);
+    return (uint16_t)(u >> 16);
+}
+__device__ static inline void cv_st(uint16_t *p, size_t i, float v) { p[i] = cv_bf16(v); }
+// Two neighbours in one store (i even, the pair aligned).
+__device__ static inline void cv_st2(float *p, size_t i, float v0, float v1) { *(float2 *)(p + i) = make_float2(v0, v1); }
+__device__ static inline void cv_st2(uint16_t *p, size_t i, float v0, float v1) {
+    *(uint32_t *)(p + i) = cv_bf16(v0) | (uint32_t)cv_bf16(v1) << 16;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -554,15 +557,20 @@ __global__ void __launch_bounds__(TC_THREADS) gemm_tc_k(GemmArgs g) {
                 row = ((size_t)img * s.H + g.ph_h + hh * s.stride) * s.W + g.ph_w + ww * s.stride;
             }
             CV_UNROLL
-            for (int ni = 0; ni < 4; ni++)
-                CV_UNROLL
-                for (int e = 0; e < 2; e++) {
-                    int n = n0 + wn * 32 + ni * 8 + 2 * ti + e;
-                    if (n >= g.N) continue;
-                    float v = acc[mi][ni][half * 2 + e];
-                    if (g.bias) v += g.bias[n];
-                    cv_st(c, row * g.N + n, v);
+            for (int ni = 0; ni < 4; ni++) {
+                int n = n0 + wn * 32 + ni * 8 + 2 * ti;  // even
+                float v0 = acc[mi][ni][half * 2], v1 = acc[mi][ni][half * 2 + 1];
+                if (g.bias) {
+                    if (n < g.N) v0 += g.bias[n];
+                    if (n + 1 < g.N) v1 += g.bias[n + 1];
                 }
+                if (g.c_pairs && n + 1 < g.N) {
+                    cv_st2(c, row * g.N + n, v0, v1);
+                } else {
+                    if (n < g.N) cv_st(c, row * g.N + n, v0);
+                    if (n + 1 < g.N) cv_st(c, row * g.N + n + 1, v1);
+                }
+            }
         }
 }
 
@@ -641,6 +649,9 @@ extern "C" int ct_gemm_run(int mode, GemmArgs g, CtDtype dt, int a_f32, int c_f3
             g.c_split_stride = (size_t)g.M * g.N;
         }
     }
+    // Output pairs (n, n+1) go out in one store when every row starts on a pair boundary.
+    size_t c_elem = (use_tc && mode == GEMM_WGRAD) || c_f32 ? 4 : 2;
+    g.c_pairs = g.N % 2 == 0 && ((uintptr_t)g.c % (2 * c_elem)) == 0;
     dim3 grid(ceil_div(g.M, bm), ceil_div(g.N, bn), splits);
     if (grid.y > 65535 || grid.z > 65535) ct_die("conv: GEMM of %d x %d too large for the grid", g.M, g.N);
     // The kernel is picked first, then launched once (CT_LAUNCH cannot take a template-id).

@@ -21,6 +21,7 @@ typedef struct {
     size_t c_split_stride;  // elements between split partial buffers (set by ct_gemm_run)
     int tc_ok;              // the tensor-core engine may run this GEMM (bf16 operands)
     int vec_a, vec_b;       // operand chunks of 8 are contiguous and 16-byte aligned (cp.async)
+    int c_pairs;            // C may be stored two neighbours at a time (set by ct_gemm_run)
     int no_split;           // WGRAD: one pass over the whole reduction (no work buffer)
     // DGRAD on the tensor-core engine runs once per stride phase (ph_h, ph_w): the input pixels
     // h = ph_h + hh*st (hh < Hp), w = ph_w + ww*st (ww < Wp) receive only the taps
