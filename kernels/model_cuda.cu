@@ -222,6 +222,15 @@ void gpu_download_state(GpuExec *e, ResNet *m, SgdState *sgd) {
     CK(cudaStreamSynchronize(e->st));
 }
 
+void gpu_bufs_to_host(GpuExec *e, float *bufs) {
+    CK(cudaMemcpyAsync(bufs, e->bufs, e->graph->n_bufs * sizeof(float), cudaMemcpyDeviceToHost, e->st));
+    CK(cudaStreamSynchronize(e->st));
+}
+void gpu_bufs_from_host(GpuExec *e, const float *bufs) {
+    CK(cudaMemcpyAsync(e->bufs, bufs, e->graph->n_bufs * sizeof(float), cudaMemcpyHostToDevice, e->st));
+    CK(cudaStreamSynchronize(e->st));
+}
+
 static size_t slot_elems(const GpuExec *e, int s, int N) {
     return (size_t)N * e->dims[s].H * e->dims[s].W * e->dims[s].C;
 }

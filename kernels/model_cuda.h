@@ -52,6 +52,10 @@ void gpu_exec_free(GpuExec *e);
 // the SGD momentum buffer and step count.
 void gpu_upload_state(GpuExec *e, const ResNet *m, const SgdState *sgd);
 void gpu_download_state(GpuExec *e, ResNet *m, SgdState *sgd);
+// Only the BN running statistics (m->n_bufs floats): back up / restore around a step that may be
+// skipped (non-finite loss) without copying the parameters.
+void gpu_bufs_to_host(GpuExec *e, float *bufs);
+void gpu_bufs_from_host(GpuExec *e, const float *bufs);
 
 // Forward on a host float NHWC input (already normalised) or a host uint8 NHWC batch (normalised
 // on the device with mean/std of in_channels floats). Returns the logits [N, num_classes] in a

@@ -183,6 +183,21 @@ static void run_case(const char *arch, int N, int H, int W, CtDtype dt, int full
     CHECK(berr <= tol_act, "%s %s: BN running statistics off by %.3g", arch, dtname(dt), berr);
     CHECK(merr <= fmax(1.5 * gall, 1e-5), "%s %s: momentum off by %.3g (gradient %.3g)", arch, dtname(dt), merr, gall);
     CHECK(sg.steps == 1, "gpu_sgd_step did not count the step");
+    {  // BN statistics alone, both ways (the trainer's skip-a-non-finite-step path).
+        float *b = (float *)ct_alloc((mg->n_bufs + 1) * sizeof(float));
+        float *orig = (float *)ct_alloc((mg->n_bufs + 1) * sizeof(float));
+        gpu_bufs_to_host(ge, b);
+        memcpy(orig, b, mg->n_bufs * sizeof(float));
+        CHECK(!memcmp(b, mg->bufs, mg->n_bufs * sizeof(float)), "gpu_bufs_to_host differs from gpu_download_state");
+        for (size_t i = 0; i < mg->n_bufs; i++) b[i] += 1.0f;
+        gpu_bufs_from_host(ge, b);
+        gpu_download_state(ge, mg, NULL);
+        CHECK(!memcmp(b, mg->bufs, mg->n_bufs * sizeof(float)), "gpu_bufs_from_host did not set the statistics");
+        gpu_bufs_from_host(ge, orig);
+        gpu_download_state(ge, mg, NULL);
+        free(b);
+        free(orig);
+    }
 
     if (!full) goto done;
     {
