@@ -1,8 +1,9 @@
 // CPU batch norm over an [M, C] matrix (NHWC activations), PyTorch training semantics.
 //
 // Per-channel sums run over fixed chunks of rows (the chunk size depends on M only), blocks of 16
-// rows in float, everything above that in double, and the chunks are combined in index order. Thread count therefore
-// never changes a result, and double partials keep the statistics exact enough to be an oracle.
+// rows in float, everything above that in double, and the chunks are combined in index order.
+// Thread count therefore never changes a result, and the double partials keep the statistics
+// exact enough to be an oracle.
 #include <math.h>
 #include <string.h>
 
@@ -15,40 +16,38 @@ static int chunk_rows(int M) {
     return r < 64 ? 64 : r;
 }
 
-enum { SUM_X, SUM_SQDEV, SUM_GRAD };
+enum { SUM_SHIFT, SUM_GRAD };
 
 // Per-channel sums over the M rows:
-//   SUM_X:     s1 = sum x
-//   SUM_SQDEV: s1 = sum (x - mean)^2
+//   SUM_SHIFT: s1 = sum (x - k), s2 = sum (x - k)^2 with k = mean[] a per-channel shift (one
+//              pass for both statistics; with k a sample of the data there is no cancellation
+//              worth the name, as in the textbook shifted-data variance)
 //   SUM_GRAD:  s1 = sum g, s2 = sum g * (x - mean), g = dy masked by y > 0 when y != NULL
 // Each chunk of rows sums blocks of 16 rows in float (vectorised over channels), adds each block
 // into double, and the chunks are combined in index order.
 static void channel_sums(double *s1, double *s2, int mode, const float *x, const float *dy, const float *y,
                          const float *mean, int M, int C) {
     const int cr = chunk_rows(M), nchunks = (M + cr - 1) / cr;
-    const int two = mode == SUM_GRAD;
-    double *part = ct_alloc((size_t)nchunks * C * (two ? 2 : 1) * sizeof(double));
+    double *part = ct_alloc((size_t)nchunks * C * 2 * sizeof(double));
 #pragma omp parallel
     {
         float *f1 = ct_alloc((size_t)C * 2 * sizeof(float)), *f2 = f1 + C;
 #pragma omp for schedule(static)
         for (int k = 0; k < nchunks; k++) {
-            double *a1 = part + (size_t)k * C * (two ? 2 : 1), *a2 = a1 + C;
+            double *a1 = part + (size_t)k * C * 2, *a2 = a1 + C;
             for (int c = 0; c < C; c++) a1[c] = 0;
-            if (two)
-                for (int c = 0; c < C; c++) a2[c] = 0;
+            for (int c = 0; c < C; c++) a2[c] = 0;
             const int r1 = CT_MIN(M, (k + 1) * cr);
             for (int rb = k * cr; rb < r1; rb += 16) {
                 const int re = CT_MIN(r1, rb + 16);
                 for (int c = 0; c < C; c++) f1[c] = 0, f2[c] = 0;
                 for (int r = rb; r < re; r++) {
                     const float *xr = x + (size_t)r * C;
-                    if (mode == SUM_X) {
-                        for (int c = 0; c < C; c++) f1[c] += xr[c];
-                    } else if (mode == SUM_SQDEV) {
+                    if (mode == SUM_SHIFT) {
                         for (int c = 0; c < C; c++) {
                             const float d = xr[c] - mean[c];
-                            f1[c] += d * d;
+                            f1[c] += d;
+                            f2[c] += d * d;
                         }
                     } else if (y) {
                         const float *gr = dy + (size_t)r * C, *yr = y + (size_t)r * C;
@@ -66,20 +65,17 @@ static void channel_sums(double *s1, double *s2, int mode, const float *x, const
                     }
                 }
                 for (int c = 0; c < C; c++) a1[c] += f1[c];
-                if (two)
-                    for (int c = 0; c < C; c++) a2[c] += f2[c];
+                for (int c = 0; c < C; c++) a2[c] += f2[c];
             }
         }
         free(f1);
     }
     for (int c = 0; c < C; c++) s1[c] = 0;
-    if (two)
-        for (int c = 0; c < C; c++) s2[c] = 0;
+    for (int c = 0; c < C; c++) s2[c] = 0;
     for (int k = 0; k < nchunks; k++) {
-        const double *a1 = part + (size_t)k * C * (two ? 2 : 1), *a2 = a1 + C;
+        const double *a1 = part + (size_t)k * C * 2, *a2 = a1 + C;
         for (int c = 0; c < C; c++) s1[c] += a1[c];
-        if (two)
-            for (int c = 0; c < C; c++) s2[c] += a2[c];
+        for (int c = 0; c < C; c++) s2[c] += a2[c];
     }
     free(part);
 }
@@ -101,13 +97,15 @@ static void affine(float *y, const float *x, const float *mean, const float *sca
 void batchnorm_forward_train(float *y, float *save_mean, float *save_invstd, float *running_mean,
                              float *running_var, const float *x, const float *gamma, const float *beta,
                              int M, int C, float momentum, float eps, int relu) {
-    double *sum = ct_alloc((size_t)C * sizeof(double));
-    float *scale = ct_alloc((size_t)C * sizeof(float));
-    channel_sums(sum, NULL, SUM_X, x, NULL, NULL, NULL, M, C);
-    for (int c = 0; c < C; c++) save_mean[c] = (float)(sum[c] / M);
-    channel_sums(sum, NULL, SUM_SQDEV, x, NULL, NULL, save_mean, M, C);
+    double *sum = ct_alloc((size_t)C * 2 * sizeof(double)), *sq = sum + C;
+    float *scale = ct_alloc((size_t)C * 2 * sizeof(float)), *shift = scale + C;
+    // One pass: sums of (x - x[0]) and its square, mean and variance from those in double.
+    for (int c = 0; c < C; c++) shift[c] = x[c];
+    channel_sums(sum, sq, SUM_SHIFT, x, NULL, NULL, shift, M, C);
     for (int c = 0; c < C; c++) {
-        const double var = sum[c] / M;
+        const double d = sum[c] / M;
+        const double var = fmax(0.0, sq[c] / M - d * d);
+        save_mean[c] = (float)(shift[c] + d);
         save_invstd[c] = (float)(1.0 / sqrt(var + eps));
         scale[c] = gamma[c] * save_invstd[c];
         if (running_mean) running_mean[c] = (1 - momentum) * running_mean[c] + momentum * save_mean[c];
