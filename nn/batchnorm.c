@@ -1,7 +1,9 @@
 // CPU batch norm over an [M, C] matrix (NHWC activations), PyTorch training semantics.
 //
 // Per-channel sums run over fixed chunks of rows (the chunk size depends on M only), blocks of 16
-// rows in float, everything above that in double, and the chunks are combined in index order.
+// rows accumulated in double (vectorised over channels), and the chunks are combined in index
+// order. Float block sums are not enough: the gradient of a BN bias that feeds conv+BN is a sum
+// that cancels to ~1e-4 of its terms, and float blocks left it ~1e-2 off (test_parity.sh resnet20).
 // Thread count therefore never changes a result, and the double partials keep the statistics
 // exact enough to be an oracle.
 #include <math.h>
@@ -23,7 +25,7 @@ enum { SUM_SHIFT, SUM_GRAD };
 //              pass for both statistics; with k a sample of the data there is no cancellation
 //              worth the name, as in the textbook shifted-data variance)
 //   SUM_GRAD:  s1 = sum g, s2 = sum g * (x - mean), g = dy masked by y > 0 when y != NULL
-// Each chunk of rows sums blocks of 16 rows in float (vectorised over channels), adds each block
+// Each chunk of rows sums blocks of 16 rows in double (vectorised over channels), adds each block
 // into double, and the chunks are combined in index order.
 static void channel_sums(double *s1, double *s2, int mode, const float *x, const float *dy, const float *y,
                          const float *mean, int M, int C) {
@@ -31,7 +33,7 @@ static void channel_sums(double *s1, double *s2, int mode, const float *x, const
     double *part = ct_alloc((size_t)nchunks * C * 2 * sizeof(double));
 #pragma omp parallel
     {
-        float *f1 = ct_alloc((size_t)C * 2 * sizeof(float)), *f2 = f1 + C;
+        double *f1 = ct_alloc((size_t)C * 2 * sizeof(double)), *f2 = f1 + C;
 #pragma omp for schedule(static)
         for (int k = 0; k < nchunks; k++) {
             double *a1 = part + (size_t)k * C * 2, *a2 = a1 + C;
@@ -45,7 +47,7 @@ static void channel_sums(double *s1, double *s2, int mode, const float *x, const
                     const float *xr = x + (size_t)r * C;
                     if (mode == SUM_SHIFT) {
                         for (int c = 0; c < C; c++) {
-                            const float d = xr[c] - mean[c];
+                            const double d = (double)xr[c] - mean[c];
                             f1[c] += d;
                             f2[c] += d * d;
                         }
@@ -54,13 +56,13 @@ static void channel_sums(double *s1, double *s2, int mode, const float *x, const
                         for (int c = 0; c < C; c++) {
                             const float gv = gr[c], g = yr[c] > 0 ? gv : 0.0f;
                             f1[c] += g;
-                            f2[c] += g * (xr[c] - mean[c]);
+                            f2[c] += g * ((double)xr[c] - mean[c]);
                         }
                     } else {
                         const float *gr = dy + (size_t)r * C;
                         for (int c = 0; c < C; c++) {
                             f1[c] += gr[c];
-                            f2[c] += gr[c] * (xr[c] - mean[c]);
+                            f2[c] += gr[c] * ((double)xr[c] - mean[c]);
                         }
                     }
                 }
