@@ -150,7 +150,7 @@ static void usage(FILE *f) {
     }
     fprintf(f, "  -h, --help                         this help\n\n"
                "--demo uses: -a resnet20 --epochs 3 -b 128 --lr 0.2 --lr-schedule cosine --warmup-epochs 0.2\n"
-               "  --wd 5e-4 --nesterov --label-smoothing 0.1 --crop-size 28 --val-resize 28 --min-scale 0.5\n"
+               "  --wd 5e-4 --nesterov --label-smoothing 0.1 --crop-size 28 --val-resize 28 --min-scale 0.75\n"
                "  --mean 0.286 --std 0.353 --out runs/demo; flags given with --demo override these.\n"
                "Exit status: 0 done, 1 error, 128+signal after a checkpoint on SIGINT/SIGTERM.\n");
 }
@@ -211,7 +211,7 @@ static void config_defaults(Config *c) {
 static const char *DEMO_ARGS[] = {
     "--arch", "resnet20", "--epochs", "3", "--batch-size", "128", "--lr", "0.2", "--lr-schedule", "cosine",
     "--warmup-epochs", "0.2", "--wd", "5e-4", "--nesterov", "--label-smoothing", "0.1", "--crop-size", "28",
-    "--val-resize", "28", "--min-scale", "0.5", "--mean", "0.286", "--std", "0.353",
+    "--val-resize", "28", "--min-scale", "0.75", "--mean", "0.286", "--std", "0.353",
     "--out", "runs/demo",
 };
 
