@@ -3,7 +3,7 @@
 // Structure: C is cut into tasks, one block of MC rows times one segment of NR-wide column slivers
 // (segments of at most NC columns, cut finer when there are few row blocks). A task walks the whole
 // depth K in blocks of KC; per block it packs its slivers of B ([kc][NR], zero-padded) and of A
-// ([MR][KC]) into its thread's buffers and runs the micro-kernel on every (A, B) sliver pair, MR x NR
+// ([MR][AS]) into its thread's buffers and runs the micro-kernel on every (A, B) sliver pair, MR x NR
 // accumulators in registers for the whole kc. A convolution's im2col matrix is packed straight
 // from the input (GemmView.conv), so it never exists in memory.
 // Only which thread runs a task depends on the thread count; what each C element sums, and in
@@ -17,6 +17,9 @@
 #include "util/common.h"
 
 #define KC 256
+// Row stride of a packed A sliver: KC plus one cache line, so the MR rows do not all fall into the
+// same few L1 sets (a stride of exactly 1 KiB maps 28 rows onto 4 of the 64 sets).
+#define AS (KC + 16)
 #define NC 1024
 
 typedef void (*UkrFn)(int kc, const float *restrict a, const float *restrict b, float *restrict c,
@@ -28,7 +31,7 @@ typedef struct {
 
 // ---------------------------------------------------------------------------------------------
 // Micro-kernels: c[MR, NR] (row stride ldc) = (acc ? c : 0) + sum_p a[0..MR)[p] x b[p][0..NR).
-// An A sliver stores its MR rows one after another at the fixed stride KC, so every broadcast
+// An A sliver stores its MR rows one after another at the fixed stride AS, so every broadcast
 // address is the same pointer plus a constant, and packing a row is a plain copy.
 // The accumulators start at zero and c is added at the end, so the full-tile path and the edge
 // path (through a temporary tile) perform the same float operations per element.
@@ -38,7 +41,7 @@ static void ukr_generic_4x16(int kc, const float *restrict a, const float *restr
     float r[4][16] = {{0}};
     for (int p = 0; p < kc; p++)
         for (int i = 0; i < 4; i++)
-            for (int j = 0; j < 16; j++) r[i][j] += a[i * KC + p] * b[p * 16 + j];
+            for (int j = 0; j < 16; j++) r[i][j] += a[i * AS + p] * b[p * 16 + j];
     for (int i = 0; i < 4; i++)
         for (int j = 0; j < 16; j++) c[i * ldc + j] = acc ? c[i * ldc + j] + r[i][j] : r[i][j];
 }
@@ -53,7 +56,7 @@ static void ukr_generic_4x16(int kc, const float *restrict a, const float *restr
             VEC bv[NV];                                                                          \
             _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) bv[v] = LOAD(b + (p * NV + v) * VW); \
             _Pragma("GCC unroll 32") for (int i = 0; i < MR; i++) {                              \
-                VEC av = BCAST(a[i * KC + p]);                                                   \
+                VEC av = BCAST(a[i * AS + p]);                                                   \
                 _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) r[i][v] = FMA(av, bv[v], r[i][v]); \
             }                                                                                    \
         }                                                                                        \
@@ -151,7 +154,15 @@ static Ukr pick_kernel(int M, int N) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Packing.
+// Packing. With 16-channel layers a packed element feeds only 32 flops, so copying it costs as
+// much as the arithmetic: the packing routines get AVX-512 clones (GCC picks one at load time).
+#if defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+#define PACK_CLONES __attribute__((target_clones("avx512f", "default"), optimize("no-tree-loop-distribute-patterns")))
+#else
+#define PACK_CLONES
+#endif
+// (no-tree-loop-distribute-patterns: the copy loops of short channel runs stay inline vector
+// code instead of becoming a memmove call per run.)
 
 // Walks the pixels of an im2col matrix in row order without a division per row.
 typedef struct {
@@ -169,7 +180,7 @@ static void pixel_next(const ConvShape *s, Pixel *x) {
 }
 
 // dst[0, len) = im2col row of pixel x, columns [k0, k0 + len) of the convolution input `in`.
-static void conv_row(const ConvShape *s, const float *in, Pixel x, int k0, int len, float *restrict dst) {
+PACK_CLONES static void conv_row(const ConvShape *s, const float *in, Pixel x, int k0, int len, float *restrict dst) {
     const int h0 = x.p * s->stride - s->pad, w0 = x.q * s->stride - s->pad, C = s->C, SC = s->S * C;
     int r = k0 / SC, t = (k0 % SC) / C, c = k0 % C;
     const float *img = in + (size_t)x.n * s->H * s->W * C;
@@ -177,9 +188,13 @@ static void conv_row(const ConvShape *s, const float *in, Pixel x, int k0, int l
         const int run = CT_MIN(C - c, len - j), h = h0 + r, w = w0 + t;
         if (h >= 0 && h < s->H && w >= 0 && w < s->W) {
             const float *src = img + ((size_t)h * s->W + w) * C + c;
-            for (int i = 0; i < run; i++) dst[j + i] = src[i];
+            int i = 0;
+            for (; i + 16 <= run; i += 16) __builtin_memcpy(dst + j + i, src + i, 64);  // one vector move
+            for (; i < run; i++) dst[j + i] = src[i];
         } else {
-            for (int i = 0; i < run; i++) dst[j + i] = 0.0f;
+            int i = 0;
+            for (; i + 16 <= run; i += 16) __builtin_memset(dst + j + i, 0, 64);
+            for (; i < run; i++) dst[j + i] = 0.0f;
         }
         j += run;
         c = 0;
@@ -190,7 +205,7 @@ static void conv_row(const ConvShape *s, const float *in, Pixel x, int k0, int l
 // im2col view: rows [pc, pc + kc), columns [j0, j0 + ncols) -> consecutive slivers bp[kc][nr],
 // zero-padded. When the channel runs never straddle a sliver (C divides nr, j0 on a run start),
 // each run is copied straight into its sliver; otherwise the row is gathered once and split.
-static void pack_b_conv(float *restrict bp, const GemmView *B, int pc, int kc, int j0, int ncols, int nr) {
+PACK_CLONES static void pack_b_conv(float *restrict bp, const GemmView *B, int pc, int kc, int j0, int ncols, int nr) {
     const ConvShape *s = B->conv;
     const int nsl = (ncols + nr - 1) / nr, C = s->C;
     const size_t sl_stride = (size_t)nr * kc;
@@ -206,7 +221,9 @@ static void pack_b_conv(float *restrict bp, const GemmView *B, int pc, int kc, i
                 const int h = h0 + r, w = w0 + t;
                 if (h >= 0 && h < s->H && w >= 0 && w < s->W) {
                     const float *src = img + ((size_t)h * s->W + w) * C;
-                    for (int i = 0; i < C; i++) dst[i] = src[i];
+                    int i = 0;
+                    for (; i + 16 <= C; i += 16) __builtin_memcpy(dst + i, src + i, 64);
+                    for (; i < C; i++) dst[i] = src[i];
                 } else {
                     for (int i = 0; i < C; i++) dst[i] = 0.0f;
                 }
@@ -228,7 +245,7 @@ static void pack_b_conv(float *restrict bp, const GemmView *B, int pc, int kc, i
 }
 
 // Strided view rows [pc, pc + kc), columns [j0, j0 + n) (n <= nr) -> bp[kc][nr], zero-padded.
-static void pack_b(float *restrict bp, const GemmView *B, int pc, int kc, int j0, int n, int nr) {
+PACK_CLONES static void pack_b(float *restrict bp, const GemmView *B, int pc, int kc, int j0, int n, int nr) {
     if (B->cs == 1) {
         for (int p = 0; p < kc; p++) {
             const float *src = B->p + (pc + p) * B->rs + j0;
@@ -246,22 +263,22 @@ static void pack_b(float *restrict bp, const GemmView *B, int pc, int kc, int j0
     }
 }
 
-// View rows [i0, i0 + m) (m <= mr), columns [pc, pc + kc) -> ap[mr][KC] (row i at ap + i*KC),
+// View rows [i0, i0 + m) (m <= mr), columns [pc, pc + kc) -> ap[mr][AS] (row i at ap + i*AS),
 // zero-padded rows.
-static void pack_a(float *restrict ap, const GemmView *A, int pc, int kc, int i0, int m, int mr) {
+PACK_CLONES static void pack_a(float *restrict ap, const GemmView *A, int pc, int kc, int i0, int m, int mr) {
     if (A->conv) {
         Pixel x = pixel_of(A->conv, A->row0 + i0);
-        for (int i = 0; i < m; i++, pixel_next(A->conv, &x)) conv_row(A->conv, A->p, x, pc, kc, ap + (size_t)i * KC);
+        for (int i = 0; i < m; i++, pixel_next(A->conv, &x)) conv_row(A->conv, A->p, x, pc, kc, ap + (size_t)i * AS);
     } else if (A->cs == 1) {
         for (int i = 0; i < m; i++)
-            memcpy(ap + (size_t)i * KC, A->p + (ptrdiff_t)(i0 + i) * A->rs + pc, (size_t)kc * sizeof(float));
+            memcpy(ap + (size_t)i * AS, A->p + (ptrdiff_t)(i0 + i) * A->rs + pc, (size_t)kc * sizeof(float));
     } else {
         for (int p = 0; p < kc; p++) {
             const float *src = A->p + (ptrdiff_t)(pc + p) * A->cs + (ptrdiff_t)i0 * A->rs;
-            for (int i = 0; i < m; i++) ap[(size_t)i * KC + p] = src[i * A->rs];
+            for (int i = 0; i < m; i++) ap[(size_t)i * AS + p] = src[i * A->rs];
         }
     }
-    for (int i = m; i < mr; i++) memset(ap + (size_t)i * KC, 0, (size_t)kc * sizeof(float));
+    for (int i = m; i < mr; i++) memset(ap + (size_t)i * AS, 0, (size_t)kc * sizeof(float));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -294,7 +311,7 @@ void sgemm_view(int M, int N, int K, const GemmView *A, const GemmView *B, float
     const size_t bfull = (size_t)K * slivers * nr;
     const int shared_b = mc_blocks > 1 && bfull * sizeof(float) <= ((size_t)32 << 20);
     const int kcmax = CT_MIN(K, KC);
-    const size_t ap_size = (size_t)MC * KC, bp_size = shared_b ? 0 : (size_t)kcmax * per_seg * nr;
+    const size_t ap_size = (size_t)MC * AS, bp_size = shared_b ? 0 : (size_t)kcmax * per_seg * nr;
     float *buf = ct_alloc(((size_t)nthr * (ap_size + bp_size) + (shared_b ? bfull : 0)) * sizeof(float));
     float *bshared = buf + (size_t)nthr * (ap_size + bp_size);
     const int kblocks = (K + KC - 1) / KC;
@@ -331,7 +348,7 @@ void sgemm_view(int M, int N, int K, const GemmView *A, const GemmView *B, float
                     bseg = bp;
                 }
                 for (int a = 0; a < asl; a++)
-                    pack_a(ap + (size_t)a * mr * KC, A, pc, kc, i0 + a * mr, CT_MIN(mr, mc - a * mr), mr);
+                    pack_a(ap + (size_t)a * mr * AS, A, pc, kc, i0 + a * mr, CT_MIN(mr, mc - a * mr), mr);
                 for (int s = s0; s < s1; s++) {
                     const int j0 = s * nr, n = CT_MIN(nr, N - j0);
                     const float *bs = bseg + (size_t)(s - s0) * nr * kc;
@@ -339,10 +356,10 @@ void sgemm_view(int M, int N, int K, const GemmView *A, const GemmView *B, float
                         const int m = CT_MIN(mr, mc - a * mr);
                         float *c = C + (ptrdiff_t)(i0 + a * mr) * ldc + j0;
                         if (m == mr && n == nr) {
-                            u.fn(kc, ap + (size_t)a * mr * KC, bs, c, ldc, acc);
+                            u.fn(kc, ap + (size_t)a * mr * AS, bs, c, ldc, acc);
                         } else {
                             float tile[28 * 32];
-                            u.fn(kc, ap + (size_t)a * mr * KC, bs, tile, nr, 0);
+                            u.fn(kc, ap + (size_t)a * mr * AS, bs, tile, nr, 0);
                             for (int i = 0; i < m; i++)
                                 for (int j = 0; j < n; j++)
                                     c[(ptrdiff_t)i * ldc + j] =
