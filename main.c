@@ -34,6 +34,9 @@
 #include "util/common.h"
 #include "util/rng.h"
 #include "util/tfevents.h"
+#ifdef CTRAIN_CUDA
+#include "kernels/model_cuda.h"
+#endif
 
 #define DEMO_SHARDS "shards/fashion-mnist"
 #define DEMO_IDX_DIR "/usr/share/datasets/fashion-mnist"
@@ -427,6 +430,10 @@ typedef struct {
     SgdState opt;
     ResNet *teacher;
     CpuExec *tex;
+    int cuda;  // --device cuda: the GPU executor holds the state between steps
+#ifdef CTRAIN_CUDA
+    GpuExec *ge, *tge;
+#endif
     LrSchedule sched;
     int64_t steps_per_epoch;
     FILE *metrics;
@@ -596,7 +603,7 @@ static void write_config(Run *r, int argc, char **argv, size_t n_params) {
     for (int i = 0; i < r->channels; i++) fprintf(f, "%s%.9g", i ? ", " : "", r->mean[i]);
     fprintf(f, "],\n    \"std\": [");
     for (int i = 0; i < r->channels; i++) fprintf(f, "%s%.9g", i ? ", " : "", r->std[i]);
-    fprintf(f, "],\n    \"parameters\": %zu,\n    \"precision\": \"fp32\"\n  },\n", n_params);
+    fprintf(f, "],\n    \"parameters\": %zu,\n    \"precision\": \"%s\"\n  },\n", n_params, r->cuda ? r->cfg.precision : "fp32");
     fprintf(f, "  \"command\": [");
     for (int i = 0; i < argc; i++) { if (i) fputs(", ", f); json_str(f, argv[i]); }
     fprintf(f, "],\n  \"git_commit\": ");
@@ -619,8 +626,27 @@ static void write_config(Run *r, int argc, char **argv, size_t n_params) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Backend dispatch: the CPU executor, or the GPU one (kernels/model_cuda.h mirrors it).
+static const float *forward_u8(Run *r, int teacher, const uint8_t *x, int N, int hw, int train) {
+    ResNet *m = teacher ? r->teacher : r->m;
+#ifdef CTRAIN_CUDA
+    if (r->cuda) return gpu_forward_u8(teacher ? r->tge : r->ge, m, x, N, hw, hw, r->mean, r->std, train);
+#endif
+    return cpu_forward_u8(teacher ? r->tex : r->ex, m, x, N, hw, hw, r->mean, r->std, train);
+}
+// Bring the device's params, BN statistics and momentum into the host structs (checkpoints, files).
+static void sync_to_host(Run *r) {
+#ifdef CTRAIN_CUDA
+    if (r->cuda) gpu_download_state(r->ge, r->m, r->grads ? &r->opt : NULL);
+#else
+    (void)r;
+#endif
+}
+
+// ---------------------------------------------------------------------------------------------
 // Checkpoints.
 static void save_checkpoint(Run *r, const char *name, int64_t global_step) {
+    sync_to_host(r);
     char path[1100];
     run_path(r, path, sizeof path, name);
     CheckpointMeta meta;
@@ -728,7 +754,7 @@ static EvalResult evaluate(Run *r, int dump) {
     loader_start_epoch(r->lval, 0);
     LoaderBatch b;
     while (loader_next(r->lval, &b)) {
-        const float *logits = cpu_forward_u8(r->ex, r->m, b.images, b.count, hw, hw, r->mean, r->std, 0);
+        const float *logits = forward_u8(r, 0, b.images, b.count, hw, 0);
         int correct = 0;
         float l = softmax_xent(r->dlogits, logits, b.labels, b.count, K, 0.0f, 1.0f, &correct);
         loss_sum += (double)l * b.count;
@@ -757,31 +783,52 @@ static int grads_finite(const float *g, size_t n) {
 static float train_step(Run *r, const LoaderBatch *b, double lr, int64_t global_step, int *correct, int *skipped) {
     ResNet *m = r->m;
     int hw = r->cfg.crop_size, K = r->classes, N = b->count;
-    memcpy(r->bufs_backup, m->bufs, m->n_bufs * sizeof(float));
+#ifdef CTRAIN_CUDA
+    if (r->cuda) gpu_bufs_to_host(r->ge, r->bufs_backup);
+    else
+#endif
+        memcpy(r->bufs_backup, m->bufs, m->n_bufs * sizeof(float));
     memcpy(r->counts_backup, m->counts, m->n_counts * sizeof(int64_t));
-    const float *logits = cpu_forward_u8(r->ex, m, b->images, N, hw, hw, r->mean, r->std, 1);
+    const float *logits = forward_u8(r, 0, b->images, N, hw, 1);
     double alpha = r->teacher ? r->cfg.kd_alpha : 0.0;
     // Cross-entropy writes dlogits scaled by (1 - alpha); distillation adds its alpha share. With no
     // teacher this is the same arithmetic as alpha = 0 (scale 1), which the KD test relies on.
     float ce = softmax_xent(r->dlogits, logits, b->labels, N, K, (float)r->cfg.label_smoothing, (float)(1.0 - alpha), correct);
     float loss = ce;
     if (r->teacher) {
-        const float *tl = cpu_forward_u8(r->tex, r->teacher, b->images, N, hw, hw, r->mean, r->std, 0);
+        const float *tl = forward_u8(r, 1, b->images, N, hw, 0);
         float kd = kd_loss(r->dlogits, logits, tl, N, K, (float)r->cfg.kd_temperature, (float)alpha);
         loss = (float)(1.0 - alpha) * ce + (float)alpha * kd;
     }
     if (fault_at(r, global_step)) loss = NAN;
     *skipped = 0;
     if (isfinite(loss)) {
-        cpu_backward(r->ex, m, r->dlogits, r->grads, NULL, NULL);
-        if (grads_finite(r->grads, m->n_params)) {
-            sgd_step(&r->sgdc, &r->opt, m, m->params, r->grads, (float)lr);
-            return loss;
+#ifdef CTRAIN_CUDA
+        if (r->cuda) {
+            // Gradients come back to the host for the finiteness check (n_params floats per step).
+            gpu_backward(r->ge, m, r->dlogits, r->grads, NULL, NULL);
+            if (grads_finite(r->grads, m->n_params)) {
+                gpu_sgd_step(r->ge, m, &r->sgdc, &r->opt, (float)lr);
+                return loss;
+            }
+            loss = NAN;
+        } else
+#endif
+        {
+            cpu_backward(r->ex, m, r->dlogits, r->grads, NULL, NULL);
+            if (grads_finite(r->grads, m->n_params)) {
+                sgd_step(&r->sgdc, &r->opt, m, m->params, r->grads, (float)lr);
+                return loss;
+            }
+            loss = NAN;
         }
-        loss = NAN;
     }
     // Skip: the weights are untouched (no update), and the BN statistics go back to before the step.
-    memcpy(m->bufs, r->bufs_backup, m->n_bufs * sizeof(float));
+#ifdef CTRAIN_CUDA
+    if (r->cuda) gpu_bufs_from_host(r->ge, r->bufs_backup);
+    else
+#endif
+        memcpy(m->bufs, r->bufs_backup, m->n_bufs * sizeof(float));
     memcpy(m->counts, r->counts_backup, m->n_counts * sizeof(int64_t));
     *skipped = 1;
     return loss;
@@ -856,7 +903,8 @@ int main(int argc, char **argv) {
     validate_config(c);
     if (!strcmp(c->device, "cuda")) {
 #ifdef CTRAIN_CUDA
-        ct_die("--device cuda: the CUDA executor is not wired into train yet; use --device cpu");
+        if (!gpu_available()) ct_die("--device cuda: no usable CUDA device (use --device cpu)");
+        r->cuda = 1;
 #else
         ct_die("--device cuda: this train was built without CUDA (no nvcc at build time); use --device cpu");
 #endif
@@ -905,10 +953,20 @@ int main(int argc, char **argv) {
     if (c->weights[0]) st_load_resnet(c->weights, r->m);
 
     make_loaders(r);
+#ifdef CTRAIN_CUDA
+    CtDtype dt = strcmp(c->precision, "fp32") ? CT_BF16 : CT_F32;
+    if (r->cuda) {
+        gpu_select_device(0);
+        r->ge = gpu_exec_create(r->m, dt);
+    }
+#endif
 
     // --evaluate: weights in, top-1/top-5 out.
     if (c->evaluate) {
         if (c->resume[0]) load_checkpoint(r, c->resume, 0);
+#ifdef CTRAIN_CUDA
+        if (r->cuda) gpu_upload_state(r->ge, r->m, NULL);
+#endif
         if (c->dump_batches[0]) ct_mkdir_p(c->dump_batches);
         double t0 = ct_now();
         EvalResult e = evaluate(r, c->dump_batches[0] != 0);
@@ -946,6 +1004,15 @@ int main(int argc, char **argv) {
     parse_faults(r);
 
     if (c->resume[0]) load_checkpoint(r, c->resume, 1);
+#ifdef CTRAIN_CUDA
+    if (r->cuda) {
+        gpu_upload_state(r->ge, r->m, &r->opt);
+        if (r->teacher) {
+            r->tge = gpu_exec_create(r->teacher, dt);
+            gpu_upload_state(r->tge, r->teacher, NULL);
+        }
+    }
+#endif
     if (r->epoch >= c->epochs && r->step_in_epoch == 0)
         ct_die("--resume %s: the checkpoint has finished epoch %d already; raise --epochs beyond %d to train on", c->resume, r->epoch, r->epoch);
 
@@ -979,8 +1046,8 @@ int main(int argc, char **argv) {
                     "%lld steps per epoch\n",
             (unsigned long long)r->train.n_records, (unsigned long long)r->val.n_records, c->shards, c->batch, c->batch,
             (long long)r->steps_per_epoch);
-    fprintf(stderr, "train: device cpu (%d threads, %d loader workers), lr %g %s, %d epochs, out %s/%s\n",
-            omp_get_max_threads(), c->workers, c->lr, c->lr_schedule, c->epochs, r->out,
+    fprintf(stderr, "train: device %s (%d CPU threads, %d loader workers), lr %g %s, %d epochs, out %s/%s\n",
+            r->cuda ? (strcmp(c->precision, "fp32") ? "cuda, bf16" : "cuda, fp32") : "cpu", omp_get_max_threads(), c->workers, c->lr, c->lr_schedule, c->epochs, r->out,
             c->resume[0] ? " (resumed)" : "");
     if (c->resume[0])
         fprintf(stderr, "train: resuming %s at epoch %d step %lld/%lld\n", c->resume, r->epoch + 1,
@@ -1149,6 +1216,7 @@ int main(int argc, char **argv) {
     // Final model for torchvision (load_state_dict) and --evaluate --weights.
     char mp[1100];
     run_path(r, mp, sizeof mp, "model.safetensors");
+    sync_to_host(r);
     {
         char ncls[16], nch[16];
         snprintf(ncls, sizeof ncls, "%d", r->classes);
