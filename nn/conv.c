@@ -5,6 +5,8 @@
 // order. The GEMM packs col straight from the input (GemmView.conv), so col never exists; a 1x1
 // stride-1 unpadded convolution is a plain GEMM on the input. Backward-data of a stride-1 conv is
 // itself a forward conv (flipped kernel); strided ones go through a bounded dcol tile and col2im.
+#include <immintrin.h>
+#include <omp.h>
 #include <string.h>
 
 #include "nn/gemm.h"
@@ -70,9 +72,177 @@ static void col2im_add(const ConvShape *s, float *din, const float *dcol, size_t
     }
 }
 
+// ---------------------------------------------------------------------------------------------
+// Direct convolution for small channel counts (AVX-512 only, chosen at run time).
+//
+// A 16-channel 3x3 layer does only 32 flops per im2col element, so the GEMM route spends as long
+// packing as computing. Here each image is copied once into a zero-bordered buffer, and the
+// kernels read it in place: forward broadcasts input channels against weight vectors (16 output
+// channels per register, up to 16 output pixels of a row at once), backward-weight broadcasts
+// output gradients against input-channel vectors. Stride 1 only (backward-data of a stride-1 conv
+// is a stride-1 conv, see conv2d_backward_data). Sum orders are fixed: forward sums (r, s, c) in
+// increasing order, like the GEMM; backward-weight sums pixels in order within an image, images
+// in order within a fixed group, groups in order.
+#define DIRECT_MAX_C 64
+#define DIRECT_MAX_K 64
+
+static int direct_ok(const ConvShape *s, int need_c16) {
+    if (s->stride != 1 || s->R * s->S == 1 || s->K % 16 || s->K > DIRECT_MAX_K || s->C > DIRECT_MAX_C) return 0;
+    if (need_c16 && s->C % 16) return 0;
+    if (s->pad > s->R - 1 || s->pad > s->S - 1) return 0;
+    return !strcmp(sgemm_kernel_name(), "avx512");
+}
+
+// xp[(H + 2 pad)][(W + 2 pad)][C] = image n of `in`, zero border.
+static void pad_image(const ConvShape *s, float *restrict xp, const float *in, int n) {
+    const int Wp = s->W + 2 * s->pad, Hp = s->H + 2 * s->pad, C = s->C;
+    const size_t row = (size_t)s->W * C;
+    memset(xp, 0, (size_t)s->pad * Wp * C * sizeof(float));
+    for (int h = 0; h < s->H; h++) {
+        float *d = xp + ((size_t)(h + s->pad) * Wp) * C;
+        memset(d, 0, (size_t)s->pad * C * sizeof(float));
+        memcpy(d + (size_t)s->pad * C, in + ((size_t)n * s->H + h) * row, row * sizeof(float));
+        memset(d + (size_t)(s->pad + s->W) * C, 0, (size_t)s->pad * C * sizeof(float));
+    }
+    memset(xp + (size_t)(s->pad + s->H) * Wp * C, 0, (size_t)(Hp - s->pad - s->H) * Wp * C * sizeof(float));
+}
+
+#if defined(__GNUC__) && defined(__x86_64__)
+#define HAVE_DIRECT 1
+#pragma GCC push_options
+#pragma GCC target("avx512f")
+// out[i][kb*16 .. +16] for MR consecutive output pixels starting at x (padded-input address of
+// pixel 0's receptive-field origin); wt is [R][S][C][K].
+#define DEFINE_DIRECT_FWD(MR)                                                                            \
+    static void direct_fwd_##MR(const ConvShape *s, const float *restrict x, const float *restrict wt,  \
+                                float *restrict out, int Wp) {                                          \
+        const int C = s->C, K = s->K;                                                                    \
+        for (int kb = 0; kb < K; kb += 16) {                                                             \
+            __m512 acc[MR];                                                                              \
+            _Pragma("GCC unroll 16") for (int i = 0; i < MR; i++) acc[i] = _mm512_setzero_ps();          \
+            const float *wk = wt + kb;                                                                   \
+            for (int r = 0; r < s->R; r++)                                                               \
+                for (int t = 0; t < s->S; t++) {                                                         \
+                    const float *xr = x + ((size_t)r * Wp + t) * C;                                      \
+                    for (int c = 0; c < C; c++, wk += K) {                                               \
+                        const __m512 wv = _mm512_loadu_ps(wk);                                           \
+                        _Pragma("GCC unroll 16") for (int i = 0; i < MR; i++)                            \
+                            acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(xr[i * C + c]), wv, acc[i]);         \
+                    }                                                                                    \
+                }                                                                                        \
+            _Pragma("GCC unroll 16") for (int i = 0; i < MR; i++) _mm512_storeu_ps(out + (size_t)i * K + kb, acc[i]); \
+        }                                                                                                \
+    }
+DEFINE_DIRECT_FWD(16)
+DEFINE_DIRECT_FWD(8)
+DEFINE_DIRECT_FWD(4)
+DEFINE_DIRECT_FWD(2)
+DEFINE_DIRECT_FWD(1)
+
+static void direct_fwd_row(const ConvShape *s, const float *x, const float *wt, float *out, int Wp) {
+    int q = 0;
+    for (; q + 16 <= s->Q; q += 16) direct_fwd_16(s, x + (size_t)q * s->C, wt, out + (size_t)q * s->K, Wp);
+    if (q + 8 <= s->Q) direct_fwd_8(s, x + (size_t)q * s->C, wt, out + (size_t)q * s->K, Wp), q += 8;
+    if (q + 4 <= s->Q) direct_fwd_4(s, x + (size_t)q * s->C, wt, out + (size_t)q * s->K, Wp), q += 4;
+    if (q + 2 <= s->Q) direct_fwd_2(s, x + (size_t)q * s->C, wt, out + (size_t)q * s->K, Wp), q += 2;
+    if (q < s->Q) direct_fwd_1(s, x + (size_t)q * s->C, wt, out + (size_t)q * s->K, Wp);
+}
+
+// dwn[k][r][s][c] = sum over pixels of image (in order) dout[pix][k] * xp[pix + (r, s)][c].
+// C and K multiples of 16; one (tap, 16 channels, 16 output channels) block at a time, its 16
+// accumulators in registers for the whole image.
+static void direct_bwd_weight_image(const ConvShape *s, float *restrict dwn, const float *restrict xp,
+                                    const float *restrict dout) {
+    const int C = s->C, K = s->K, Wp = s->W + 2 * s->pad, RSC = s->R * s->S * C;
+    for (int r = 0; r < s->R; r++)
+        for (int t = 0; t < s->S; t++)
+            for (int cb = 0; cb < C; cb += 16)
+                for (int kb = 0; kb < K; kb += 16) {
+                    __m512 acc[16];
+                    for (int k = 0; k < 16; k++) acc[k] = _mm512_setzero_ps();
+                    for (int p = 0; p < s->P; p++) {
+                        const float *xr = xp + ((size_t)(p + r) * Wp + t) * C + cb;
+                        const float *g = dout + (size_t)p * s->Q * K + kb;
+                        for (int q = 0; q < s->Q; q++, xr += C, g += K) {
+                            const __m512 xv = _mm512_loadu_ps(xr);
+                            _Pragma("GCC unroll 16") for (int k = 0; k < 16; k++)
+                                acc[k] = _mm512_fmadd_ps(_mm512_set1_ps(g[k]), xv, acc[k]);
+                        }
+                    }
+                    float *d = dwn + (size_t)kb * RSC + ((size_t)r * s->S + t) * C + cb;
+                    for (int k = 0; k < 16; k++) _mm512_storeu_ps(d + (size_t)k * RSC, acc[k]);
+                }
+}
+#pragma GCC pop_options
+#else
+#define HAVE_DIRECT 0
+#endif
+
+static void direct_forward(const ConvShape *s, float *out, const float *in, const float *w) {
+#if HAVE_DIRECT
+    const int R = s->R, S = s->S, C = s->C, K = s->K, Wp = s->W + 2 * s->pad;
+    const size_t xsz = (size_t)(s->H + 2 * s->pad) * Wp * C;
+    float *wt = ct_alloc((size_t)R * S * C * K * sizeof(float));
+    for (int k = 0; k < K; k++)
+        for (int j = 0; j < R * S * C; j++) wt[(size_t)j * K + k] = w[(size_t)k * R * S * C + j];
+    const int nthr = omp_get_max_threads();
+    float *xbuf = ct_alloc((size_t)nthr * xsz * sizeof(float));
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < s->N; n++) {
+        float *xp = xbuf + (size_t)omp_get_thread_num() * xsz;
+        pad_image(s, xp, in, n);
+        for (int p = 0; p < s->P; p++)
+            direct_fwd_row(s, xp + (size_t)p * Wp * C, wt, out + (((size_t)n * s->P + p) * s->Q) * K, Wp);
+    }
+    free(xbuf);
+    free(wt);
+#else
+    (void)s, (void)out, (void)in, (void)w;
+    ct_die("direct_forward: not built for this target");
+#endif
+}
+
+static void direct_backward_weight(const ConvShape *s, float *dw, const float *dout, const float *in) {
+#if HAVE_DIRECT
+    const int Wp = s->W + 2 * s->pad;
+    const size_t xsz = (size_t)(s->H + 2 * s->pad) * Wp * s->C, nw = (size_t)s->K * s->R * s->S * s->C;
+    const size_t pqk = (size_t)s->P * s->Q * s->K;
+    const int per = (s->N + 15) / 16, G = (s->N + per - 1) / per;  // image groups: from the shape alone
+    const int nthr = omp_get_max_threads();
+    float *part = ct_alloc((size_t)G * nw * sizeof(float));
+    float *xbuf = ct_alloc((size_t)nthr * (xsz + nw) * sizeof(float));
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int g = 0; g < G; g++) {
+        float *xp = xbuf + (size_t)omp_get_thread_num() * (xsz + nw), *dwn = xp + xsz;
+        float *pg = part + (size_t)g * nw;
+        const int n0 = g * per, n1 = CT_MIN(s->N, n0 + per);
+        for (int n = n0; n < n1; n++) {
+            pad_image(s, xp, in, n);
+            direct_bwd_weight_image(s, n == n0 ? pg : dwn, xp, dout + (size_t)n * pqk);
+            if (n != n0)
+                for (size_t i = 0; i < nw; i++) pg[i] += dwn[i];
+        }
+    }
+    for (size_t i = 0; i < nw; i++) {
+        float v = part[i];
+        for (int g = 1; g < G; g++) v += part[(size_t)g * nw + i];
+        dw[i] = v;
+    }
+    free(xbuf);
+    free(part);
+#else
+    (void)s, (void)dw, (void)dout, (void)in;
+    ct_die("direct_backward_weight: not built for this target");
+#endif
+}
+
 void conv2d_forward(const ConvShape *s, float *out, const float *in, const float *w) {
     const size_t npq = (size_t)s->N * s->P * s->Q;
     const int rsc = s->R * s->S * s->C;
+    if (direct_ok(s, 0)) {
+        direct_forward(s, out, in, w);
+        return;
+    }
     // out[NPQ, K] = im2col(in)[NPQ, RSC] w^T; a pointwise conv's im2col is the input itself.
     const GemmView a = is_pointwise(s) ? (GemmView){in, s->C, 1, NULL, 0} : (GemmView){in, 0, 0, s, 0};
     const GemmView b = {w, 1, rsc, NULL, 0};
@@ -122,6 +292,10 @@ void conv2d_backward_weight(const ConvShape *s, float *dw, const float *dout, co
     const size_t npq = (size_t)s->N * s->P * s->Q;
     const int rsc = s->R * s->S * s->C, K = s->K;
     const size_t nw = (size_t)K * rsc;
+    if (direct_ok(s, 1)) {
+        direct_backward_weight(s, dw, dout, in);
+        return;
+    }
     int G = (int)CT_MIN((size_t)32, npq / 4096);
     while (G > 1 && (size_t)G * nw * sizeof(float) > ((size_t)16 << 20)) G--;
     const int pw = is_pointwise(s);

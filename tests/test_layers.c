@@ -112,6 +112,14 @@ static void test_conv(void) {
         {1, 4, 4, 2, 3, 3, 3, 1, 2},    // pad > R - 1 - ... (output larger than input)
         {1, 1, 1, 19, 7, 1, 1, 1, 0},
         {1, 2, 2, 130, 40, 3, 3, 1, 1}, // channel counts past one K block
+        // Direct small-channel kernels (AVX-512): forward, backward-weight, backward-data via the
+        // flipped forward; pixel-row remainders 8/4/2/1, K blocks of 16, pad 0 and R != 3.
+        {2, 9, 31, 16, 16, 3, 3, 1, 1},
+        {1, 5, 19, 32, 16, 3, 3, 1, 1},
+        {2, 6, 13, 16, 32, 3, 3, 1, 0},
+        {1, 7, 6, 3, 48, 3, 3, 1, 1},
+        {1, 8, 9, 16, 64, 5, 5, 1, 2},
+        {17, 4, 4, 16, 16, 3, 3, 1, 1}, // more images than backward-weight groups
     };
     for (size_t i = 0; i < CT_ARRAY_LEN(fixed); i++) {
         const int *f = fixed[i];
