@@ -5,7 +5,8 @@
 #   2. runs them: every non-conv kernel against the CPU reference, and full resnet20/resnet18
 #      training steps of the GPU executor against the CPU executor (fp32 and bf16),
 #   3. runs a small training step under compute-sanitizer memcheck and racecheck,
-#   4. checks the release binary's linkage (tests/test_linkage.sh).
+#   4. trains a tiny model with ./train --device cuda against --device cpu (tests/test_train_cuda_emu.sh),
+#   5. checks the release binary's linkage (tests/test_linkage.sh).
 # Usage: tests/gpu.sh            (from anywhere; exits non-zero on the first failure)
 # Environment: CUDA_VISIBLE_DEVICES picks the GPU; SANITIZER overrides compute-sanitizer's path.
 set -euo pipefail
@@ -51,6 +52,9 @@ if [ -x "$SAN" ]; then
 else
   echo "compute-sanitizer not found (set SANITIZER=/path/to/compute-sanitizer)"; status=1
 fi
+
+step "train --device cuda end to end against --device cpu (real GPU)"
+run "test_train_cuda_emu.sh (CUDA_TRAIN=./train)" env CUDA_TRAIN="$ROOT/train" CTRAIN_BIN="$ROOT" CTRAIN_BUILD="$ROOT/build" bash tests/test_train_cuda_emu.sh
 
 step "linkage of ./train"
 run "test_linkage.sh" env CTRAIN_BIN="$ROOT" CTRAIN_BUILD="$ROOT/build" bash tests/test_linkage.sh
