@@ -111,6 +111,13 @@ ok "model.safetensors loads into PyTorch; --evaluate agrees with PyTorch"
 compare_eval resnet18 "$TMP/tv18.safetensors"
 ok "--evaluate on torchvision resnet18 weights agrees with PyTorch"
 
+# The other direction for torchvision itself: a ctrain-trained resnet18 loads into
+# torchvision.models.resnet18(num_classes=10) with strict=True and evaluates the same.
+"$TRAIN" -a resnet18 -b 32 --crop-size 16 --val-resize 16 --lr 0.02 --epochs 1 -p 10 --out "$TMP/r18" "$TMP/d" 2>"$TMP/r18.log" \
+  || { cat "$TMP/r18.log"; fail "resnet18 run failed"; }
+compare_eval resnet18 "$TMP/r18/model.safetensors"
+ok "a ctrain resnet18 loads into torchvision and evaluates the same"
+
 # Curves from metrics.jsonl (util/plot).
 if [ -x "$CTRAIN_BUILD/tools/plot" ]; then
   "$CTRAIN_BUILD/tools/plot" "$TMP/run/metrics.jsonl" "$TMP/curves.png" >/dev/null 2>&1 || fail "tools/plot cannot read metrics.jsonl"
