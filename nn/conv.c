@@ -111,41 +111,68 @@ static void pad_image(const ConvShape *s, float *restrict xp, const float *in, i
 #define HAVE_DIRECT 1
 #pragma GCC push_options
 #pragma GCC target("avx512f")
-// out[i][kb*16 .. +16] for MR consecutive output pixels starting at x (padded-input address of
-// pixel 0's receptive-field origin); wt is [R][S][C][K].
-#define DEFINE_DIRECT_FWD(MR)                                                                            \
-    static void direct_fwd_##MR(const ConvShape *s, const float *restrict x, const float *restrict wt,  \
-                                float *restrict out, int Wp) {                                          \
+// out[i][kb .. kb + 16 NV) for MR consecutive output pixels, x the padded-input address of pixel
+// 0's receptive-field origin; wt is [R][S][C][K]. Per (r, s, c): NV weight loads and MR broadcasts
+// feed MR * NV FMAs, so wider K blocks (NV = 2) take fewer loads per FMA.
+#define DEFINE_DIRECT_FWD(MR, NV)                                                                        \
+    static void direct_fwd_##MR##x##NV(const ConvShape *s, const float *restrict x, const float *restrict wt, \
+                                       float *restrict out, int Wp) {                                   \
         const int C = s->C, K = s->K;                                                                    \
-        for (int kb = 0; kb < K; kb += 16) {                                                             \
-            __m512 acc[MR];                                                                              \
-            _Pragma("GCC unroll 16") for (int i = 0; i < MR; i++) acc[i] = _mm512_setzero_ps();          \
+        for (int kb = 0; kb < K; kb += 16 * NV) {                                                        \
+            __m512 acc[MR][NV];                                                                          \
+            _Pragma("GCC unroll 16") for (int i = 0; i < MR; i++)                                        \
+                _Pragma("GCC unroll 2") for (int v = 0; v < NV; v++) acc[i][v] = _mm512_setzero_ps();    \
             const float *wk = wt + kb;                                                                   \
             for (int r = 0; r < s->R; r++)                                                               \
                 for (int t = 0; t < s->S; t++) {                                                         \
                     const float *xr = x + ((size_t)r * Wp + t) * C;                                      \
                     for (int c = 0; c < C; c++, wk += K) {                                               \
-                        const __m512 wv = _mm512_loadu_ps(wk);                                           \
-                        _Pragma("GCC unroll 16") for (int i = 0; i < MR; i++)                            \
-                            acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(xr[i * C + c]), wv, acc[i]);         \
+                        __m512 wv[NV];                                                                   \
+                        _Pragma("GCC unroll 2") for (int v = 0; v < NV; v++) wv[v] = _mm512_loadu_ps(wk + 16 * v); \
+                        _Pragma("GCC unroll 16") for (int i = 0; i < MR; i++) {                          \
+                            const __m512 xv = _mm512_set1_ps(xr[i * C + c]);                             \
+                            _Pragma("GCC unroll 2") for (int v = 0; v < NV; v++)                         \
+                                acc[i][v] = _mm512_fmadd_ps(xv, wv[v], acc[i][v]);                       \
+                        }                                                                                \
                     }                                                                                    \
                 }                                                                                        \
-            _Pragma("GCC unroll 16") for (int i = 0; i < MR; i++) _mm512_storeu_ps(out + (size_t)i * K + kb, acc[i]); \
+            _Pragma("GCC unroll 16") for (int i = 0; i < MR; i++)                                        \
+                _Pragma("GCC unroll 2") for (int v = 0; v < NV; v++)                                     \
+                    _mm512_storeu_ps(out + (size_t)i * K + kb + 16 * v, acc[i][v]);                      \
         }                                                                                                \
     }
-DEFINE_DIRECT_FWD(16)
-DEFINE_DIRECT_FWD(8)
-DEFINE_DIRECT_FWD(4)
-DEFINE_DIRECT_FWD(2)
-DEFINE_DIRECT_FWD(1)
+DEFINE_DIRECT_FWD(16, 1)
+DEFINE_DIRECT_FWD(8, 1)
+DEFINE_DIRECT_FWD(4, 1)
+DEFINE_DIRECT_FWD(2, 1)
+DEFINE_DIRECT_FWD(1, 1)
+DEFINE_DIRECT_FWD(12, 2)
+DEFINE_DIRECT_FWD(8, 2)
+DEFINE_DIRECT_FWD(4, 2)
+DEFINE_DIRECT_FWD(2, 2)
+DEFINE_DIRECT_FWD(1, 2)
 
+// One output row, cut into pixel blocks: 16 wide with 16-channel K blocks, 8 wide (12 when the row
+// is long) with 32-channel ones.
 static void direct_fwd_row(const ConvShape *s, const float *x, const float *wt, float *out, int Wp) {
+    const int C = s->C, K = s->K;
     int q = 0;
-    for (; q + 16 <= s->Q; q += 16) direct_fwd_16(s, x + (size_t)q * s->C, wt, out + (size_t)q * s->K, Wp);
-    if (q + 8 <= s->Q) direct_fwd_8(s, x + (size_t)q * s->C, wt, out + (size_t)q * s->K, Wp), q += 8;
-    if (q + 4 <= s->Q) direct_fwd_4(s, x + (size_t)q * s->C, wt, out + (size_t)q * s->K, Wp), q += 4;
-    if (q + 2 <= s->Q) direct_fwd_2(s, x + (size_t)q * s->C, wt, out + (size_t)q * s->K, Wp), q += 2;
-    if (q < s->Q) direct_fwd_1(s, x + (size_t)q * s->C, wt, out + (size_t)q * s->K, Wp);
+#define DIRECT_STEP(MR, NV) direct_fwd_##MR##x##NV(s, x + (size_t)q * C, wt, out + (size_t)q * K, Wp), q += MR
+    if (K % 32 == 0) {
+        if (s->Q >= 24)
+            while (q + 12 <= s->Q) DIRECT_STEP(12, 2);
+        while (q + 8 <= s->Q) DIRECT_STEP(8, 2);
+        if (q + 4 <= s->Q) DIRECT_STEP(4, 2);
+        if (q + 2 <= s->Q) DIRECT_STEP(2, 2);
+        if (q < s->Q) DIRECT_STEP(1, 2);
+    } else {
+        while (q + 16 <= s->Q) DIRECT_STEP(16, 1);
+        if (q + 8 <= s->Q) DIRECT_STEP(8, 1);
+        if (q + 4 <= s->Q) DIRECT_STEP(4, 1);
+        if (q + 2 <= s->Q) DIRECT_STEP(2, 1);
+        if (q < s->Q) DIRECT_STEP(1, 1);
+    }
+#undef DIRECT_STEP
 }
 
 // dwn[k][r][s][c] = sum over pixels of image (in order) dout[pix][k] * xp[pix + (r, s)][c].

@@ -120,6 +120,8 @@ static void test_conv(void) {
         {1, 7, 6, 3, 48, 3, 3, 1, 1},
         {1, 8, 9, 16, 64, 5, 5, 1, 2},
         {17, 4, 4, 16, 16, 3, 3, 1, 1}, // more images than backward-weight groups
+        {1, 3, 39, 32, 32, 3, 3, 1, 1}, // 32-channel K blocks: 12-pixel blocks, remainders 2 and 1
+        {1, 3, 15, 16, 64, 3, 3, 1, 1}, // 32-channel K blocks: remainders 8, 4, 2, 1
     };
     for (size_t i = 0; i < CT_ARRAY_LEN(fixed); i++) {
         const int *f = fixed[i];
