@@ -253,6 +253,13 @@ static float *grad_dest(CpuExec *e, int t) {
     return e->grad_written[t] ? e->scratch : e->arena + e->grad_off[t];
 }
 
+// A large gradient copy (residual branches), split over the threads.
+static void copy_parallel(float *dst, const float *src, size_t n) {
+    const size_t B = (size_t)1 << 15;
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i += B) memcpy(dst + i, src + i, CT_MIN(B, n - i) * sizeof(float));
+}
+
 static void grad_commit(CpuExec *e, int t, const float *dst, size_t n) {
     if (!dst) return;
     if (e->grad_written[t]) add_inplace(e->arena + e->grad_off[t], dst, n);
@@ -301,8 +308,13 @@ void cpu_backward(CpuExec *e, const ResNet *m, const float *dlogits, float *grad
             else memcpy(da, dy, n_in * sizeof(float));
             grad_commit(e, op->in, dx, n_in);
             float *db = grad_dest(e, op->in2);
-            if (db && db != da) memcpy(db, da, n_in * sizeof(float));
-            grad_commit(e, op->in2, db, n_in);
+            if (db && db != da && e->grad_written[op->in2]) {
+                // Add da straight in: the same sum as copying it to scratch and committing that.
+                add_inplace(e->arena + e->grad_off[op->in2], da, n_in);
+            } else {
+                if (db && db != da) copy_parallel(db, da, n_in);
+                grad_commit(e, op->in2, db, n_in);
+            }
             dx = NULL;  // already committed
             break;
         }
