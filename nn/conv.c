@@ -79,15 +79,15 @@ static void col2im_add(const ConvShape *s, float *din, const float *dcol, size_t
 // packing as computing. Here each image is copied once into a zero-bordered buffer, and the
 // kernels read it in place: forward broadcasts input channels against weight vectors (16 output
 // channels per register, up to 16 output pixels of a row at once), backward-weight broadcasts
-// output gradients against input-channel vectors. Stride 1 only (backward-data of a stride-1 conv
-// is a stride-1 conv, see conv2d_backward_data). Sum orders are fixed: forward sums (r, s, c) in
+// output gradients against input-channel vectors. Any stride (backward-data of a stride-1 conv is
+// a stride-1 conv, see conv2d_backward_data; strided ones keep the col2im route). Sum orders are fixed: forward sums (r, s, c) in
 // increasing order, like the GEMM; backward-weight sums pixels in order within an image, images
 // in order within a fixed group, groups in order.
 #define DIRECT_MAX_C 64
 #define DIRECT_MAX_K 64
 
 static int direct_ok(const ConvShape *s, int need_c16) {
-    if (s->stride != 1 || s->R * s->S == 1 || s->K % 16 || s->K > DIRECT_MAX_K || s->C > DIRECT_MAX_C) return 0;
+    if (s->R * s->S == 1 || s->K % 16 || s->K > DIRECT_MAX_K || s->C > DIRECT_MAX_C) return 0;
     if (need_c16 && s->C % 16) return 0;
     if (s->pad > s->R - 1 || s->pad > s->S - 1) return 0;
     return !strcmp(sgemm_kernel_name(), "avx512");
@@ -117,7 +117,7 @@ static void pad_image(const ConvShape *s, float *restrict xp, const float *in, i
 #define DEFINE_DIRECT_FWD(MR, NV)                                                                        \
     static void direct_fwd_##MR##x##NV(const ConvShape *s, const float *restrict x, const float *restrict wt, \
                                        float *restrict out, int Wp) {                                   \
-        const int C = s->C, K = s->K;                                                                    \
+        const int C = s->C, K = s->K, SC = s->stride * C;                                                \
         for (int kb = 0; kb < K; kb += 16 * NV) {                                                        \
             __m512 acc[MR][NV];                                                                          \
             _Pragma("GCC unroll 16") for (int i = 0; i < MR; i++)                                        \
@@ -130,7 +130,7 @@ static void pad_image(const ConvShape *s, float *restrict xp, const float *in, i
                         __m512 wv[NV];                                                                   \
                         _Pragma("GCC unroll 2") for (int v = 0; v < NV; v++) wv[v] = _mm512_loadu_ps(wk + 16 * v); \
                         _Pragma("GCC unroll 16") for (int i = 0; i < MR; i++) {                          \
-                            const __m512 xv = _mm512_set1_ps(xr[i * C + c]);                             \
+                            const __m512 xv = _mm512_set1_ps(xr[i * SC + c]);                            \
                             _Pragma("GCC unroll 2") for (int v = 0; v < NV; v++)                         \
                                 acc[i][v] = _mm512_fmadd_ps(xv, wv[v], acc[i][v]);                       \
                         }                                                                                \
@@ -157,7 +157,7 @@ DEFINE_DIRECT_FWD(1, 2)
 static void direct_fwd_row(const ConvShape *s, const float *x, const float *wt, float *out, int Wp) {
     const int C = s->C, K = s->K;
     int q = 0;
-#define DIRECT_STEP(MR, NV) direct_fwd_##MR##x##NV(s, x + (size_t)q * C, wt, out + (size_t)q * K, Wp), q += MR
+#define DIRECT_STEP(MR, NV) direct_fwd_##MR##x##NV(s, x + (size_t)q * s->stride * C, wt, out + (size_t)q * K, Wp), q += MR
     if (K % 32 == 0) {
         if (s->Q >= 24)
             while (q + 12 <= s->Q) DIRECT_STEP(12, 2);
@@ -188,9 +188,9 @@ static void direct_bwd_weight_image(const ConvShape *s, float *restrict dwn, con
                     __m512 acc[16];
                     for (int k = 0; k < 16; k++) acc[k] = _mm512_setzero_ps();
                     for (int p = 0; p < s->P; p++) {
-                        const float *xr = xp + ((size_t)(p + r) * Wp + t) * C + cb;
+                        const float *xr = xp + ((size_t)(p * s->stride + r) * Wp + t) * C + cb;
                         const float *g = dout + (size_t)p * s->Q * K + kb;
-                        for (int q = 0; q < s->Q; q++, xr += C, g += K) {
+                        for (int q = 0; q < s->Q; q++, xr += (size_t)s->stride * C, g += K) {
                             const __m512 xv = _mm512_loadu_ps(xr);
                             _Pragma("GCC unroll 16") for (int k = 0; k < 16; k++)
                                 acc[k] = _mm512_fmadd_ps(_mm512_set1_ps(g[k]), xv, acc[k]);
@@ -219,7 +219,7 @@ static void direct_forward(const ConvShape *s, float *out, const float *in, cons
         float *xp = xbuf + (size_t)omp_get_thread_num() * xsz;
         pad_image(s, xp, in, n);
         for (int p = 0; p < s->P; p++)
-            direct_fwd_row(s, xp + (size_t)p * Wp * C, wt, out + (((size_t)n * s->P + p) * s->Q) * K, Wp);
+            direct_fwd_row(s, xp + (size_t)p * s->stride * Wp * C, wt, out + (((size_t)n * s->P + p) * s->Q) * K, Wp);
     }
     free(xbuf);
     free(wt);
