@@ -79,16 +79,16 @@ static void col2im_add(const ConvShape *s, float *din, const float *dcol, size_t
 // packing as computing. Here each image is copied once into a zero-bordered buffer, and the
 // kernels read it in place: forward broadcasts input channels against weight vectors (16 output
 // channels per register, up to 16 output pixels of a row at once), backward-weight broadcasts
-// output gradients against input-channel vectors. Any stride (backward-data of a stride-1 conv is
-// a stride-1 conv, see conv2d_backward_data; strided ones keep the col2im route). Sum orders are fixed: forward sums (r, s, c) in
-// increasing order, like the GEMM; backward-weight sums pixels in order within an image, images
-// in order within a fixed group, groups in order.
+// output gradients against input-channel vectors (against output-channel vectors when C is not a
+// multiple of 16). Any stride (backward-data of a stride-1 conv is a stride-1 conv, see
+// conv2d_backward_data; strided ones keep the col2im route). Sum orders are fixed: forward sums
+// (r, s, c) in increasing order, like the GEMM; backward-weight sums pixels in order within an
+// image, images in order within a fixed group, groups in order.
 #define DIRECT_MAX_C 64
 #define DIRECT_MAX_K 64
 
-static int direct_ok(const ConvShape *s, int need_c16) {
+static int direct_ok(const ConvShape *s) {
     if (s->R * s->S == 1 || s->K % 16 || s->K > DIRECT_MAX_K || s->C > DIRECT_MAX_C) return 0;
-    if (need_c16 && s->C % 16) return 0;
     if (s->pad > s->R - 1 || s->pad > s->S - 1) return 0;
     return !strcmp(sgemm_kernel_name(), "avx512");
 }
@@ -200,6 +200,49 @@ static void direct_bwd_weight_image(const ConvShape *s, float *restrict dwn, con
                     for (int k = 0; k < 16; k++) _mm512_storeu_ps(d + (size_t)k * RSC, acc[k]);
                 }
 }
+// The same for C not a multiple of 16 (RGB stems): vectorised over 16 output channels instead.
+// For a fixed kernel row r the S * C (s, c) items of a pixel's window are contiguous in the padded
+// row, so a block of JB items broadcasts JB consecutive floats against the output-gradient vector.
+#define DEFINE_DIRECT_BWK(JB)                                                                            \
+    static void direct_bwk_##JB(const ConvShape *s, float *restrict dwn, const float *restrict xp,     \
+                                const float *restrict dout, int r, int j0, int kb) {                    \
+        const int K = s->K, Wp = s->W + 2 * s->pad, SC = s->S * s->C, RSC = s->R * SC;                   \
+        __m512 acc[JB];                                                                                  \
+        _Pragma("GCC unroll 16") for (int i = 0; i < JB; i++) acc[i] = _mm512_setzero_ps();              \
+        for (int p = 0; p < s->P; p++) {                                                                 \
+            const float *xr = xp + (size_t)(p * s->stride + r) * Wp * s->C + j0;                         \
+            const float *g = dout + (size_t)p * s->Q * K + kb;                                           \
+            for (int q = 0; q < s->Q; q++, xr += (size_t)s->stride * s->C, g += K) {                     \
+                const __m512 gv = _mm512_loadu_ps(g);                                                    \
+                _Pragma("GCC unroll 16") for (int i = 0; i < JB; i++)                                    \
+                    acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(xr[i]), gv, acc[i]);                         \
+            }                                                                                            \
+        }                                                                                                \
+        float tile[16];                                                                                  \
+        for (int i = 0; i < JB; i++) {                                                                   \
+            _mm512_storeu_ps(tile, acc[i]);                                                              \
+            for (int k = 0; k < 16; k++) dwn[(size_t)(kb + k) * RSC + (size_t)r * SC + j0 + i] = tile[k]; \
+        }                                                                                                \
+    }
+DEFINE_DIRECT_BWK(16)
+DEFINE_DIRECT_BWK(8)
+DEFINE_DIRECT_BWK(4)
+DEFINE_DIRECT_BWK(2)
+DEFINE_DIRECT_BWK(1)
+
+static void direct_bwd_weight_image_k(const ConvShape *s, float *restrict dwn, const float *restrict xp,
+                                      const float *restrict dout) {
+    const int SC = s->S * s->C;
+    for (int r = 0; r < s->R; r++)
+        for (int kb = 0; kb < s->K; kb += 16) {
+            int j = 0;
+            for (; j + 16 <= SC; j += 16) direct_bwk_16(s, dwn, xp, dout, r, j, kb);
+            if (j + 8 <= SC) direct_bwk_8(s, dwn, xp, dout, r, j, kb), j += 8;
+            if (j + 4 <= SC) direct_bwk_4(s, dwn, xp, dout, r, j, kb), j += 4;
+            if (j + 2 <= SC) direct_bwk_2(s, dwn, xp, dout, r, j, kb), j += 2;
+            if (j < SC) direct_bwk_1(s, dwn, xp, dout, r, j, kb);
+        }
+}
 #pragma GCC pop_options
 #else
 #define HAVE_DIRECT 0
@@ -245,7 +288,8 @@ static void direct_backward_weight(const ConvShape *s, float *dw, const float *d
         const int n0 = g * per, n1 = CT_MIN(s->N, n0 + per);
         for (int n = n0; n < n1; n++) {
             pad_image(s, xp, in, n);
-            direct_bwd_weight_image(s, n == n0 ? pg : dwn, xp, dout + (size_t)n * pqk);
+            if (s->C % 16 == 0) direct_bwd_weight_image(s, n == n0 ? pg : dwn, xp, dout + (size_t)n * pqk);
+            else direct_bwd_weight_image_k(s, n == n0 ? pg : dwn, xp, dout + (size_t)n * pqk);
             if (n != n0)
                 for (size_t i = 0; i < nw; i++) pg[i] += dwn[i];
         }
@@ -266,7 +310,7 @@ static void direct_backward_weight(const ConvShape *s, float *dw, const float *d
 void conv2d_forward(const ConvShape *s, float *out, const float *in, const float *w) {
     const size_t npq = (size_t)s->N * s->P * s->Q;
     const int rsc = s->R * s->S * s->C;
-    if (direct_ok(s, 0)) {
+    if (direct_ok(s)) {
         direct_forward(s, out, in, w);
         return;
     }
@@ -319,7 +363,7 @@ void conv2d_backward_weight(const ConvShape *s, float *dw, const float *dout, co
     const size_t npq = (size_t)s->N * s->P * s->Q;
     const int rsc = s->R * s->S * s->C, K = s->K;
     const size_t nw = (size_t)K * rsc;
-    if (direct_ok(s, 1)) {
+    if (direct_ok(s)) {
         direct_backward_weight(s, dw, dout, in);
         return;
     }

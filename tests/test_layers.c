@@ -125,6 +125,8 @@ static void test_conv(void) {
         {2, 9, 33, 16, 32, 3, 3, 2, 1}, // stride 2 (forward and backward-weight)
         {1, 8, 11, 32, 16, 3, 3, 2, 0},
         {1, 10, 10, 16, 16, 5, 5, 3, 2},
+        {1, 15, 13, 3, 16, 7, 7, 2, 3}, // backward-weight over K for C % 16 != 0: 21 items = 16+4+1
+        {2, 7, 9, 20, 16, 3, 3, 1, 1},  // 60 items = 3x16+8+4
     };
     for (size_t i = 0; i < CT_ARRAY_LEN(fixed); i++) {
         const int *f = fixed[i];
