@@ -116,7 +116,7 @@ static const Flag FLAGS[] = {
     {"weights", 0, F_STR, OFF(weights), "", "PATH", "initial weights from a .safetensors file (torchvision names)", 0},
     {"evaluate", 'e', F_BOOL, OFF(evaluate), "0", NULL, "only evaluate (--weights or --resume) on the val shard: prints top-1/top-5", 0},
     {"out", 'o', F_STR, OFF(out), "runs/<date>-<arch>", "DIR", "output directory: config.json, metrics.jsonl, events, checkpoints, model.safetensors", 0},
-    {"device", 0, F_STR, OFF(device), "cpu", "cpu|cuda", "compute backend", 0},
+    {"device", 0, F_STR, OFF(device), "auto", "auto|cpu|cuda", "compute backend (auto: cuda when a GPU is found, else cpu)", 0},
     {"print-freq", 'p', F_INT, OFF(print_freq), "10", "N", "steps between progress updates and metrics.jsonl step records", 0},
     {"teacher", 0, F_STR, OFF(teacher), "", "ARCH:PATH", "distill from a teacher (eval mode, no gradients) loaded from a .safetensors file", 0},
     {"kd-alpha", 0, F_DBL, OFF(kd_alpha), "0.5", "A", "distillation: loss = (1-A) * cross-entropy + A * T^2 * KL(teacher_T || student_T)", 0},
@@ -304,7 +304,7 @@ static void validate_config(const Config *c) {
     if (!(c->min_scale > 0) || c->min_scale > 1) ct_die("--min-scale: must be in (0, 1] (got %g)", c->min_scale);
     if (c->workers < 1 || c->workers > 256) ct_die("--workers: must be in 1..256 (got %d)", c->workers);
     if (c->seed < 0) ct_die("--seed: must be >= 0 (got %lld)", c->seed);
-    if (strcmp(c->device, "cpu") && strcmp(c->device, "cuda")) ct_die("--device: '%s' is not one of cpu, cuda", c->device);
+    if (strcmp(c->device, "auto") && strcmp(c->device, "cpu") && strcmp(c->device, "cuda")) ct_die("--device: '%s' is not one of auto, cpu, cuda", c->device);
     if (c->print_freq < 1) ct_die("--print-freq: must be >= 1 (got %d)", c->print_freq);
     if (c->kd_alpha < 0 || c->kd_alpha > 1) ct_die("--kd-alpha: must be in [0, 1] (got %g)", c->kd_alpha);
     if (!(c->kd_temperature > 0)) ct_die("--kd-temperature: must be > 0 (got %g)", c->kd_temperature);
@@ -509,6 +509,21 @@ static void open_shards(Run *r) {
     if (r->classes < 2) ct_die("%s: %d class(es); training needs at least 2", vp, r->classes);
 }
 
+#ifdef CTRAIN_CUDA
+// Locks each shard's mapping in RAM once (read-only host registration): the loader's workers read
+// records from it for the whole run. Not fatal when the system refuses (ulimit -l, size).
+static void pin_shards(Run *r) {
+    Shard *sh[2] = {r->have_train ? &r->train : NULL, &r->val};
+    for (int i = 0; i < 2; i++) {
+        char err[256];
+        if (!sh[i] || !sh[i]->base || !sh[i]->size) continue;
+        if (gpu_pin_host(sh[i]->base, sh[i]->size, err, sizeof err) != 0)
+            ct_warn("%s: could not pin the %.1f MB mapping (%s); reading it unpinned", sh[i]->path,
+                    sh[i]->size / 1e6, err);
+    }
+}
+#endif
+
 static void make_loaders(Run *r) {
     const Config *c = &r->cfg;
     LoaderConfig lc;
@@ -521,6 +536,12 @@ static void make_loaders(Run *r) {
     lc.rank = 0;
     lc.world = 1;
     lc.no_flip = c->no_flip;
+#ifdef CTRAIN_CUDA
+    if (r->cuda) {  // batches leave the ring by DMA on the copy stream: page-locked buffers
+        lc.alloc = gpu_pinned_alloc;
+        lc.free = gpu_pinned_free;
+    }
+#endif
     if (r->have_train) {
         lc.train = 1;
         if (c->min_scale != 0.08) {
@@ -897,10 +918,17 @@ int main(int argc, char **argv) {
                                 : FLAGS[i].type == F_STR ? sizeof(char *) : sizeof(int));
         if (c->shards[0]) ct_die("--demo takes no SHARDS argument (it uses %s/)", DEMO_SHARDS);
         c->shards = DEMO_SHARDS;
-        if (!strcmp(c->device, "cuda") && !seen[find_flag_long("device", 6) - FLAGS]) c->device = "cpu";
+        if (!seen[find_flag_long("device", 6) - FLAGS]) c->device = "cpu";  // the demo is the CPU showcase
     }
     if (!c->shards[0]) { usage(stderr); ct_die("missing SHARDS directory (or --demo)"); }
     validate_config(c);
+    if (!strcmp(c->device, "auto")) {
+#ifdef CTRAIN_CUDA
+        c->device = gpu_available() ? "cuda" : "cpu";
+#else
+        c->device = "cpu";
+#endif
+    }
     if (!strcmp(c->device, "cuda")) {
 #ifdef CTRAIN_CUDA
         if (!gpu_available()) ct_die("--device cuda: no usable CUDA device (use --device cpu)");
@@ -952,6 +980,9 @@ int main(int argc, char **argv) {
     r->dlogits = ct_alloc(sizeof(float) * (size_t)c->batch * r->classes);
     if (c->weights[0]) st_load_resnet(c->weights, r->m);
 
+#ifdef CTRAIN_CUDA
+    if (r->cuda) pin_shards(r);
+#endif
     make_loaders(r);
 #ifdef CTRAIN_CUDA
     CtDtype dt = strcmp(c->precision, "fp32") ? CT_BF16 : CT_F32;
@@ -1074,9 +1105,28 @@ int main(int argc, char **argv) {
             if (!loader_next(r->ltrain, &b)) ct_die("internal: epoch %d ended while skipping to step %lld", r->epoch, (long long)r->step_in_epoch);
             loader_release(r->ltrain, &b);
         }
+        // On the GPU the next batch is taken from the ring and its copy started on the copy stream
+        // before this step runs, so the transfer overlaps the compute (two batches held at once).
+        LoaderBatch next;
+        int have_next = 0;
         while (r->step_in_epoch < r->steps_per_epoch) {
-            if (!loader_next(r->ltrain, &b)) ct_die("internal: the loader ended epoch %d after %lld of %lld batches", r->epoch + 1,
-                                                    (long long)r->step_in_epoch, (long long)r->steps_per_epoch);
+            int staged = have_next;  // b's copy was started during the previous step
+            if (have_next) {
+                b = next;
+                have_next = 0;
+            } else if (!loader_next(r->ltrain, &b))
+                ct_die("internal: the loader ended epoch %d after %lld of %lld batches", r->epoch + 1,
+                       (long long)r->step_in_epoch, (long long)r->steps_per_epoch);
+#ifdef CTRAIN_CUDA
+            if (r->cuda && r->step_in_epoch + 1 < r->steps_per_epoch && !g_stop_signal) {
+                if (!staged) gpu_prefetch_u8(r->ge, b.images, b.count, c->crop_size, c->crop_size);
+                if (!loader_next(r->ltrain, &next)) ct_die("internal: the loader ended epoch %d early", r->epoch + 1);
+                have_next = 1;
+                gpu_prefetch_u8(r->ge, next.images, next.count, c->crop_size, c->crop_size);
+            }
+#else
+            (void)staged;
+#endif
             int64_t gstep = (int64_t)r->epoch * r->steps_per_epoch + r->step_in_epoch;
             double lr = lr_at(&r->sched, gstep);
             if (r->dump_train) dump_batch(r->dump_train, &b, c->crop_size, r->channels, r->epoch, gstep + 1, (float)lr);
@@ -1156,6 +1206,7 @@ int main(int argc, char **argv) {
                 break;
             }
         }
+        if (have_next) loader_release(r->ltrain, &next);
         if (stopped) break;
         progress_clear(r, &pr);
         // End of epoch: eval, records, checkpoints.

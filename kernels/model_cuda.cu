@@ -641,6 +641,21 @@ void gpu_pinned_free(void *p, void *ctx) {
     if (p) cudaFreeHost(p);
 }
 
+int gpu_pin_host(const void *p, size_t bytes, char *err, size_t errlen) {
+    // A shard is mapped read-only, so it is registered read-only (CUDA >= 11.1). Failure is not fatal:
+    // the loader still works from pageable memory, only slower to page in and not locked in RAM.
+    cudaError_t rc = cudaHostRegister((void *)p, bytes, cudaHostRegisterPortable | cudaHostRegisterReadOnly);
+    if (rc != cudaSuccess) {
+        cudaGetLastError();  // clear the sticky error so later calls do not report it
+        snprintf(err, errlen, "%s", cudaGetErrorString(rc));
+        return -1;
+    }
+    return 0;
+}
+void gpu_unpin_host(const void *p) {
+    if (p && cudaHostUnregister((void *)p) != cudaSuccess) cudaGetLastError();
+}
+
 float *gpu_exec_grads(GpuExec *e) { return e->grads; }
 float *gpu_exec_params(GpuExec *e) { return e->params; }
 ct_stream_t gpu_exec_stream(GpuExec *e) { return (ct_stream_t)e->st; }

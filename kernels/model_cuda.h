@@ -92,6 +92,10 @@ void gpu_sgd_step(GpuExec *e, const ResNet *m, const SgdConfig *cfg, SgdState *s
 // so the copy stream's transfers are truly asynchronous. Dies naming the size on failure.
 void *gpu_pinned_alloc(size_t bytes, void *ctx);
 void gpu_pinned_free(void *p, void *ctx);
+// Page-locks an existing host range read-only (a shard's mapping: DESIGN "mmap + pin once per
+// node"). Returns 0, or -1 with the CUDA error in err (the caller warns and goes on unpinned).
+int gpu_pin_host(const void *p, size_t bytes, char *err, size_t errlen);
+void gpu_unpin_host(const void *p);
 
 float *gpu_exec_grads(GpuExec *e);        // device [n_params]
 float *gpu_exec_params(GpuExec *e);       // device [n_params]

@@ -9,8 +9,8 @@ expect_err() {
   out=$(timeout 60 "$TRAIN" "$@" 2>&1) || rc=$?
   [ $rc -ne 0 ] || fail "train $* exited 0; expected an error matching '$re'"
   [ $rc -lt 124 ] || fail "train $* exited $rc (timeout or crash); expected a clean error"
-  echo "$out" | grep -qE -- "$re" || fail "train $*: error does not match '$re': $out"
-  echo "$out" | grep -q "ctrain: error:" || fail "train $*: no 'ctrain: error:' line: $out"
+  grep -qE -- "$re" <<<"$out" || fail "train $*: error does not match '$re': $out"
+  grep -q "ctrain: error:" <<<"$out" || fail "train $*: no 'ctrain: error:' line: $out"
   ok "train $* -> $(echo "$out" | grep 'ctrain: error' | head -1)"
 }
 
@@ -18,12 +18,12 @@ help=$("$TRAIN" --help)
 for flag in arch epochs batch-size lr momentum wd nesterov lr-schedule warmup-epochs label-smoothing crop-size \
             val-resize workers seed deterministic resume weights evaluate out device print-freq teacher kd-alpha \
             kd-temperature precision demo; do
-  echo "$help" | grep -qE -- "--$flag( |$)" || fail "--help does not document --$flag"
+  grep -qE -- "--$flag( |$)" <<<"$help" || fail "--help does not document --$flag"
 done
 # Every documented flag shows its default in brackets.
 undocumented=$(echo "$help" | grep -E '^  (-., |    )--[a-z]' | grep -v '\[' | grep -v -- '--help' || true)
 [ -z "$undocumented" ] || fail "flags without a default in --help: $undocumented"
-"$TRAIN" -h | grep -q "usage: train" || fail "-h prints no usage"
+grep -q "usage: train" <<<"$("$TRAIN" -h)" || fail "-h prints no usage"
 ok "--help documents every flag with its default"
 
 make_synth "$TMP/d" 200 50 16
@@ -48,7 +48,7 @@ expect_err "--batch-size: must be in" -b 0 "$TMP/d"
 expect_err "--momentum: must be in" --momentum 1.5 "$TMP/d"
 expect_err "--lr-schedule: 'linear' is not one of step, cosine" --lr-schedule linear "$TMP/d"
 expect_err "--arch: unknown architecture 'resnet7'" -a resnet7 "$TMP/d"
-expect_err "--device: 'tpu' is not one of cpu, cuda" --device tpu "$TMP/d"
+expect_err "--device: 'tpu' is not one of auto, cpu, cuda" --device tpu "$TMP/d"
 expect_err "--precision: 'fp8'" --precision fp8 "$TMP/d"
 expect_err "--kd-alpha: must be in" --kd-alpha 2 "$TMP/d"
 expect_err "--teacher: 'resnet20' is not ARCH:PATH" --teacher resnet20 "$TMP/d"
