@@ -152,7 +152,7 @@ static void usage(FILE *f) {
         }
     }
     fprintf(f, "  -h, --help                         this help\n\n"
-               "--demo uses: -a resnet20 --epochs 3 -b 128 --lr 0.2 --lr-schedule cosine --warmup-epochs 0.2\n"
+               "--demo uses: -a resnet20 --epochs 4 -b 128 --lr 0.2 --lr-schedule cosine --warmup-epochs 0.2\n"
                "  --wd 5e-4 --nesterov --label-smoothing 0.1 --crop-size 28 --val-resize 28 --min-scale 0.75\n"
                "  --mean 0.286 --std 0.353 --out runs/demo; flags given with --demo override these.\n"
                "Exit status: 0 done, 1 error, 128+signal after a checkpoint on SIGINT/SIGTERM.\n");
@@ -212,7 +212,7 @@ static void config_defaults(Config *c) {
 
 // The demo recipe (Fashion-MNIST, 28x28 grey, 60k/10k): measured in docs/BENCHMARKS.md.
 static const char *DEMO_ARGS[] = {
-    "--arch", "resnet20", "--epochs", "3", "--batch-size", "128", "--lr", "0.2", "--lr-schedule", "cosine",
+    "--arch", "resnet20", "--epochs", "4", "--batch-size", "128", "--lr", "0.2", "--lr-schedule", "cosine",
     "--warmup-epochs", "0.2", "--wd", "5e-4", "--nesterov", "--label-smoothing", "0.1", "--crop-size", "28",
     "--val-resize", "28", "--min-scale", "0.75", "--mean", "0.286", "--std", "0.353",
     "--out", "runs/demo",
