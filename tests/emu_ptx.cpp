@@ -7,19 +7,7 @@
 
 #include <vector>
 
-template <typename T>
-static T *to_device(const std::vector<T> &h) {
-    T *d;
-    CT_CUDA_CHECK(cudaMalloc(&d, h.size() * sizeof(T)));
-    CT_CUDA_CHECK(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
-    return d;
-}
-template <typename T>
-static std::vector<T> to_host(const T *d, size_t n) {
-    std::vector<T> h(n);
-    CT_CUDA_CHECK(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
-    return h;
-}
+#include "tests/emu_util.h"
 
 // Reading the destination of a cp.async before waiting for its group: the data is not there
 // yet under emulation (poisoned dynamic shared memory), after the wait it is.

@@ -22,19 +22,7 @@ void ct_ptx_check_mma(const uint16_t *A, const uint16_t *B, const float *C, floa
 void ct_ptx_check_cp_async(const float *src, float *dst, int n, cudaStream_t stream);
 }
 
-template <typename T>
-static T *to_device(const std::vector<T> &h) {
-    T *d;
-    CT_CUDA_CHECK(cudaMalloc(&d, h.size() * sizeof(T)));
-    CT_CUDA_CHECK(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
-    return d;
-}
-template <typename T>
-static std::vector<T> to_host(const T *d, size_t n) {
-    std::vector<T> h(n);
-    CT_CUDA_CHECK(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
-    return h;
-}
+#include "tests/emu_util.h"
 
 static void test_ldmatrix() {
     // 32 rows x 8 columns of distinct 16-bit values.

@@ -36,14 +36,7 @@ ok "a diverging run stops with a clear message"
 
 # SIGTERM: finish the step, checkpoint, exit 128+15.
 "$TRAIN" "${F[@]}" --epochs 50 -p 1 --out "$TMP/term" 2>"$TMP/term.log" &
-pid=$!
-for i in $(seq 1 600); do
-  n=$(grep -c '"type":"step"' "$TMP/term/metrics.jsonl" 2>/dev/null || true)
-  [ "${n:-0}" -ge 3 ] && break
-  sleep 0.1
-done
-kill -TERM $pid
-rc=0; wait $pid || rc=$?
+signal_after_steps TERM $! "$TMP/term" 3
 [ $rc = 143 ] || { cat "$TMP/term.log"; fail "SIGTERM: exit status $rc, expected 143"; }
 grep -q "SIGTERM: checkpoint saved to $TMP/term/last.ckpt" "$TMP/term.log" || { cat "$TMP/term.log"; fail "no SIGTERM checkpoint message"; }
 [ -f "$TMP/term/last.ckpt" ] || fail "no last.ckpt after SIGTERM"

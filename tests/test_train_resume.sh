@@ -27,14 +27,7 @@ cmp -s "$TMP/a/last.ckpt" "$TMP/c/last.ckpt" || fail "last.ckpt after resume dif
 # SIGINT mid-epoch: the step finishes, last.ckpt is written, exit status 130; resuming gives the same run.
 rm -rf "$TMP/e"
 "$TRAIN" "${F[@]}" --epochs 2 -p 1 --out "$TMP/e" 2>"$TMP/e.log" &
-pid=$!
-for i in $(seq 1 600); do
-  n=$(grep -c '"type":"step"' "$TMP/e/metrics.jsonl" 2>/dev/null || true)
-  [ "${n:-0}" -ge 5 ] && break
-  sleep 0.1
-done
-kill -INT $pid
-rc=0; wait $pid || rc=$?
+signal_after_steps INT $! "$TMP/e" 5
 [ $rc = 130 ] || { cat "$TMP/e.log"; fail "SIGINT: exit status $rc, expected 130"; }
 grep -q "SIGINT: checkpoint saved to $TMP/e/last.ckpt at epoch 1 step" "$TMP/e.log" || { cat "$TMP/e.log"; fail "no checkpoint message"; }
 [ -f "$TMP/e/model.safetensors" ] && fail "an interrupted run wrote model.safetensors"

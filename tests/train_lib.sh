@@ -64,3 +64,16 @@ SMALL_FLAGS=(-a resnet20 -b 32 --crop-size 16 --val-resize 16 --min-scale 0.5 --
 
 TMP=$(mktemp -d /tmp/ctrain-test.XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
+
+# Sends signal SIG to the train process PID once RUNDIR/metrics.jsonl holds N step records (or
+# after 60 s), then waits for it; sets $rc to its exit status.
+signal_after_steps() { # SIG PID RUNDIR N
+  local sig=$1 pid=$2 dir=$3 want=$4 i n
+  for i in $(seq 1 600); do
+    n=$(grep -c '"type":"step"' "$dir/metrics.jsonl" 2>/dev/null || true)
+    [ "${n:-0}" -ge "$want" ] && break
+    sleep 0.1
+  done
+  kill "-$sig" "$pid"
+  rc=0; wait "$pid" || rc=$?
+}
