@@ -121,7 +121,7 @@ static const Flag FLAGS[] = {
     {"teacher", 0, F_STR, OFF(teacher), "", "ARCH:PATH", "distill from a teacher (eval mode, no gradients) loaded from a .safetensors file", 0},
     {"kd-alpha", 0, F_DBL, OFF(kd_alpha), "0.5", "A", "distillation: loss = (1-A) * cross-entropy + A * T^2 * KL(teacher_T || student_T)", 0},
     {"kd-temperature", 0, F_DBL, OFF(kd_temperature), "4", "T", "distillation temperature", 0},
-    {"precision", 0, F_STR, OFF(precision), "bf16", "bf16|fp32", "GPU math precision (the CPU backend is always fp32)", 0},
+    {"precision", 0, F_STR, OFF(precision), "auto", "auto|bf16|fp32", "math precision (auto: bf16 on cuda, fp32 on cpu); bf16 on the CPU rounds exactly where the GPU does (slower: for checking GPU runs)", 0},
     {"demo", 0, F_BOOL, OFF(demo), "0", NULL, "Fashion-MNIST demo: packs " DEMO_SHARDS "/ when absent, trains a CIFAR-style ResNet on the CPU, evaluates", 0},
     {"zero-init-residual", 0, F_BOOL, OFF(zero_init_residual), "0", NULL, "zero-initialise the last BN of each residual block", 0},
     {"no-wd-bn", 0, F_BOOL, OFF(no_wd_bn), "0", NULL, "no weight decay on BN weights/biases and the fc bias", 0},
@@ -308,7 +308,8 @@ static void validate_config(const Config *c) {
     if (c->print_freq < 1) ct_die("--print-freq: must be >= 1 (got %d)", c->print_freq);
     if (c->kd_alpha < 0 || c->kd_alpha > 1) ct_die("--kd-alpha: must be in [0, 1] (got %g)", c->kd_alpha);
     if (!(c->kd_temperature > 0)) ct_die("--kd-temperature: must be > 0 (got %g)", c->kd_temperature);
-    if (strcmp(c->precision, "bf16") && strcmp(c->precision, "fp32")) ct_die("--precision: '%s' is not one of bf16, fp32", c->precision);
+    if (strcmp(c->precision, "auto") && strcmp(c->precision, "bf16") && strcmp(c->precision, "fp32"))
+        ct_die("--precision: '%s' is not one of auto, bf16, fp32", c->precision);
     if (c->max_nonfinite < 1) ct_die("--max-nonfinite: must be >= 1 (got %d)", c->max_nonfinite);
     if (c->teacher[0]) {
         const char *colon = strchr(c->teacher, ':');
@@ -431,6 +432,7 @@ typedef struct {
     ResNet *teacher;
     CpuExec *tex;
     int cuda;  // --device cuda: the GPU executor holds the state between steps
+    int bf16;  // --precision bf16 (either backend)
 #ifdef CTRAIN_CUDA
     GpuExec *ge, *tge;
 #endif
@@ -624,7 +626,7 @@ static void write_config(Run *r, int argc, char **argv, size_t n_params) {
     for (int i = 0; i < r->channels; i++) fprintf(f, "%s%.9g", i ? ", " : "", r->mean[i]);
     fprintf(f, "],\n    \"std\": [");
     for (int i = 0; i < r->channels; i++) fprintf(f, "%s%.9g", i ? ", " : "", r->std[i]);
-    fprintf(f, "],\n    \"parameters\": %zu,\n    \"precision\": \"%s\"\n  },\n", n_params, r->cuda ? r->cfg.precision : "fp32");
+    fprintf(f, "],\n    \"parameters\": %zu,\n    \"precision\": \"%s\"\n  },\n", n_params, r->cfg.precision);
     fprintf(f, "  \"command\": [");
     for (int i = 0; i < argc; i++) { if (i) fputs(", ", f); json_str(f, argv[i]); }
     fprintf(f, "],\n  \"git_commit\": ");
@@ -938,8 +940,8 @@ int main(int argc, char **argv) {
 #endif
     }
     if (!c->deterministic) ct_warn("--no-deterministic: the CPU backend is deterministic anyway");
-    if (seen[find_flag_long("precision", 9) - FLAGS] && !strcmp(c->device, "cpu") && strcmp(c->precision, "fp32"))
-        ct_warn("--precision %s applies to --device cuda; the CPU backend computes in fp32", c->precision);
+    if (!strcmp(c->precision, "auto")) c->precision = r->cuda ? "bf16" : "fp32";
+    r->bf16 = !strcmp(c->precision, "bf16");
     double t_program = ct_now();
 
     if (c->demo) demo_prepare();
@@ -977,6 +979,7 @@ int main(int argc, char **argv) {
         free(dims);
     }
     r->ex = cpu_exec_create(r->m);
+    cpu_exec_set_bf16(r->ex, r->bf16);
     r->dlogits = ct_alloc(sizeof(float) * (size_t)c->batch * r->classes);
     if (c->weights[0]) st_load_resnet(c->weights, r->m);
 
@@ -985,7 +988,7 @@ int main(int argc, char **argv) {
 #endif
     make_loaders(r);
 #ifdef CTRAIN_CUDA
-    CtDtype dt = strcmp(c->precision, "fp32") ? CT_BF16 : CT_F32;
+    CtDtype dt = r->bf16 ? CT_BF16 : CT_F32;
     if (r->cuda) {
         gpu_select_device(0);
         r->ge = gpu_exec_create(r->m, dt);
@@ -1031,6 +1034,7 @@ int main(int argc, char **argv) {
         r->teacher = resnet_create(tarch, r->channels, r->classes);
         st_load_resnet(colon + 1, r->teacher);
         r->tex = cpu_exec_create(r->teacher);
+        cpu_exec_set_bf16(r->tex, r->bf16);
     }
     parse_faults(r);
 
@@ -1078,7 +1082,7 @@ int main(int argc, char **argv) {
             (unsigned long long)r->train.n_records, (unsigned long long)r->val.n_records, c->shards, c->batch, c->batch,
             (long long)r->steps_per_epoch);
     fprintf(stderr, "train: device %s (%d CPU threads, %d loader workers), lr %g %s, %d epochs, out %s/%s\n",
-            r->cuda ? (strcmp(c->precision, "fp32") ? "cuda, bf16" : "cuda, fp32") : "cpu", omp_get_max_threads(), c->workers, c->lr, c->lr_schedule, c->epochs, r->out,
+            r->cuda ? (r->bf16 ? "cuda, bf16" : "cuda, fp32") : (r->bf16 ? "cpu, bf16 rounding" : "cpu"), omp_get_max_threads(), c->workers, c->lr, c->lr_schedule, c->epochs, r->out,
             c->resume[0] ? " (resumed)" : "");
     if (c->resume[0])
         fprintf(stderr, "train: resuming %s at epoch %d step %lld/%lld\n", c->resume, r->epoch + 1,

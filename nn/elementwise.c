@@ -1,4 +1,6 @@
-// CPU elementwise layers: ReLU, residual add, gradient accumulation, input normalisation.
+// CPU elementwise layers: ReLU, residual add, gradient accumulation, input normalisation, bf16 rounding.
+#include <string.h>
+
 #include "nn/layers.h"
 #include "util/common.h"
 
@@ -35,6 +37,18 @@ void add_forward(float *y, const float *a, const float *b, size_t n, int relu) {
 void add_inplace(float *y, const float *x, size_t n) {
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) y[i] += x[i];
+}
+
+void round_bf16(float *x, size_t n) {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &x[i], 4);
+        if ((u & 0x7fffffffu) > 0x7f800000u) u |= 0x00400000u;  // NaN: quiet it, keep it NaN after truncation
+        else u += 0x7fffu + ((u >> 16) & 1u);                  // ties to even; overflow rounds to inf
+        u &= 0xffff0000u;
+        memcpy(&x[i], &u, 4);
+    }
 }
 
 // Computed exactly as written, in float, so it matches torchvision's ToTensor + Normalize bit for bit.

@@ -63,6 +63,10 @@ void relu_backward(float *dx, const float *dy, const float *y, size_t n);  // dx
 // y = a + b, optionally followed by a ReLU (the residual junction of a block).
 void add_forward(float *y, const float *a, const float *b, size_t n, int relu);
 void add_inplace(float *y, const float *x, size_t n);  // y += x (gradient accumulation)
+// x = bfloat16(x) in place, round to nearest even, NaN kept NaN: what a store to a bf16 tensor on
+// the GPU does (__float2bfloat16_rn). The CPU executor's bf16 mode calls it where the GPU's bf16
+// path stores activations, activation gradients and conv/linear weight operands.
+void round_bf16(float *x, size_t n);
 
 // ---------------------------------------------------------------------------------------------
 // Max pooling, square window k, stride, pad (ResNet: 3, 2, 1). Padding never wins (acts as -inf).

@@ -35,6 +35,10 @@ struct CpuExec {
     char *grad_written;
     int forward_was_train;  // batch size of the last forward if it was a training one, else 0
     size_t dlogits_cap;
+    // bf16 mode (cpu_exec_set_bf16): wq holds the params rounded to bf16, the conv/fc operands.
+    int bf16;
+    float *wq;
+    size_t wq_cap;
 };
 
 CpuExec *cpu_exec_create(const ResNet *m) {
@@ -66,10 +70,19 @@ void cpu_exec_free(CpuExec *e) {
     free(e->arena);
     free(e->scratch);
     free(e->dlogits);
+    free(e->wq);
     free(e);
 }
 
 size_t cpu_exec_arena_bytes(const CpuExec *e) { return e->arena_floats * sizeof(float); }
+
+void cpu_exec_set_bf16(CpuExec *e, int on) { e->bf16 = on != 0; }
+int cpu_exec_bf16(const CpuExec *e) { return e->bf16; }
+
+// A tensor the GPU's bf16 path stores in bf16: round it where the GPU would (bf16 mode only).
+static void store(const CpuExec *e, float *p, size_t n) {
+    if (e->bf16 && p) round_bf16(p, n);
+}
 
 // ---------------------------------------------------------------------------------------------
 // Planning.
@@ -181,7 +194,31 @@ static void ensure_plan(CpuExec *e, const ResNet *m, int N, int H, int W, int tr
 // Forward.
 static float *act(CpuExec *e, int t) { return e->arena + e->act_off[t]; }
 
+// Conv / linear weight operand: the fp32 master weights, or their bf16 rounding in bf16 mode.
+static const float *weight(const CpuExec *e, const ResNet *m, int entry) {
+    return (e->bf16 ? e->wq : m->params) + m->entries[entry].offset;
+}
+
+// bf16 mode: round this step's conv/fc weights (the GPU refreshes its bf16 copy after every SGD
+// step; here the params may change between any two calls, so every forward re-rounds them).
+static void refresh_weights(CpuExec *e, const ResNet *m) {
+    if (!e->bf16) return;
+    if (e->wq_cap < m->n_params) {
+        free(e->wq);
+        e->wq = ct_alloc(CT_MAX(m->n_params, 1) * sizeof(float));
+        e->wq_cap = m->n_params;
+    }
+    for (int i = 0; i < m->n_entries; i++) {
+        const StateEntry *en = &m->entries[i];
+        if (en->kind != ENTRY_PARAM || en->ndim < 2) continue;
+        memcpy(e->wq + en->offset, m->params + en->offset, en->count * sizeof(float));
+        round_bf16(e->wq + en->offset, en->count);
+    }
+}
+
 static void forward_ops(CpuExec *e, ResNet *m, int N, int train) {
+    refresh_weights(e, m);
+    store(e, act(e, 0), (size_t)N * e->H * e->W * m->in_channels);
     for (int i = 0; i < m->n_ops; i++) {
         const Op *op = &m->ops[i];
         const TensorDim din = e->dims[op->in], dout = e->dims[op->out];
@@ -190,7 +227,7 @@ static void forward_ops(CpuExec *e, ResNet *m, int N, int train) {
         switch (op->kind) {
         case OP_CONV: {
             ConvShape s = conv_shape(N, din.H, din.W, din.C, op->K, op->R, op->S, op->stride, op->pad);
-            conv2d_forward(&s, y, x, m->params + m->entries[op->w].offset);
+            conv2d_forward(&s, y, x, weight(e, m, op->w));
             break;
         }
         case OP_BN: {
@@ -220,12 +257,13 @@ static void forward_ops(CpuExec *e, ResNet *m, int N, int train) {
             avgpool_forward(y, x, N, din.H * din.W, din.C);
             break;
         case OP_FC:
-            linear_forward(y, x, m->params + m->entries[op->w].offset,
-                           op->b >= 0 ? m->params + m->entries[op->b].offset : NULL, N, op->C, op->K);
+            linear_forward(y, x, weight(e, m, op->w), op->b >= 0 ? m->params + m->entries[op->b].offset : NULL,
+                           N, op->C, op->K);
             break;
         default:
             ct_die("%s: op %d (%s) has unknown kind %d", m->arch, i, op->name, op->kind);
         }
+        if (op->out != m->n_tensors - 1) store(e, y, (size_t)N * dout.H * dout.W * dout.C);  // logits stay fp32
     }
     e->forward_was_train = train ? N : 0;
 }
@@ -262,7 +300,10 @@ static void copy_parallel(float *dst, const float *src, size_t n) {
 
 static void grad_commit(CpuExec *e, int t, const float *dst, size_t n) {
     if (!dst) return;
-    if (e->grad_written[t]) add_inplace(e->arena + e->grad_off[t], dst, n);
+    if (e->grad_written[t]) {
+        add_inplace(e->arena + e->grad_off[t], dst, n);
+        store(e, e->arena + e->grad_off[t], n);
+    }
     e->grad_written[t] = 1;
 }
 
@@ -283,7 +324,7 @@ void cpu_backward(CpuExec *e, const ResNet *m, const float *dlogits, float *grad
         case OP_CONV: {
             ConvShape s = conv_shape(N, din.H, din.W, din.C, op->K, op->R, op->S, op->stride, op->pad);
             conv2d_backward_weight(&s, grads + m->entries[op->w].offset, dy, x);
-            if (dx) conv2d_backward_data(&s, dx, dy, m->params + m->entries[op->w].offset);
+            if (dx) conv2d_backward_data(&s, dx, dy, weight(e, m, op->w));
             break;
         }
         case OP_BN: {
@@ -311,6 +352,7 @@ void cpu_backward(CpuExec *e, const ResNet *m, const float *dlogits, float *grad
             if (db && db != da && e->grad_written[op->in2]) {
                 // Add da straight in: the same sum as copying it to scratch and committing that.
                 add_inplace(e->arena + e->grad_off[op->in2], da, n_in);
+                store(e, e->arena + e->grad_off[op->in2], n_in);
             } else {
                 if (db && db != da) copy_parallel(db, da, n_in);
                 grad_commit(e, op->in2, db, n_in);
@@ -324,12 +366,15 @@ void cpu_backward(CpuExec *e, const ResNet *m, const float *dlogits, float *grad
         case OP_FC:
             linear_backward(dx, grads + m->entries[op->w].offset,
                             op->b >= 0 ? grads + m->entries[op->b].offset : NULL, dy, x,
-                            m->params + m->entries[op->w].offset, N, op->C, op->K);
+                            weight(e, m, op->w), N, op->C, op->K);
             break;
         default:
             ct_die("%s: op %d (%s) has unknown kind %d", m->arch, i, op->name, op->kind);
         }
-        if (op->kind != OP_ADD) grad_commit(e, op->in, dx, n_in);
+        if (op->kind != OP_ADD) {
+            store(e, dx, n_in);
+            grad_commit(e, op->in, dx, n_in);
+        }
         if (ready && (op->w >= 0)) ready(ctx, op->grad_done);
     }
 }

@@ -47,6 +47,15 @@ void cpu_backward(CpuExec *e, const ResNet *m, const float *dlogits, float *grad
 float cpu_train_step(CpuExec *e, ResNet *m, const float *x, const int32_t *labels, int N, int H, int W,
                      float smoothing, float *grads, int *correct);
 
+// bf16 mode (off by default): compute as the GPU backend's bf16 path does. fp32 arithmetic
+// throughout, but every value the GPU stores in bf16 is rounded to bf16 at the same point: the
+// input, every activation but the logits, every activation gradient (each contribution and each
+// sum), and the conv/linear weight operands (BN parameters, weight gradients, BN statistics and
+// the optimizer stay fp32). This makes the CPU the oracle for the GPU's bf16 numerics: the two
+// differ only by summation order, not by where rounding happens. Takes effect at the next forward.
+void cpu_exec_set_bf16(CpuExec *e, int on);
+int cpu_exec_bf16(const CpuExec *e);
+
 // Bytes of the activation arena of the current plan (memory reporting, tests).
 size_t cpu_exec_arena_bytes(const CpuExec *e);
 

@@ -6,17 +6,13 @@
 // (tests/gpu.sh). Compiled as C++.
 //
 // Tolerances (norm-wise relative). fp32: 1e-5 on the loss, 1e-4 on every gradient tensor.
-// bf16: loss 1e-2, logits 3e-2; gradients are compared against a yardstick measured in the same
-// run: how far the fp32 CPU gradient itself moves when only its input and conv/fc weights are
-// rounded to bf16 (what the GPU's bf16 path does before any arithmetic). Overall the GPU may be 5x
-// that far (it also rounds every activation and activation gradient: resnet20 8x8 measured 0.08
-// against a yardstick of 0.03); per tensor 0.5 (gross errors), the fc head 5e-2. Each bf16 kernel
-// is checked within 1e-2 on its own (emu_kernels, emu_conv). Why not a fixed 1e-2: a backward pass is
-// ill-conditioned: with torchvision's plain init (no zero-init residual) rounding the input alone
-// moves resnet20's fp32 gradients by ~15-20%, so the models here use zero_init_residual with
-// perturbed BN affine parameters (every path active, ~2-7% sensitivity), and batch-2 inputs large
-// enough that no batch norm sees fewer than 8 rows (resnet18 at 32x32 has 2 in layer4, where BN's
-// backward is pure cancellation on either backend).
+// bf16: the oracle is the CPU executor in bf16 mode (cpu_exec_set_bf16: rounds where the GPU stores
+// bf16). Loss 1e-2, logits 3e-2; gradients 1e-2 per tensor and overall, except where bf16's own
+// noise is larger (see the bf16 branch of run_case). Each bf16 kernel is also checked within 1e-2
+// on its own (emu_kernels, emu_conv). The models use zero_init_residual with perturbed BN affine
+// parameters (every path active) and batch-2 inputs large enough that no batch norm sees fewer
+// than 8 rows (resnet18 at 32x32 has 2 in layer4, where BN's backward is pure cancellation on
+// either backend).
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -31,16 +27,6 @@
 #include "util/rng.h"
 
 static const char *dtname(CtDtype dt) { return dt == CT_BF16 ? "bf16" : "fp32"; }
-
-static void round_bf16(float *x, size_t n) {  // nearest even
-    for (size_t i = 0; i < n; i++) {
-        uint32_t u;
-        memcpy(&u, &x[i], 4);
-        u += 0x7fffu + ((u >> 16) & 1u);
-        u &= 0xffff0000u;
-        memcpy(&x[i], &u, 4);
-    }
-}
 
 // Worst per-entry gradient error; prints the worst few for the log.
 static double grad_errors(const ResNet *m, const float *got, const float *want, const char *tag, int *worst_entry) {
@@ -65,7 +51,7 @@ static double grad_errors(const ResNet *m, const float *got, const float *want, 
 static void run_case(const char *arch, int N, int H, int W, CtDtype dt, int full) {
     double t0 = ct_now();
     const int classes = 10, cin = 3;
-    const double tol_grad = 1e-4, tol_loss = dt == CT_BF16 ? 1e-2 : 1e-5;
+    const double tol_grad = 1e-4, tol_grad_bf16 = 1e-2, tol_loss = dt == CT_BF16 ? 1e-2 : 1e-5;
     const double tol_act = dt == CT_BF16 ? 3e-2 : 1e-5;
     printf("%s N=%d %dx%d %s\n", arch, N, H, W, dtname(dt));
     ResNet *mc = resnet_create(arch, cin, classes), *mg = resnet_create(arch, cin, classes);
@@ -93,6 +79,7 @@ static void run_case(const char *arch, int N, int H, int W, CtDtype dt, int full
 
     // One training step on each backend.
     CpuExec *ce = cpu_exec_create(mc);
+    cpu_exec_set_bf16(ce, dt == CT_BF16);
     float *gc = (float *)ct_alloc(mc->n_params * sizeof(float)), *gg = (float *)ct_alloc(mc->n_params * sizeof(float));
     int hc = -1, hg = -1;
     float lc = cpu_train_step(ce, mc, x, labels, N, H, W, 0.1f, gc, &hc);
@@ -107,43 +94,43 @@ static void run_case(const char *arch, int N, int H, int W, CtDtype dt, int full
     if (dt == CT_F32) {
         CHECK(gerr <= tol_grad, "%s %s: gradient of %s off by %.3g", arch, dtname(dt), mc->entries[we].name, gerr);
     } else {
-        // The yardstick: the CPU step again from the same state, input and conv/fc weights
-        // rounded to bf16, BN running statistics as before the step.
+        // The oracle is the CPU in bf16 mode: the same rounding points, so what is left is summation
+        // order. That is not small in bf16: where the two sums differ in the last fp32 bit, one
+        // backend rounds up and the other down (one bf16 ulp, 2^-8), and each such flip feeds ~24
+        // flips in the next 3x3 conv, so after a few layers the two runs' rounding noise is
+        // independent. Their distance is then bf16's own noise, which BN's backward amplifies
+        // where it cancels (bias gradients over few rows): "noise" below, the CPU's bf16 mode
+        // against the CPU's fp32 on the same state, per tensor. Tolerance: 1e-2, or twice the
+        // noise where bf16 itself is noisier than that. A misplaced rounding or a wrong kernel is
+        // not hidden by this: under emulation, where the sums mostly agree bit for bit, resnet20
+        // is 1e-7 from the oracle and resnet18 3e-3 (bf16 noise 0.17).
         ResNet *mr = resnet_create(arch, cin, classes);
         memcpy(mr->params, mg->params, mc->n_params * sizeof(float));  // mg->params: untouched host copy
-        for (int i = 0; i < mr->n_entries; i++) {
-            const StateEntry *e = &mr->entries[i];
-            if (e->kind == ENTRY_PARAM && e->ndim >= 2) round_bf16(mr->params + e->offset, e->count);
-        }
-        float *xr = (float *)ct_alloc(nx * sizeof(float)), *gr = (float *)ct_alloc(mc->n_params * sizeof(float));
-        memcpy(xr, x, nx * sizeof(float));
-        round_bf16(xr, nx);
+        float *gr = (float *)ct_alloc(mc->n_params * sizeof(float));
         CpuExec *ce2 = cpu_exec_create(mr);
-        cpu_train_step(ce2, mr, xr, labels, N, H, W, 0.1f, gr, NULL);
-        double sens = rel_err_norm(gr, gc, mc->n_params), all = rel_err_norm(gg, gc, mc->n_params);
-        double vs_rounded = rel_err_norm(gg, gr, mc->n_params);
-        printf("  bf16 yardstick: CPU moves %.3g when input+weights are rounded; GPU bf16 is %.3g from the CPU, "
-               "%.3g from the rounded CPU\n", sens, all, vs_rounded);
-        CHECK(all <= fmax(5 * sens, 5e-2), "%s bf16: gradient off by %.3g overall (yardstick %.3g)", arch, all, sens);
-        // Per tensor only a gross check (a missing or misrouted gradient is off by ~1): rounding of
-        // every stored activation compounds beyond the yardstick's two roundings (resnet20 8x8:
-        // worst tensors ~0.3 while the yardstick is ~0.02). The head is well conditioned.
-        int bad = 0;
+        cpu_train_step(ce2, mr, x, labels, N, H, W, 0.1f, gr, NULL);
+        double noise = rel_err_norm(gr, gc, mc->n_params), all = rel_err_norm(gg, gc, mc->n_params);
+        printf("  GPU bf16 vs CPU bf16: %.3g overall (tolerance %.3g); bf16 noise (CPU fp32 vs CPU bf16) %.3g\n", all,
+               fmax(tol_grad_bf16, 2 * noise), noise);
+        CHECK(all <= fmax(tol_grad_bf16, 2 * noise), "%s bf16: gradient off by %.3g overall (bf16 noise %.3g)", arch,
+              all, noise);
+        int bad = 0, within = 0, n_tensors = 0;
         for (int i = 0; i < mc->n_entries; i++) {
             const StateEntry *e = &mc->entries[i];
             if (e->kind != ENTRY_PARAM) continue;
             double ei = rel_err_norm(gg + e->offset, gc + e->offset, e->count);
-            double lim = strncmp(e->name, "fc.", 3) ? 0.5 : 5e-2;
-            if (!(ei <= lim)) {
+            double ni = rel_err_norm(gr + e->offset, gc + e->offset, e->count);
+            n_tensors++;
+            within += ei <= tol_grad_bf16;
+            if (!(ei <= fmax(tol_grad_bf16, 2 * ni))) {
                 bad++;
-                printf("    %s: GPU %.3g > %.3g (yardstick %.3g)\n", e->name, ei, lim,
-                       rel_err_norm(gr + e->offset, gc + e->offset, e->count));
+                printf("    %s: GPU %.3g from the CPU bf16 oracle, bf16 noise %.3g\n", e->name, ei, ni);
             }
         }
+        printf("  %d of %d gradient tensors within %.0e of the CPU bf16 oracle\n", within, n_tensors, tol_grad_bf16);
         CHECK(bad == 0, "%s bf16: %d gradient tensors off", arch, bad);
         cpu_exec_free(ce2);
         resnet_free(mr);
-        free(xr);
         free(gr);
     }
     for (size_t i = 0; i < mc->n_counts; i++)
@@ -246,7 +233,7 @@ static void run_case(const char *arch, int N, int H, int W, CtDtype dt, int full
         if (dt == CT_F32)
             CHECK(gerr <= tol_grad, "%s %s: step-2 gradient of %s off by %.3g", arch, dtname(dt), mc->entries[we].name,
                   gerr);
-        else
+        else  // per tensor as step 1 would need another noise run; the step as a whole
             CHECK(rel_err_norm(gg, gc, mc->n_params) <= 0.15, "%s bf16: step-2 gradient off by %.3g overall", arch,
                   rel_err_norm(gg, gc, mc->n_params));
         free(xn);
@@ -308,10 +295,11 @@ int main(void) {
     // 36x36: layer4 is 2x2, so its batch norms see 8 rows. At 32x32 with batch 2 they would see
     // 2, where BN's backward is pure cancellation and neither backend's gradient means anything.
     run_case("resnet18", 2, 36, 36, CT_F32, 0);
+    run_case("resnet18", 2, 36, 36, CT_BF16, 0);  // ~1 minute under emulation
     // ~2 minutes under emulation: tests/gpu.sh sets EMU_MODEL_ALL=1 (seconds on a GPU).
     const char *all = getenv("EMU_MODEL_ALL");
     if (all && *all == '1') {
-        run_case("resnet18", 2, 36, 36, CT_BF16, 1);
+        run_case("resnet18", 2, 36, 36, CT_BF16, 1);  // the full set of checks
         run_case("resnet50", 2, 36, 36, CT_F32, 0);
         run_case("resnet50", 2, 36, 36, CT_BF16, 0);
     }

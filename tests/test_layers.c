@@ -1,5 +1,6 @@
 // nn/layers.h and nn/gemm.h against naive direct loops (double accumulation) written here, on
 // randomly drawn shapes. Every GEMM micro-kernel this CPU can run is exercised.
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -436,6 +437,45 @@ static void test_elementwise(void) {
     free(a), free(b), free(y), free(d), free(dx);
 }
 
+static float f_of(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static void test_round_bf16(void) {
+    // bf16 keeps the top 16 bits of a float: 1 + k*2^-7 are its neighbours of 1.
+    const float ulp = 1.0f / 128;
+    float v[] = {1.0f, 1.0f + ulp / 2, 1.0f + 3 * ulp / 2, 1.0f + ulp / 2 + ulp / 1024, -(1.0f + 3 * ulp / 2),
+                 0.0f, -0.0f, INFINITY, -INFINITY, FLT_MAX, f_of(0x7f800001u), f_of(0xffc00000u), f_of(0x00000001u),
+                 f_of(0x00018000u), 3.14159265f};
+    // Ties to even (1 + ulp/2 -> 1, 1 + 3ulp/2 -> 1 + 2ulp), above the tie up, signs kept, infinities
+    // kept, FLT_MAX overflows to inf (as __float2bfloat16_rn), NaNs stay NaN (a signalling NaN's low
+    // payload would otherwise truncate to inf), denormals round like any value.
+    uint32_t want[] = {0x3f800000u, 0x3f800000u, 0x3f820000u, 0x3f810000u, 0xbf820000u, 0, 0x80000000u,
+                       0x7f800000u, 0xff800000u, 0x7f800000u, 0, 0, 0, 0x00020000u, 0x40490000u};
+    round_bf16(v, CT_ARRAY_LEN(v));
+    for (size_t i = 0; i < CT_ARRAY_LEN(v); i++) {
+        uint32_t u;
+        memcpy(&u, &v[i], 4);
+        if (i == 10 || i == 11) CHECK(isnan(v[i]), "round_bf16: NaN %zu became %08x", i, u);
+        else CHECK(u == want[i], "round_bf16 case %zu: %08x, want %08x", i, u, want[i]);
+    }
+    // Idempotent, and within half an ulp (relative 2^-8: 8 significant bits) of the input.
+    const size_t n = 4097;
+    float *x = rand_buf(n, 1), *r = ct_alloc(n * sizeof(float)), *r2 = ct_alloc(n * sizeof(float));
+    memcpy(r, x, n * sizeof(float));
+    round_bf16(r, n);
+    memcpy(r2, r, n * sizeof(float));
+    round_bf16(r2, n);
+    double worst = 0;
+    for (size_t i = 0; i < n; i++)
+        if (x[i] != 0) worst = fmax(worst, fabs((double)r[i] - x[i]) / fabs((double)x[i]));
+    CHECK(!memcmp(r, r2, n * sizeof(float)), "round_bf16 not idempotent");
+    CHECK(worst <= 1.0 / 256 && worst > 1.0 / 400, "round_bf16: worst relative error %g, want just under 2^-8", worst);
+    free(x), free(r), free(r2);
+}
+
 int main(void) {
     g_rng = rng_make(1234, 0, 0);
     const char *kernels[] = {"avx512", "avx2", "generic"};
@@ -455,5 +495,6 @@ int main(void) {
     test_avgpool_linear();
     test_losses();
     test_elementwise();
+    test_round_bf16();
     return test_summary("test_layers");
 }

@@ -126,6 +126,95 @@ static void test_arch(const char *arch, int C, int S) {
     resnet_free(m);
 }
 
+// bf16 mode (the GPU's bf16 numerics on the CPU): rounding happens where it should, nothing else
+// changes, results stay deterministic, and switching it off gives the fp32 bits back.
+static void test_bf16_mode(const char *arch, int C, int S) {
+    const int N = 2, K = 5;
+    ResNet *m = resnet_create(arch, C, K);
+    resnet_init(m, 7, 1);
+    perturb_bn(m, 8);
+    size_t nx = (size_t)N * S * S * C;
+    float *x = ct_alloc(nx * sizeof(float)), *xr = ct_alloc(nx * sizeof(float));
+    Rng r = rng_make(9, 0, 0);
+    for (size_t i = 0; i < nx; i++) x[i] = rng_normal(&r);
+    memcpy(xr, x, nx * sizeof(float));
+    round_bf16(xr, nx);
+    int32_t labels[2] = {1, 3};
+    float *params0 = ct_alloc(m->n_params * sizeof(float)), *bufs0 = ct_alloc(m->n_bufs * sizeof(float));
+    memcpy(params0, m->params, m->n_params * sizeof(float));
+    memcpy(bufs0, m->bufs, m->n_bufs * sizeof(float));
+    float *g32 = ct_alloc(m->n_params * sizeof(float)), *g16 = ct_alloc(m->n_params * sizeof(float));
+    float *g = ct_alloc(m->n_params * sizeof(float));
+    float *z32 = ct_alloc(N * K * sizeof(float)), *z16 = ct_alloc(N * K * sizeof(float));
+
+    omp_set_num_threads(1);
+    CpuExec *e = cpu_exec_create(m);
+    CHECK(!cpu_exec_bf16(e), "%s: bf16 mode on by default", arch);
+    memcpy(z32, cpu_forward(e, m, x, N, S, S, 0), N * K * sizeof(float));
+    float l32 = cpu_train_step(e, m, x, labels, N, S, S, 0.0f, g32, NULL);
+    memcpy(m->bufs, bufs0, m->n_bufs * sizeof(float));
+    cpu_exec_set_bf16(e, 1);
+    CHECK(cpu_exec_bf16(e), "%s: bf16 mode did not switch on", arch);
+    memcpy(z16, cpu_forward(e, m, x, N, S, S, 0), N * K * sizeof(float));
+    float l16 = cpu_train_step(e, m, x, labels, N, S, S, 0.0f, g16, NULL);
+    double dz = rel_err_norm(z16, z32, N * K), dg = rel_err_norm(g16, g32, m->n_params);
+    printf("%s bf16 mode: logits %.3g, loss %.3g, gradients %.3g from fp32\n", arch, dz,
+           fabs((double)l16 - l32) / l32, dg);
+    CHECK(dz > 1e-5 && dz < 5e-2, "%s: bf16 logits %.3g from fp32 (rounding missing or wrong)", arch, dz);
+    CHECK(dg > 1e-5 && dg < 0.5, "%s: bf16 gradients %.3g from fp32", arch, dg);
+    CHECK(!memcmp(m->params, params0, m->n_params * sizeof(float)), "%s: bf16 mode changed the fp32 params", arch);
+    for (size_t i = 0; i < m->n_params; i++)
+        if (!isfinite(g16[i])) {
+            CHECK(0, "%s: bf16 gradient %zu is %g", arch, i, g16[i]);
+            break;
+        }
+    // The input is rounded: a pre-rounded input gives the same bits (eval mode, with the running
+    // statistics from before the training steps).
+    memcpy(m->bufs, bufs0, m->n_bufs * sizeof(float));
+    const float *z = cpu_forward(e, m, xr, N, S, S, 0);
+    CHECK(!memcmp(z, z16, N * K * sizeof(float)), "%s: bf16 mode does not round its input", arch);
+    // The conv/fc weights are rounded: moving them within their bf16 rounding changes nothing
+    // (a step toward zero of a quarter ulp stays in the same bf16 bucket half the time; only
+    // those moves are made), while the same moves change the fp32 result.
+    int moved = 0;
+    for (int i = 0; i < m->n_entries; i++) {
+        const StateEntry *en = &m->entries[i];
+        if (en->kind != ENTRY_PARAM || en->ndim < 2) continue;
+        for (size_t j = 0; j < en->count; j++) {
+            float w = m->params[en->offset + j], wr = w, w2 = w * (1.0f - 1.0f / 1024);
+            round_bf16(&wr, 1);
+            float w2r = w2;
+            round_bf16(&w2r, 1);
+            if (w2r == wr && w2 != w) {
+                m->params[en->offset + j] = w2;
+                moved++;
+            }
+        }
+    }
+    CHECK(moved > 100, "%s: only %d weights moved", arch, moved);
+    z = cpu_forward(e, m, x, N, S, S, 0);
+    CHECK(!memcmp(z, z16, N * K * sizeof(float)), "%s: bf16 mode does not round the conv/fc weights", arch);
+    cpu_exec_set_bf16(e, 0);
+    z = cpu_forward(e, m, x, N, S, S, 0);
+    CHECK(memcmp(z, z32, N * K * sizeof(float)) != 0, "%s: fp32 logits ignore a weight change", arch);
+    memcpy(m->params, params0, m->n_params * sizeof(float));
+    // Off again: the fp32 bits of a fresh executor.
+    memcpy(m->bufs, bufs0, m->n_bufs * sizeof(float));
+    cpu_train_step(e, m, x, labels, N, S, S, 0.0f, g, NULL);
+    CHECK(!memcmp(g, g32, m->n_params * sizeof(float)), "%s: fp32 gradients differ after bf16 mode was switched off", arch);
+    cpu_exec_free(e);
+    // Deterministic in bf16 mode too: 2 threads, a fresh executor, the same bits.
+    omp_set_num_threads(2);
+    e = cpu_exec_create(m);
+    cpu_exec_set_bf16(e, 1);
+    memcpy(m->bufs, bufs0, m->n_bufs * sizeof(float));
+    float l = cpu_train_step(e, m, x, labels, N, S, S, 0.0f, g, NULL);
+    CHECK(l == l16 && !memcmp(g, g16, m->n_params * sizeof(float)), "%s: bf16 mode not bit-identical across threads", arch);
+    cpu_exec_free(e);
+    free(x), free(xr), free(params0), free(bufs0), free(g32), free(g16), free(g), free(z32), free(z16);
+    resnet_free(m);
+}
+
 static void test_sgd(void) {
     // One parameter tensor per kind through a tiny fake model: resnet20's table, hand-computed.
     ResNet *m = resnet_create("resnet20", 3, 10);
@@ -166,6 +255,8 @@ int main(void) {
     test_arch("resnet20", 3, 16);
     test_arch("resnet18", 1, 40);
     test_arch("resnet50", 3, 33);
+    test_bf16_mode("resnet20", 3, 16);
+    test_bf16_mode("resnet18", 3, 36);
     test_sgd();
     return test_summary("test_model_cpu");
 }

@@ -7,13 +7,11 @@
 #     what the last epoch moved the weights: the GPU executor, device SGD and eval are wired correctly;
 #   - checkpoints are backend-neutral: the GPU run's last.ckpt resumes on the CPU (and the CPU's on
 #     the GPU) and continues like an uninterrupted run of the other backend;
-#   - bf16 (the default precision) trains with finite losses close to the fp32 ones.
+#   - bf16 (the default precision) matches the CPU's bf16 mode and stays close to fp32.
 source "$(dirname "$0")/train_lib.sh"
 # CUDA_TRAIN=./train runs the same checks on a real GPU (tests/gpu.sh does).
 EMU=${CUDA_TRAIN:-$CTRAIN_BUILD/train-emu}
 [ -x "$EMU" ] || { echo "no $EMU (built by ./build.sh test when nvcc exists)"; exit 1; }
-TMP=$(mktemp -d)
-[ -n "${KEEP_TMP:-}" ] || trap 'rm -rf "$TMP"' EXIT; echo "tmp: $TMP"
 make_synth "$TMP/d" 32 16 16
 ARGS="-a resnet20 -b 8 --lr 0.02 --wd 5e-4 --nesterov --crop-size 8 --val-resize 8 -p 1 --workers 1 --seed 7"
 
@@ -82,9 +80,21 @@ ok "cuda checkpoint resumed on cpu: $out"
 out=$(compare_models "$TMP/cpu/model.safetensors" "$TMP/c1g/model.safetensors" "$REF" 0.2) || fail "cpu->cuda resume: $out"
 ok "cpu checkpoint resumed on cuda: $out"
 
-# bf16: trains, finite, close to fp32 in loss.
+# bf16 (the default precision on cuda) against the CPU's bf16 mode (--precision bf16: rounds where
+# the GPU stores bf16). Same rounding points, but not the same bits: where two fp32 sums differ in
+# the last bit, one backend rounds to the bf16 value above and the other below, and each such flip
+# feeds more in the next layers, so two bf16 runs decorrelate within a step or two on this tiny,
+# chaotic problem (measured: step 1 8.7e-5 apart where the fp32 CPU run is 6.1e-4 away; step 2
+# 1.7e-2). Checked: the first step within 1e-3 of the CPU's bf16 mode, then no divergence (10%).
 "$EMU" "$TMP/d" $ARGS --epochs 1 --device cuda --out "$TMP/bf" >"$TMP/bf.log" 2>&1 || { cat "$TMP/bf.log"; fail "bf16 run"; }
 grep -Eq "device cuda[ ,(]+bf16" "$TMP/bf.log" || fail "bf16 run did not report its precision"
+"$TRAIN" "$TMP/d" $ARGS --epochs 1 --device cpu --precision bf16 --out "$TMP/cbf" >"$TMP/cbf.log" 2>&1 \
+  || { cat "$TMP/cbf.log"; fail "cpu bf16 run"; }
+grep -q "device cpu, bf16 rounding" "$TMP/cbf.log" || fail "cpu bf16 run did not report its precision: $(grep device "$TMP/cbf.log")"
+grep -q '"precision": "bf16"' "$TMP/cbf/config.json" || fail "config.json of the cpu bf16 run does not say bf16"
+grep -q '"precision": "fp32"' "$TMP/cpu/config.json" || fail "config.json of the cpu run does not say fp32"
+out=$(compare_metrics "$TMP/cbf/metrics.jsonl" "$TMP/bf/metrics.jsonl" 0.1 1 1e-3) || fail "bf16 cuda vs cpu bf16: $out"
+ok "bf16 cuda (emulated) vs cpu bf16 mode: $out"
 out=$(head -n 4 "$TMP/cpu/metrics.jsonl" > "$TMP/a.jsonl"; head -n 4 "$TMP/bf/metrics.jsonl" > "$TMP/b.jsonl";
-      compare_metrics "$TMP/a.jsonl" "$TMP/b.jsonl" 5e-2 1 1e-2) || fail "bf16 losses vs cpu: $out"
-ok "bf16 cuda (emulated), first epoch's steps vs cpu: $out"
+      compare_metrics "$TMP/a.jsonl" "$TMP/b.jsonl" 5e-2 1 1e-2) || fail "bf16 losses vs cpu fp32: $out"
+ok "bf16 cuda (emulated) vs cpu fp32, first steps: $out"

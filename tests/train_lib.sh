@@ -63,7 +63,8 @@ strip_timing() {
 SMALL_FLAGS=(-a resnet20 -b 32 --crop-size 16 --val-resize 16 --min-scale 0.5 --lr 0.05 --wd 5e-4 -p 5)
 
 TMP=$(mktemp -d /tmp/ctrain-test.XXXXXX)
-trap 'rm -rf "$TMP"' EXIT
+# KEEP_TMP=1 keeps the run directories for a look after a failure.
+if [ -n "${KEEP_TMP:-}" ]; then echo "tmp: $TMP"; else trap 'rm -rf "$TMP"' EXIT; fi
 
 # Sends signal SIG to the train process PID once RUNDIR/metrics.jsonl holds N step records (or
 # after 60 s), then waits for it; sets $rc to its exit status.
