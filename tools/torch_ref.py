@@ -155,6 +155,10 @@ def main():
     ap.add_argument("--explain-fp32", action="store_true",
                     help="print the error of a float64 run whose conv/BN/fc outputs are rounded to float32: "
                          "the part of the float32 error that comes from storing activations alone")
+    ap.add_argument("--explain-kinks", action="store_true",
+                    help="count the ReLU signs and max-pool winners that differ between torch's float32 and "
+                         "float64 runs, and print the float32 error again with float64 forced onto float32's "
+                         "branches: the part of the error that comes from taking the other side of a kink")
     ap.add_argument("--fp32-floor", action="store_true",
                     help="also store floor.<key>: torch's own float32 error against the float64 reference")
     ap.add_argument("--out", required=True)
@@ -249,6 +253,55 @@ def main():
         worst = max(grads, key=rel)
         print("fp64 with fp32-rounded conv/BN/fc outputs vs fp64: logits %.2e loss %.2e worst grad %.2e (%s)" %
               (rel("logits"), rel("loss"), rel(worst), worst[5:]))
+    if a.explain_kinks:
+        explain_kinks(model, x32, labels, a.smoothing)
+
+
+def explain_kinks(model, x32, labels, smoothing):
+    """A gradient is piecewise smooth: ReLU and max-pool choose a branch per element. Where an input
+    lies within rounding of a kink (a pre-activation ~1e-7 from zero, a near-tie in a pooling
+    window), float32 and float64 can take different branches, and with batch statistics over a few
+    rows one such element moves a whole channel's gradient. This separates that from the smooth
+    part: run float32 recording its branches, then float64 once freely and once forced onto them."""
+    def run(dtype, record=None, replay=None):
+        m = copy.deepcopy(model).to(dtype)
+        m.train()
+        calls = [0]
+
+        def hook(mod, inp, out):
+            i = calls[0]
+            calls[0] += 1
+            if isinstance(mod, nn.ReLU):
+                if record is not None:
+                    record.append(inp[0].detach() > 0)
+                if replay is not None:
+                    return inp[0] * replay[i].to(dtype)
+            else:
+                o, idx = F.max_pool2d(inp[0], mod.kernel_size, mod.stride, mod.padding, return_indices=True)
+                if record is not None:
+                    record.append(idx)
+                if replay is not None:
+                    return inp[0].flatten(2).gather(2, replay[i].flatten(2)).view_as(o)
+        for mod in m.modules():
+            if isinstance(mod, nn.ReLU):
+                mod.inplace = False  # the hook needs the pre-activation
+            if isinstance(mod, (nn.ReLU, nn.MaxPool2d)):
+                mod.register_forward_hook(hook)
+        F.cross_entropy(m(x32.to(dtype)), labels, label_smoothing=smoothing).backward()
+        return {n: p.grad.double() for n, p in m.named_parameters()}
+
+    b32, b64 = [], []
+    g32 = run(torch.float32, record=b32)
+    g64 = run(torch.float64, record=b64)
+    g64f = run(torch.float64, replay=b32)
+    flips = sum(int((p != q).sum()) for p, q in zip(b32, b64))
+    total = sum(p.numel() for p in b32)
+
+    def worst(a, b):
+        return max((((a[k] - b[k]).norm() / b[k].norm().clamp_min(1e-30)).item(), k) for k in a)
+    print("kinks: %d of %d ReLU/max-pool branch choices differ between float32 and float64" % (flips, total))
+    print("  torch float32 vs float64:                          worst grad %.2e (%s)" % worst(g32, g64))
+    print("  torch float32 vs float64 on float32's branches:    worst grad %.2e (%s)" % worst(g32, g64f))
 
 
 if __name__ == "__main__":
