@@ -110,10 +110,16 @@ static void run_case(const char *arch, int N, int H, int W, CtDtype dt, int full
         CpuExec *ce2 = cpu_exec_create(mr);
         cpu_train_step(ce2, mr, x, labels, N, H, W, 0.1f, gr, NULL);
         double noise = rel_err_norm(gr, gc, mc->n_params), all = rel_err_norm(gg, gc, mc->n_params);
+#ifdef CTRAIN_EMU
+        // Emulated, the whole gradient is held to 1e-2 outright (measured 7e-8 and 3e-3).
+        const double tol_all = tol_grad_bf16;
+#else
+        // A real GPU's tensor cores sum in their own order: more flips, bounded by bf16's noise.
+        const double tol_all = fmax(tol_grad_bf16, 2 * noise);
+#endif
         printf("  GPU bf16 vs CPU bf16: %.3g overall (tolerance %.3g); bf16 noise (CPU fp32 vs CPU bf16) %.3g\n", all,
-               fmax(tol_grad_bf16, 2 * noise), noise);
-        CHECK(all <= fmax(tol_grad_bf16, 2 * noise), "%s bf16: gradient off by %.3g overall (bf16 noise %.3g)", arch,
-              all, noise);
+               tol_all, noise);
+        CHECK(all <= tol_all, "%s bf16: gradient off by %.3g overall (bf16 noise %.3g)", arch, all, noise);
         int bad = 0, within = 0, n_tensors = 0;
         for (int i = 0; i < mc->n_entries; i++) {
             const StateEntry *e = &mc->entries[i];
