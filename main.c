@@ -414,6 +414,12 @@ static void install_signals(void) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// A set of global step ranges (fault injection).
+typedef struct {
+    int64_t lo[16], hi[16];
+    int n;
+} StepSet;
+
 // The run: everything the epoch loop touches.
 typedef struct {
     Config cfg;
@@ -452,33 +458,37 @@ typedef struct {
     // Non-finite step recovery: BN running statistics before the step.
     float *bufs_backup;
     int64_t *counts_backup;
-    // Fault injection for tests (CTRAIN_FAULT_NAN_STEPS="a,b,c-d"): these global steps report a NaN loss.
-    int64_t fault_lo[16], fault_hi[16];
-    int n_faults;
+    // Fault injection for tests: CTRAIN_FAULT_NAN_STEPS="a,b,c-d" makes these global steps report a
+    // NaN loss; CTRAIN_FAULT_NAN_GRAD_STEPS a NaN gradient (a finite loss, a NaN logit gradient).
+    StepSet fault_loss, fault_grad;
     FILE *dump_train;
 } Run;
 
 static void run_path(const Run *r, char *buf, size_t n, const char *name) { snprintf(buf, n, "%.900s/%.64s", r->out, name); }
 
-static void parse_faults(Run *r) {
-    const char *s = getenv("CTRAIN_FAULT_NAN_STEPS");
+static void parse_steps(StepSet *set, const char *env) {
+    const char *s = getenv(env);
     if (!s || !*s) return;
     const char *p = s;
-    while (*p && r->n_faults < 16) {
+    while (*p && set->n < 16) {
         char *end;
         long long a = strtoll(p, &end, 10), b = a;
-        if (end == p) ct_die("CTRAIN_FAULT_NAN_STEPS: '%s' is not a list of steps like 3,5-7", s);
+        if (end == p) ct_die("%s: '%s' is not a list of steps like 3,5-7", env, s);
         p = end;
-        if (*p == '-') { p++; b = strtoll(p, &end, 10); if (end == p) ct_die("CTRAIN_FAULT_NAN_STEPS: bad range in '%s'", s); p = end; }
-        r->fault_lo[r->n_faults] = a;
-        r->fault_hi[r->n_faults++] = b;
+        if (*p == '-') { p++; b = strtoll(p, &end, 10); if (end == p) ct_die("%s: bad range in '%s'", env, s); p = end; }
+        set->lo[set->n] = a;
+        set->hi[set->n++] = b;
         if (*p == ',') p++;
-        else if (*p) ct_die("CTRAIN_FAULT_NAN_STEPS: '%s' is not a list of steps like 3,5-7", s);
+        else if (*p) ct_die("%s: '%s' is not a list of steps like 3,5-7", env, s);
     }
 }
-static int fault_at(const Run *r, int64_t step) {
-    for (int i = 0; i < r->n_faults; i++)
-        if (step >= r->fault_lo[i] && step <= r->fault_hi[i]) return 1;
+static void parse_faults(Run *r) {
+    parse_steps(&r->fault_loss, "CTRAIN_FAULT_NAN_STEPS");
+    parse_steps(&r->fault_grad, "CTRAIN_FAULT_NAN_GRAD_STEPS");
+}
+static int step_in(const StepSet *set, int64_t step) {
+    for (int i = 0; i < set->n; i++)
+        if (step >= set->lo[i] && step <= set->hi[i]) return 1;
     return 0;
 }
 
@@ -796,18 +806,11 @@ static EvalResult evaluate(Run *r, int dump) {
 
 // ---------------------------------------------------------------------------------------------
 // One training step on a batch. Returns the loss (NaN/inf when the step was skipped).
-static int grads_finite(const float *g, size_t n) {
-    // A sum in double is enough: any inf or NaN element makes it non-finite.
-    double s = 0;
-    for (size_t i = 0; i < n; i++) s += (double)g[i];
-    return isfinite(s);
-}
-
 static float train_step(Run *r, const LoaderBatch *b, double lr, int64_t global_step, int *correct, int *skipped) {
     ResNet *m = r->m;
     int hw = r->cfg.crop_size, K = r->classes, N = b->count;
 #ifdef CTRAIN_CUDA
-    if (r->cuda) gpu_bufs_to_host(r->ge, r->bufs_backup);
+    if (r->cuda) gpu_bufs_snapshot(r->ge);
     else
 #endif
         memcpy(r->bufs_backup, m->bufs, m->n_bufs * sizeof(float));
@@ -823,14 +826,15 @@ static float train_step(Run *r, const LoaderBatch *b, double lr, int64_t global_
         float kd = kd_loss(r->dlogits, logits, tl, N, K, (float)r->cfg.kd_temperature, (float)alpha);
         loss = (float)(1.0 - alpha) * ce + (float)alpha * kd;
     }
-    if (fault_at(r, global_step)) loss = NAN;
+    if (step_in(&r->fault_loss, global_step)) loss = NAN;
+    if (step_in(&r->fault_grad, global_step)) r->dlogits[0] = NAN;  // every gradient becomes NaN
     *skipped = 0;
     if (isfinite(loss)) {
 #ifdef CTRAIN_CUDA
         if (r->cuda) {
-            // Gradients come back to the host for the finiteness check (n_params floats per step).
-            gpu_backward(r->ge, m, r->dlogits, r->grads, NULL, NULL);
-            if (grads_finite(r->grads, m->n_params)) {
+            // The gradients stay on the device; only the finiteness flag comes back.
+            gpu_backward(r->ge, m, r->dlogits, NULL, NULL, NULL);
+            if (gpu_grads_finite(r->ge)) {
                 gpu_sgd_step(r->ge, m, &r->sgdc, &r->opt, (float)lr);
                 return loss;
             }
@@ -839,7 +843,7 @@ static float train_step(Run *r, const LoaderBatch *b, double lr, int64_t global_
 #endif
         {
             cpu_backward(r->ex, m, r->dlogits, r->grads, NULL, NULL);
-            if (grads_finite(r->grads, m->n_params)) {
+            if (all_finite(r->grads, m->n_params)) {
                 sgd_step(&r->sgdc, &r->opt, m, m->params, r->grads, (float)lr);
                 return loss;
             }
@@ -848,7 +852,7 @@ static float train_step(Run *r, const LoaderBatch *b, double lr, int64_t global_
     }
     // Skip: the weights are untouched (no update), and the BN statistics go back to before the step.
 #ifdef CTRAIN_CUDA
-    if (r->cuda) gpu_bufs_from_host(r->ge, r->bufs_backup);
+    if (r->cuda) gpu_bufs_rollback(r->ge);
     else
 #endif
         memcpy(m->bufs, r->bufs_backup, m->n_bufs * sizeof(float));

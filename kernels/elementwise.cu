@@ -47,6 +47,13 @@ __global__ void convert_k(TO *out, const TI *in, size_t n) {
     GRID_STRIDE(i, n) { ct_st(out, i, ct_ld(in, i)); }
 }
 
+__global__ void any_nonfinite_k(const float *x, size_t n, int *flag) {
+    int bad = 0;
+    GRID_STRIDE(i, n) bad |= (__float_as_uint(x[i]) & 0x7f800000u) == 0x7f800000u;
+    // One store per warp that saw one; the flag only goes 0 -> 1, so racing stores agree.
+    if (__any_sync(0xffffffffu, bad) && (threadIdx.x & 31) == 0) *flag = 1;
+}
+
 extern "C" void relu_forward_gpu(void *y, const void *x, size_t n, CtDtype dt, ct_stream_t stream) {
     if (!n) return;
     CT_DISPATCH(dt, T, CT_LAUNCH(relu_fwd_k<T>, ct_grid_for(n, EW_THREADS), EW_THREADS, 0, stream,
@@ -80,6 +87,11 @@ extern "C" void normalize_u8_gpu(void *out, const uint8_t *in, size_t pixels, in
     CT_DISPATCH(dt, T, CT_LAUNCH(normalize_u8_k<T>, ct_grid_for(n, EW_THREADS), EW_THREADS, 0, stream,
                                  (T *)out, in, n, C, mean, std));
     CT_CHECK_LAUNCH("normalize_u8_gpu");
+}
+extern "C" void any_nonfinite_gpu(const float *x, size_t n, int *flag, ct_stream_t stream) {
+    if (!n) return;
+    CT_LAUNCH(any_nonfinite_k, ct_grid_for(n, EW_THREADS), EW_THREADS, 0, stream, x, n, flag);
+    CT_CHECK_LAUNCH("any_nonfinite_gpu");
 }
 extern "C" void f32_to_bf16_gpu(uint16_t *out, const float *in, size_t n, ct_stream_t stream) {
     if (!n) return;

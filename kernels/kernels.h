@@ -103,6 +103,9 @@ void normalize_u8_gpu(void *out, const uint8_t *in, size_t pixels, int C, const 
 // fp32 <-> bf16 (round to nearest even, like __float2bfloat16_rn). bf16 is raw uint16_t bits.
 void f32_to_bf16_gpu(uint16_t *out, const float *in, size_t n, ct_stream_t stream);
 void bf16_to_f32_gpu(float *out, const uint16_t *in, size_t n, ct_stream_t stream);
+// *flag (a DEVICE int) = 1 when any of x[0, n) is inf or NaN; left as it was otherwise (the
+// caller zeroes it first). The twin of all_finite: 4 bytes come back instead of the whole array.
+void any_nonfinite_gpu(const float *x, size_t n, int *flag, ct_stream_t stream);
 // Copy between dtypes: out (dt_out) = in (dt_in); a plain copy when they match.
 void convert_act_gpu(void *out, CtDtype dt_out, const void *in, CtDtype dt_in, size_t n,
                      ct_stream_t stream);

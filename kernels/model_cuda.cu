@@ -44,6 +44,7 @@ struct GpuExec {
 
     // Model state on the device.
     float *params, *grads, *mom, *bufs;
+    float *bufs_snap;  // gpu_bufs_snapshot's copy of bufs
     uint16_t *wbf;     // bf16 copy of params (dt == CT_BF16), refreshed by every SGD step
     uint8_t *decay;    // weight-decay mask for the last SgdConfig seen
     int decay_mode;    // -1: mask not built; else cfg->wd_exclude_bn_bias it was built for
@@ -132,6 +133,7 @@ GpuExec *gpu_exec_create(const ResNet *m, CtDtype dt) {
     e->grads = (float *)dmalloc(e, m->n_params * sizeof(float));
     e->mom = (float *)dmalloc(e, m->n_params * sizeof(float));
     e->bufs = (float *)dmalloc(e, m->n_bufs * sizeof(float));
+    e->bufs_snap = (float *)dmalloc(e, m->n_bufs * sizeof(float));
     if (dt == CT_BF16) e->wbf = (uint16_t *)dmalloc(e, m->n_params * sizeof(uint16_t));
     e->scalars = (float *)dmalloc(e, 4 * sizeof(float));
     CK(cudaMallocHost((void **)&e->h_scalars, 4 * sizeof(float)));
@@ -182,6 +184,7 @@ void gpu_exec_free(GpuExec *e) {
     dfree(e->grads);
     dfree(e->mom);
     dfree(e->bufs);
+    dfree(e->bufs_snap);
     dfree(e->wbf);
     dfree(e->decay);
     dfree(e->scalars);
@@ -229,6 +232,24 @@ void gpu_bufs_to_host(GpuExec *e, float *bufs) {
 void gpu_bufs_from_host(GpuExec *e, const float *bufs) {
     CK(cudaMemcpyAsync(e->bufs, bufs, e->graph->n_bufs * sizeof(float), cudaMemcpyHostToDevice, e->st));
     CK(cudaStreamSynchronize(e->st));
+}
+
+void gpu_bufs_snapshot(GpuExec *e) {
+    CK(cudaMemcpyAsync(e->bufs_snap, e->bufs, e->graph->n_bufs * sizeof(float), cudaMemcpyDeviceToDevice, e->st));
+}
+void gpu_bufs_rollback(GpuExec *e) {
+    CK(cudaMemcpyAsync(e->bufs, e->bufs_snap, e->graph->n_bufs * sizeof(float), cudaMemcpyDeviceToDevice, e->st));
+}
+
+int gpu_grads_finite(GpuExec *e) {
+    int *flag = (int *)(e->scalars + 2);  // scalars: loss, correct, non-finite flag
+    CK(cudaMemsetAsync(flag, 0, sizeof(int), e->st));
+    any_nonfinite_gpu(e->grads, e->graph->n_params, flag, e->st);
+    CK(cudaMemcpyAsync(e->h_scalars + 2, flag, sizeof(int), cudaMemcpyDeviceToHost, e->st));
+    CK(cudaStreamSynchronize(e->st));
+    int bad;
+    memcpy(&bad, e->h_scalars + 2, sizeof bad);
+    return !bad;
 }
 
 static size_t slot_elems(const GpuExec *e, int s, int N) {

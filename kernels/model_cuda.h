@@ -56,6 +56,13 @@ void gpu_download_state(GpuExec *e, ResNet *m, SgdState *sgd);
 // skipped (non-finite loss) without copying the parameters.
 void gpu_bufs_to_host(GpuExec *e, float *bufs);
 void gpu_bufs_from_host(GpuExec *e, const float *bufs);
+// The same on the device, without a host round trip or a synchronisation: snapshot copies the
+// statistics aside on the compute stream, rollback copies the snapshot back.
+void gpu_bufs_snapshot(GpuExec *e);
+void gpu_bufs_rollback(GpuExec *e);
+// 1 when every device gradient of the last backward is finite (checked on the device; 4 bytes
+// come back). Synchronises the compute stream.
+int gpu_grads_finite(GpuExec *e);
 
 // Forward on a host float NHWC input (already normalised) or a host uint8 NHWC batch (normalised
 // on the device with mean/std of in_channels floats). Returns the logits [N, num_classes] in a

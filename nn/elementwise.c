@@ -51,6 +51,14 @@ void round_bf16(float *x, size_t n) {
     }
 }
 
+int all_finite(const float *x, size_t n) {
+    const uint32_t *u = (const uint32_t *)x;  // exponent all ones: inf or NaN
+    int bad = 0;
+#pragma omp parallel for schedule(static) reduction(| : bad)
+    for (size_t i = 0; i < n; i++) bad |= (u[i] & 0x7f800000u) == 0x7f800000u;
+    return !bad;
+}
+
 // Computed exactly as written, in float, so it matches torchvision's ToTensor + Normalize bit for bit.
 void normalize_u8(float *out, const uint8_t *in, size_t pixels, int C, const float *mean, const float *std) {
 #pragma omp parallel for schedule(static)

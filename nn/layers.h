@@ -67,6 +67,8 @@ void add_inplace(float *y, const float *x, size_t n);  // y += x (gradient accum
 // the GPU does (__float2bfloat16_rn). The CPU executor's bf16 mode calls it where the GPU's bf16
 // path stores activations, activation gradients and conv/linear weight operands.
 void round_bf16(float *x, size_t n);
+// 1 when no element of x is inf or NaN (the trainer's check before an optimizer step).
+int all_finite(const float *x, size_t n);
 
 // ---------------------------------------------------------------------------------------------
 // Max pooling, square window k, stride, pad (ResNet: 3, 2, 1). Padding never wins (acts as -inf).

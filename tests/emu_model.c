@@ -188,8 +188,32 @@ static void run_case(const char *arch, int N, int H, int W, CtDtype dt, int full
         CHECK(!memcmp(b, mg->bufs, mg->n_bufs * sizeof(float)), "gpu_bufs_from_host did not set the statistics");
         gpu_bufs_from_host(ge, orig);
         gpu_download_state(ge, mg, NULL);
+        // On the device: snapshot, a training forward moves the statistics, rollback restores them.
+        if (full) {
+            gpu_bufs_snapshot(ge);
+            gpu_forward(ge, mg, x, N, H, W, 1);
+            gpu_bufs_to_host(ge, b);
+            CHECK(memcmp(b, orig, mg->n_bufs * sizeof(float)) != 0, "a training forward did not move the BN statistics");
+            gpu_bufs_rollback(ge);
+            gpu_bufs_to_host(ge, b);
+            CHECK(!memcmp(b, orig, mg->n_bufs * sizeof(float)), "gpu_bufs_rollback did not restore the snapshot");
+            gpu_download_state(ge, mg, NULL);
+        }
         free(b);
         free(orig);
+    }
+    if (full) {  // gpu_grads_finite: the device gradients of the last backward, without downloading them.
+        gpu_forward(ge, mg, x, N, H, W, 1);
+        float *dz = (float *)ct_alloc((size_t)N * classes * sizeof(float));
+        for (int i = 0; i < N * classes; i++) dz[i] = 0.01f * (float)((i % 5) - 2);
+        gpu_backward(ge, mg, dz, NULL, NULL, NULL);
+        CHECK(gpu_grads_finite(ge), "%s: finite gradients reported non-finite", arch);
+        dz[1] = INFINITY;  // poisons every gradient downstream of the logits
+        gpu_forward(ge, mg, x, N, H, W, 1);
+        gpu_backward(ge, mg, dz, NULL, NULL, NULL);
+        CHECK(!gpu_grads_finite(ge), "%s: an infinite dlogit gave finite gradients", arch);
+        gpu_bufs_from_host(ge, mc->bufs);  // the two training forwards moved them: back to the CPU's
+        free(dz);
     }
 
     if (!full) goto done;

@@ -1,7 +1,8 @@
 # Failure handling of train: a non-finite step is skipped and reported, repeated ones stop the run
 # with a clear message and the last good checkpoint kept; a diverging learning rate is caught the
 # same way; SIGTERM finishes the step, checkpoints and exits 143.
-# CTRAIN_FAULT_NAN_STEPS="a,b-c" makes those global steps report a NaN loss (test hook in main.c).
+# CTRAIN_FAULT_NAN_STEPS="a,b-c" makes those global steps report a NaN loss, and
+# CTRAIN_FAULT_NAN_GRAD_STEPS a finite loss with NaN gradients (test hooks in main.c).
 source "$(dirname "$0")/train_lib.sh"
 make_synth "$TMP/d" 512 128 16
 F=("${SMALL_FLAGS[@]}" --lr-schedule step -p 4 "$TMP/d")
@@ -13,6 +14,28 @@ grep -q '"type":"skip","epoch":1,"step":7' "$TMP/one/metrics.jsonl" || fail "no 
 grep -q '"skipped_steps":1' "$TMP/one/metrics.jsonl" || fail "epoch record does not count the skipped step"
 [ -f "$TMP/one/model.safetensors" ] || fail "run with one skipped step did not finish"
 ok "a single non-finite step is skipped and reported"
+
+# A NaN gradient behind a finite loss goes through the gradient check instead (on the GPU: on the
+# device, 4 bytes back). A missed one would reach SGD and make every weight NaN; a caught one must
+# leave exactly the state that skipping the same step for a NaN loss leaves: the same final model,
+# bit for bit, on each backend. (The device-side BN rollback itself is checked in emu_model.)
+grad_fault_matches() { # BINARY NAME ARGS...
+  local bin=$1 name=$2; shift 2
+  CTRAIN_FAULT_NAN_STEPS=3 "$bin" "$@" --out "$TMP/$name-loss" 2>"$TMP/$name-loss.log" || { cat "$TMP/$name-loss.log"; fail "$name: NaN-loss run failed"; }
+  CTRAIN_FAULT_NAN_GRAD_STEPS=3 "$bin" "$@" --out "$TMP/$name-grad" 2>"$TMP/$name-grad.log" || { cat "$TMP/$name-grad.log"; fail "$name: NaN-gradient run failed"; }
+  grep -q "step 3: non-finite loss or gradient (nan); step skipped (1 in a row)" "$TMP/$name-grad.log" \
+    || { cat "$TMP/$name-grad.log"; fail "$name: NaN gradient not reported"; }
+  cmp -s "$TMP/$name-loss/model.safetensors" "$TMP/$name-grad/model.safetensors" \
+    || fail "$name: skipping a NaN-gradient step left another state than skipping a NaN-loss step"
+  ok "$name: a NaN gradient is caught and skipped like a NaN loss (identical final model)"
+}
+G=("${SMALL_FLAGS[@]}" -p 1 --epochs 1 "$TMP/d")
+grad_fault_matches "$TRAIN" cpu "${G[@]}" --device cpu
+if [ -x "$CTRAIN_BUILD/train-emu" ]; then
+  g8=(-a resnet20 -b 8 --crop-size 8 --val-resize 8 --lr 0.05 -p 1 --epochs 1 --workers 1 "$TMP/d8")
+  make_synth "$TMP/d8" 48 16 8
+  grad_fault_matches "${CUDA_TRAIN:-$CTRAIN_BUILD/train-emu}" cuda "${g8[@]}" --device cuda
+fi
 
 # Five in a row in epoch 2: the run stops with exit 1; last.ckpt from epoch 1 is kept and resumable.
 rc=0
