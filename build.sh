@@ -88,7 +88,8 @@ if [ "$MODE" = clean ]; then rm -rf "${BUILD_DIR:-build}" train packdata; say "c
 #   kernels/*.cu                      -> nvcc (real GPU) and g++ against kernels/emu (emulated GPU)
 #   kernels/emu/*.cpp                 -> the emulator runtime
 #   main.c -> ./train, tools/packdata.c -> ./packdata, tools/bench_*.c -> build/tools/*
-#   tests/test_*.c                    -> unit tests (also built with ASan+UBSan unless marked 'test: no-asan')
+#   tests/test_*.c                    -> unit tests (also built with ASan+UBSan unless marked 'test: no-asan',
+#                                        and with TSan when marked 'test: tsan': pthread code, no OpenMP)
 #   tests/emu_*.c|cpp                 -> tests linked with the emulated CUDA kernels
 #   tests/fuzz_*.c                    -> libFuzzer targets, run for a bounded time
 #   tests/test_*.sh                   -> script tests (end-to-end, PyTorch parity)
@@ -110,6 +111,9 @@ EOF
 cat >> "$B/rules.mk" <<'EOF'
 WARN := -Wall -Wextra -Wno-unused-parameter -Wno-sign-compare
 CFLAGS := -std=c11 -O3 -g -fopenmp -D_GNU_SOURCE -I. $(WARN) -MMD -MP
+# ThreadSanitizer builds of the pthread code (tests marked 'test: tsan'): no OpenMP, whose runtime
+# TSan cannot see into (the pragmas are ignored, so OpenMP loops run serially there).
+TSANFLAGS := -std=c11 -O1 -g -D_GNU_SOURCE -I. $(WARN) -Wno-unknown-pragmas -MMD -MP -fsanitize=thread
 ASANFLAGS := -std=c11 -O1 -g -fopenmp -D_GNU_SOURCE -I. $(WARN) -MMD -MP -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 EMUFLAGS := -std=c++17 -O2 -g -pthread -D_GNU_SOURCE -DCTRAIN_EMU -I. -Wall -Wno-unused-parameter -Wno-sign-compare -Wno-unused-variable -Wno-unused-function -MMD -MP
 NVFLAGS := -std=c++17 -O3 -lineinfo -I. -DCTRAIN_CUDA -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 -Xcompiler -Wall,-Wno-unused-parameter
@@ -125,6 +129,9 @@ EMU_RT_SRC := $(sort $(wildcard kernels/emu/*.cpp))
 EMU_OBJ := $(CU_SRC:%.cu=$(B)/emu/%.o) $(EMU_RT_SRC:%.cpp=$(B)/emu/%.o)
 TOOLS := $(patsubst tools/%.c,$(B)/tools/%,$(wildcard tools/bench_*.c tools/plot*.c tools/dump*.c))
 UNIT := $(patsubst tests/%.c,$(B)/tests/%,$(wildcard tests/test_*.c))
+TSAN_SRC := $(sort $(wildcard util/*.c loader/*.c dist/*.c))
+TSAN_OBJ := $(TSAN_SRC:%.c=$(B)/tsan/%.o)
+TSAN_UNIT := $(patsubst tests/%.c,$(B)/tsan/tests/%,$(shell grep -l 'test: tsan' /dev/null $(wildcard tests/test_*.c)))
 ASAN_UNIT := $(patsubst tests/%.c,$(B)/asan/tests/%,$(shell grep -L 'test: no-asan' /dev/null $(wildcard tests/test_*.c)))
 EMU_TESTS := $(patsubst tests/%.c,$(B)/tests/%,$(wildcard tests/emu_*.c)) $(patsubst tests/%.cpp,$(B)/tests/%,$(wildcard tests/emu_*.cpp))
 TEST_HELPERS := $(patsubst tests/%.c,$(B)/tests/%,$(wildcard tests/helper_*.c))
@@ -139,12 +146,14 @@ endif
 
 .PHONY: release tests
 release: $(BIN)/train $(BIN)/packdata $(TOOLS)
-tests: release $(UNIT) $(ASAN_UNIT) $(EMU_TESTS) $(TEST_HELPERS) $(B)/train-emu
+tests: release $(UNIT) $(ASAN_UNIT) $(TSAN_UNIT) $(EMU_TESTS) $(TEST_HELPERS) $(B)/train-emu
 
 $(B)/obj/%.o: %.c
 	@mkdir -p $(dir $@); echo "  CC    $<"; $(CC) $(CFLAGS) -c $< -o $@
 $(B)/asan/%.o: %.c
 	@mkdir -p $(dir $@); echo "  ASAN  $<"; $(CC) $(ASANFLAGS) -c $< -o $@
+$(B)/tsan/%.o: %.c
+	@mkdir -p $(dir $@); echo "  TSAN  $<"; $(CC) $(TSANFLAGS) -c $< -o $@
 $(B)/cuda/%.o: %.cu
 	@mkdir -p $(dir $@); echo "  NVCC  $<"; $(NVCC) $(NVFLAGS) -MMD -MP -c $< -o $@
 $(B)/cuda/main.o: main.c
@@ -157,6 +166,8 @@ $(B)/emu/%.o: %.cpp
 $(B)/libctrain.a: $(LIB_OBJ)
 	@rm -f $@; ar rcs $@ $^
 $(B)/libctrain_asan.a: $(ASAN_OBJ)
+	@rm -f $@; ar rcs $@ $^
+$(B)/libctrain_tsan.a: $(TSAN_OBJ)
 	@rm -f $@; ar rcs $@ $^
 $(B)/libctrain_cuda.a: $(CU_OBJ)
 	@rm -f $@; ar rcs $@ $^
@@ -178,6 +189,8 @@ $(B)/tests/helper_%: $(B)/obj/tests/helper_%.o $(B)/libctrain.a
 	@mkdir -p $(dir $@); $(CC) -fopenmp -o $@ $^ $(LDLIBS)
 $(B)/asan/tests/test_%: $(B)/asan/tests/test_%.o $(B)/libctrain_asan.a
 	@mkdir -p $(dir $@); $(CC) -fopenmp -fsanitize=address,undefined -o $@ $^ $(LDLIBS)
+$(B)/tsan/tests/test_%: $(B)/tsan/tests/test_%.o $(B)/libctrain_tsan.a
+	@mkdir -p $(dir $@); $(CC) -fsanitize=thread -o $@ $^ $(STATIC_LIBS) -lm -ldl -lpthread
 $(B)/tests/emu_%: $(B)/emu/tests/emu_%.o $(B)/libctrain_emu.a $(B)/libctrain.a
 	@mkdir -p $(dir $@); $(CXX) -fopenmp -pthread -o $@ $^ $(LDLIBS)
 $(B)/emu/tests/emu_%.o: tests/emu_%.c
@@ -235,6 +248,7 @@ run_one() { # name, timeout seconds, command...
 }
 for t in $B/tests/test_*; do [ -x "$t" ] && [[ $t != *.* ]] && run_one "$(basename "$t")" 900 "$t"; done
 for t in $B/asan/tests/test_*; do [ -x "$t" ] && [[ $t != *.* ]] && run_one "asan/$(basename "$t")" 900 "$t"; done
+for t in $B/tsan/tests/test_*; do [ -x "$t" ] && [[ $t != *.* ]] && run_one "tsan/$(basename "$t")" 900 "$t"; done
 for t in $B/tests/emu_*; do [ -x "$t" ] && [[ $t != *.* ]] && run_one "$(basename "$t")" 900 "$t"; done
 # Fuzz targets: clang + libFuzzer, the host library compiled in with ASan+UBSan.
 for f in tests/fuzz_*.c; do

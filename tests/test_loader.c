@@ -1,3 +1,4 @@
+// test: tsan (the worker pool and the ring are pthread code)
 // The worker pool + prefetch ring over real shard files (written with the shard writer):
 //  - every sample equals the independent path (full shard_decode + augment_plan/apply), so the
 //    partial LZ4 decode and the ring bookkeeping change nothing; labels and indices match the sampler;
