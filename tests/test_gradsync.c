@@ -1,0 +1,202 @@
+// test: tsan
+// dist/gradsync.h on a synthetic op list (no model code, so it also runs under ThreadSanitizer):
+// the bucket plan covers the buffer exactly, cuts only at op boundaries and respects the size cap;
+// with 1-4 rank threads producing gradients op by op (random delays: the communication thread and
+// backward race differently every step), every rank ends with the rank-order mean, bit for bit,
+// and the buckets were really reduced while "backward" was still running. A failing collective
+// (a rank that disagrees) makes gradsync_wait return -1 on every rank instead of hanging.
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <string.h>
+#include <time.h>
+
+#include "dist/gradsync.h"
+#include "tests/test.h"
+#include "util/common.h"
+#include "util/rng.h"
+
+static void nap_us(long us) {
+    struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
+    nanosleep(&ts, NULL);
+}
+
+// A fake network: n_ops ops, those with parameters ending at increasing grad_done values, in
+// backward (reversed list) order, as nn/resnet.c lays them out.
+static ResNet *fake_model(const size_t *sizes, int n, int with_gaps) {
+    ResNet *m = ct_zalloc(sizeof *m);
+    snprintf(m->arch, sizeof m->arch, "fake");
+    m->n_ops = with_gaps ? 2 * n : n;
+    m->ops = ct_zalloc(m->n_ops * sizeof(Op));
+    size_t off = 0;
+    int k = 0;
+    for (int i = m->n_ops - 1; i >= 0; i--) {
+        Op *op = &m->ops[i];
+        if (with_gaps && (i & 1)) {  // a parameterless op (ReLU, add, pool) between
+            op->w = -1;
+            op->grad_done = off;
+            continue;
+        }
+        off += sizes[k++];
+        op->w = 0;
+        op->grad_done = off;
+    }
+    m->n_params = off;
+    return m;
+}
+
+static void test_plan(void) {
+    size_t sizes[] = {10, 3000, 5, 5, 5, 20000, 1, 1, 700};
+    ResNet *m = fake_model(sizes, 9, 1);
+    size_t caps[] = {1, 4 * 100, 4 * 3010, 4 * 25000, (size_t)1 << 30};
+    for (size_t ci = 0; ci < CT_ARRAY_LEN(caps); ci++) {
+        int nb = gradsync_plan(m, caps[ci], NULL, 0);
+        Bucket b[64];
+        CHECK(nb >= 1 && nb <= 64 && gradsync_plan(m, caps[ci], b, 64) == nb, "plan cap %zu: %d buckets", caps[ci], nb);
+        size_t at = 0;
+        int bad = 0;
+        for (int i = 0; i < nb; i++) {
+            bad += b[i].lo != at || b[i].hi <= b[i].lo;
+            int boundary = 0;  // every cut is some op's grad_done
+            for (int o = 0; o < m->n_ops; o++) boundary |= m->ops[o].grad_done == b[i].hi;
+            bad += !boundary;
+            // Over the cap only when the bucket is a single op's gradients.
+            size_t bytes = (b[i].hi - b[i].lo) * sizeof(float);
+            if (bytes > caps[ci]) {
+                int single = 0;
+                size_t prev = 0;
+                for (int o = m->n_ops - 1; o >= 0; o--) {
+                    if (m->ops[o].w < 0) continue;
+                    single |= prev == b[i].lo && m->ops[o].grad_done == b[i].hi;
+                    prev = m->ops[o].grad_done;
+                }
+                bad += !single;
+            }
+            at = b[i].hi;
+        }
+        CHECK(!bad && at == m->n_params, "plan cap %zu: %d bad buckets, covers %zu of %zu", caps[ci], bad, at, m->n_params);
+        if (caps[ci] == 1) CHECK(nb == 9, "cap 1 byte: %d buckets, want one per op (9)", nb);
+        if (caps[ci] == ((size_t)1 << 30)) CHECK(nb == 1, "huge cap: %d buckets", nb);
+    }
+    free(m->ops);
+    free(m);
+}
+
+typedef struct {
+    Comm *c;
+    ResNet *m;
+    float *grads;      // this rank's buffer
+    const float *src;  // [steps][n_params] this rank's "backward" output per step
+    int steps, disagree;
+    int rc_sum;
+    int overlapped;    // 1: the first bucket was averaged while "backward" was still running
+} Rank;
+
+// End of the first bucket (the test's own plan, same cap).
+static size_t first_end_of(const ResNet *m, size_t cap) {
+    Bucket b[64];
+    gradsync_plan(m, cap, b, 64);
+    return b[0].hi;
+}
+#define gradsync_first_end(s) first_end_of(m, cap)
+
+static void *rank_main(void *arg) {
+    Rank *rk = arg;
+    ResNet *m = rk->m;
+    size_t cap = 4 * 1500;
+    GradSync *s = gradsync_create(rk->c, m, rk->grads, rk->disagree ? cap / 2 : cap);
+    Rng rng = rng_make(5, comm_rank(rk->c), 0);
+    for (int st = 0; st < rk->steps; st++) {
+        gradsync_begin(s);
+        const float *g = rk->src + (size_t)st * m->n_params;
+        size_t prev = 0;
+        for (int i = m->n_ops - 1; i >= 0; i--) {  // backward: write each op's gradients, report them
+            const Op *op = &m->ops[i];
+            if (op->w < 0) continue;
+            memcpy(rk->grads + prev, g + prev, (op->grad_done - prev) * sizeof(float));
+            prev = op->grad_done;
+            nap_us(rng_below(&rng, 400));
+            gradsync_ready(s, op->grad_done);
+            // Overlap: in the first step, once the first bucket is queued, backward goes on only
+            // after it has been averaged. An implementation that reduced everything in
+            // gradsync_wait would never get there (10 s, then the check fails).
+            if (st == 0 && !rk->disagree && !rk->overlapped && op->grad_done >= gradsync_first_end(s)) {
+                double t0 = ct_now();
+                while (gradsync_done(s) < 1 && ct_now() - t0 < 10) nap_us(200);
+                rk->overlapped = gradsync_done(s) >= 1;
+            }
+        }
+        rk->rc_sum += gradsync_wait(s);
+    }
+    gradsync_free(s);
+    return NULL;
+}
+
+static void test_average(int R, int steps) {
+    size_t sizes[] = {10, 3000, 5, 5, 5, 2000, 1, 1, 700, 64, 64, 1000};
+    ResNet *m = fake_model(sizes, 12, 1);
+    size_t n = m->n_params;
+    CommGroup *g = comm_group_create(R, 30);
+    Rng rng = rng_make(11, R, 0);
+    float *src[8], *grads[8];
+    for (int r = 0; r < R; r++) {
+        src[r] = ct_alloc(steps * n * sizeof(float));
+        grads[r] = ct_alloc(n * sizeof(float));
+        for (size_t i = 0; i < steps * n; i++)
+            src[r][i] = (rng_uniform(&rng) - 0.5f) * ldexpf(1.f, (int)rng_below(&rng, 30) - 15);
+        if (r == 1 && steps > 1) src[r][n + 17] = NAN;  // step 2: one rank's NaN reaches everybody
+    }
+    Rank rk[8];
+    pthread_t th[8];
+    for (int r = 0; r < R; r++) {
+        rk[r] = (Rank){.c = comm_group_rank(g, r), .m = m, .grads = grads[r], .src = src[r], .steps = steps};
+        pthread_create(&th[r], NULL, rank_main, &rk[r]);
+    }
+    for (int r = 0; r < R; r++) pthread_join(th[r], NULL);
+    // The last step's result against the serial rank-order mean.
+    int bad = 0, rc = 0;
+    const size_t last = (size_t)(steps - 1) * n;
+    for (size_t i = 0; i < n; i++) {
+        float s = src[0][last + i];
+        for (int r = 1; r < R; r++) s += src[r][last + i];
+        if (R > 1) s /= (float)R;
+        for (int r = 0; r < R; r++) bad += memcmp(&grads[r][i], &s, 4) != 0;
+    }
+    for (int r = 0; r < R; r++) {
+        rc |= rk[r].rc_sum;
+        CHECK(rk[r].overlapped, "%d ranks: rank %d's first bucket was not averaged before backward ended", R, r);
+    }
+    CHECK(rc == 0 && bad == 0, "%d ranks: rc %d, %d elements differ from the rank-order mean", R, rc, bad);
+    comm_group_free(g);
+    for (int r = 0; r < R; r++) free(src[r]), free(grads[r]);
+    free(m->ops);
+    free(m);
+}
+
+// Ranks configured with different bucket sizes (a misconfiguration): every rank's wait fails.
+static void test_disagree(void) {
+    size_t sizes[] = {500, 500, 500, 500};  // cap 6000 bytes: buckets of 3 ops + 1; 3000: 4 of 1
+    ResNet *m = fake_model(sizes, 4, 0);
+    CommGroup *g = comm_group_create(2, 30);
+    comm_group_set_error_mode(g, 1);
+    float *src = ct_zalloc(m->n_params * sizeof(float)), *g0 = ct_alloc(m->n_params * 4), *g1 = ct_alloc(m->n_params * 4);
+    Rank rk[2] = {{.c = comm_group_rank(g, 0), .m = m, .grads = g0, .src = src, .steps = 1},
+                  {.c = comm_group_rank(g, 1), .m = m, .grads = g1, .src = src, .steps = 1, .disagree = 1}};
+    pthread_t th[2];
+    for (int r = 0; r < 2; r++) pthread_create(&th[r], NULL, rank_main, &rk[r]);
+    for (int r = 0; r < 2; r++) pthread_join(th[r], NULL);
+    CHECK(rk[0].rc_sum == -1 && rk[1].rc_sum == -1, "bucket mismatch: wait returned %d and %d", rk[0].rc_sum, rk[1].rc_sum);
+    CHECK(strstr(comm_error(comm_group_rank(g, 0)), "ranks disagree"), "bucket mismatch says '%s'",
+          comm_error(comm_group_rank(g, 0)));
+    comm_group_free(g);
+    free(src), free(g0), free(g1), free(m->ops), free(m);
+}
+
+int main(void) {
+    test_plan();
+    test_average(1, 2);
+    test_average(2, 3);
+    test_average(3, 3);
+    test_average(4, 2);
+    test_disagree();
+    return test_summary("test_gradsync");
+}
