@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <math.h>
 #include <omp.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -22,6 +23,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "dist/comm.h"
+#include "dist/gradsync.h"
 #include "loader/loader.h"
 #include "loader/shard.h"
 #include "nn/checkpoint.h"
@@ -73,6 +76,9 @@ typedef struct {
     int zero_init_residual;
     int no_wd_bn;
     int max_nonfinite;
+    int ranks;
+    double timeout;
+    int bucket_mb;
     const char *dump_batches;
     const char *shards;  // positional
 } Config;
@@ -126,6 +132,9 @@ static const Flag FLAGS[] = {
     {"zero-init-residual", 0, F_BOOL, OFF(zero_init_residual), "0", NULL, "zero-initialise the last BN of each residual block", 0},
     {"no-wd-bn", 0, F_BOOL, OFF(no_wd_bn), "0", NULL, "no weight decay on BN weights/biases and the fc bias", 0},
     {"max-nonfinite", 0, F_INT, OFF(max_nonfinite), "5", "N", "stop after N consecutive steps with a non-finite loss or gradient", 0},
+    {"ranks", 0, F_INT, OFF(ranks), "1", "N", "data-parallel ranks in this process (CPU: threads; each trains a replica on its share of every global batch of N x batch-size, gradients averaged)", 0},
+    {"timeout", 0, F_DBL, OFF(timeout), "300", "S", "data parallel: a rank that does not reach a collective within S seconds ends the run with an error naming it", 0},
+    {"bucket-mb", 0, F_INT, OFF(bucket_mb), "25", "MB", "data parallel: gradients are averaged in buckets of about MB megabytes while backward goes on", 0},
     {"dump-batches", 0, F_STR, OFF(dump_batches), "", "DIR", "write the initial weights, every training batch and the val batches to DIR (PyTorch comparison)", 1},
 };
 #define N_FLAGS ((int)CT_ARRAY_LEN(FLAGS))
@@ -311,6 +320,9 @@ static void validate_config(const Config *c) {
     if (strcmp(c->precision, "auto") && strcmp(c->precision, "bf16") && strcmp(c->precision, "fp32"))
         ct_die("--precision: '%s' is not one of auto, bf16, fp32", c->precision);
     if (c->max_nonfinite < 1) ct_die("--max-nonfinite: must be >= 1 (got %d)", c->max_nonfinite);
+    if (c->ranks < 1 || c->ranks > 256) ct_die("--ranks: must be in 1..256 (got %d)", c->ranks);
+    if (!(c->timeout > 0)) ct_die("--timeout: must be > 0 seconds (got %g)", c->timeout);
+    if (c->bucket_mb < 1) ct_die("--bucket-mb: must be >= 1 (got %d)", c->bucket_mb);
     if (c->teacher[0]) {
         const char *colon = strchr(c->teacher, ':');
         if (!colon || colon == c->teacher || !colon[1]) ct_die("--teacher: '%s' is not ARCH:PATH.safetensors", c->teacher);
@@ -462,6 +474,11 @@ typedef struct {
     // NaN loss; CTRAIN_FAULT_NAN_GRAD_STEPS a NaN gradient (a finite loss, a NaN logit gradient).
     StepSet fault_loss, fault_grad;
     FILE *dump_train;
+    // Data parallel: this rank, the rank count, the group's communicator, the gradient averager.
+    // Rank 0 writes every output; all ranks keep the same (global) bookkeeping.
+    int rank, world;
+    Comm *comm;
+    GradSync *gs;
 } Run;
 
 static void run_path(const Run *r, char *buf, size_t n, const char *name) { snprintf(buf, n, "%.900s/%.64s", r->out, name); }
@@ -511,8 +528,9 @@ static void open_shards(Run *r) {
         if (r->train.channels != r->val.channels)
             ct_die("channel count mismatch: %s has %u channels, %s has %u", tp, r->train.channels, vp, r->val.channels);
         if (shard_same_classes_err(&r->train, &r->val, err, sizeof err) != 0) ct_die("%s", err);
-        if (r->train.n_records < (uint64_t)c->batch)
-            ct_die("%s: %llu records, fewer than one batch (--batch-size %d)", tp, (unsigned long long)r->train.n_records, c->batch);
+        if (r->train.n_records < (uint64_t)c->batch * c->ranks)
+            ct_die("%s: %llu records, fewer than one global batch (--batch-size %d x --ranks %d)", tp,
+                   (unsigned long long)r->train.n_records, c->batch, c->ranks);
     }
     if (r->val.n_records == 0) ct_die("%s: no records", vp);
     r->channels = (int)r->val.channels;
@@ -545,8 +563,8 @@ static void make_loaders(Run *r) {
     lc.val_resize = c->val_resize;
     lc.workers = c->workers;
     lc.seed = (uint64_t)c->seed;
-    lc.rank = 0;
-    lc.world = 1;
+    lc.rank = r->rank;
+    lc.world = r->world;
     lc.no_flip = c->no_flip;
 #ifdef CTRAIN_CUDA
     if (r->cuda) {  // batches leave the ring by DMA on the copy stream: page-locked buffers
@@ -626,7 +644,7 @@ static void write_config(Run *r, int argc, char **argv, size_t n_params) {
     }
     fprintf(f, "    \"shards\": ");
     json_str(f, r->cfg.shards);
-    fprintf(f, "\n  },\n  \"derived\": {\n    \"global_batch\": %d,\n    \"world_size\": 1,\n", r->cfg.batch);
+    fprintf(f, "\n  },\n  \"derived\": {\n    \"global_batch\": %d,\n    \"world_size\": %d,\n", r->cfg.batch * r->world, r->world);
     fprintf(f, "    \"steps_per_epoch\": %lld,\n", (long long)r->steps_per_epoch);
     fprintf(f, "    \"train_records\": %llu,\n    \"val_records\": %llu,\n",
             (unsigned long long)(r->have_train ? r->train.n_records : 0), (unsigned long long)r->val.n_records);
@@ -763,9 +781,11 @@ static void dump_batch(FILE *f, const LoaderBatch *b, int hw, int c, int epoch, 
     fwrite(b->images, 1, (size_t)b->count * hw * hw * c, f);
 }
 
+// DIR/NAME.bin, or DIR/NAME.rankK.bin for each rank of a data-parallel run.
 static FILE *dump_open(const Run *r, const char *name) {
     char path[1100];
-    snprintf(path, sizeof path, "%.900s/%.64s", r->cfg.dump_batches, name);
+    if (r->world > 1) snprintf(path, sizeof path, "%.900s/%.64s.rank%d.bin", r->cfg.dump_batches, name, r->rank);
+    else snprintf(path, sizeof path, "%.900s/%.64s.bin", r->cfg.dump_batches, name);
     FILE *f = fopen(path, "wb");
     if (!f) ct_die_errno("--dump-batches: cannot create %s", path);
     return f;
@@ -778,12 +798,15 @@ typedef struct {
     int64_t n;
 } EvalResult;
 
+// With ranks, each evaluates its exact share (every record once across ranks, no padding) with
+// rank 0's BN running statistics (DDP broadcasts rank 0's buffers), and the sums are reduced.
 static EvalResult evaluate(Run *r, int dump) {
     EvalResult res = {0, 0, 0, 0};
     int hw = r->cfg.crop_size, K = r->classes, k5 = CT_MIN(5, K);
     double loss_sum = 0;
     int64_t c1 = 0, c5 = 0;
-    FILE *df = dump ? dump_open(r, "val_batches.bin") : NULL;
+    if (r->world > 1) comm_broadcast(r->comm, r->m->bufs, r->m->n_bufs * sizeof(float), 0);
+    FILE *df = dump ? dump_open(r, "val_batches") : NULL;
     loader_start_epoch(r->lval, 0);
     LoaderBatch b;
     while (loader_next(r->lval, &b)) {
@@ -798,6 +821,14 @@ static EvalResult evaluate(Run *r, int dump) {
         loader_release(r->lval, &b);
     }
     if (df) fclose(df);
+    if (r->world > 1) {
+        double v[4] = {loss_sum, (double)c1, (double)c5, (double)res.n};
+        comm_allreduce_f64(r->comm, v, 4);
+        loss_sum = v[0];
+        c1 = (int64_t)v[1];
+        c5 = (int64_t)v[2];
+        res.n = (int64_t)v[3];
+    }
     res.loss = loss_sum / (double)res.n;
     res.top1 = 100.0 * (double)c1 / (double)res.n;
     res.top5 = 100.0 * (double)c5 / (double)res.n;
@@ -805,8 +836,17 @@ static EvalResult evaluate(Run *r, int dump) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// One training step on a batch. Returns the loss (NaN/inf when the step was skipped).
-static float train_step(Run *r, const LoaderBatch *b, double lr, int64_t global_step, int *correct, int *skipped) {
+// One training step on a batch. With ranks, the loss, hits and batch size come back summed over
+// the ranks (and whether any rank was asked to stop), so every rank takes the same decisions: a
+// non-finite loss anywhere skips the step everywhere; gradients are averaged while backward runs,
+// and the average is the same bits on every rank, so the finiteness check agrees too.
+typedef struct {
+    float loss;      // mean over the global batch (NaN/inf when the step was skipped)
+    int64_t correct, n;
+    int skipped, stop;
+} StepResult;
+
+static StepResult train_step(Run *r, const LoaderBatch *b, double lr, int64_t global_step) {
     ResNet *m = r->m;
     int hw = r->cfg.crop_size, K = r->classes, N = b->count;
 #ifdef CTRAIN_CUDA
@@ -819,7 +859,9 @@ static float train_step(Run *r, const LoaderBatch *b, double lr, int64_t global_
     double alpha = r->teacher ? r->cfg.kd_alpha : 0.0;
     // Cross-entropy writes dlogits scaled by (1 - alpha); distillation adds its alpha share. With no
     // teacher this is the same arithmetic as alpha = 0 (scale 1), which the KD test relies on.
-    float ce = softmax_xent(r->dlogits, logits, b->labels, N, K, (float)r->cfg.label_smoothing, (float)(1.0 - alpha), correct);
+    int correct = 0;
+    // Each rank's gradient is of its own mean loss; averaging over ranks makes the global mean.
+    float ce = softmax_xent(r->dlogits, logits, b->labels, N, K, (float)r->cfg.label_smoothing, (float)(1.0 - alpha), &correct);
     float loss = ce;
     if (r->teacher) {
         const float *tl = forward_u8(r, 1, b->images, N, hw, 0);
@@ -828,26 +870,40 @@ static float train_step(Run *r, const LoaderBatch *b, double lr, int64_t global_
     }
     if (step_in(&r->fault_loss, global_step)) loss = NAN;
     if (step_in(&r->fault_grad, global_step)) r->dlogits[0] = NAN;  // every gradient becomes NaN
-    *skipped = 0;
-    if (isfinite(loss)) {
+    StepResult res = {loss, correct, N, 0, g_stop_signal != 0};
+    if (r->world > 1) {
+        double v[4] = {(double)loss * N, (double)correct, (double)N, (double)(g_stop_signal != 0)};
+        comm_allreduce_f64(r->comm, v, 4);
+        res.loss = (float)(v[0] / v[2]);
+        res.correct = (int64_t)v[1];
+        res.n = (int64_t)v[2];
+        res.stop = v[3] > 0;
+    }
+    if (isfinite(res.loss)) {
 #ifdef CTRAIN_CUDA
         if (r->cuda) {
             // The gradients stay on the device; only the finiteness flag comes back.
             gpu_backward(r->ge, m, r->dlogits, NULL, NULL, NULL);
             if (gpu_grads_finite(r->ge)) {
                 gpu_sgd_step(r->ge, m, &r->sgdc, &r->opt, (float)lr);
-                return loss;
+                return res;
             }
-            loss = NAN;
+            res.loss = NAN;
         } else
 #endif
         {
-            cpu_backward(r->ex, m, r->dlogits, r->grads, NULL, NULL);
+            if (r->gs) {
+                gradsync_begin(r->gs);
+                cpu_backward(r->ex, m, r->dlogits, r->grads, gradsync_ready, r->gs);
+                gradsync_wait(r->gs);
+            } else {
+                cpu_backward(r->ex, m, r->dlogits, r->grads, NULL, NULL);
+            }
             if (all_finite(r->grads, m->n_params)) {
                 sgd_step(&r->sgdc, &r->opt, m, m->params, r->grads, (float)lr);
-                return loss;
+                return res;
             }
-            loss = NAN;
+            res.loss = NAN;
         }
     }
     // Skip: the weights are untouched (no update), and the BN statistics go back to before the step.
@@ -857,8 +913,8 @@ static float train_step(Run *r, const LoaderBatch *b, double lr, int64_t global_
 #endif
         memcpy(m->bufs, r->bufs_backup, m->n_bufs * sizeof(float));
     memcpy(m->counts, r->counts_backup, m->n_counts * sizeof(int64_t));
-    *skipped = 1;
-    return loss;
+    res.skipped = 1;
+    return res;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -900,198 +956,13 @@ static void progress_clear(Run *r, Progress *p) {
 }
 
 // ---------------------------------------------------------------------------------------------
-int main(int argc, char **argv) {
-    Run run;
-    memset(&run, 0, sizeof run);
-    Run *r = &run;
-    Config *c = &r->cfg;
-    config_defaults(c);
-    int seen[N_FLAGS];
-    memset(seen, 0, sizeof seen);
-    parse_args(c, argc, argv, seen);
-    if (c->demo) {
-        // The demo recipe fills every flag the user did not give.
-        Config user = *c;
-        int dn = (int)CT_ARRAY_LEN(DEMO_ARGS), dseen[N_FLAGS];
-        memset(dseen, 0, sizeof dseen);
-        char *dargv[64];
-        dargv[0] = argv[0];
-        for (int i = 0; i < dn; i++) dargv[i + 1] = (char *)DEMO_ARGS[i];
-        parse_args(c, dn + 1, dargv, dseen);
-        for (int i = 0; i < N_FLAGS; i++)
-            if (seen[i]) memcpy((char *)c + FLAGS[i].offset, (char *)&user + FLAGS[i].offset,
-                                FLAGS[i].type == F_DBL ? sizeof(double) : FLAGS[i].type == F_LL ? sizeof(long long)
-                                : FLAGS[i].type == F_STR ? sizeof(char *) : sizeof(int));
-        if (c->shards[0]) ct_die("--demo takes no SHARDS argument (it uses %s/)", DEMO_SHARDS);
-        c->shards = DEMO_SHARDS;
-        if (!seen[find_flag_long("device", 6) - FLAGS]) c->device = "cpu";  // the demo is the CPU showcase
-    }
-    if (!c->shards[0]) { usage(stderr); ct_die("missing SHARDS directory (or --demo)"); }
-    validate_config(c);
-    if (!strcmp(c->device, "auto")) {
-#ifdef CTRAIN_CUDA
-        c->device = gpu_available() ? "cuda" : "cpu";
-#else
-        c->device = "cpu";
-#endif
-    }
-    if (!strcmp(c->device, "cuda")) {
-#ifdef CTRAIN_CUDA
-        if (!gpu_available()) ct_die("--device cuda: no usable CUDA device (use --device cpu)");
-        r->cuda = 1;
-#else
-        ct_die("--device cuda: this train was built without CUDA (no nvcc at build time); use --device cpu");
-#endif
-    }
-    if (!c->deterministic) ct_warn("--no-deterministic: the CPU backend is deterministic anyway");
-    if (!strcmp(c->precision, "auto")) c->precision = r->cuda ? "bf16" : "fp32";
-    r->bf16 = !strcmp(c->precision, "bf16");
-    double t_program = ct_now();
-
-    if (c->demo) demo_prepare();
-    open_shards(r);
-    r->mean = ct_alloc(sizeof(float) * r->channels);
-    r->std = ct_alloc(sizeof(float) * r->channels);
-    if (!strcmp(c->mean, "auto")) {
-        static const float im_mean[3] = {0.485f, 0.456f, 0.406f};
-        for (int i = 0; i < r->channels; i++) r->mean[i] = r->channels == 3 ? im_mean[i] : 0.5f;
-    } else parse_floats("mean", c->mean, r->mean, r->channels);
-    if (!strcmp(c->std, "auto")) {
-        static const float im_std[3] = {0.229f, 0.224f, 0.225f};
-        for (int i = 0; i < r->channels; i++) r->std[i] = r->channels == 3 ? im_std[i] : 0.25f;
-    } else parse_floats("std", c->std, r->std, r->channels);
-    for (int i = 0; i < r->channels; i++)
-        if (!(r->std[i] > 0)) ct_die("--std: channel %d is %g; must be > 0", i, r->std[i]);
-
-    // An explicit --arch must match a checkpoint being resumed; without one, the checkpoint's is used.
-    Checkpoint peek;
-    if (c->resume[0]) {
-        const char *err = checkpoint_load(c->resume, &peek);
-        if (err) ct_die("--resume %s: %s", c->resume, err);
-        if (!seen[0] && !c->demo) c->arch = ct_strdup(peek.meta.arch);
-        checkpoint_free(&peek);
-    }
-
-    // Model.
-    r->m = resnet_create(c->arch, r->channels, r->classes);
-    if (!r->m) ct_die("--arch: unknown architecture '%s'", c->arch);
-    resnet_init(r->m, (uint64_t)c->seed, c->zero_init_residual);
-    {
-        TensorDim *dims = ct_alloc(sizeof(TensorDim) * r->m->n_tensors);
-        if (resnet_shapes(r->m, c->crop_size, c->crop_size, dims) != 0)
-            ct_die("--crop-size %d: too small for %s (some layer would have no pixels left)", c->crop_size, c->arch);
-        free(dims);
-    }
-    r->ex = cpu_exec_create(r->m);
-    cpu_exec_set_bf16(r->ex, r->bf16);
-    r->dlogits = ct_alloc(sizeof(float) * (size_t)c->batch * r->classes);
-    if (c->weights[0]) st_load_resnet(c->weights, r->m);
-
-#ifdef CTRAIN_CUDA
-    if (r->cuda) pin_shards(r);
-#endif
-    make_loaders(r);
-#ifdef CTRAIN_CUDA
-    CtDtype dt = r->bf16 ? CT_BF16 : CT_F32;
-    if (r->cuda) {
-        gpu_select_device(0);
-        r->ge = gpu_exec_create(r->m, dt);
-    }
-#endif
-
-    // --evaluate: weights in, top-1/top-5 out.
-    if (c->evaluate) {
-        if (c->resume[0]) load_checkpoint(r, c->resume, 0);
-#ifdef CTRAIN_CUDA
-        if (r->cuda) gpu_upload_state(r->ge, r->m, NULL);
-#endif
-        if (c->dump_batches[0]) ct_mkdir_p(c->dump_batches);
-        double t0 = ct_now();
-        EvalResult e = evaluate(r, c->dump_batches[0] != 0);
-        printf("evaluate %s on %s/val.shard: %lld images  loss %.4f  top-1 %.2f%%  top-5 %.2f%%  (%.1fs)\n",
-               c->weights[0] ? c->weights : c->resume, c->shards, (long long)e.n, e.loss, e.top1, e.top5, ct_now() - t0);
-        return 0;
-    }
-
-    // Optimizer, schedule, teacher.
-    r->grads = ct_alloc(sizeof(float) * r->m->n_params);
-    r->bufs_backup = ct_alloc(sizeof(float) * (r->m->n_bufs + 1));
-    r->counts_backup = ct_alloc(sizeof(int64_t) * (r->m->n_counts + 1));
-    r->sgdc.momentum = (float)c->momentum;
-    r->sgdc.weight_decay = (float)c->wd;
-    r->sgdc.nesterov = c->nesterov;
-    r->sgdc.wd_exclude_bn_bias = c->no_wd_bn;
-    sgd_init(&r->opt, r->m->n_params);
-    lr_kind_parse(c->lr_schedule, &r->sched.kind);
-    r->sched.base_lr = c->lr;
-    r->sched.epochs = c->epochs;
-    r->sched.steps_per_epoch = r->steps_per_epoch;
-    r->sched.warmup_epochs = c->warmup_epochs;
-    r->sched.step_size = c->lr_step_size;
-    r->sched.gamma = c->lr_gamma;
-    r->best_top1 = -1;
-    r->best_epoch = 0;
-    if (c->teacher[0]) {
-        const char *colon = strchr(c->teacher, ':');
-        char tarch[32];
-        snprintf(tarch, sizeof tarch, "%.*s", (int)(colon - c->teacher), c->teacher);
-        r->teacher = resnet_create(tarch, r->channels, r->classes);
-        st_load_resnet(colon + 1, r->teacher);
-        r->tex = cpu_exec_create(r->teacher);
-        cpu_exec_set_bf16(r->tex, r->bf16);
-    }
-    parse_faults(r);
-
-    if (c->resume[0]) load_checkpoint(r, c->resume, 1);
-#ifdef CTRAIN_CUDA
-    if (r->cuda) {
-        gpu_upload_state(r->ge, r->m, &r->opt);
-        if (r->teacher) {
-            r->tge = gpu_exec_create(r->teacher, dt);
-            gpu_upload_state(r->tge, r->teacher, NULL);
-        }
-    }
-#endif
-    if (r->epoch >= c->epochs && r->step_in_epoch == 0)
-        ct_die("--resume %s: the checkpoint has finished epoch %d already; raise --epochs beyond %d to train on", c->resume, r->epoch, r->epoch);
-
-    // Output directory.
-    if (!c->out[0]) {
-        char buf[256], when[64];
-        time_t now = time(NULL);
-        strftime(when, sizeof when, "%Y%m%d-%H%M%S", localtime(&now));
-        snprintf(buf, sizeof buf, "runs/%s-%s", when, c->arch);
-        c->out = ct_strdup(buf);
-    }
-    snprintf(r->out, sizeof r->out, "%s", c->out);
-    ct_mkdir_p(r->out);
-    int64_t start_step = (int64_t)r->epoch * r->steps_per_epoch + r->step_in_epoch;
-    write_config(r, argc, argv, r->m->n_params);
-    metrics_open(r, c->resume[0] ? start_step : -1);
-    r->tb = tfevents_open(r->out);
-    r->tty = isatty(2);
-    if (c->dump_batches[0]) {
-        ct_mkdir_p(c->dump_batches);
-        char p[1100];
-        snprintf(p, sizeof p, "%s/init.safetensors", c->dump_batches);
-        st_save_resnet(p, r->m, NULL, 0, NULL, NULL, 0);
-        r->dump_train = dump_open(r, "train_batches.bin");
-    }
-    install_signals();
-
-    fprintf(stderr, "train: %s (%zu parameters), %d classes, %d channel(s), %dx%d crops\n", c->arch, r->m->n_params,
-            r->classes, r->channels, c->crop_size, c->crop_size);
-    fprintf(stderr, "train: %llu train / %llu val images from %s/; batch %d per device x 1 device = global batch %d, "
-                    "%lld steps per epoch\n",
-            (unsigned long long)r->train.n_records, (unsigned long long)r->val.n_records, c->shards, c->batch, c->batch,
-            (long long)r->steps_per_epoch);
-    fprintf(stderr, "train: device %s (%d CPU threads, %d loader workers), lr %g %s, %d epochs, out %s/%s\n",
-            r->cuda ? (r->bf16 ? "cuda, bf16" : "cuda, fp32") : (r->bf16 ? "cpu, bf16 rounding" : "cpu"), omp_get_max_threads(), c->workers, c->lr, c->lr_schedule, c->epochs, r->out,
-            c->resume[0] ? " (resumed)" : "");
-    if (c->resume[0])
-        fprintf(stderr, "train: resuming %s at epoch %d step %lld/%lld\n", c->resume, r->epoch + 1,
-                (long long)r->step_in_epoch, (long long)r->steps_per_epoch);
-
+// ---------------------------------------------------------------------------------------------
+// The epoch loop of one rank. Every rank runs it (rank 0 on the main thread); rank 0 writes the
+// progress line, metrics, TensorBoard events and checkpoints. Returns 0, or 128 + the signal when
+// a SIGINT/SIGTERM stopped the run after a checkpoint.
+static int train_loop(Run *r, EvalResult *final_eval) {
+    const Config *c = &r->cfg;
+    const int lead = r->rank == 0;
     // ---- the epoch loop ----
     Progress pr;
     memset(&pr, 0, sizeof pr);
@@ -1138,9 +1009,10 @@ int main(int argc, char **argv) {
             int64_t gstep = (int64_t)r->epoch * r->steps_per_epoch + r->step_in_epoch;
             double lr = lr_at(&r->sched, gstep);
             if (r->dump_train) dump_batch(r->dump_train, &b, c->crop_size, r->channels, r->epoch, gstep + 1, (float)lr);
-            int correct = 0, skipped = 0;
-            float loss = train_step(r, &b, lr, gstep + 1, &correct, &skipped);
-            int n = b.count;
+            StepResult sr = train_step(r, &b, lr, gstep + 1);
+            float loss = sr.loss;
+            int skipped = sr.skipped;
+            int64_t correct = sr.correct, n = sr.n;  // over all ranks
             loader_release(r->ltrain, &b);
             r->step_in_epoch++;
             pr.steps_done++;
@@ -1148,13 +1020,17 @@ int main(int argc, char **argv) {
             if (skipped) {
                 consecutive_bad++;
                 r->nonfinite_total++;
-                progress_clear(r, &pr);
-                fprintf(stderr, "train: epoch %d step %lld: non-finite loss or gradient (%g); step skipped (%d in a row)\n",
-                        r->epoch + 1, (long long)step, loss, consecutive_bad);
-                fprintf(r->metrics, "{\"type\":\"skip\",\"epoch\":%d,\"step\":%lld,\"lr\":%.9g,\"consecutive\":%d}\n",
-                        r->epoch + 1, (long long)step, lr, consecutive_bad);
-                fflush(r->metrics);
-                if (consecutive_bad >= c->max_nonfinite) {
+                if (lead) {
+                    progress_clear(r, &pr);
+                    fprintf(stderr, "train: epoch %d step %lld: non-finite loss or gradient (%g); step skipped (%d in a row)\n",
+                            r->epoch + 1, (long long)step, loss, consecutive_bad);
+                    fprintf(r->metrics, "{\"type\":\"skip\",\"epoch\":%d,\"step\":%lld,\"lr\":%.9g,\"consecutive\":%d}\n",
+                            r->epoch + 1, (long long)step, lr, consecutive_bad);
+                    fflush(r->metrics);
+                }
+                // Every rank counts the same skips; rank 0 ends the process (the others are then
+                // waiting in the next step's collective).
+                if (lead && consecutive_bad >= c->max_nonfinite) {
                     char lp[1100];
                     run_path(r, lp, sizeof lp, "last.ckpt");
                     ct_die("%d consecutive steps with a non-finite loss or gradient (epoch %d, step %lld, lr %g): the run has "
@@ -1171,7 +1047,7 @@ int main(int argc, char **argv) {
             int last_of_epoch = r->step_in_epoch == r->steps_per_epoch;
             int record = r->step_in_epoch % c->print_freq == 0 || last_of_epoch;
             double now = ct_now();
-            if (record || (r->tty && now - pr.t_draw > 0.25)) {
+            if (lead && (record || (r->tty && now - pr.t_draw > 0.25))) {
                 double dt = now - pr.t_last, wnow = loader_wait_seconds(r->ltrain);
                 double img_s = dt > 0 ? (double)(r->epoch_seen - pr.seen_last) / dt : 0;
                 double wait = dt > 0 ? (wnow - pr.wait_last) / dt : 0;
@@ -1204,19 +1080,20 @@ int main(int argc, char **argv) {
                     pr.seen_last = r->epoch_seen;
                 }
             }
-            if (g_stop_signal && !last_of_epoch) {
+            if (sr.stop && !last_of_epoch) {  // agreed by all ranks in the step's reduction
+                stopped = 1;
+                if (!lead) break;
                 progress_clear(r, &pr);
                 save_checkpoint(r, "last.ckpt", step);
                 fprintf(stderr, "train: %s: checkpoint saved to %s/last.ckpt at epoch %d step %lld/%lld; resume with --resume %s/last.ckpt\n",
                         g_stop_signal == SIGINT ? "SIGINT" : "SIGTERM", r->out, r->epoch + 1, (long long)r->step_in_epoch,
                         (long long)r->steps_per_epoch, r->out);
-                stopped = 1;
                 break;
             }
         }
         if (have_next) loader_release(r->ltrain, &next);
         if (stopped) break;
-        progress_clear(r, &pr);
+        if (lead) progress_clear(r, &pr);
         // End of epoch: eval, records, checkpoints.
         double train_time = ct_now() - t_epoch, train_wait = loader_wait_seconds(r->ltrain) - wait_epoch;
         int64_t step = (int64_t)(r->epoch + 1) * r->steps_per_epoch;
@@ -1229,32 +1106,42 @@ int main(int argc, char **argv) {
         double img_s = train_time > 0 ? (double)(r->epoch_seen - seen_at_start) / train_time : 0;
         int best = e.top1 > r->best_top1;
         if (best) { r->best_top1 = e.top1; r->best_epoch = r->epoch + 1; }
-        fprintf(stderr, "epoch %d/%d  train loss %.4f top-1 %.2f%%  |  val loss %.4f top-1 %.2f%% top-5 %.2f%%%s  |  %.1fs "
-                        "(eval %.1fs), %.0f img/s, data-wait %.1f%%\n",
-                r->epoch + 1, c->epochs, tr_loss, tr_top1, e.loss, e.top1, e.top5, best ? " (best)" : "", train_time + eval_time,
-                eval_time, img_s, train_time > 0 ? 100 * train_wait / train_time : 0);
-        fprintf(r->metrics, "{\"type\":\"epoch\",\"epoch\":%d,\"step\":%lld,\"train_loss\":%.9g,\"train_top1\":%.9g,\"val_loss\":%.9g,"
-                            "\"val_top1\":%.9g,\"val_top5\":%.9g,\"lr\":%.9g,\"skipped_steps\":%u,\"epoch_time\":%.3f,\"eval_time\":%.3f,"
-                            "\"img_s\":%.1f,\"data_wait\":%.4f}\n",
-                r->epoch + 1, (long long)step, tr_loss, tr_top1, e.loss, e.top1, e.top5, lr_at(&r->sched, step - 1),
-                r->nonfinite_total, train_time + eval_time, eval_time, img_s, train_time > 0 ? train_wait / train_time : 0);
-        fflush(r->metrics);
-        tfevents_scalar(r->tb, "train/epoch_loss", step, (float)tr_loss);
-        tfevents_scalar(r->tb, "train/top1", step, (float)tr_top1);
-        tfevents_scalar(r->tb, "val/loss", step, (float)e.loss);
-        tfevents_scalar(r->tb, "val/top1", step, (float)e.top1);
-        tfevents_scalar(r->tb, "val/top5", step, (float)e.top5);
-        tfevents_flush(r->tb);
+        if (lead) {
+            fprintf(stderr, "epoch %d/%d  train loss %.4f top-1 %.2f%%  |  val loss %.4f top-1 %.2f%% top-5 %.2f%%%s  |  %.1fs "
+                            "(eval %.1fs), %.0f img/s, data-wait %.1f%%\n",
+                    r->epoch + 1, c->epochs, tr_loss, tr_top1, e.loss, e.top1, e.top5, best ? " (best)" : "", train_time + eval_time,
+                    eval_time, img_s, train_time > 0 ? 100 * train_wait / train_time : 0);
+            fprintf(r->metrics, "{\"type\":\"epoch\",\"epoch\":%d,\"step\":%lld,\"train_loss\":%.9g,\"train_top1\":%.9g,\"val_loss\":%.9g,"
+                                "\"val_top1\":%.9g,\"val_top5\":%.9g,\"lr\":%.9g,\"skipped_steps\":%u,\"epoch_time\":%.3f,\"eval_time\":%.3f,"
+                                "\"img_s\":%.1f,\"data_wait\":%.4f}\n",
+                    r->epoch + 1, (long long)step, tr_loss, tr_top1, e.loss, e.top1, e.top5, lr_at(&r->sched, step - 1),
+                    r->nonfinite_total, train_time + eval_time, eval_time, img_s, train_time > 0 ? train_wait / train_time : 0);
+            fflush(r->metrics);
+            tfevents_scalar(r->tb, "train/epoch_loss", step, (float)tr_loss);
+            tfevents_scalar(r->tb, "train/top1", step, (float)tr_top1);
+            tfevents_scalar(r->tb, "val/loss", step, (float)e.loss);
+            tfevents_scalar(r->tb, "val/top1", step, (float)e.top1);
+            tfevents_scalar(r->tb, "val/top5", step, (float)e.top5);
+            tfevents_flush(r->tb);
+        }
         // The position after this epoch: the next one, from its start.
         r->epoch++;
         r->step_in_epoch = 0;
         r->epoch_loss_sum = 0;
         r->epoch_correct = r->epoch_seen = 0;
-        save_checkpoint(r, "last.ckpt", step);
-        if (best) save_checkpoint(r, "best.ckpt", step);
+        if (lead) {
+            save_checkpoint(r, "last.ckpt", step);
+            if (best) save_checkpoint(r, "best.ckpt", step);
+        }
         r->epoch--;
-        if (g_stop_signal && r->epoch + 1 < c->epochs) {
-            fprintf(stderr, "train: %s: checkpoint saved to %s/last.ckpt after epoch %d; resume with --resume %s/last.ckpt\n",
+        int stop_now = g_stop_signal != 0;
+        if (r->world > 1) {  // the ranks must agree on stopping here too
+            double v = stop_now;
+            comm_allreduce_f64(r->comm, &v, 1);
+            stop_now = v > 0;
+        }
+        if (stop_now && r->epoch + 1 < c->epochs) {
+            if (lead) fprintf(stderr, "train: %s: checkpoint saved to %s/last.ckpt after epoch %d; resume with --resume %s/last.ckpt\n",
                     g_stop_signal == SIGINT ? "SIGINT" : "SIGTERM", r->out, r->epoch + 1, r->out);
             stopped = 1;
             r->epoch++;
@@ -1262,16 +1149,287 @@ int main(int argc, char **argv) {
         }
         r->step_in_epoch = 0;
     }
+    *final_eval = last_eval;
     if (r->dump_train) fclose(r->dump_train);
-    tfevents_close(r->tb);
-    fclose(r->metrics);
-    if (stopped) {
-        int sig = g_stop_signal;
-        loader_destroy(r->ltrain);
-        loader_destroy(r->lval);
-        return 128 + sig;
+    if (lead) {
+        tfevents_close(r->tb);
+        fclose(r->metrics);
+    }
+    return stopped ? 128 + (g_stop_signal ? g_stop_signal : SIGTERM) : 0;
+}
+
+typedef struct {
+    Run *r;
+    int omp_threads;
+    int rc;
+    EvalResult eval;
+    int evaluate_only;
+} RankThread;
+
+static void *rank_thread(void *arg) {
+    RankThread *t = arg;
+    omp_set_num_threads(t->omp_threads);
+    if (t->evaluate_only) t->eval = evaluate(t->r, 0);
+    else t->rc = train_loop(t->r, &t->eval);
+    return NULL;
+}
+
+// Runs fn on every rank: ranks 1.. on their own threads, rank 0 on this one. Returns rank 0's rc.
+static int run_ranks(Run *runs, int world, int evaluate_only, EvalResult *eval0) {
+    int omp = omp_get_max_threads() / world;
+    if (omp < 1) omp = 1;
+    RankThread *t = ct_zalloc(world * sizeof *t);
+    pthread_t *th = ct_zalloc(world * sizeof *th);
+    for (int k = 0; k < world; k++) t[k] = (RankThread){&runs[k], omp, 0, {0, 0, 0, 0}, evaluate_only};
+    for (int k = 1; k < world; k++)
+        if (pthread_create(&th[k], NULL, rank_thread, &t[k])) ct_die("--ranks %d: cannot start rank %d's thread", world, k);
+    rank_thread(&t[0]);
+    for (int k = 1; k < world; k++) pthread_join(th[k], NULL);
+    int rc = t[0].rc;
+    *eval0 = t[0].eval;
+    free(t);
+    free(th);
+    return rc;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Everything one rank owns: its model replica (the same init on every rank: the seed decides),
+// executors, loaders over its share, and for training the optimizer, schedule, teacher and the
+// state of a resumed checkpoint. r arrives with the shared settings (config, shards, mean/std).
+static void setup_rank(Run *r) {
+    const Config *c = &r->cfg;
+    // Model.
+    r->m = resnet_create(c->arch, r->channels, r->classes);
+    if (!r->m) ct_die("--arch: unknown architecture '%s'", c->arch);
+    resnet_init(r->m, (uint64_t)c->seed, c->zero_init_residual);
+    {
+        TensorDim *dims = ct_alloc(sizeof(TensorDim) * r->m->n_tensors);
+        if (resnet_shapes(r->m, c->crop_size, c->crop_size, dims) != 0)
+            ct_die("--crop-size %d: too small for %s (some layer would have no pixels left)", c->crop_size, c->arch);
+        free(dims);
+    }
+    r->ex = cpu_exec_create(r->m);
+    cpu_exec_set_bf16(r->ex, r->bf16);
+    r->dlogits = ct_alloc(sizeof(float) * (size_t)c->batch * r->classes);
+    if (c->weights[0]) st_load_resnet(c->weights, r->m);
+
+#ifdef CTRAIN_CUDA
+    if (r->cuda && r->rank == 0) pin_shards(r);  // the mapping is shared by all ranks
+#endif
+    make_loaders(r);
+#ifdef CTRAIN_CUDA
+    CtDtype dt = r->bf16 ? CT_BF16 : CT_F32;
+    if (r->cuda) {
+        gpu_select_device(0);
+        r->ge = gpu_exec_create(r->m, dt);
+    }
+#endif
+
+    if (c->evaluate) {
+        if (c->resume[0]) load_checkpoint(r, c->resume, 0);
+#ifdef CTRAIN_CUDA
+        if (r->cuda) gpu_upload_state(r->ge, r->m, NULL);
+#endif
+        return;
     }
 
+    // Optimizer, schedule, teacher.
+    r->grads = ct_alloc(sizeof(float) * r->m->n_params);
+    r->bufs_backup = ct_alloc(sizeof(float) * (r->m->n_bufs + 1));
+    r->counts_backup = ct_alloc(sizeof(int64_t) * (r->m->n_counts + 1));
+    r->sgdc.momentum = (float)c->momentum;
+    r->sgdc.weight_decay = (float)c->wd;
+    r->sgdc.nesterov = c->nesterov;
+    r->sgdc.wd_exclude_bn_bias = c->no_wd_bn;
+    sgd_init(&r->opt, r->m->n_params);
+    lr_kind_parse(c->lr_schedule, &r->sched.kind);
+    r->sched.base_lr = c->lr;
+    r->sched.epochs = c->epochs;
+    r->sched.steps_per_epoch = r->steps_per_epoch;
+    r->sched.warmup_epochs = c->warmup_epochs;
+    r->sched.step_size = c->lr_step_size;
+    r->sched.gamma = c->lr_gamma;
+    r->best_top1 = -1;
+    r->best_epoch = 0;
+    if (c->teacher[0]) {
+        const char *colon = strchr(c->teacher, ':');
+        char tarch[32];
+        snprintf(tarch, sizeof tarch, "%.*s", (int)(colon - c->teacher), c->teacher);
+        r->teacher = resnet_create(tarch, r->channels, r->classes);
+        st_load_resnet(colon + 1, r->teacher);
+        r->tex = cpu_exec_create(r->teacher);
+        cpu_exec_set_bf16(r->tex, r->bf16);
+    }
+    parse_faults(r);
+
+    if (c->resume[0]) load_checkpoint(r, c->resume, 1);
+#ifdef CTRAIN_CUDA
+    if (r->cuda) {
+        gpu_upload_state(r->ge, r->m, &r->opt);
+        if (r->teacher) {
+            r->tge = gpu_exec_create(r->teacher, dt);
+            gpu_upload_state(r->tge, r->teacher, NULL);
+        }
+    }
+#endif
+    if (r->epoch >= c->epochs && r->step_in_epoch == 0)
+        ct_die("--resume %s: the checkpoint has finished epoch %d already; raise --epochs beyond %d to train on", c->resume, r->epoch, r->epoch);
+
+}
+
+int main(int argc, char **argv) {
+    Run run;
+    memset(&run, 0, sizeof run);
+    Run *r = &run;
+    Config *c = &r->cfg;
+    config_defaults(c);
+    int seen[N_FLAGS];
+    memset(seen, 0, sizeof seen);
+    parse_args(c, argc, argv, seen);
+    if (c->demo) {
+        // The demo recipe fills every flag the user did not give.
+        Config user = *c;
+        int dn = (int)CT_ARRAY_LEN(DEMO_ARGS), dseen[N_FLAGS];
+        memset(dseen, 0, sizeof dseen);
+        char *dargv[64];
+        dargv[0] = argv[0];
+        for (int i = 0; i < dn; i++) dargv[i + 1] = (char *)DEMO_ARGS[i];
+        parse_args(c, dn + 1, dargv, dseen);
+        for (int i = 0; i < N_FLAGS; i++)
+            if (seen[i]) memcpy((char *)c + FLAGS[i].offset, (char *)&user + FLAGS[i].offset,
+                                FLAGS[i].type == F_DBL ? sizeof(double) : FLAGS[i].type == F_LL ? sizeof(long long)
+                                : FLAGS[i].type == F_STR ? sizeof(char *) : sizeof(int));
+        if (c->shards[0]) ct_die("--demo takes no SHARDS argument (it uses %s/)", DEMO_SHARDS);
+        c->shards = DEMO_SHARDS;
+        if (!seen[find_flag_long("device", 6) - FLAGS]) c->device = "cpu";  // the demo is the CPU showcase
+    }
+    if (!c->shards[0]) { usage(stderr); ct_die("missing SHARDS directory (or --demo)"); }
+    validate_config(c);
+    if (!strcmp(c->device, "auto")) {
+#ifdef CTRAIN_CUDA
+        c->device = gpu_available() ? "cuda" : "cpu";
+#else
+        c->device = "cpu";
+#endif
+    }
+    if (!strcmp(c->device, "cuda")) {
+#ifdef CTRAIN_CUDA
+        if (!gpu_available()) ct_die("--device cuda: no usable CUDA device (use --device cpu)");
+        r->cuda = 1;
+#else
+        ct_die("--device cuda: this train was built without CUDA (no nvcc at build time); use --device cpu");
+#endif
+    }
+    if (!c->deterministic) ct_warn("--no-deterministic: the CPU backend is deterministic anyway");
+    if (r->cuda && c->ranks > 1)
+        ct_die("--ranks %d with --device cuda: GPU ranks need NCCL, which ctrain does not load yet; use --device cpu "
+               "for data-parallel ranks", c->ranks);
+    if (!strcmp(c->precision, "auto")) c->precision = r->cuda ? "bf16" : "fp32";
+    r->bf16 = !strcmp(c->precision, "bf16");
+    double t_program = ct_now();
+
+    if (c->demo) demo_prepare();
+    open_shards(r);
+    r->mean = ct_alloc(sizeof(float) * r->channels);
+    r->std = ct_alloc(sizeof(float) * r->channels);
+    if (!strcmp(c->mean, "auto")) {
+        static const float im_mean[3] = {0.485f, 0.456f, 0.406f};
+        for (int i = 0; i < r->channels; i++) r->mean[i] = r->channels == 3 ? im_mean[i] : 0.5f;
+    } else parse_floats("mean", c->mean, r->mean, r->channels);
+    if (!strcmp(c->std, "auto")) {
+        static const float im_std[3] = {0.229f, 0.224f, 0.225f};
+        for (int i = 0; i < r->channels; i++) r->std[i] = r->channels == 3 ? im_std[i] : 0.25f;
+    } else parse_floats("std", c->std, r->std, r->channels);
+    for (int i = 0; i < r->channels; i++)
+        if (!(r->std[i] > 0)) ct_die("--std: channel %d is %g; must be > 0", i, r->std[i]);
+
+    // An explicit --arch must match a checkpoint being resumed; without one, the checkpoint's is used.
+    Checkpoint peek;
+    if (c->resume[0]) {
+        const char *err = checkpoint_load(c->resume, &peek);
+        if (err) ct_die("--resume %s: %s", c->resume, err);
+        if (!seen[0] && !c->demo) c->arch = ct_strdup(peek.meta.arch);
+        checkpoint_free(&peek);
+    }
+
+    // The ranks: rank 0 is r; the others start as copies of its shared settings.
+    const int world = c->ranks;
+    r->world = world;
+    Run *runs = ct_zalloc(world * sizeof(Run));
+    CommGroup *group = world > 1 ? comm_group_create(world, c->timeout) : NULL;
+    for (int k = 0; k < world; k++) {
+        runs[k] = *r;
+        runs[k].rank = k;
+        if (group) runs[k].comm = comm_group_rank(group, k);
+        setup_rank(&runs[k]);
+    }
+    r = &runs[0];
+    c = &r->cfg;
+
+    // --evaluate: weights in, top-1/top-5 out (with ranks: each its share, counts reduced).
+    if (c->evaluate) {
+        if (c->dump_batches[0]) ct_mkdir_p(c->dump_batches);
+        double t0 = ct_now();
+        EvalResult e;
+        if (world == 1) e = evaluate(r, c->dump_batches[0] != 0);
+        else run_ranks(runs, world, 1, &e);
+        printf("evaluate %s on %s/val.shard: %lld images  loss %.4f  top-1 %.2f%%  top-5 %.2f%%  (%.1fs)\n",
+               c->weights[0] ? c->weights : c->resume, c->shards, (long long)e.n, e.loss, e.top1, e.top5, ct_now() - t0);
+        return 0;
+    }
+    for (int k = 0; k < world && world > 1; k++)
+        runs[k].gs = gradsync_create(runs[k].comm, runs[k].m, runs[k].grads, (size_t)c->bucket_mb << 20);
+
+    // Output directory.
+    if (!c->out[0]) {
+        char buf[256], when[64];
+        time_t now = time(NULL);
+        strftime(when, sizeof when, "%Y%m%d-%H%M%S", localtime(&now));
+        snprintf(buf, sizeof buf, "runs/%s-%s", when, c->arch);
+        c->out = ct_strdup(buf);
+    }
+    snprintf(r->out, sizeof r->out, "%s", c->out);
+    ct_mkdir_p(r->out);
+    int64_t start_step = (int64_t)r->epoch * r->steps_per_epoch + r->step_in_epoch;
+    write_config(r, argc, argv, r->m->n_params);
+    metrics_open(r, c->resume[0] ? start_step : -1);
+    r->tb = tfevents_open(r->out);
+    r->tty = isatty(2);
+    if (c->dump_batches[0]) {
+        ct_mkdir_p(c->dump_batches);
+        char p[1100];
+        snprintf(p, sizeof p, "%s/init.safetensors", c->dump_batches);
+        st_save_resnet(p, r->m, NULL, 0, NULL, NULL, 0);
+        for (int k = 0; k < world; k++) runs[k].dump_train = dump_open(&runs[k], "train_batches");
+    }
+    install_signals();
+
+    fprintf(stderr, "train: %s (%zu parameters), %d classes, %d channel(s), %dx%d crops\n", c->arch, r->m->n_params,
+            r->classes, r->channels, c->crop_size, c->crop_size);
+    fprintf(stderr, "train: %llu train / %llu val images from %s/; batch %d per rank x %d rank%s = global batch %d, "
+                    "%lld steps per epoch\n",
+            (unsigned long long)r->train.n_records, (unsigned long long)r->val.n_records, c->shards, c->batch, r->world,
+            r->world > 1 ? "s" : "", c->batch * r->world, (long long)r->steps_per_epoch);
+    if (r->world > 1)
+        fprintf(stderr, "train: %d data-parallel ranks (threads, %d CPU threads each), gradients averaged in %d bucket(s) of "
+                        "<= %d MB during backward\n", r->world, CT_MAX(1, omp_get_max_threads() / r->world),
+                gradsync_buckets(r->gs), c->bucket_mb);
+    fprintf(stderr, "train: device %s (%d CPU threads, %d loader workers), lr %g %s, %d epochs, out %s/%s\n",
+            r->cuda ? (r->bf16 ? "cuda, bf16" : "cuda, fp32") : (r->bf16 ? "cpu, bf16 rounding" : "cpu"), omp_get_max_threads(), c->workers, c->lr, c->lr_schedule, c->epochs, r->out,
+            c->resume[0] ? " (resumed)" : "");
+    if (c->resume[0])
+        fprintf(stderr, "train: resuming %s at epoch %d step %lld/%lld\n", c->resume, r->epoch + 1,
+                (long long)r->step_in_epoch, (long long)r->steps_per_epoch);
+
+    EvalResult last_eval;
+    int rc = run_ranks(runs, world, 0, &last_eval);
+    if (rc) {
+        for (int k = 0; k < world; k++) {
+            loader_destroy(runs[k].ltrain);
+            loader_destroy(runs[k].lval);
+        }
+        return rc;
+    }
     // Final model for torchvision (load_state_dict) and --evaluate --weights.
     char mp[1100];
     run_path(r, mp, sizeof mp, "model.safetensors");
