@@ -8,40 +8,8 @@ FL=(-a resnet20 -b 32 --crop-size 16 --val-resize 16 --min-scale 0.5 --lr 0.05 -
     --label-smoothing 0.1 --lr-schedule cosine --warmup-epochs 0.5 --epochs 4 -p 1)
 "$TRAIN" "${FL[@]}" --dump-batches "$TMP/dump" --out "$TMP/run" "$TMP/d" 2>"$TMP/train.log" || { cat "$TMP/train.log"; fail "ctrain run failed"; }
 tail -2 "$TMP/train.log"
-mean=$("$PIPPY" -c "import json; print(','.join(str(v) for v in json.load(open('$TMP/run/config.json'))['derived']['mean']))")
-std=$("$PIPPY" -c "import json; print(','.join(str(v) for v in json.load(open('$TMP/run/config.json'))['derived']['std']))")
-"$TORCH_PY" "$CTRAIN_ROOT/tools/torch_train_ref.py" train --arch resnet20 --mean "$mean" --std "$std" --dump "$TMP/dump" \
-  --momentum 0.9 --wd 5e-4 --nesterov 1 --smoothing 0.1 --out "$TMP/torch.json" --save-weights "$TMP/torch.safetensors" \
-  || fail "PyTorch replay failed"
-
-"$PIPPY" - "$TMP/run/metrics.jsonl" "$TMP/torch.json" <<'PY' || fail "loss curves or accuracy differ"
-import json, sys
-recs = [json.loads(l) for l in open(sys.argv[1])]
-ours = {r["step"]: r["loss"] for r in recs if r["type"] == "step"}
-final = [r for r in recs if r["type"] == "epoch"][-1]
-ref = json.load(open(sys.argv[2]))
-assert ref["steps"] == list(range(1, len(ref["steps"]) + 1)) and sorted(ours) == ref["steps"], "step numbering differs"
-n = len(ref["steps"])
-assert n >= 200, n
-diffs = [abs(ours[s] - l) / max(abs(l), 1e-3) for s, l in zip(ref["steps"], ref["losses"])]
-# Same weights, same batches: the first steps agree to float rounding, which checks forward,
-# backward, label smoothing, SGD (momentum, Nesterov, weight decay) and the schedule exactly.
-# Training then amplifies float32 summation-order differences (each step's update depends on
-# the last), so later steps are compared as curves: moving averages over 25 steps.
-W = 25
-def smooth(v):
-    return [sum(v[i:i + W]) / W for i in range(len(v) - W + 1)]
-a, b = smooth([ours[s] for s in ref["steps"]]), smooth(ref["losses"])
-curve = max(abs(x - y) / y for x, y in zip(a, b))
-print("%d steps: loss rel. diff first 3 steps max %.2e; first 20: %s" % (n, max(diffs[:3]), " ".join("%.0e" % d for d in diffs[:20])))
-print("moving-average (%d steps) loss curves: max rel. diff %.2e; per step mean %.2e" % (W, curve, sum(diffs) / n))
-print("final: ctrain loss %.4f torch loss %.4f | val top-1 ctrain %.2f%% torch %.2f%% (val loss %.4f / %.4f)"
-      % (ours[n], ref["losses"][-1], final["val_top1"], ref["top1"], final["val_loss"], ref["loss"]))
-assert max(diffs[:3]) < 1e-5, "first steps differ beyond float rounding"
-assert curve < 0.2, "loss curves drift apart"
-assert abs(final["val_top1"] - ref["top1"]) <= 0.5, "val top-1 differs by more than 0.5 points"
-assert final["val_top1"] > 60, "the run did not learn"
-PY
+torch_replay "$TMP/run" "$TMP/dump" "$TMP/torch" --arch resnet20 --momentum 0.9 --wd 5e-4 --nesterov 1 --smoothing 0.1
+compare_with_torch "$TMP/run/metrics.jsonl" "$TMP/torch.json" 200 || fail "loss curves or accuracy differ"
 ok "loss curve and val top-1 match PyTorch"
 
 out=$("$TRAIN" --evaluate -a resnet20 --crop-size 16 --val-resize 16 -b 100 --weights "$TMP/torch.safetensors" "$TMP/d" 2>&1) \

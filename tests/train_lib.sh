@@ -78,3 +78,48 @@ signal_after_steps() { # SIG PID RUNDIR N
   kill "-$sig" "$pid"
   rc=0; wait "$pid" || rc=$?
 }
+
+# torch_replay RUNDIR DUMPDIR OUTPREFIX ARGS...: tools/torch_train_ref.py train on a ctrain run's
+# dumped batches (--dump-batches), normalised with the run's mean/std; writes OUTPREFIX.json and
+# OUTPREFIX.safetensors (PyTorch's final weights).
+torch_replay() {
+  local run=$1 dump=$2 out=$3; shift 3
+  local mean std
+  mean=$("$PIPPY" -c "import json; print(','.join(str(v) for v in json.load(open('$run/config.json'))['derived']['mean']))")
+  std=$("$PIPPY" -c "import json; print(','.join(str(v) for v in json.load(open('$run/config.json'))['derived']['std']))")
+  "$TORCH_PY" "$CTRAIN_ROOT/tools/torch_train_ref.py" train --mean "$mean" --std "$std" --dump "$dump" \
+    --out "$out.json" --save-weights "$out.safetensors" "$@" || fail "PyTorch replay failed"
+}
+
+# compare_with_torch METRICS TORCHJSON MINSTEPS: ctrain's per-step losses and final val top-1
+# against the PyTorch replay of the same run.
+compare_with_torch() {
+  "$PIPPY" - "$@" <<'PY'
+import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1])]
+ours = {r["step"]: r["loss"] for r in recs if r["type"] == "step"}
+final = [r for r in recs if r["type"] == "epoch"][-1]
+ref = json.load(open(sys.argv[2]))
+assert ref["steps"] == list(range(1, len(ref["steps"]) + 1)) and sorted(ours) == ref["steps"], "step numbering differs"
+n = len(ref["steps"])
+assert n >= int(sys.argv[3]), n
+diffs = [abs(ours[s] - l) / max(abs(l), 1e-3) for s, l in zip(ref["steps"], ref["losses"])]
+# Same weights, same batches: the first steps agree to float rounding, which checks forward,
+# backward, label smoothing, SGD (momentum, Nesterov, weight decay) and the schedule exactly.
+# Training then amplifies float32 summation-order differences (each step's update depends on
+# the last), so later steps are compared as curves: moving averages over 25 steps.
+W = 25
+def smooth(v):
+    return [sum(v[i:i + W]) / W for i in range(len(v) - W + 1)]
+a, b = smooth([ours[s] for s in ref["steps"]]), smooth(ref["losses"])
+curve = max(abs(x - y) / y for x, y in zip(a, b))
+print("%d steps: loss rel. diff first 3 steps max %.2e; first 20: %s" % (n, max(diffs[:3]), " ".join("%.0e" % d for d in diffs[:20])))
+print("moving-average (%d steps) loss curves: max rel. diff %.2e; per step mean %.2e" % (W, curve, sum(diffs) / n))
+print("final: ctrain loss %.4f torch loss %.4f | val top-1 ctrain %.2f%% torch %.2f%% (val loss %.4f / %.4f)"
+      % (ours[n], ref["losses"][-1], final["val_top1"], ref["top1"], final["val_loss"], ref["loss"]))
+assert max(diffs[:3]) < 1e-5, "first steps differ beyond float rounding"
+assert curve < 0.2, "loss curves drift apart"
+assert abs(final["val_top1"] - ref["top1"]) <= 0.5, "val top-1 differs by more than 0.5 points"
+assert final["val_top1"] > 60, "the run did not learn"
+PY
+}

@@ -4,7 +4,12 @@
   train        replay a ctrain run in PyTorch: the same initial weights and the same batches, dumped by
                `train --dump-batches DIR` (DIR/init.safetensors, DIR/train_batches.bin with the
                learning rate of every step, DIR/val_batches.bin), SGD with the same settings; writes
-               the loss of every step and the final val loss/top-1 as JSON.
+               the loss of every step and the final val loss/top-1 as JSON. --ranks R replays a
+               data-parallel run (DIR/train_batches.rankK.bin, DIR/val_batches.rankK.bin) with
+               DistributedDataParallel's semantics: every rank's replica starts the step with the
+               same weights and rank 0's BN buffers (broadcast_buffers), backward on its own batch
+               with batch statistics over that batch alone, gradients averaged over the ranks, one
+               SGD step; the reported loss is the mean over the global batch.
   evaluate     val loss/top-1/top-5 of a safetensors state_dict on DIR/val_batches.bin (the images
                ctrain evaluated, already cropped): compared with `train --evaluate`.
   make-weights a torchvision (or CIFAR ResNet) state_dict with random weights AND random BN statistics,
@@ -97,6 +102,39 @@ def evaluate(model, batches, mean, std):
     return {"n": n, "loss": loss / n, "top1": 100.0 * c1 / n, "top5": 100.0 * c5 / n}
 
 
+def batch_files(a, kind):
+    if a.ranks == 1:
+        return [read_batches(os.path.join(a.dump, kind + ".bin"))]
+    return [read_batches(os.path.join(a.dump, "%s.rank%d.bin" % (kind, r))) for r in range(a.ranks)]
+
+
+def ddp_step(model, opt, per_rank, mean, std, smoothing):
+    """One DDP step in one process: the same result as R processes, by construction."""
+    params = [p for p in model.parameters()]
+    buffers0 = [b.clone() for b in model.buffers()]
+    grads, loss_sum, n_sum, buffers_after0 = None, 0.0, 0, None
+    for r, b in enumerate(per_rank):
+        with torch.no_grad():  # broadcast_buffers: every replica starts from rank 0's buffers
+            for buf, b0 in zip(model.buffers(), buffers0):
+                buf.copy_(b0)
+        opt.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(model(to_input(b["px"], mean, std)), b["labels"], label_smoothing=smoothing)
+        loss.backward()
+        g = [p.grad.detach().clone() for p in params]
+        grads = g if grads is None else [x + y for x, y in zip(grads, g)]  # rank order, like ctrain
+        loss_sum += loss.item() * b["n"]
+        n_sum += b["n"]
+        if r == 0:
+            buffers_after0 = [buf.clone() for buf in model.buffers()]
+    with torch.no_grad():
+        for buf, b0 in zip(model.buffers(), buffers_after0):  # rank 0's replica is the one kept
+            buf.copy_(b0)
+    for p, g in zip(params, grads):
+        p.grad = g / len(per_rank)
+    opt.step()
+    return loss_sum / n_sum
+
+
 def cmd_train(a):
     state = load_safetensors(os.path.join(a.dump, "init.safetensors"))
     model = make_model(a, state)
@@ -110,16 +148,25 @@ def cmd_train(a):
     mean, std = floats(a.mean), floats(a.std)
     losses, steps = [], []
     model.train()
-    for b in read_batches(os.path.join(a.dump, "train_batches.bin")):
+    ranks = batch_files(a, "train_batches")
+    if len({len(f) for f in ranks}) != 1:
+        raise SystemExit("ranks dumped different numbers of batches: %s" % [len(f) for f in ranks])
+    for per_rank in zip(*ranks):
+        b = per_rank[0]
+        if any(x["step"] != b["step"] or x["lr"] != b["lr"] for x in per_rank):
+            raise SystemExit("step %d: ranks disagree on the step or the learning rate" % b["step"])
         for g in opt.param_groups:
             g["lr"] = b["lr"]
-        opt.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(model(to_input(b["px"], mean, std)), b["labels"], label_smoothing=a.smoothing)
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
+        if a.ranks == 1:
+            opt.zero_grad(set_to_none=True)
+            loss = F.cross_entropy(model(to_input(b["px"], mean, std)), b["labels"], label_smoothing=a.smoothing)
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        else:
+            losses.append(ddp_step(model, opt, per_rank, mean, std, a.smoothing))
         steps.append(b["step"])
-    res = evaluate(model, read_batches(os.path.join(a.dump, "val_batches.bin")), mean, std)
+    res = evaluate(model, [b for f in batch_files(a, "val_batches") for b in f], mean, std)
     res.update({"steps": steps, "losses": losses})
     with open(a.out, "w") as f:
         json.dump(res, f)
@@ -173,6 +220,7 @@ def main():
     t.add_argument("--nesterov", type=int, default=0)
     t.add_argument("--wd-exclude", type=int, default=0)
     t.add_argument("--smoothing", type=float, default=0.0)
+    t.add_argument("--ranks", type=int, default=1, help="replay a --ranks R run with DDP semantics")
     t.add_argument("--out", required=True, help="JSON with per-step losses and the final val result")
     t.add_argument("--save-weights", help="final state_dict as safetensors")
     e = sub.choices["evaluate"]
