@@ -35,6 +35,7 @@
 #include "nn/schedule.h"
 #include "nn/sgd.h"
 #include "util/common.h"
+#include "util/crc32c.h"
 #include "util/rng.h"
 #include "util/tfevents.h"
 #ifdef CTRAIN_CUDA
@@ -473,6 +474,11 @@ typedef struct {
     // Fault injection for tests: CTRAIN_FAULT_NAN_STEPS="a,b,c-d" makes these global steps report a
     // NaN loss; CTRAIN_FAULT_NAN_GRAD_STEPS a NaN gradient (a finite loss, a NaN logit gradient).
     StepSet fault_loss, fault_grad;
+    // CTRAIN_FAULT_STALL="RANK:STEP": that rank stops responding before that global step (the
+    // others must end the run within --timeout, naming it). CTRAIN_FAULT_DIVERGE=RANK: that
+    // rank's replica starts with one weight changed (the replica check must catch it).
+    int stall_rank;
+    int64_t stall_step;
     FILE *dump_train;
     // Data parallel: this rank, the rank count, the group's communicator, the gradient averager.
     // Rank 0 writes every output; all ranks keep the same (global) bookkeeping.
@@ -502,6 +508,16 @@ static void parse_steps(StepSet *set, const char *env) {
 static void parse_faults(Run *r) {
     parse_steps(&r->fault_loss, "CTRAIN_FAULT_NAN_STEPS");
     parse_steps(&r->fault_grad, "CTRAIN_FAULT_NAN_GRAD_STEPS");
+    r->stall_rank = -1;
+    const char *st = getenv("CTRAIN_FAULT_STALL");
+    long long sr, ss;
+    if (st && *st) {
+        if (sscanf(st, "%lld:%lld", &sr, &ss) != 2) ct_die("CTRAIN_FAULT_STALL: '%s' is not RANK:STEP", st);
+        r->stall_rank = (int)sr;
+        r->stall_step = ss;
+    }
+    const char *dv = getenv("CTRAIN_FAULT_DIVERGE");
+    if (dv && *dv && atoi(dv) == r->rank && r->world > 1) r->m->params[0] += 1e-3f;
 }
 static int step_in(const StepSet *set, int64_t step) {
     for (int i = 0; i < set->n; i++)
@@ -848,6 +864,8 @@ typedef struct {
 
 static StepResult train_step(Run *r, const LoaderBatch *b, double lr, int64_t global_step) {
     ResNet *m = r->m;
+    if (r->rank == r->stall_rank && global_step == r->stall_step)
+        for (;;) pause();  // a hung rank (test hook): never returns
     int hw = r->cfg.crop_size, K = r->classes, N = b->count;
 #ifdef CTRAIN_CUDA
     if (r->cuda) gpu_bufs_snapshot(r->ge);
@@ -956,6 +974,20 @@ static void progress_clear(Run *r, Progress *p) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Data parallel: every replica must hold exactly rank 0's weights and momentum (same averaged
+// gradients, same update). A rank whose checksum differs has silently diverged (a misconfigured
+// or non-deterministic replica): an error naming it, before rank 0 checkpoints.
+static void check_replicas(Run *r, int epochs_done) {
+    sync_to_host(r);
+    uint32_t crc = crc32c(0, r->m->params, r->m->n_params * sizeof(float));
+    if (r->cfg.momentum > 0) crc = crc32c(crc, r->opt.buf, r->m->n_params * sizeof(float));
+    uint32_t crc0 = crc;
+    comm_broadcast(r->comm, &crc0, sizeof crc0, 0);
+    if (crc != crc0)
+        ct_die("rank %d's weights differ from rank 0's after epoch %d (checksum %08x vs %08x): the replicas have "
+               "diverged, so their gradients were not the same average", r->rank, epochs_done, crc, crc0);
+}
+
 // ---------------------------------------------------------------------------------------------
 // The epoch loop of one rank. Every rank runs it (rank 0 on the main thread); rank 0 writes the
 // progress line, metrics, TensorBoard events and checkpoints. Returns 0, or 128 + the signal when
@@ -1129,6 +1161,7 @@ static int train_loop(Run *r, EvalResult *final_eval) {
         r->step_in_epoch = 0;
         r->epoch_loss_sum = 0;
         r->epoch_correct = r->epoch_seen = 0;
+        if (r->world > 1) check_replicas(r, r->epoch);  // r->epoch already counts this one
         if (lead) {
             save_checkpoint(r, "last.ckpt", step);
             if (best) save_checkpoint(r, "best.ckpt", step);

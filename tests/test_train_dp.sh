@@ -7,7 +7,9 @@
 #     on a val set that no rank count divides (no sample dropped or counted twice);
 #   - SIGTERM mid-epoch: every rank stops at the same step, rank 0 checkpoints, and the resumed run
 #     ends bit for bit where the uninterrupted one does;
-#   - misuse is an error: more ranks than a global batch of records, GPU ranks without NCCL.
+#   - failures are loud, not hangs: a rank that stops responding ends the run within --timeout with
+#     an error naming it; a replica whose weights drifted from rank 0's is caught at the epoch end;
+#   - misuse is an error: more ranks than a global batch of records, --ranks 0.
 source "$(dirname "$0")/train_lib.sh"
 make_synth "$TMP/d" 2000 997 16
 FL=(-a resnet20 -b 16 --crop-size 16 --val-resize 16 --min-scale 0.5 --lr 0.05 --momentum 0.9 --wd 5e-4 --nesterov
@@ -49,6 +51,23 @@ grep -q "SIGTERM: checkpoint saved" "$TMP/part.log" || { cat "$TMP/part.log"; fa
 "$TRAIN" "${F2[@]}" --resume "$TMP/part/last.ckpt" --out "$TMP/part" "$TMP/d" 2>"$TMP/resume.log" || { cat "$TMP/resume.log"; fail "resume with 2 ranks failed"; }
 cmp -s "$TMP/full/model.safetensors" "$TMP/part/model.safetensors" || fail "interrupted + resumed run differs from the uninterrupted one"
 ok "SIGTERM stops every rank at one step; the resumed run ends bit for bit like the uninterrupted one"
+
+# A hung rank: the others give up after --timeout, naming it; exit status 1, no hang.
+t0=$SECONDS
+rc=0
+CTRAIN_FAULT_STALL=1:5 timeout 60 "$TRAIN" "${F2[@]}" --timeout 2 --out "$TMP/stall" "$TMP/d" 2>"$TMP/stall.log" || rc=$?
+[ $rc = 1 ] || { cat "$TMP/stall.log"; fail "hung rank: exit status $rc after $((SECONDS - t0)) s, expected 1"; }
+grep -Eq "rank 0 waited 2 s in allreduce\(f64\) #[0-9]+ \(4 elements\) for rank\(s\) 1, which never arrived" "$TMP/stall.log" \
+  || { cat "$TMP/stall.log"; fail "hung rank: no error naming rank 1"; }
+ok "a hung rank ends the run after --timeout with an error naming it ($((SECONDS - t0)) s)"
+
+# A replica that drifted (here: one weight changed at the start) is caught before rank 0 checkpoints.
+rc=0
+CTRAIN_FAULT_DIVERGE=1 "$TRAIN" "${F2[@]}" --epochs 1 --out "$TMP/div" "$TMP/d" 2>"$TMP/div.log" || rc=$?
+[ $rc = 1 ] || { cat "$TMP/div.log"; fail "diverged replica: exit status $rc, expected 1"; }
+grep -q "rank 1's weights differ from rank 0's after epoch 1" "$TMP/div.log" || { cat "$TMP/div.log"; fail "diverged replica not named"; }
+[ -f "$TMP/div/last.ckpt" ] && fail "a checkpoint was written from diverged replicas"
+ok "a replica that differs from rank 0 is an error at the epoch end, before any checkpoint"
 
 # Misuse.
 make_synth "$TMP/tiny" 40 10 16
