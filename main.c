@@ -39,6 +39,7 @@
 #include "util/rng.h"
 #include "util/tfevents.h"
 #ifdef CTRAIN_CUDA
+#include "kernels/gradsync_cuda.h"
 #include "kernels/model_cuda.h"
 #endif
 
@@ -454,6 +455,7 @@ typedef struct {
     int bf16;  // --precision bf16 (either backend)
 #ifdef CTRAIN_CUDA
     GpuExec *ge, *tge;
+    GpuGradSync *ggs;  // data parallel on the GPU
 #endif
     LrSchedule sched;
     int64_t steps_per_epoch;
@@ -814,6 +816,8 @@ typedef struct {
     int64_t n;
 } EvalResult;
 
+static void bn_stats_from_rank0(Run *r);
+
 // With ranks, each evaluates its exact share (every record once across ranks, no padding) with
 // rank 0's BN running statistics (DDP broadcasts rank 0's buffers), and the sums are reduced.
 static EvalResult evaluate(Run *r, int dump) {
@@ -821,7 +825,7 @@ static EvalResult evaluate(Run *r, int dump) {
     int hw = r->cfg.crop_size, K = r->classes, k5 = CT_MIN(5, K);
     double loss_sum = 0;
     int64_t c1 = 0, c5 = 0;
-    if (r->world > 1) comm_broadcast(r->comm, r->m->bufs, r->m->n_bufs * sizeof(float), 0);
+    if (r->world > 1) bn_stats_from_rank0(r);
     FILE *df = dump ? dump_open(r, "val_batches") : NULL;
     loader_start_epoch(r->lval, 0);
     LoaderBatch b;
@@ -901,7 +905,13 @@ static StepResult train_step(Run *r, const LoaderBatch *b, double lr, int64_t gl
 #ifdef CTRAIN_CUDA
         if (r->cuda) {
             // The gradients stay on the device; only the finiteness flag comes back.
-            gpu_backward(r->ge, m, r->dlogits, NULL, NULL, NULL);
+            if (r->ggs) {
+                gpu_gradsync_begin(r->ggs);
+                gpu_backward(r->ge, m, r->dlogits, NULL, gpu_gradsync_ready, r->ggs);
+                gpu_gradsync_wait(r->ggs);
+            } else {
+                gpu_backward(r->ge, m, r->dlogits, NULL, NULL, NULL);
+            }
             if (gpu_grads_finite(r->ge)) {
                 gpu_sgd_step(r->ge, m, &r->sgdc, &r->opt, (float)lr);
                 return res;
@@ -974,6 +984,25 @@ static void progress_clear(Run *r, Progress *p) {
 }
 
 // ---------------------------------------------------------------------------------------------
+static int n_gpu_buckets(const Run *r) {
+#ifdef CTRAIN_CUDA
+    if (r->ggs) return gpu_gradsync_buckets(r->ggs);
+#endif
+    (void)r;
+    return 0;
+}
+
+// With ranks, every rank evaluates with rank 0's BN running statistics (DDP's broadcast_buffers).
+static void bn_stats_from_rank0(Run *r) {
+#ifdef CTRAIN_CUDA
+    if (r->cuda) gpu_bufs_to_host(r->ge, r->m->bufs);
+#endif
+    comm_broadcast(r->comm, r->m->bufs, r->m->n_bufs * sizeof(float), 0);
+#ifdef CTRAIN_CUDA
+    if (r->cuda) gpu_bufs_from_host(r->ge, r->m->bufs);
+#endif
+}
+
 // Data parallel: every replica must hold exactly rank 0's weights and momentum (same averaged
 // gradients, same update). A rank whose checksum differs has silently diverged (a misconfigured
 // or non-deterministic replica): an error naming it, before rank 0 checkpoints.
@@ -1202,6 +1231,9 @@ typedef struct {
 static void *rank_thread(void *arg) {
     RankThread *t = arg;
     omp_set_num_threads(t->omp_threads);
+#ifdef CTRAIN_CUDA
+    if (t->r->cuda) gpu_select_device(t->r->rank);  // per host thread
+#endif
     if (t->evaluate_only) t->eval = evaluate(t->r, 0);
     else t->rc = train_loop(t->r, &t->eval);
     return NULL;
@@ -1253,7 +1285,7 @@ static void setup_rank(Run *r) {
 #ifdef CTRAIN_CUDA
     CtDtype dt = r->bf16 ? CT_BF16 : CT_F32;
     if (r->cuda) {
-        gpu_select_device(0);
+        gpu_select_device(r->rank);  // one GPU per rank
         r->ge = gpu_exec_create(r->m, dt);
     }
 #endif
@@ -1354,9 +1386,13 @@ int main(int argc, char **argv) {
 #endif
     }
     if (!c->deterministic) ct_warn("--no-deterministic: the CPU backend is deterministic anyway");
-    if (r->cuda && c->ranks > 1)
-        ct_die("--ranks %d with --device cuda: GPU ranks need NCCL, which ctrain does not load yet; use --device cpu "
-               "for data-parallel ranks", c->ranks);
+#ifdef CTRAIN_CUDA
+    if (r->cuda && c->ranks > 1) {
+        int ndev = gpu_device_count();
+        if (c->ranks > ndev)
+            ct_die("--ranks %d with --device cuda: one GPU per rank, and this node has %d", c->ranks, ndev);
+    }
+#endif
     if (!strcmp(c->precision, "auto")) c->precision = r->cuda ? "bf16" : "fp32";
     r->bf16 = !strcmp(c->precision, "bf16");
     double t_program = ct_now();
@@ -1410,8 +1446,16 @@ int main(int argc, char **argv) {
                c->weights[0] ? c->weights : c->resume, c->shards, (long long)e.n, e.loss, e.top1, e.top5, ct_now() - t0);
         return 0;
     }
-    for (int k = 0; k < world && world > 1; k++)
+    for (int k = 0; k < world && world > 1; k++) {
+#ifdef CTRAIN_CUDA
+        if (r->cuda) {
+            runs[k].ggs = gpu_gradsync_create(runs[k].comm, runs[k].m, gpu_exec_grads(runs[k].ge),
+                                              (size_t)c->bucket_mb << 20, k, gpu_exec_stream(runs[k].ge));
+            continue;
+        }
+#endif
         runs[k].gs = gradsync_create(runs[k].comm, runs[k].m, runs[k].grads, (size_t)c->bucket_mb << 20);
+    }
 
     // Output directory.
     if (!c->out[0]) {
@@ -1446,7 +1490,7 @@ int main(int argc, char **argv) {
     if (r->world > 1)
         fprintf(stderr, "train: %d data-parallel ranks (threads, %d CPU threads each), gradients averaged in %d bucket(s) of "
                         "<= %d MB during backward\n", r->world, CT_MAX(1, omp_get_max_threads() / r->world),
-                gradsync_buckets(r->gs), c->bucket_mb);
+                r->gs ? gradsync_buckets(r->gs) : n_gpu_buckets(r), c->bucket_mb);
     fprintf(stderr, "train: device %s (%d CPU threads, %d loader workers), lr %g %s, %d epochs, out %s/%s\n",
             r->cuda ? (r->bf16 ? "cuda, bf16" : "cuda, fp32") : (r->bf16 ? "cpu, bf16 rounding" : "cpu"), omp_get_max_threads(), c->workers, c->lr, c->lr_schedule, c->epochs, r->out,
             c->resume[0] ? " (resumed)" : "");

@@ -92,6 +92,15 @@ static void dfree(void *p) {
     if (p) cudaFree(p);
 }
 
+int gpu_device_count(void) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return n;
+}
+
 int gpu_available(void) {
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess) {

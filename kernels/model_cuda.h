@@ -42,6 +42,8 @@ typedef struct GpuExec GpuExec;
 
 // 1 if a CUDA device is usable (count > 0 and the runtime initialises); never dies.
 int gpu_available(void);
+// Number of usable CUDA devices (0 when none or the runtime fails); never dies.
+int gpu_device_count(void);
 // Selects `device` (cudaSetDevice) for the calling thread; dies naming the device on failure.
 void gpu_select_device(int device);
 

@@ -371,17 +371,25 @@ cudaError_t cudaMemsetAsync(void *ptr, int value, size_t bytes, cudaStream_t str
 }
 
 // ---------------------------------------------------------------------------------------------
-// Device: one emulated sm_90 device.
+// Devices: emulated sm_90 devices, 1 unless CTRAIN_EMU_DEVICES says more (data-parallel tests:
+// one rank per device). They share the host's memory, so unlike real devices a pointer of one is
+// usable on another; the current device is per host thread, as in CUDA.
 static int t_device_dummy;
 static __thread int t_device = 0;
 
+static int device_count() {
+    const char *v = getenv("CTRAIN_EMU_DEVICES");
+    int n = v && *v ? atoi(v) : 1;
+    return n < 1 ? 1 : n > 64 ? 64 : n;
+}
+
 cudaError_t cudaGetDeviceCount(int *count) {
     if (!count) return set_error(cudaErrorInvalidValue);
-    *count = 1;
+    *count = device_count();
     return cudaSuccess;
 }
 cudaError_t cudaSetDevice(int device) {
-    if (device != 0) return set_error(cudaErrorInvalidDevice);
+    if (device < 0 || device >= device_count()) return set_error(cudaErrorInvalidDevice);
     t_device = device;
     return cudaSuccess;
 }
@@ -393,7 +401,7 @@ cudaError_t cudaGetDevice(int *device) {
 }
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int device) {
     if (!p) return set_error(cudaErrorInvalidValue);
-    if (device != 0) return set_error(cudaErrorInvalidDevice);
+    if (device < 0 || device >= device_count()) return set_error(cudaErrorInvalidDevice);
     memset(p, 0, sizeof *p);
     snprintf(p->name, sizeof p->name, "ctrain CUDA emulator (sm_90, host threads)");
     size_t free_b, total_b;
