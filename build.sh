@@ -146,7 +146,7 @@ endif
 
 .PHONY: release tests
 release: $(BIN)/train $(BIN)/packdata $(TOOLS)
-tests: release $(UNIT) $(ASAN_UNIT) $(TSAN_UNIT) $(EMU_TESTS) $(TEST_HELPERS) $(B)/train-emu
+tests: release $(UNIT) $(ASAN_UNIT) $(TSAN_UNIT) $(EMU_TESTS) $(TEST_HELPERS) $(B)/train-emu $(B)/libnccl_emu.so
 
 $(B)/obj/%.o: %.c
 	@mkdir -p $(dir $@); echo "  CC    $<"; $(CC) $(CFLAGS) -c $< -o $@
@@ -180,6 +180,9 @@ $(BIN)/packdata: $(B)/obj/tools/packdata.o $(B)/libctrain.a
 	@echo "  LD    $@"; $(CC) -fopenmp -o $@ $^ $(LDLIBS)
 $(B)/tools/%: $(B)/obj/tools/%.o $(B)/libctrain.a
 	@mkdir -p $(dir $@); echo "  LD    $@"; $(CC) -fopenmp -o $@ $^ $(LDLIBS)
+# The stand-in NCCL for the emulated GPU ranks (NCCL_LIBRARY=build/libnccl_emu.so).
+$(B)/libnccl_emu.so: dist/emu/nccl_emu.c
+	@echo "  CC    $< (shared)"; $(CC) -std=c11 -O2 -g -shared -fPIC -pthread -D_GNU_SOURCE $(WARN) -o $@ $<
 $(B)/train-emu: $(B)/cuda/main.o $(B)/libctrain_emu.a $(B)/libctrain.a
 	@echo "  LD    $@ (emulated GPU)"; $(CXX) -fopenmp -pthread -o $@ $(B)/cuda/main.o $(B)/libctrain_emu.a $(B)/libctrain.a $(LDLIBS)
 

@@ -25,6 +25,7 @@
 
 #include "dist/comm.h"
 #include "dist/gradsync.h"
+#include "dist/nccl.h"
 #include "loader/loader.h"
 #include "loader/shard.h"
 #include "nn/checkpoint.h"
@@ -79,6 +80,7 @@ typedef struct {
     int no_wd_bn;
     int max_nonfinite;
     int ranks;
+    const char *comm;
     double timeout;
     int bucket_mb;
     const char *dump_batches;
@@ -135,6 +137,7 @@ static const Flag FLAGS[] = {
     {"no-wd-bn", 0, F_BOOL, OFF(no_wd_bn), "0", NULL, "no weight decay on BN weights/biases and the fc bias", 0},
     {"max-nonfinite", 0, F_INT, OFF(max_nonfinite), "5", "N", "stop after N consecutive steps with a non-finite loss or gradient", 0},
     {"ranks", 0, F_INT, OFF(ranks), "1", "N", "data-parallel ranks in this process (CPU: threads; each trains a replica on its share of every global batch of N x batch-size, gradients averaged)", 0},
+    {"comm", 0, F_STR, OFF(comm), "auto", "auto|nccl|host", "GPU ranks: how gradients travel (auto: NCCL when libnccl.so.2 loads, else through pinned host memory, with a warning)", 0},
     {"timeout", 0, F_DBL, OFF(timeout), "300", "S", "data parallel: a rank that does not reach a collective within S seconds ends the run with an error naming it", 0},
     {"bucket-mb", 0, F_INT, OFF(bucket_mb), "25", "MB", "data parallel: gradients are averaged in buckets of about MB megabytes while backward goes on", 0},
     {"dump-batches", 0, F_STR, OFF(dump_batches), "", "DIR", "write the initial weights, every training batch and the val batches to DIR (PyTorch comparison)", 1},
@@ -323,6 +326,8 @@ static void validate_config(const Config *c) {
         ct_die("--precision: '%s' is not one of auto, bf16, fp32", c->precision);
     if (c->max_nonfinite < 1) ct_die("--max-nonfinite: must be >= 1 (got %d)", c->max_nonfinite);
     if (c->ranks < 1 || c->ranks > 256) ct_die("--ranks: must be in 1..256 (got %d)", c->ranks);
+    if (strcmp(c->comm, "auto") && strcmp(c->comm, "nccl") && strcmp(c->comm, "host"))
+        ct_die("--comm: '%s' is not one of auto, nccl, host", c->comm);
     if (!(c->timeout > 0)) ct_die("--timeout: must be > 0 seconds (got %g)", c->timeout);
     if (c->bucket_mb < 1) ct_die("--bucket-mb: must be >= 1 (got %d)", c->bucket_mb);
     if (c->teacher[0]) {
@@ -984,6 +989,37 @@ static void progress_clear(Run *r, Progress *p) {
 }
 
 // ---------------------------------------------------------------------------------------------
+#ifdef CTRAIN_CUDA
+static void select_device_cb(void *ctx, int rank) {
+    (void)ctx;
+    gpu_select_device(rank);
+}
+
+// NCCL communicators for the GPU ranks of this process (--comm): NULL means host staging.
+static void **gpu_ranks_nccl(const Config *c, int world, const NcclLib **lib, const char **transport) {
+    char err[800];
+    *lib = strcmp(c->comm, "host") ? nccl_load(err, sizeof err) : NULL;
+    if (!*lib) {
+        if (!strcmp(c->comm, "nccl")) ct_die("--comm nccl: %s", err);
+        if (!strcmp(c->comm, "auto"))
+            ct_warn("%s; GPU gradients are averaged through pinned host memory instead (slower; --comm host "
+                    "silences this)", err);
+        return NULL;
+    }
+    NcclId id;
+    void **comms = ct_zalloc(world * sizeof(void *));
+    int *ranks = ct_alloc(world * sizeof(int));
+    for (int k = 0; k < world; k++) ranks[k] = k;
+    if (nccl_unique_id(*lib, &id, err, sizeof err) ||
+        nccl_init_ranks(*lib, comms, world, world, ranks, &id, select_device_cb, NULL, err, sizeof err))
+        ct_die("NCCL %s: %s; --comm host averages the gradients through host memory instead", nccl_describe(*lib), err);
+    free(ranks);
+    *transport = nccl_describe(*lib);
+    fprintf(stderr, "train: NCCL %s: %d ranks\n", *transport, world);
+    return comms;
+}
+#endif
+
 static int n_gpu_buckets(const Run *r) {
 #ifdef CTRAIN_CUDA
     if (r->ggs) return gpu_gradsync_buckets(r->ggs);
@@ -1446,11 +1482,17 @@ int main(int argc, char **argv) {
                c->weights[0] ? c->weights : c->resume, c->shards, (long long)e.n, e.loss, e.top1, e.top5, ct_now() - t0);
         return 0;
     }
+#ifdef CTRAIN_CUDA
+    void **nccl_comms = NULL;
+    const NcclLib *nccl = NULL;
+    const char *transport = "host";
+    if (r->cuda && world > 1) nccl_comms = gpu_ranks_nccl(c, world, &nccl, &transport);
+#endif
     for (int k = 0; k < world && world > 1; k++) {
 #ifdef CTRAIN_CUDA
         if (r->cuda) {
-            runs[k].ggs = gpu_gradsync_create(runs[k].comm, runs[k].m, gpu_exec_grads(runs[k].ge),
-                                              (size_t)c->bucket_mb << 20, k, gpu_exec_stream(runs[k].ge));
+            runs[k].ggs = gpu_gradsync_create(runs[k].comm, runs[k].m, gpu_exec_grads(runs[k].ge), (size_t)c->bucket_mb << 20,
+                                              k, gpu_exec_stream(runs[k].ge), nccl, nccl_comms ? nccl_comms[k] : NULL);
             continue;
         }
 #endif

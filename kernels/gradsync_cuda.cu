@@ -16,6 +16,8 @@
 
 struct GpuGradSync {
     Comm *c;
+    const NcclLib *nccl;
+    void *ncomm;  // NULL: host staging
     float *dgrads;      // device
     float *host;        // pinned staging, n_params floats
     Bucket *b;
@@ -42,7 +44,12 @@ static void *comm_thread(void *arg) {
         int skip = s->failed;
         pthread_mutex_unlock(&s->mu);
         int rc = 0;
-        if (!skip && R > 1) {
+        if (!skip && s->ncomm) {
+            char err[512];
+            CK(cudaStreamWaitEvent(s->comm, s->ready[i], 0));
+            if (nccl_allreduce_mean_f32(s->nccl, s->ncomm, s->dgrads + bk.lo, bk.hi - bk.lo, s->comm, err, sizeof err))
+                ct_die("rank %d: gradient bucket %d of %d: %s", comm_rank(s->c), i + 1, s->nb, err);
+        } else if (!skip && R > 1) {
             size_t n = bk.hi - bk.lo;
             float *h = s->host + bk.lo;
             CK(cudaStreamWaitEvent(s->comm, s->ready[i], 0));
@@ -64,9 +71,11 @@ static void *comm_thread(void *arg) {
 }
 
 GpuGradSync *gpu_gradsync_create(Comm *c, const ResNet *m, float *dgrads, size_t bucket_bytes, int device,
-                                 ct_stream_t compute) {
+                                 ct_stream_t compute, const NcclLib *nccl, void *nccl_comm) {
     GpuGradSync *s = (GpuGradSync *)ct_zalloc(sizeof *s);
     s->c = c;
+    s->nccl = nccl;
+    s->ncomm = nccl_comm;
     s->dgrads = dgrads;
     s->device = device;
     s->compute = (cudaStream_t)compute;
@@ -93,6 +102,7 @@ void gpu_gradsync_free(GpuGradSync *s) {
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
     pthread_join(s->thread, NULL);
+    if (s->ncomm) nccl_destroy(s->nccl, s->ncomm);
     for (int i = 0; i < s->nb; i++) cudaEventDestroy(s->ready[i]);
     cudaEventDestroy(s->uploaded);
     cudaStreamDestroy(s->comm);

@@ -3,16 +3,16 @@
 //
 // The executor calls the ready callback after ENQUEUING each op's gradient work on the compute
 // stream (kernels/model_cuda.h), so a finished bucket is marked by an event recorded there. A
-// communication thread per rank waits for that event, and moves the bucket through the transport:
-// today host staging (a copy to pinned host memory on a communication stream, the rank-order
-// host allreduce of dist/comm.h, the mean copied back); NCCL will replace the middle, not the
-// structure. gpu_gradsync_wait makes the compute stream wait for the last copy back, so the
-// optimizer step enqueued after it sees the averaged gradients. The result is the same bits on
-// every rank (and the same as the CPU ranks' average of the same gradients).
+// communication thread per rank makes a communication stream wait for that event and averages the
+// bucket there: with NCCL, an in-place ncclAvg on the device buffer; without it, host staging (a
+// copy to pinned host memory, the rank-order allreduce of dist/comm.h, the mean copied back).
+// gpu_gradsync_wait makes the compute stream wait for the communication stream, so the optimizer
+// step enqueued after it sees the averaged gradients, the same bits on every rank.
 #pragma once
 #include <stddef.h>
 
 #include "dist/comm.h"
+#include "dist/nccl.h"
 #include "kernels/kernels.h"
 #include "nn/resnet.h"
 
@@ -23,9 +23,11 @@ extern "C" {
 typedef struct GpuGradSync GpuGradSync;
 
 // dgrads: the rank's device gradient buffer (m->n_params floats) on `device`; compute: the stream
-// backward runs on. Buckets as gradsync_plan. Starts the communication thread.
+// backward runs on. Buckets as gradsync_plan. Transport: NCCL when nccl_comm is not NULL (an
+// in-place ncclAvg on the communication stream, nothing through the host), else host staging
+// over c. Starts the communication thread.
 GpuGradSync *gpu_gradsync_create(Comm *c, const ResNet *m, float *dgrads, size_t bucket_bytes, int device,
-                                 ct_stream_t compute);
+                                 ct_stream_t compute, const NcclLib *nccl, void *nccl_comm);
 void gpu_gradsync_free(GpuGradSync *s);
 void gpu_gradsync_begin(GpuGradSync *s);
 // The executor's GradReadyFn (ctx = the GpuGradSync).

@@ -100,18 +100,29 @@ out=$(head -n 4 "$TMP/cpu/metrics.jsonl" > "$TMP/a.jsonl"; head -n 4 "$TMP/bf/me
 ok "bf16 cuda (emulated) vs cpu fp32, first steps: $out"
 
 # Data parallel on the GPU: --ranks 2 on two emulated devices (CTRAIN_EMU_DEVICES), gradients
-# averaged by kernels/gradsync_cuda (bucket events on the compute stream, host-staged allreduce)
-# while backward runs, against --ranks 2 on the CPU: the same steps within 1e-5, the replicas
-# checked equal at every epoch end, and the distributed eval equal to a single device's.
+# averaged by kernels/gradsync_cuda (bucket events on the compute stream) while backward runs,
+# through NCCL (dist/nccl.c loading the stand-in build/libnccl_emu.so: NCCL itself needs a GPU)
+# and through host staging (--comm host): both give the same bits, within 1e-5 of --ranks 2 on
+# the CPU in the first steps; the replicas are checked equal at every epoch end, and the
+# distributed eval equals a single device's.
+NCCL_EMU=$CTRAIN_BUILD/libnccl_emu.so
 "$TRAIN" "$TMP/d" $ARGS --epochs 2 --ranks 2 --device cpu --out "$TMP/dpc" >"$TMP/dpc.log" 2>&1 || { cat "$TMP/dpc.log"; fail "cpu --ranks 2"; }
-CTRAIN_EMU_DEVICES=2 "$EMU" "$TMP/d" $ARGS --epochs 2 --ranks 2 --device cuda --precision fp32 --bucket-mb 1 --out "$TMP/dpg" \
-  >"$TMP/dpg.log" 2>&1 || { cat "$TMP/dpg.log"; fail "cuda (emulated) --ranks 2"; }
+CTRAIN_EMU_DEVICES=2 NCCL_LIBRARY=$NCCL_EMU "$EMU" "$TMP/d" $ARGS --epochs 2 --ranks 2 --device cuda --precision fp32 --bucket-mb 1 \
+  --comm nccl --out "$TMP/dpg" >"$TMP/dpg.log" 2>&1 || { cat "$TMP/dpg.log"; fail "cuda (emulated) --ranks 2 over NCCL"; }
 grep -q "2 data-parallel ranks" "$TMP/dpg.log" || fail "the cuda run did not report 2 ranks"
+grep -q "train: NCCL 2.28.0 ($NCCL_EMU): 2 ranks" "$TMP/dpg.log" || fail "the cuda run did not report NCCL: $(grep NCCL "$TMP/dpg.log")"
 out=$(compare_metrics "$TMP/dpc/metrics.jsonl" "$TMP/dpg/metrics.jsonl" 3e-2 4 1e-5) || fail "cuda --ranks 2 vs cpu --ranks 2: $out"
-ok "data parallel, 2 emulated GPUs vs 2 CPU ranks: $out"
+ok "data parallel, 2 emulated GPUs over NCCL vs 2 CPU ranks: $out"
+CTRAIN_EMU_DEVICES=2 "$EMU" "$TMP/d" $ARGS --epochs 2 --ranks 2 --device cuda --precision fp32 --bucket-mb 1 --comm host \
+  --out "$TMP/dph" >"$TMP/dph.log" 2>&1 || { cat "$TMP/dph.log"; fail "cuda (emulated) --ranks 2 through host memory"; }
+cmp -s "$TMP/dpg/model.safetensors" "$TMP/dph/model.safetensors" || fail "--comm host and --comm nccl trained different bits"
+out=$(CTRAIN_EMU_DEVICES=2 NCCL_LIBRARY=/nonexistent/libnccl.so.2 "$EMU" "$TMP/d" $ARGS --ranks 2 --device cuda --comm nccl 2>&1) \
+  && fail "--comm nccl without a loadable NCCL was accepted"
+echo "$out" | grep -q "cannot load NCCL (/nonexistent/libnccl.so.2)" || fail "unclear error without NCCL: $out"
+ok "--comm host gives NCCL's bits; --comm nccl without NCCL is a clear error"
 e1=$("$EMU" "$TMP/d" $ARGS --device cuda --precision fp32 --evaluate --resume "$TMP/dpg/last.ckpt" 2>&1 | grep -o "16 images.*top-5 [0-9.]*%") \
   || fail "--evaluate on one emulated GPU"
-e2=$(CTRAIN_EMU_DEVICES=2 "$EMU" "$TMP/d" $ARGS --device cuda --precision fp32 --ranks 2 --evaluate --resume "$TMP/dpg/last.ckpt" 2>&1 \
+e2=$(CTRAIN_EMU_DEVICES=2 "$EMU" "$TMP/d" $ARGS --device cuda --precision fp32 --ranks 2 --comm host --evaluate --resume "$TMP/dpg/last.ckpt" 2>&1 \
      | grep -o "16 images.*top-5 [0-9.]*%") || fail "--evaluate on two emulated GPUs"
 [ "$e1" = "$e2" ] || fail "distributed GPU eval '$e2' vs one GPU '$e1'"
 out=$(CTRAIN_EMU_DEVICES=1 "$EMU" "$TMP/d" $ARGS --device cuda --ranks 2 2>&1) && fail "2 GPU ranks on 1 device accepted"
