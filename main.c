@@ -80,6 +80,7 @@ typedef struct {
     int no_wd_bn;
     int max_nonfinite;
     int ranks;
+    int gpus;
     const char *comm;
     double timeout;
     int bucket_mb;
@@ -136,6 +137,7 @@ static const Flag FLAGS[] = {
     {"zero-init-residual", 0, F_BOOL, OFF(zero_init_residual), "0", NULL, "zero-initialise the last BN of each residual block", 0},
     {"no-wd-bn", 0, F_BOOL, OFF(no_wd_bn), "0", NULL, "no weight decay on BN weights/biases and the fc bias", 0},
     {"max-nonfinite", 0, F_INT, OFF(max_nonfinite), "5", "N", "stop after N consecutive steps with a non-finite loss or gradient", 0},
+    {"gpus", 0, F_INT, OFF(gpus), "0", "N", "train on N GPUs of this node (the same as --device cuda --ranks N)", 0},
     {"ranks", 0, F_INT, OFF(ranks), "1", "N", "data-parallel ranks in this process (CPU: threads; each trains a replica on its share of every global batch of N x batch-size, gradients averaged)", 0},
     {"comm", 0, F_STR, OFF(comm), "auto", "auto|nccl|host", "GPU ranks: how gradients travel (auto: NCCL when libnccl.so.2 loads, else through pinned host memory, with a warning)", 0},
     {"timeout", 0, F_DBL, OFF(timeout), "300", "S", "data parallel: a rank that does not reach a collective within S seconds ends the run with an error naming it", 0},
@@ -1405,6 +1407,15 @@ int main(int argc, char **argv) {
         if (!seen[find_flag_long("device", 6) - FLAGS]) c->device = "cpu";  // the demo is the CPU showcase
     }
     if (!c->shards[0]) { usage(stderr); ct_die("missing SHARDS directory (or --demo)"); }
+    if (seen[find_flag_long("gpus", 4) - FLAGS]) {
+        if (c->gpus < 1) ct_die("--gpus: must be >= 1 (got %d)", c->gpus);
+        if (seen[find_flag_long("ranks", 5) - FLAGS] && c->ranks != c->gpus)
+            ct_die("--gpus %d and --ranks %d disagree (--gpus N is --device cuda --ranks N)", c->gpus, c->ranks);
+        if (seen[find_flag_long("device", 6) - FLAGS] && strcmp(c->device, "cuda"))
+            ct_die("--gpus %d with --device %s: --gpus trains on GPUs", c->gpus, c->device);
+        c->ranks = c->gpus;
+        c->device = "cuda";
+    }
     validate_config(c);
     if (!strcmp(c->device, "auto")) {
 #ifdef CTRAIN_CUDA

@@ -128,3 +128,13 @@ e2=$(CTRAIN_EMU_DEVICES=2 "$EMU" "$TMP/d" $ARGS --device cuda --precision fp32 -
 out=$(CTRAIN_EMU_DEVICES=1 "$EMU" "$TMP/d" $ARGS --device cuda --ranks 2 2>&1) && fail "2 GPU ranks on 1 device accepted"
 echo "$out" | grep -q "one GPU per rank, and this node has 1" || fail "unclear error for too few GPUs: $out"
 ok "distributed GPU eval equals one GPU's ($e2); too few GPUs is a clear error"
+
+# --gpus N is --device cuda --ranks N; contradictions are errors.
+CTRAIN_EMU_DEVICES=2 "$EMU" "$TMP/d" $ARGS --epochs 1 --gpus 2 --comm host --precision fp32 --out "$TMP/gpus" >"$TMP/gpus.log" 2>&1 \
+  || { cat "$TMP/gpus.log"; fail "--gpus 2"; }
+grep -q "2 data-parallel ranks" "$TMP/gpus.log" && grep -Eq "device cuda[ ,(]+fp32" "$TMP/gpus.log" || fail "--gpus 2 did not run 2 cuda ranks"
+out=$("$EMU" "$TMP/d" $ARGS --gpus 2 --ranks 3 2>&1) && fail "--gpus 2 --ranks 3 accepted"
+echo "$out" | grep -q -- "--gpus 2 and --ranks 3 disagree" || fail "unclear --gpus/--ranks error: $out"
+out=$("$EMU" "$TMP/d" $ARGS --gpus 2 --device cpu 2>&1) && fail "--gpus with --device cpu accepted"
+echo "$out" | grep -q -- "--gpus 2 with --device cpu" || fail "unclear --gpus/--device error: $out"
+ok "--gpus N runs N GPU ranks; contradicting flags are errors"
