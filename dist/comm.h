@@ -30,7 +30,8 @@ typedef struct Comm Comm;
 // A group of `size` ranks in this process. timeout_s > 0: the longest any rank waits for the
 // others inside one collective.
 CommGroup *comm_group_create(int size, double timeout_s);
-// Rank r's handle. Each handle is used by one thread at a time.
+// Rank r's handle. Each handle is used by one thread at a time: a rank's trainer thread and its
+// gradient thread (dist/gradsync.h) share it, one after the other, never at once.
 Comm *comm_group_rank(CommGroup *g, int r);
 void comm_group_free(CommGroup *g);
 // 0 (default): errors die. 1: collectives return -1 with the message in comm_error.

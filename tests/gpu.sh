@@ -6,7 +6,8 @@
 #      training steps of the GPU executor against the CPU executor (fp32 and bf16),
 #   3. runs a small training step under compute-sanitizer memcheck and racecheck,
 #   4. trains a tiny model with ./train --device cuda against --device cpu (tests/test_train_cuda_emu.sh),
-#   5. checks the release binary's linkage (tests/test_linkage.sh).
+#   5. with two GPUs or more: ./train --gpus 2 over real NCCL against --ranks 2 on the CPU,
+#   6. checks the release binary's linkage (tests/test_linkage.sh).
 # Usage: tests/gpu.sh            (from anywhere; exits non-zero on the first failure)
 # Environment: CUDA_VISIBLE_DEVICES picks the GPU; SANITIZER overrides compute-sanitizer's path.
 set -euo pipefail
@@ -55,6 +56,29 @@ fi
 
 step "train --device cuda end to end against --device cpu (real GPU)"
 run "test_train_cuda_emu.sh (CUDA_TRAIN=./train)" env CUDA_TRAIN="$ROOT/train" CTRAIN_BIN="$ROOT" CTRAIN_BUILD="$ROOT/build" bash tests/test_train_cuda_emu.sh
+
+step "data parallel on 2 GPUs (NCCL) against 2 CPU ranks"
+NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+if [ "${NGPU:-0}" -ge 2 ]; then
+  dp_check() {
+    source tests/train_lib.sh
+    make_synth "$TMP/d" 64 32 16
+    local A=(-a resnet20 -b 8 --crop-size 8 --val-resize 8 -p 1 --workers 1 --seed 7 --epochs 1 --precision fp32)
+    "$TRAIN" "$TMP/d" "${A[@]}" --ranks 2 --device cpu --out "$TMP/c" 2>/dev/null || return 1
+    "$TRAIN" "$TMP/d" "${A[@]}" --gpus 2 --comm nccl --out "$TMP/g" 2>&1 | grep -E "NCCL|ranks" || return 1
+    "$PIPPY" - "$TMP/c/metrics.jsonl" "$TMP/g/metrics.jsonl" <<'PY'
+import json, sys
+a = [json.loads(l) for l in open(sys.argv[1]) if '"step"' in l][:3]
+b = [json.loads(l) for l in open(sys.argv[2]) if '"step"' in l][:3]
+d = max(abs(x["loss"] - y["loss"]) / x["loss"] for x, y in zip(a, b))
+print("first 3 steps, --gpus 2 (NCCL) vs --ranks 2 (CPU): worst relative loss difference %.3g" % d)
+assert d < 1e-4
+PY
+  }
+  run "train --gpus 2 (NCCL) vs CPU ranks" env CTRAIN_BIN="$ROOT" CTRAIN_BUILD="$ROOT/build" bash -c "$(declare -f dp_check); dp_check"
+else
+  echo "skipped: ${NGPU:-0} GPU(s) on this machine (needs 2)"
+fi
 
 step "linkage of ./train"
 run "test_linkage.sh" env CTRAIN_BIN="$ROOT" CTRAIN_BUILD="$ROOT/build" bash tests/test_linkage.sh

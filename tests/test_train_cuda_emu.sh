@@ -99,6 +99,13 @@ out=$(head -n 4 "$TMP/cpu/metrics.jsonl" > "$TMP/a.jsonl"; head -n 4 "$TMP/bf/me
       compare_metrics "$TMP/a.jsonl" "$TMP/b.jsonl" 5e-2 1 1e-2) || fail "bf16 losses vs cpu fp32: $out"
 ok "bf16 cuda (emulated) vs cpu fp32, first steps: $out"
 
+if [ -n "${CUDA_TRAIN:-}" ]; then
+  # On a real GPU the data-parallel checks below need several devices and real NCCL: tests/gpu.sh
+  # runs its own version of them when the machine has two GPUs or more.
+  echo "test_train_cuda_emu: data-parallel checks skipped on a real GPU (see tests/gpu.sh)"
+  exit 0
+fi
+
 # Data parallel on the GPU: --ranks 2 on two emulated devices (CTRAIN_EMU_DEVICES), gradients
 # averaged by kernels/gradsync_cuda (bucket events on the compute stream) while backward runs,
 # through NCCL (dist/nccl.c loading the stand-in build/libnccl_emu.so: NCCL itself needs a GPU)
