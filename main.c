@@ -26,6 +26,7 @@
 #include "dist/comm.h"
 #include "dist/gradsync.h"
 #include "dist/nccl.h"
+#include "dist/net.h"
 #include "loader/loader.h"
 #include "loader/shard.h"
 #include "nn/checkpoint.h"
@@ -81,6 +82,8 @@ typedef struct {
     int max_nonfinite;
     int ranks;
     int gpus;
+    int nodes, node_rank;
+    const char *master;
     const char *comm;
     double timeout;
     int bucket_mb;
@@ -138,6 +141,9 @@ static const Flag FLAGS[] = {
     {"no-wd-bn", 0, F_BOOL, OFF(no_wd_bn), "0", NULL, "no weight decay on BN weights/biases and the fc bias", 0},
     {"max-nonfinite", 0, F_INT, OFF(max_nonfinite), "5", "N", "stop after N consecutive steps with a non-finite loss or gradient", 0},
     {"gpus", 0, F_INT, OFF(gpus), "0", "N", "train on N GPUs of this node (the same as --device cuda --ranks N)", 0},
+    {"nodes", 0, F_INT, OFF(nodes), "1", "N", "nodes of a multi-node run, one train process each (default: $WORLD_SIZE or $SLURM_NNODES)", 0},
+    {"node-rank", 0, F_INT, OFF(node_rank), "0", "K", "this node's number, 0..N-1 (default: $NODE_RANK, $RANK or $SLURM_NODEID)", 0},
+    {"master", 0, F_STR, OFF(master), "", "HOST:PORT", "node 0's address for the rendezvous (default: $MASTER_ADDR:$MASTER_PORT, port 29500)", 0},
     {"ranks", 0, F_INT, OFF(ranks), "1", "N", "data-parallel ranks in this process (CPU: threads; each trains a replica on its share of every global batch of N x batch-size, gradients averaged)", 0},
     {"comm", 0, F_STR, OFF(comm), "auto", "auto|nccl|host", "GPU ranks: how gradients travel (auto: NCCL when libnccl.so.2 loads, else through pinned host memory, with a warning)", 0},
     {"timeout", 0, F_DBL, OFF(timeout), "300", "S", "data parallel: a rank that does not reach a collective within S seconds ends the run with an error naming it", 0},
@@ -301,6 +307,24 @@ static void parse_floats(const char *flag, const char *s, float *out, int n) {
 }
 
 // Range checks on values alone (before any file is opened).
+// Launchers' conventions for multi-node runs, where the flags are not given: torchrun (one
+// process per node: WORLD_SIZE nodes, NODE_RANK or RANK), SLURM (SLURM_NNODES, SLURM_NODEID), and
+// MASTER_ADDR / MASTER_PORT for node 0's address.
+static void node_env_defaults(Config *c, const int *seen) {
+    const char *v;
+    if (!seen[find_flag_long("nodes", 5) - FLAGS] && (((v = getenv("WORLD_SIZE")) && *v) || ((v = getenv("SLURM_NNODES")) && *v)))
+        c->nodes = atoi(v);
+    if (!seen[find_flag_long("node-rank", 9) - FLAGS] &&
+        (((v = getenv("NODE_RANK")) && *v) || ((v = getenv("RANK")) && *v) || ((v = getenv("SLURM_NODEID")) && *v)))
+        c->node_rank = atoi(v);
+    if (!seen[find_flag_long("master", 6) - FLAGS] && (v = getenv("MASTER_ADDR")) && *v) {
+        const char *port = getenv("MASTER_PORT");
+        char buf[300];
+        snprintf(buf, sizeof buf, "%s:%s", v, port && *port ? port : "29500");
+        c->master = ct_strdup(buf);
+    }
+}
+
 static void validate_config(const Config *c) {
     if (!resnet_arch_valid(c->arch)) ct_die("--arch: unknown architecture '%s' (one of %s)", c->arch, resnet_arch_list());
     if (c->epochs < 1) ct_die("--epochs: must be >= 1 (got %d)", c->epochs);
@@ -328,6 +352,11 @@ static void validate_config(const Config *c) {
         ct_die("--precision: '%s' is not one of auto, bf16, fp32", c->precision);
     if (c->max_nonfinite < 1) ct_die("--max-nonfinite: must be >= 1 (got %d)", c->max_nonfinite);
     if (c->ranks < 1 || c->ranks > 256) ct_die("--ranks: must be in 1..256 (got %d)", c->ranks);
+    if (c->nodes < 1 || c->nodes > 4096) ct_die("--nodes: must be in 1..4096 (got %d)", c->nodes);
+    if (c->node_rank < 0 || c->node_rank >= c->nodes)
+        ct_die("--node-rank: %d is not in 0..%d (--nodes %d)", c->node_rank, c->nodes - 1, c->nodes);
+    if (c->nodes > 1 && !strchr(c->master, ':'))
+        ct_die("--nodes %d: --master HOST:PORT (or MASTER_ADDR and MASTER_PORT) must name node 0 (got '%s')", c->nodes, c->master);
     if (strcmp(c->comm, "auto") && strcmp(c->comm, "nccl") && strcmp(c->comm, "host"))
         ct_die("--comm: '%s' is not one of auto, nccl, host", c->comm);
     if (!(c->timeout > 0)) ct_die("--timeout: must be > 0 seconds (got %g)", c->timeout);
@@ -492,6 +521,7 @@ typedef struct {
     // Data parallel: this rank, the rank count, the group's communicator, the gradient averager.
     // Rank 0 writes every output; all ranks keep the same (global) bookkeeping.
     int rank, world;
+    int local_rank;  // among this process's ranks (which GPU it drives)
     Comm *comm;
     GradSync *gs;
 } Run;
@@ -994,11 +1024,13 @@ static void progress_clear(Run *r, Progress *p) {
 #ifdef CTRAIN_CUDA
 static void select_device_cb(void *ctx, int rank) {
     (void)ctx;
-    gpu_select_device(rank);
+    gpu_select_device(rank % gpu_device_count());  // global rank -> this node's device
 }
 
-// NCCL communicators for the GPU ranks of this process (--comm): NULL means host staging.
-static void **gpu_ranks_nccl(const Config *c, int world, const NcclLib **lib, const char **transport) {
+// NCCL communicators for the GPU ranks of this process (--comm): NULL means host staging. With
+// several nodes, node 0 makes NCCL's unique id and sends it to the others over the rendezvous link.
+static void **gpu_ranks_nccl(const Config *c, int local, int offset, int world, NodeNet *net, const NcclLib **lib,
+                             const char **transport) {
     char err[800];
     *lib = strcmp(c->comm, "host") ? nccl_load(err, sizeof err) : NULL;
     if (!*lib) {
@@ -1009,15 +1041,17 @@ static void **gpu_ranks_nccl(const Config *c, int world, const NcclLib **lib, co
         return NULL;
     }
     NcclId id;
-    void **comms = ct_zalloc(world * sizeof(void *));
-    int *ranks = ct_alloc(world * sizeof(int));
-    for (int k = 0; k < world; k++) ranks[k] = k;
-    if (nccl_unique_id(*lib, &id, err, sizeof err) ||
-        nccl_init_ranks(*lib, comms, world, world, ranks, &id, select_device_cb, NULL, err, sizeof err))
+    memset(&id, 0, sizeof id);
+    if (offset == 0 && nccl_unique_id(*lib, &id, err, sizeof err)) ct_die("NCCL %s: %s", nccl_describe(*lib), err);
+    if (net && net_broadcast(net, &id, sizeof id, 0, err, sizeof err)) ct_die("NCCL unique id from node 0: %s", err);
+    void **comms = ct_zalloc(local * sizeof(void *));
+    int *ranks = ct_alloc(local * sizeof(int));
+    for (int k = 0; k < local; k++) ranks[k] = offset + k;
+    if (nccl_init_ranks(*lib, comms, local, world, ranks, &id, select_device_cb, NULL, err, sizeof err))
         ct_die("NCCL %s: %s; --comm host averages the gradients through host memory instead", nccl_describe(*lib), err);
     free(ranks);
     *transport = nccl_describe(*lib);
-    fprintf(stderr, "train: NCCL %s: %d ranks\n", *transport, world);
+    if (offset == 0) fprintf(stderr, "train: NCCL %s: %d ranks\n", *transport, world);
     return comms;
 }
 #endif
@@ -1270,7 +1304,7 @@ static void *rank_thread(void *arg) {
     RankThread *t = arg;
     omp_set_num_threads(t->omp_threads);
 #ifdef CTRAIN_CUDA
-    if (t->r->cuda) gpu_select_device(t->r->rank);  // per host thread
+    if (t->r->cuda) gpu_select_device(t->r->local_rank);  // per host thread
 #endif
     if (t->evaluate_only) t->eval = evaluate(t->r, 0);
     else t->rc = train_loop(t->r, &t->eval);
@@ -1317,13 +1351,13 @@ static void setup_rank(Run *r) {
     if (c->weights[0]) st_load_resnet(c->weights, r->m);
 
 #ifdef CTRAIN_CUDA
-    if (r->cuda && r->rank == 0) pin_shards(r);  // the mapping is shared by all ranks
+    if (r->cuda && r->local_rank == 0) pin_shards(r);  // the mapping is shared by this node's ranks
 #endif
     make_loaders(r);
 #ifdef CTRAIN_CUDA
     CtDtype dt = r->bf16 ? CT_BF16 : CT_F32;
     if (r->cuda) {
-        gpu_select_device(r->rank);  // one GPU per rank
+        gpu_select_device(r->local_rank);  // one GPU per rank of this node
         r->ge = gpu_exec_create(r->m, dt);
     }
 #endif
@@ -1380,6 +1414,53 @@ static void setup_rank(Run *r) {
 
 }
 
+// What every node of a run must agree on: every flag but the node-local ones (output directory,
+// loader workers, print frequency, this node's number, the rendezvous address, the timeout),
+// and the dataset as this node sees it (record counts, class table).
+static uint64_t config_fingerprint(const Run *r) {
+    static const char *local_flags[] = {"out", "workers", "print-freq", "node-rank", "master", "timeout", "dump-batches"};
+    uint64_t h = 1469598103934665603ull;
+#define FP_MIX(p, n)                                                       \
+    for (size_t i_ = 0; i_ < (n); i_++) h = (h ^ ((const uint8_t *)(p))[i_]) * 1099511628211ull
+    for (int i = 0; i < N_FLAGS; i++) {
+        const Flag *fl = &FLAGS[i];
+        int skip = 0;
+        for (size_t j = 0; j < CT_ARRAY_LEN(local_flags); j++) skip |= !strcmp(fl->name, local_flags[j]);
+        if (skip) continue;
+        const void *p = (const char *)&r->cfg + fl->offset;
+        FP_MIX(fl->name, strlen(fl->name));
+        if (fl->type == F_STR) FP_MIX(*(const char *const *)p, strlen(*(const char *const *)p) + 1);
+        else FP_MIX(p, fl->type == F_DBL ? sizeof(double) : fl->type == F_LL ? sizeof(long long) : sizeof(int));
+    }
+    FP_MIX(&r->class_hash, sizeof r->class_hash);
+    FP_MIX(&r->train.n_records, sizeof r->train.n_records);
+    FP_MIX(&r->val.n_records, sizeof r->val.n_records);
+#undef FP_MIX
+    return h;
+}
+
+static void print_banner(const Run *r) {
+    const Config *c = &r->cfg;
+    fprintf(stderr, "train: %s (%zu parameters), %d classes, %d channel(s), %dx%d crops\n", c->arch, r->m->n_params,
+            r->classes, r->channels, c->crop_size, c->crop_size);
+    fprintf(stderr, "train: %llu train / %llu val images from %s/; batch %d per rank x %d rank%s = global batch %d, "
+                    "%lld steps per epoch\n",
+            (unsigned long long)r->train.n_records, (unsigned long long)r->val.n_records, c->shards, c->batch, r->world,
+            r->world > 1 ? "s" : "", c->batch * r->world, (long long)r->steps_per_epoch);
+    if (r->world > 1)
+        fprintf(stderr, "train: %d data-parallel ranks (threads, %d CPU threads each), gradients averaged in %d bucket(s) of "
+                        "<= %d MB during backward\n", r->world, CT_MAX(1, omp_get_max_threads() / r->world),
+                r->gs ? gradsync_buckets(r->gs) : n_gpu_buckets(r), c->bucket_mb);
+    fprintf(stderr, "train: device %s (%d CPU threads, %d loader workers), lr %g %s, %d epochs, out %s/%s\n",
+            r->cuda ? (r->bf16 ? "cuda, bf16" : "cuda, fp32") : (r->bf16 ? "cpu, bf16 rounding" : "cpu"), omp_get_max_threads(), c->workers, c->lr, c->lr_schedule, c->epochs, r->out,
+            c->resume[0] ? " (resumed)" : "");
+    if (c->resume[0])
+        fprintf(stderr, "train: resuming %s at epoch %d step %lld/%lld\n", c->resume, r->epoch + 1,
+                (long long)r->step_in_epoch, (long long)r->steps_per_epoch);
+
+    if (c->nodes > 1) fprintf(stderr, "train: %d nodes x %d ranks\n", c->nodes, c->ranks);
+}
+
 int main(int argc, char **argv) {
     Run run;
     memset(&run, 0, sizeof run);
@@ -1416,6 +1497,7 @@ int main(int argc, char **argv) {
         c->ranks = c->gpus;
         c->device = "cuda";
     }
+    node_env_defaults(c, seen);
     validate_config(c);
     if (!strcmp(c->device, "auto")) {
 #ifdef CTRAIN_CUDA
@@ -1468,14 +1550,32 @@ int main(int argc, char **argv) {
         checkpoint_free(&peek);
     }
 
-    // The ranks: rank 0 is r; the others start as copies of its shared settings.
-    const int world = c->ranks;
+    // The ranks of this process (this node): the first is r; the others start as copies of its
+    // shared settings. With --nodes, the nodes meet first (dist/net.h) and the ranks are global.
+    const int local = c->ranks;
+    int world = local, offset = 0;
+    CommGroup *group = local > 1 || c->nodes > 1 ? comm_group_create(local, c->timeout) : NULL;
+    NodeNet *net = NULL;
+    if (c->nodes > 1) {
+        char host[256], err[800];
+        const char *colon = strrchr(c->master, ':');
+        snprintf(host, sizeof host, "%.*s", (int)(colon - c->master), c->master);
+        uint64_t fp = config_fingerprint(r);
+        if (c->node_rank == 0) fprintf(stderr, "train: node 0 of %d waiting on port %d for the other nodes\n", c->nodes, atoi(colon + 1));
+        net = net_connect(c->nodes, c->node_rank, host, atoi(colon + 1), fp, local, c->timeout, err, sizeof err);
+        if (!net) ct_die("--nodes %d, node %d: %s", c->nodes, c->node_rank, err);
+        comm_group_set_net(group, net);
+        offset = net_rank_offset(net);
+        world = net_world(net);
+        fprintf(stderr, "train: node %d of %d: ranks %d..%d of %d\n", c->node_rank, c->nodes, offset, offset + local - 1, world);
+    }
     r->world = world;
-    Run *runs = ct_zalloc(world * sizeof(Run));
-    CommGroup *group = world > 1 ? comm_group_create(world, c->timeout) : NULL;
-    for (int k = 0; k < world; k++) {
+    const int lead = offset == 0;  // global rank 0 lives here: this process writes the outputs
+    Run *runs = ct_zalloc(local * sizeof(Run));
+    for (int k = 0; k < local; k++) {
         runs[k] = *r;
-        runs[k].rank = k;
+        runs[k].rank = offset + k;
+        runs[k].local_rank = k;
         if (group) runs[k].comm = comm_group_rank(group, k);
         setup_rank(&runs[k]);
     }
@@ -1488,8 +1588,8 @@ int main(int argc, char **argv) {
         double t0 = ct_now();
         EvalResult e;
         if (world == 1) e = evaluate(r, c->dump_batches[0] != 0);
-        else run_ranks(runs, world, 1, &e);
-        printf("evaluate %s on %s/val.shard: %lld images  loss %.4f  top-1 %.2f%%  top-5 %.2f%%  (%.1fs)\n",
+        else run_ranks(runs, local, 1, &e);
+        if (lead) printf("evaluate %s on %s/val.shard: %lld images  loss %.4f  top-1 %.2f%%  top-5 %.2f%%  (%.1fs)\n",
                c->weights[0] ? c->weights : c->resume, c->shards, (long long)e.n, e.loss, e.top1, e.top5, ct_now() - t0);
         return 0;
     }
@@ -1497,9 +1597,9 @@ int main(int argc, char **argv) {
     void **nccl_comms = NULL;
     const NcclLib *nccl = NULL;
     const char *transport = "host";
-    if (r->cuda && world > 1) nccl_comms = gpu_ranks_nccl(c, world, &nccl, &transport);
+    if (r->cuda && world > 1) nccl_comms = gpu_ranks_nccl(c, local, offset, world, net, &nccl, &transport);
 #endif
-    for (int k = 0; k < world && world > 1; k++) {
+    for (int k = 0; k < local && world > 1; k++) {
 #ifdef CTRAIN_CUDA
         if (r->cuda) {
             runs[k].ggs = gpu_gradsync_create(runs[k].comm, runs[k].m, gpu_exec_grads(runs[k].ge), (size_t)c->bucket_mb << 20,
@@ -1519,42 +1619,28 @@ int main(int argc, char **argv) {
         c->out = ct_strdup(buf);
     }
     snprintf(r->out, sizeof r->out, "%s", c->out);
-    ct_mkdir_p(r->out);
-    int64_t start_step = (int64_t)r->epoch * r->steps_per_epoch + r->step_in_epoch;
-    write_config(r, argc, argv, r->m->n_params);
-    metrics_open(r, c->resume[0] ? start_step : -1);
-    r->tb = tfevents_open(r->out);
-    r->tty = isatty(2);
+    if (lead) {
+        ct_mkdir_p(r->out);
+        int64_t start_step = (int64_t)r->epoch * r->steps_per_epoch + r->step_in_epoch;
+        write_config(r, argc, argv, r->m->n_params);
+        metrics_open(r, c->resume[0] ? start_step : -1);
+        r->tb = tfevents_open(r->out);
+        r->tty = isatty(2);
+    }
     if (c->dump_batches[0]) {
         ct_mkdir_p(c->dump_batches);
         char p[1100];
         snprintf(p, sizeof p, "%s/init.safetensors", c->dump_batches);
-        st_save_resnet(p, r->m, NULL, 0, NULL, NULL, 0);
-        for (int k = 0; k < world; k++) runs[k].dump_train = dump_open(&runs[k], "train_batches");
+        if (lead) st_save_resnet(p, r->m, NULL, 0, NULL, NULL, 0);
+        for (int k = 0; k < local; k++) runs[k].dump_train = dump_open(&runs[k], "train_batches");
     }
     install_signals();
 
-    fprintf(stderr, "train: %s (%zu parameters), %d classes, %d channel(s), %dx%d crops\n", c->arch, r->m->n_params,
-            r->classes, r->channels, c->crop_size, c->crop_size);
-    fprintf(stderr, "train: %llu train / %llu val images from %s/; batch %d per rank x %d rank%s = global batch %d, "
-                    "%lld steps per epoch\n",
-            (unsigned long long)r->train.n_records, (unsigned long long)r->val.n_records, c->shards, c->batch, r->world,
-            r->world > 1 ? "s" : "", c->batch * r->world, (long long)r->steps_per_epoch);
-    if (r->world > 1)
-        fprintf(stderr, "train: %d data-parallel ranks (threads, %d CPU threads each), gradients averaged in %d bucket(s) of "
-                        "<= %d MB during backward\n", r->world, CT_MAX(1, omp_get_max_threads() / r->world),
-                r->gs ? gradsync_buckets(r->gs) : n_gpu_buckets(r), c->bucket_mb);
-    fprintf(stderr, "train: device %s (%d CPU threads, %d loader workers), lr %g %s, %d epochs, out %s/%s\n",
-            r->cuda ? (r->bf16 ? "cuda, bf16" : "cuda, fp32") : (r->bf16 ? "cpu, bf16 rounding" : "cpu"), omp_get_max_threads(), c->workers, c->lr, c->lr_schedule, c->epochs, r->out,
-            c->resume[0] ? " (resumed)" : "");
-    if (c->resume[0])
-        fprintf(stderr, "train: resuming %s at epoch %d step %lld/%lld\n", c->resume, r->epoch + 1,
-                (long long)r->step_in_epoch, (long long)r->steps_per_epoch);
-
+    if (lead) print_banner(r);
     EvalResult last_eval;
-    int rc = run_ranks(runs, world, 0, &last_eval);
-    if (rc) {
-        for (int k = 0; k < world; k++) {
+    int rc = run_ranks(runs, local, 0, &last_eval);
+    if (rc || !lead) {
+        for (int k = 0; k < local; k++) {
             loader_destroy(runs[k].ltrain);
             loader_destroy(runs[k].lval);
         }

@@ -5,7 +5,7 @@
 // rank's buffer and writing every rank's buffer only inside that slice. The second meeting means
 // every slice is done, so no buffer is read or written after its owner returns. A meeting is a
 // generation counter under one mutex with a timed wait, which is what lets a late rank be named.
-#define _GNU_SOURCE
+
 #include "dist/comm.h"
 
 #include <errno.h>
@@ -14,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "dist/net.h"
 #include "util/common.h"
 
 enum { K_SUM_F32, K_SUM_F64, K_SUM_I64, K_BCAST, K_BARRIER };
@@ -48,6 +49,7 @@ struct CommGroup {
     int failed;        // a rank aborted or a wait timed out: every collective fails from now on
     char fail_msg[512];
     Comm *ranks;
+    NodeNet *net;      // other nodes (NULL: this process is the whole run)
 };
 
 CommGroup *comm_group_create(int size, double timeout_s) {
@@ -86,8 +88,9 @@ void comm_group_free(CommGroup *g) {
 }
 
 void comm_group_set_error_mode(CommGroup *g, int return_errors) { g->return_errors = return_errors != 0; }
-int comm_rank(const Comm *c) { return c->rank; }
-int comm_size(const Comm *c) { return c->g->size; }
+void comm_group_set_net(CommGroup *g, NodeNet *net) { g->net = net; }
+int comm_rank(const Comm *c) { return (c->g->net ? net_rank_offset(c->g->net) : 0) + c->rank; }
+int comm_size(const Comm *c) { return c->g->net ? net_world(c->g->net) : c->g->size; }
 const char *comm_error(const Comm *c) { return c->err; }
 
 static void describe(char *buf, size_t len, const Post *p) {
@@ -189,7 +192,43 @@ static void slice(size_t n, int r, int size, size_t *lo, size_t *hi) {
         }                                                               \
     } while (0)
 
+static int local_collective(Comm *c, int kind, void *buf, size_t n, int root);
+
+// Across nodes: the ranks of each node combine locally, then local rank 0 combines with the other
+// nodes (dist/net.h: node order), then the node's ranks take rank 0's result. Sums come out as
+// (node 0's rank-order sum) + (node 1's) + ...: the same bits on every rank of every node.
 static int collective(Comm *c, int kind, void *buf, size_t n, int root) {
+    CommGroup *g = c->g;
+    if (!g->net) return local_collective(c, kind, buf, n, root);
+    const int L = g->size, node = net_node(g->net), world = net_world(g->net);
+    if (kind == K_BCAST && (root < 0 || root >= world))
+        return error(c, "comm: rank %d: broadcast from rank %d of %d", comm_rank(c), root, world);
+    const int root_node = kind == K_BCAST ? root / L : 0;
+    if (local_collective(c, kind, buf, n, kind == K_BCAST && node == root_node ? root % L : 0)) return -1;
+    if (c->rank == 0) {
+        char err[400], msg[512];
+        int rc = kind == K_BARRIER ? net_barrier(g->net, err, sizeof err)
+                 : kind == K_BCAST ? net_broadcast(g->net, buf, n, root_node, err, sizeof err)
+                                   : net_allreduce(g->net, kind == K_SUM_F32 ? NET_F32 : kind == K_SUM_F64 ? NET_F64 : NET_I64,
+                                                   buf, n, err, sizeof err);
+        if (rc) {
+            snprintf(msg, sizeof msg, "node %d: %s", node, err);
+            pthread_mutex_lock(&g->mu);
+            fail_locked(g, msg);
+            pthread_mutex_unlock(&g->mu);
+            return error(c, "comm: %s", msg);
+        }
+    }
+    if (L == 1) return 0;
+    if (meet(c)) return -1;  // rank 0's exchange with the other nodes is done
+    if (c->rank != 0 && kind != K_BARRIER) {
+        size_t bytes = kind == K_BCAST ? n : n * (kind == K_SUM_F32 ? 4 : 8);
+        memcpy(buf, g->post[c->seq & 1][0].buf, bytes);
+    }
+    return meet(c);
+}
+
+static int local_collective(Comm *c, int kind, void *buf, size_t n, int root) {
     CommGroup *g = c->g;
     if (kind == K_BCAST && (root < 0 || root >= g->size))
         return error(c, "comm: rank %d: broadcast from rank %d in a group of %d", c->rank, root, g->size);

@@ -36,9 +36,14 @@ Comm *comm_group_rank(CommGroup *g, int r);
 void comm_group_free(CommGroup *g);
 // 0 (default): errors die. 1: collectives return -1 with the message in comm_error.
 void comm_group_set_error_mode(CommGroup *g, int return_errors);
+// A multi-node run: this group is one node's ranks, net links the nodes (dist/net.h). From then
+// on comm_rank/comm_size are global (net_rank_offset + local rank, net_world), and every
+// collective spans all nodes. Set before the first collective.
+struct NodeNet;
+void comm_group_set_net(CommGroup *g, struct NodeNet *net);
 
-int comm_rank(const Comm *c);
-int comm_size(const Comm *c);
+int comm_rank(const Comm *c);  // global
+int comm_size(const Comm *c);  // global
 
 // buf[0, n) = sum over ranks of every rank's buf[0, n). Returns 0, or -1 (error mode 1).
 int comm_allreduce_f32(Comm *c, float *buf, size_t n);
