@@ -1,18 +1,12 @@
 // Bucketed, overlapped averaging of device gradients over ranks (see kernels/gradsync_cuda.h).
-// Host code only (no kernels): the CUDA runtime's events and streams around dist/comm.h.
-#include <pthread.h>
+// Host code only (no kernels): the CUDA runtime's events and streams around dist/bucketq.h's
+// communication thread, with NCCL or dist/comm.h as the transport.
 #include <string.h>
 
+#include "dist/bucketq.h"
 #include "dist/gradsync.h"
 #include "kernels/common.cuh"
 #include "kernels/gradsync_cuda.h"
-
-#define CK(call)                                                                                 \
-    do {                                                                                         \
-        cudaError_t err_ = (call);                                                               \
-        if (err_ != cudaSuccess) ct_die("cuda: %s: %s (%s:%d)", #call, cudaGetErrorString(err_), \
-                                        __FILE__, __LINE__);                                     \
-    } while (0)
 
 struct GpuGradSync {
     Comm *c;
@@ -21,53 +15,37 @@ struct GpuGradSync {
     float *dgrads;      // device
     float *host;        // pinned staging, n_params floats
     Bucket *b;
-    int nb, device;
+    int nb, device, released;
     cudaStream_t compute, comm;
     cudaEvent_t *ready;  // per bucket: recorded on the compute stream when backward has enqueued it
     cudaEvent_t uploaded;
-    pthread_t thread;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int queued, done, failed, quit;
+    BucketQueue *q;
 };
 
-static void *comm_thread(void *arg) {
-    GpuGradSync *s = (GpuGradSync *)arg;
-    CK(cudaSetDevice(s->device));  // the current device is per host thread
+static void on_comm_thread(void *ctx) { CT_CUDA_CHECK(cudaSetDevice(((GpuGradSync *)ctx)->device)); }
+
+// The communication thread's work on bucket i: wait (on the comm stream) for backward to have
+// produced it, then average it in place.
+static int reduce_bucket(void *ctx, int i) {
+    GpuGradSync *s = (GpuGradSync *)ctx;
     const int R = comm_size(s->c);
-    pthread_mutex_lock(&s->mu);
-    for (;;) {
-        while (!s->quit && s->done == s->queued) pthread_cond_wait(&s->cv, &s->mu);
-        if (s->quit) break;
-        const int i = s->done;
-        const Bucket bk = s->b[i];
-        int skip = s->failed;
-        pthread_mutex_unlock(&s->mu);
-        int rc = 0;
-        if (!skip && s->ncomm) {
-            char err[512];
-            CK(cudaStreamWaitEvent(s->comm, s->ready[i], 0));
-            if (nccl_allreduce_mean_f32(s->nccl, s->ncomm, s->dgrads + bk.lo, bk.hi - bk.lo, s->comm, err, sizeof err))
-                ct_die("rank %d: gradient bucket %d of %d: %s", comm_rank(s->c), i + 1, s->nb, err);
-        } else if (!skip && R > 1) {
-            size_t n = bk.hi - bk.lo;
-            float *h = s->host + bk.lo;
-            CK(cudaStreamWaitEvent(s->comm, s->ready[i], 0));
-            CK(cudaMemcpyAsync(h, s->dgrads + bk.lo, n * sizeof(float), cudaMemcpyDeviceToHost, s->comm));
-            CK(cudaStreamSynchronize(s->comm));
-            rc = comm_allreduce_f32(s->c, h, n);
-            if (!rc) {
-                for (size_t k = 0; k < n; k++) h[k] /= (float)R;  // the same mean as the CPU ranks'
-                CK(cudaMemcpyAsync(s->dgrads + bk.lo, h, n * sizeof(float), cudaMemcpyHostToDevice, s->comm));
-            }
-        }
-        pthread_mutex_lock(&s->mu);
-        if (rc) s->failed = 1;
-        s->done++;
-        pthread_cond_broadcast(&s->cv);
+    const Bucket bk = s->b[i];
+    const size_t n = bk.hi - bk.lo;
+    if (R == 1) return 0;
+    CT_CUDA_CHECK(cudaStreamWaitEvent(s->comm, s->ready[i], 0));
+    if (s->ncomm) {
+        char err[512];
+        if (nccl_allreduce_mean_f32(s->nccl, s->ncomm, s->dgrads + bk.lo, n, s->comm, err, sizeof err))
+            ct_die("rank %d: gradient bucket %d of %d: %s", comm_rank(s->c), i + 1, s->nb, err);
+        return 0;
     }
-    pthread_mutex_unlock(&s->mu);
-    return NULL;
+    float *h = s->host + bk.lo;
+    CT_CUDA_CHECK(cudaMemcpyAsync(h, s->dgrads + bk.lo, n * sizeof(float), cudaMemcpyDeviceToHost, s->comm));
+    CT_CUDA_CHECK(cudaStreamSynchronize(s->comm));
+    if (comm_allreduce_f32(s->c, h, n)) return -1;
+    for (size_t k = 0; k < n; k++) h[k] /= (float)R;  // the same mean as the CPU ranks'
+    CT_CUDA_CHECK(cudaMemcpyAsync(s->dgrads + bk.lo, h, n * sizeof(float), cudaMemcpyHostToDevice, s->comm));
+    return 0;
 }
 
 GpuGradSync *gpu_gradsync_create(Comm *c, const ResNet *m, float *dgrads, size_t bucket_bytes, int device,
@@ -82,74 +60,56 @@ GpuGradSync *gpu_gradsync_create(Comm *c, const ResNet *m, float *dgrads, size_t
     s->nb = gradsync_plan(m, bucket_bytes, NULL, 0);
     s->b = (Bucket *)ct_alloc(s->nb * sizeof(Bucket));
     gradsync_plan(m, bucket_bytes, s->b, s->nb);
-    CK(cudaSetDevice(device));
-    CK(cudaMallocHost((void **)&s->host, (m->n_params ? m->n_params : 1) * sizeof(float)));
-    CK(cudaStreamCreateWithFlags(&s->comm, cudaStreamNonBlocking));
+    CT_CUDA_CHECK(cudaSetDevice(device));
+    CT_CUDA_CHECK(cudaMallocHost((void **)&s->host, (m->n_params ? m->n_params : 1) * sizeof(float)));
+    CT_CUDA_CHECK(cudaStreamCreateWithFlags(&s->comm, cudaStreamNonBlocking));
     s->ready = (cudaEvent_t *)ct_alloc(s->nb * sizeof(cudaEvent_t));
-    for (int i = 0; i < s->nb; i++) CK(cudaEventCreateWithFlags(&s->ready[i], cudaEventDisableTiming));
-    CK(cudaEventCreateWithFlags(&s->uploaded, cudaEventDisableTiming));
-    pthread_mutex_init(&s->mu, NULL);
-    pthread_cond_init(&s->cv, NULL);
-    s->queued = s->done = s->nb;  // idle until gpu_gradsync_begin
-    if (pthread_create(&s->thread, NULL, comm_thread, s)) ct_die("gpu_gradsync: cannot start the communication thread");
+    for (int i = 0; i < s->nb; i++) CT_CUDA_CHECK(cudaEventCreateWithFlags(&s->ready[i], cudaEventDisableTiming));
+    CT_CUDA_CHECK(cudaEventCreateWithFlags(&s->uploaded, cudaEventDisableTiming));
+    s->q = bucketq_create(s->nb, reduce_bucket, s, on_comm_thread);
     return s;
 }
 
 void gpu_gradsync_free(GpuGradSync *s) {
     if (!s) return;
-    pthread_mutex_lock(&s->mu);
-    s->quit = 1;
-    pthread_cond_broadcast(&s->cv);
-    pthread_mutex_unlock(&s->mu);
-    pthread_join(s->thread, NULL);
+    bucketq_free(s->q);
     if (s->ncomm) nccl_destroy(s->nccl, s->ncomm);
     for (int i = 0; i < s->nb; i++) cudaEventDestroy(s->ready[i]);
     cudaEventDestroy(s->uploaded);
     cudaStreamDestroy(s->comm);
     cudaFreeHost(s->host);
-    pthread_mutex_destroy(&s->mu);
-    pthread_cond_destroy(&s->cv);
     free(s->ready);
     free(s->b);
     free(s);
 }
 
 void gpu_gradsync_begin(GpuGradSync *s) {
-    pthread_mutex_lock(&s->mu);
-    if (s->done != s->nb) ct_die("gpu_gradsync_begin: the previous step's gradients were never waited for");
-    s->queued = s->done = 0;
-    s->failed = 0;
-    pthread_mutex_unlock(&s->mu);
+    bucketq_begin(s->q);
+    s->released = 0;
 }
 
-// Marks buckets [queued, q) ready: an event on the compute stream after the work enqueued so far.
-static void queue_to(GpuGradSync *s, int q) {
-    pthread_mutex_lock(&s->mu);
-    for (int i = s->queued; i < q; i++) CK(cudaEventRecord(s->ready[i], s->compute));
-    if (q > s->queued) {
-        s->queued = q;
-        pthread_cond_broadcast(&s->cv);
-    }
-    pthread_mutex_unlock(&s->mu);
+// Buckets [released, upto) are complete in the work enqueued so far: mark that point on the
+// compute stream, then hand them to the thread.
+static void release_to(GpuGradSync *s, int upto) {
+    for (; s->released < upto; s->released++) CT_CUDA_CHECK(cudaEventRecord(s->ready[s->released], s->compute));
+    bucketq_release(s->q, upto);
 }
 
 void gpu_gradsync_ready(void *ctx, size_t n) {
     GpuGradSync *s = (GpuGradSync *)ctx;
-    int q = s->queued;  // only this (the backward) thread moves it
+    int q = s->released;
     while (q < s->nb && s->b[q].hi <= n) q++;
-    if (q != s->queued) queue_to(s, q);
+    release_to(s, q);
 }
 
 int gpu_gradsync_wait(GpuGradSync *s) {
-    queue_to(s, s->nb);
-    pthread_mutex_lock(&s->mu);
-    while (s->done < s->nb) pthread_cond_wait(&s->cv, &s->mu);
-    int failed = s->failed;
-    pthread_mutex_unlock(&s->mu);
-    // Every copy back was enqueued on the comm stream; the optimizer (compute stream) waits for them.
-    CK(cudaEventRecord(s->uploaded, s->comm));
-    CK(cudaStreamWaitEvent(s->compute, s->uploaded, 0));
-    return failed ? -1 : 0;
+    release_to(s, s->nb);
+    int rc = bucketq_wait(s->q);
+    // Every copy back / NCCL call was enqueued on the comm stream; the optimizer (compute stream)
+    // waits for them.
+    CT_CUDA_CHECK(cudaEventRecord(s->uploaded, s->comm));
+    CT_CUDA_CHECK(cudaStreamWaitEvent(s->compute, s->uploaded, 0));
+    return rc;
 }
 
 int gpu_gradsync_buckets(const GpuGradSync *s) { return s->nb; }

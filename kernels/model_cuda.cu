@@ -17,12 +17,7 @@
 #include "kernels/model_cuda.h"
 #include "util/common.h"
 
-#define CK(call)                                                                              \
-    do {                                                                                      \
-        cudaError_t err_ = (call);                                                            \
-        if (err_ != cudaSuccess) ct_die("cuda: %s: %s (%s:%d)", #call, cudaGetErrorString(err_), \
-                                        __FILE__, __LINE__);                                  \
-    } while (0)
+#define CK(call) CT_CUDA_CHECK(call)
 
 #define BN_MOMENTUM 0.1f
 #define BN_EPS 1e-5f
