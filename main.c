@@ -308,8 +308,8 @@ static void parse_floats(const char *flag, const char *s, float *out, int n) {
 
 // Range checks on values alone (before any file is opened).
 // Launchers' conventions for multi-node runs, where the flags are not given: torchrun (one
-// process per node: WORLD_SIZE nodes, NODE_RANK or RANK), SLURM (SLURM_NNODES, SLURM_NODEID), and
-// MASTER_ADDR / MASTER_PORT for node 0's address.
+// process per node: WORLD_SIZE nodes, NODE_RANK or RANK), SLURM (SLURM_NNODES, SLURM_NODEID, and
+// node 0 = the first host of SLURM_JOB_NODELIST), MASTER_ADDR / MASTER_PORT for node 0's address.
 static void node_env_defaults(Config *c, const int *seen) {
     const char *v;
     if (!seen[find_flag_long("nodes", 5) - FLAGS] && (((v = getenv("WORLD_SIZE")) && *v) || ((v = getenv("SLURM_NNODES")) && *v)))
@@ -317,11 +317,17 @@ static void node_env_defaults(Config *c, const int *seen) {
     if (!seen[find_flag_long("node-rank", 9) - FLAGS] &&
         (((v = getenv("NODE_RANK")) && *v) || ((v = getenv("RANK")) && *v) || ((v = getenv("SLURM_NODEID")) && *v)))
         c->node_rank = atoi(v);
-    if (!seen[find_flag_long("master", 6) - FLAGS] && (v = getenv("MASTER_ADDR")) && *v) {
+    if (!seen[find_flag_long("master", 6) - FLAGS]) {
         const char *port = getenv("MASTER_PORT");
-        char buf[300];
-        snprintf(buf, sizeof buf, "%s:%s", v, port && *port ? port : "29500");
-        c->master = ct_strdup(buf);
+        char host[256] = "", buf[300];
+        if ((v = getenv("MASTER_ADDR")) && *v) snprintf(host, sizeof host, "%s", v);
+        else if ((((v = getenv("SLURM_JOB_NODELIST")) && *v) || ((v = getenv("SLURM_NODELIST")) && *v)) &&
+                 net_first_host(v, host, sizeof host))
+            ct_die("SLURM_JOB_NODELIST '%s': cannot tell node 0's host; set MASTER_ADDR or --master", v);
+        if (host[0]) {
+            snprintf(buf, sizeof buf, "%s:%s", host, port && *port ? port : "29500");
+            c->master = ct_strdup(buf);
+        }
     }
 }
 

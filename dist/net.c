@@ -340,3 +340,29 @@ int net_broadcast(NodeNet *n, void *buf, size_t bytes, int root, char *err, size
     return star(n, K_BCAST, 0, buf, bytes, root, err, errlen);
 }
 int net_barrier(NodeNet *n, char *err, size_t errlen) { return star(n, K_ALLREDUCE, NET_I64, NULL, 0, 0, err, errlen); }
+
+int net_first_host(const char *list, char *out, size_t outlen) {
+    // The first entry ends at a comma outside brackets; "prefix[a-b,c]" expands to prefix + a.
+    size_t i = 0, o = 0;
+    while (list[i] && list[i] != ',' && list[i] != '[') {
+        if (o + 1 >= outlen) return -1;
+        out[o++] = list[i++];
+    }
+    if (list[i] == '[') {
+        i++;
+        if (!(list[i] >= '0' && list[i] <= '9')) return -1;
+        while (list[i] >= '0' && list[i] <= '9') {  // the first number keeps its zero padding
+            if (o + 1 >= outlen) return -1;
+            out[o++] = list[i++];
+        }
+        if (list[i] != '-' && list[i] != ',' && list[i] != ']') return -1;
+        if (!strchr(list + i, ']')) return -1;
+        const char *after = strchr(list + i, ']') + 1;  // a suffix after the brackets ("n[1-2]-ib")
+        while (*after && *after != ',' && *after != '[') {
+            if (o + 1 >= outlen) return -1;
+            out[o++] = *after++;
+        }
+    }
+    out[o] = 0;
+    return o ? 0 : -1;
+}

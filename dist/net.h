@@ -37,6 +37,10 @@ int net_allreduce(NodeNet *net, int kind, void *buf, size_t n, char *err, size_t
 int net_broadcast(NodeNet *net, void *buf, size_t bytes, int root, char *err, size_t errlen);
 int net_barrier(NodeNet *net, char *err, size_t errlen);
 
+// The first host of a SLURM node list ("gpu[07-09,12],cpu3" -> "gpu07", "a,b" -> "a"): node 0 of a
+// SLURM job, for the rendezvous when MASTER_ADDR is not set. 0, or -1 if the list is malformed.
+int net_first_host(const char *nodelist, char *out, size_t outlen);
+
 #ifdef __cplusplus
 }
 #endif

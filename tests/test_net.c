@@ -101,8 +101,19 @@ static void run_scenario(int nodes, int scenario, const char *what) {
     g_port++;
 }
 
+static void test_first_host(void) {
+    const char *in[] = {"gpu[07-09,12],cpu3", "a,b", "single", "n[1-2]-ib,m", "x[003]", "rack1-n[10-20]"};
+    const char *want[] = {"gpu07", "a", "single", "n1-ib", "x003", "rack1-n10"};
+    char out[64];
+    for (size_t i = 0; i < CT_ARRAY_LEN(in); i++)
+        CHECK(net_first_host(in[i], out, sizeof out) == 0 && !strcmp(out, want[i]), "first host of '%s': '%s'", in[i], out);
+    const char *bad[] = {"", "n[", "n[a-b]", "[1-2", "n[1-2"};
+    for (size_t i = 0; i < CT_ARRAY_LEN(bad); i++) CHECK(net_first_host(bad[i], out, sizeof out) == -1, "'%s' accepted", bad[i]);
+}
+
 int main(void) {
     signal(SIGPIPE, SIG_IGN);
+    test_first_host();
     g_port = 30000 + (int)(getpid() % 20000);
     run_scenario(2, 0, "2 nodes: sums, broadcasts, barriers");
     run_scenario(3, 0, "3 nodes: sums, broadcasts, barriers");

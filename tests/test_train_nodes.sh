@@ -4,7 +4,8 @@
 #     and only node 0 writes files;
 #   - 2 nodes x 2 ranks follow 1 process x 4 ranks (first steps within 1e-4: only the order in which
 #     the four gradients are added differs, (g0 + g1) + (g2 + g3) against ((g0 + g1) + g2) + g3);
-#   - torchrun's environment (MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK) works in place of flags;
+#   - torchrun's environment (MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK) and SLURM's (SLURM_NNODES,
+#     SLURM_NODEID, node 0 from SLURM_JOB_NODELIST) work in place of flags;
 #   - failures end every node with an error naming the culprit, never a hang: a node started with
 #     other settings, a node that dies mid-run (SIGKILL), a node that never comes.
 source "$(dirname "$0")/train_lib.sh"
@@ -54,6 +55,16 @@ wait $p1 || fail "node 1 launched by environment"
 PORT=$((PORT + 1))
 cmp -s "$TMP/one/model.safetensors" "$TMP/env/model.safetensors" || fail "environment launch trained other bits"
 ok "MASTER_ADDR/MASTER_PORT/WORLD_SIZE/RANK launch the same run"
+
+# SLURM's variables: node 0 is the first host of the node list.
+S=(env SLURM_NNODES=2 SLURM_JOB_NODELIST="localhost,node[2-9]" MASTER_PORT=$PORT)
+"${S[@]}" SLURM_NODEID=1 "$TRAIN" "${F[@]}" "$TMP/d" --out "$TMP/slurm1" 2>"$TMP/slurm1.log" &
+p1=$!
+"${S[@]}" SLURM_NODEID=0 "$TRAIN" "${F[@]}" "$TMP/d" --out "$TMP/slurm" 2>"$TMP/slurm.log" || { cat "$TMP/slurm.log"; fail "launch by SLURM variables"; }
+wait $p1 || { cat "$TMP/slurm1.log"; fail "node 1 launched by SLURM variables"; }
+PORT=$((PORT + 1))
+cmp -s "$TMP/one/model.safetensors" "$TMP/slurm/model.safetensors" || fail "SLURM launch trained other bits"
+ok "SLURM_NNODES/SLURM_NODEID/SLURM_JOB_NODELIST launch the same run"
 
 # Other settings on node 1: both nodes stop at the rendezvous, naming the problem.
 NODE1_EXTRA="--lr 0.07" nodes2 "$TMP/mis"
