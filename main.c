@@ -922,10 +922,10 @@ static StepResult train_step(Run *r, const LoaderBatch *b, double lr, int64_t gl
     memcpy(r->counts_backup, m->counts, m->n_counts * sizeof(int64_t));
     const float *logits = forward_u8(r, 0, b->images, N, hw, 1);
     double alpha = r->teacher ? r->cfg.kd_alpha : 0.0;
-    // Cross-entropy writes dlogits scaled by (1 - alpha); distillation adds its alpha share. With no
-    // teacher this is the same arithmetic as alpha = 0 (scale 1), which the KD test relies on.
     int correct = 0;
-    // Each rank's gradient is of its own mean loss; averaging over ranks makes the global mean.
+    // Cross-entropy writes dlogits scaled by (1 - alpha); distillation adds its alpha share. With no
+    // teacher this is the same arithmetic as alpha = 0 (scale 1), which the KD test relies on. Each
+    // rank's gradient is of its own mean loss; averaging over ranks makes the global mean.
     float ce = softmax_xent(r->dlogits, logits, b->labels, N, K, (float)r->cfg.label_smoothing, (float)(1.0 - alpha), &correct);
     float loss = ce;
     if (r->teacher) {
