@@ -171,17 +171,18 @@ static void test_failures(void) {
     CHECK(w[0].rc == -1 && w[1].rc == -1 && strstr(w[0].err, "rank 1 called broadcast #1 (64 bytes from rank 0)"),
           "kind mismatch: '%s'", w[0].err);
     // A rank that never arrives in time: the others stop after the timeout, naming it; the late
-    // rank then fails at once instead of waiting for ranks that are gone.
+    // rank then fails at once instead of waiting for ranks that are gone. (The time bounds only
+    // tell "after the timeout, and no hang" apart; they leave room for a loaded machine.)
     int m3[] = {0, 3, 0, 0};
     run_failure(4, m3, 0.4, w);
     for (int r = 0; r < 4; r++) {
         if (r == 1) continue;
-        CHECK(w[r].rc == -1 && w[r].took > 0.3 && w[r].took < 1.2, "timeout: rank %d rc %d after %.2f s", r, w[r].rc,
+        CHECK(w[r].rc == -1 && w[r].took > 0.3 && w[r].took < 3, "timeout: rank %d rc %d after %.2f s", r, w[r].rc,
               w[r].took);
         CHECK(strstr(w[r].err, "for rank(s) 1, which never arrived") && strstr(w[r].err, "allreduce(f32) #1 (64 elements)"),
               "timeout: rank %d says '%s'", r, w[r].err);
     }
-    CHECK(w[1].rc == -1 && w[1].took < 1.7 && strstr(w[1].err, "never arrived"), "late rank: rc %d, %.2f s, '%s'", w[1].rc,
+    CHECK(w[1].rc == -1 && w[1].took < 5 && strstr(w[1].err, "never arrived"), "late rank: rc %d, %.2f s, '%s'", w[1].rc,
           w[1].took, w[1].err);
     // A rank that gives up: the waiting ranks stop at once (not after the 30 s timeout) with its reason.
     int m4[] = {0, 0, 4};
