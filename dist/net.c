@@ -71,8 +71,10 @@ static int io_full(int fd, void *buf, size_t n, int write, double deadline, cons
         if (pr == 0) continue;
         ssize_t k = write ? send(fd, p, n, MSG_NOSIGNAL) : recv(fd, p, n, 0);
         if (k < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+        // An orderly close (0) or a reset (a killed process, depending on timing): the same news.
+        if (k == 0 || (k < 0 && (errno == ECONNRESET || errno == EPIPE)))
+            return fail(err, errlen, "%s closed the connection: the node died or was stopped", peer);
         if (k < 0) return fail(err, errlen, "%s: connection lost (%s): the node died or was stopped", peer, strerror(errno));
-        if (k == 0) return fail(err, errlen, "%s closed the connection: the node died or was stopped", peer);
         p += k;
         n -= (size_t)k;
     }
@@ -266,7 +268,6 @@ void net_close(NodeNet *n) {
     free(n);
 }
 
-int net_nodes(const NodeNet *n) { return n->nodes; }
 int net_node(const NodeNet *n) { return n->node; }
 int net_rank_offset(const NodeNet *n) { return n->offset; }
 int net_world(const NodeNet *n) { return n->world; }
