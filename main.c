@@ -1035,8 +1035,7 @@ static void select_device_cb(void *ctx, int rank) {
 
 // NCCL communicators for the GPU ranks of this process (--comm): NULL means host staging. With
 // several nodes, node 0 makes NCCL's unique id and sends it to the others over the rendezvous link.
-static void **gpu_ranks_nccl(const Config *c, int local, int offset, int world, NodeNet *net, const NcclLib **lib,
-                             const char **transport) {
+static void **gpu_ranks_nccl(const Config *c, int local, int offset, int world, NodeNet *net, const NcclLib **lib) {
     char err[800];
     *lib = strcmp(c->comm, "host") ? nccl_load(err, sizeof err) : NULL;
     if (!*lib) {
@@ -1056,8 +1055,7 @@ static void **gpu_ranks_nccl(const Config *c, int local, int offset, int world, 
     if (nccl_init_ranks(*lib, comms, local, world, ranks, &id, select_device_cb, NULL, err, sizeof err))
         ct_die("NCCL %s: %s; --comm host averages the gradients through host memory instead", nccl_describe(*lib), err);
     free(ranks);
-    *transport = nccl_describe(*lib);
-    if (offset == 0) fprintf(stderr, "train: NCCL %s: %d ranks\n", *transport, world);
+    if (offset == 0) fprintf(stderr, "train: NCCL %s: %d ranks\n", nccl_describe(*lib), world);
     return comms;
 }
 #endif
@@ -1602,8 +1600,7 @@ int main(int argc, char **argv) {
 #ifdef CTRAIN_CUDA
     void **nccl_comms = NULL;
     const NcclLib *nccl = NULL;
-    const char *transport = "host";
-    if (r->cuda && world > 1) nccl_comms = gpu_ranks_nccl(c, local, offset, world, net, &nccl, &transport);
+    if (r->cuda && world > 1) nccl_comms = gpu_ranks_nccl(c, local, offset, world, net, &nccl);
 #endif
     for (int k = 0; k < local && world > 1; k++) {
 #ifdef CTRAIN_CUDA

@@ -37,7 +37,6 @@ struct GradSync {
     int nb;
     int released;  // buckets handed to the queue (backward thread only)
     BucketQueue *q;
-    double exposed;
 };
 
 // The communication thread's work on one bucket: the rank-order sum, then the mean as DDP takes
@@ -82,13 +81,7 @@ void gradsync_ready(void *ctx, size_t n) {
     bucketq_release(s->q, s->released);
 }
 
-int gradsync_wait(GradSync *s) {
-    double t0 = ct_now();
-    int rc = bucketq_wait(s->q);
-    s->exposed = ct_now() - t0;
-    return rc;
-}
+int gradsync_wait(GradSync *s) { return bucketq_wait(s->q); }
 
 int gradsync_buckets(const GradSync *s) { return s->nb; }
 int gradsync_done(GradSync *s) { return bucketq_done(s->q); }
-double gradsync_exposed_seconds(const GradSync *s) { return s->exposed; }

@@ -43,9 +43,6 @@ int gradsync_wait(GradSync *s);
 int gradsync_buckets(const GradSync *s);
 // Buckets of the current step already averaged (progress; tests of the overlap).
 int gradsync_done(GradSync *s);
-// Seconds the last step's backward waited in gradsync_wait for communication that had not
-// finished (the part of the allreduce that did not overlap).
-double gradsync_exposed_seconds(const GradSync *s);
 
 #ifdef __cplusplus
 }

@@ -8,7 +8,7 @@
 #include <string.h>
 
 // nccl.h 2.x ABI, the parts used here.
-enum { NCCL_SUCCESS = 0, NCCL_IN_PROGRESS = 7 };
+enum { NCCL_SUCCESS = 0 };
 enum { NCCL_FLOAT32 = 7 };
 enum { NCCL_AVG = 4 };
 typedef int nccl_result;
@@ -23,8 +23,6 @@ struct NcclLib {
     nccl_result (*group_start)(void);
     nccl_result (*group_end)(void);
     nccl_result (*all_reduce)(const void *, void *, size_t, int, int, nccl_comm, void *);
-    nccl_result (*comm_get_async_error)(nccl_comm, nccl_result *);
-    nccl_result (*comm_abort)(nccl_comm);
     nccl_result (*comm_destroy)(nccl_comm);
     const char *(*get_error_string)(nccl_result);
 };
@@ -52,8 +50,7 @@ static void load_once(void) {
         {(void **)&l->get_version, "ncclGetVersion"},        {(void **)&l->get_unique_id, "ncclGetUniqueId"},
         {(void **)&l->comm_init_rank, "ncclCommInitRank"},   {(void **)&l->group_start, "ncclGroupStart"},
         {(void **)&l->group_end, "ncclGroupEnd"},            {(void **)&l->all_reduce, "ncclAllReduce"},
-        {(void **)&l->comm_get_async_error, "ncclCommGetAsyncError"},
-        {(void **)&l->comm_abort, "ncclCommAbort"},          {(void **)&l->comm_destroy, "ncclCommDestroy"},
+        {(void **)&l->comm_destroy, "ncclCommDestroy"},
         {(void **)&l->get_error_string, "ncclGetErrorString"},
     };
     for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
@@ -114,16 +111,6 @@ int nccl_allreduce_mean_f32(const NcclLib *lib, void *comm, float *buf, size_t n
     return check(lib, lib->all_reduce(buf, buf, n, NCCL_FLOAT32, NCCL_AVG, comm, stream), "ncclAllReduce", err, errlen);
 }
 
-int nccl_async_error(const NcclLib *lib, void *comm, char *err, size_t errlen) {
-    nccl_result a = NCCL_SUCCESS;
-    if (check(lib, lib->comm_get_async_error(comm, &a), "ncclCommGetAsyncError", err, errlen)) return -1;
-    if (a == NCCL_IN_PROGRESS) return 0;
-    return check(lib, a, "NCCL communicator", err, errlen);
-}
-
-void nccl_abort(const NcclLib *lib, void *comm) {
-    if (comm) lib->comm_abort(comm);
-}
 void nccl_destroy(const NcclLib *lib, void *comm) {
     if (comm) lib->comm_destroy(comm);
 }

@@ -31,9 +31,6 @@ int nccl_init_ranks(const NcclLib *lib, void **comms, int n_local, int world, co
 // In place, on the stream: buf = mean over ranks of buf (ncclAvg over fp32).
 int nccl_allreduce_mean_f32(const NcclLib *lib, void *comm, float *buf, size_t n, void *stream, char *err,
                             size_t errlen);
-// An error the communicator hit asynchronously (a dead peer): 0, or -1 with err.
-int nccl_async_error(const NcclLib *lib, void *comm, char *err, size_t errlen);
-void nccl_abort(const NcclLib *lib, void *comm);
 void nccl_destroy(const NcclLib *lib, void *comm);
 
 #ifdef __cplusplus

@@ -23,7 +23,6 @@ typedef struct NodeNet NodeNet;
 NodeNet *net_connect(int nodes, int node, const char *host, int port, uint64_t fingerprint, int local_ranks,
                      double timeout_s, char *err, size_t errlen);
 void net_close(NodeNet *n);
-int net_nodes(const NodeNet *n);
 int net_node(const NodeNet *n);
 // Global rank of this node's first rank (nodes in order, each with its local rank count).
 int net_rank_offset(const NodeNet *n);
