@@ -8,6 +8,10 @@
 //   4. a shuffle mask that leaves out calling lanes: aborts with a message;
 //   5. a kernel writing one element past its buffer (a missing bounds check): the red zone
 //      after the allocation is found written after the launch, and the report names the kernel.
+//   6. a kernel handed another device's buffer (a rank using a pointer of its neighbour), directly
+//      or inside a struct argument: emulated devices share memory, so this would run; the
+//      launch aborts naming the kernel, the argument and both devices. The same kernel on the
+//      owning device passes.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -103,6 +107,21 @@ __global__ void missing_bounds_check_kernel(float *x, int n) {
     (void)n;
 }
 
+// Correct on its own device; the bug is the caller's (cases "wrongdev" and "wrongdev_struct").
+__global__ void scale_kernel(float *x, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] *= 2.0f;
+}
+struct CopyArgs {
+    const float *src;
+    float *dst;
+    int n;
+};
+__global__ void copy_struct_kernel(CopyArgs a) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < a.n) a.dst[i] = a.src[i];
+}
+
 typedef void (*Kern)(const float *, float *);
 
 // Runs `k` `reps` times on fresh inputs; returns how many launches produced a wrong sum.
@@ -146,6 +165,7 @@ static std::string run_child(const char *self, const char *arg, bool *aborted, d
         close(fd[0]);
         close(fd[1]);
         setenv("CTRAIN_EMU_DEADLOCK_S", "2", 1);
+        setenv("CTRAIN_EMU_DEVICES", "2", 1);
         execl(self, self, arg, (char *)nullptr);
         _exit(127);
     }
@@ -172,6 +192,26 @@ int main(int argc, char **argv) {
             float *x;
             CT_CUDA_CHECK(cudaMalloc(&x, 100 * sizeof(float)));
             CT_LAUNCH(missing_bounds_check_kernel, 4, 32, 0, 0, x, 100);  // 128 threads
+        }
+        if (!strncmp(argv[1], "wrongdev", 8)) {  // CTRAIN_EMU_DEVICES=2 (set by run_child)
+            float *mine, *theirs;
+            CT_CUDA_CHECK(cudaSetDevice(1));
+            CT_CUDA_CHECK(cudaMalloc(&theirs, 64 * sizeof(float)));
+            CT_CUDA_CHECK(cudaSetDevice(0));
+            CT_CUDA_CHECK(cudaMalloc(&mine, 64 * sizeof(float)));
+            CT_CUDA_CHECK(cudaMemset(mine, 0, 64 * sizeof(float)));
+            CT_LAUNCH(scale_kernel, 1, 64, 0, 0, mine, 64);  // its own buffer: fine
+            CT_CHECK_LAUNCH("scale_kernel (own device)");
+            CopyArgs a = {mine, mine, 64};
+            CT_LAUNCH(copy_struct_kernel, 1, 64, 0, 0, a);
+            CT_CHECK_LAUNCH("copy_struct_kernel (own device)");
+            fprintf(stderr, "own-device launches passed\n");
+            if (!strcmp(argv[1], "wrongdev")) {
+                CT_LAUNCH(scale_kernel, 1, 64, 0, 0, theirs, 64);
+            } else {
+                a.src = theirs;
+                CT_LAUNCH(copy_struct_kernel, 1, 64, 0, 0, a);
+            }
         }
         cudaDeviceSynchronize();
         return 0;  // reaching here means the bug went unnoticed
@@ -221,5 +261,17 @@ int main(int argc, char **argv) {
     CHECK(aborted && err.find("missing_bounds_check_kernel") != std::string::npos &&
               err.find("past its end") != std::string::npos,
           "an out-of-bounds write must be reported naming the kernel");
+    err = run_child(self, "wrongdev", &aborted, &secs);
+    printf("wrong-device pointer case: %s after %.1f s: %s", aborted ? "aborted" : "NOT aborted", secs, err.c_str());
+    CHECK(aborted && err.find("own-device launches passed") != std::string::npos &&
+              err.find("kernel scale_kernel launched on device 0: argument 0") != std::string::npos &&
+              err.find("device 1's allocation") != std::string::npos,
+          "a kernel given another device's buffer must abort naming the kernel, argument and devices");
+    err = run_child(self, "wrongdev_struct", &aborted, &secs);
+    printf("wrong-device pointer in a struct case: %s after %.1f s: %s", aborted ? "aborted" : "NOT aborted", secs, err.c_str());
+    CHECK(aborted && err.find("own-device launches passed") != std::string::npos &&
+              err.find("kernel copy_struct_kernel launched on device 0: argument 0") != std::string::npos &&
+              err.find("device 1's allocation") != std::string::npos,
+          "another device's buffer inside a struct argument must be caught too");
     return test_summary("emu_catches_race");
 }

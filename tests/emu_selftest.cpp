@@ -510,6 +510,57 @@ static void test_streams_graphs() {
     cudaFree(d);
 }
 
+// Streams and events belong to the device that was current when they were created; CUDA refuses
+// a launch into, or an event recorded on, another device's stream (the emulated devices share
+// one memory, so only this bookkeeping can show such a mix-up).
+__global__ void add_one_kernel(float *x, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] += 1.0f;
+}
+static void test_device_ownership() {
+    setenv("CTRAIN_EMU_DEVICES", "2", 1);
+    int count = 0;
+    CT_CUDA_CHECK(cudaGetDeviceCount(&count));
+    CHECK(count == 2, "CTRAIN_EMU_DEVICES=2 gives %d devices", count);
+    CT_CUDA_CHECK(cudaSetDevice(1));
+    cudaStream_t s1;
+    cudaEvent_t e1;
+    float *x1;
+    CT_CUDA_CHECK(cudaStreamCreate(&s1));
+    CT_CUDA_CHECK(cudaEventCreate(&e1));
+    CT_CUDA_CHECK(cudaMalloc(&x1, 32 * sizeof(float)));
+    CT_CUDA_CHECK(cudaMemset(x1, 0, 32 * sizeof(float)));
+    CT_LAUNCH(add_one_kernel, 1, 32, 0, s1, x1, 32);
+    CHECK(cudaGetLastError() == cudaSuccess, "launch on device 1's own stream");
+    CT_CUDA_CHECK(cudaEventRecord(e1, s1));
+    CT_CUDA_CHECK(cudaSetDevice(0));
+    cudaStream_t s0;
+    cudaEvent_t e0;
+    CT_CUDA_CHECK(cudaStreamCreate(&s0));
+    CT_CUDA_CHECK(cudaEventCreate(&e0));
+    CHECK(cudaEventRecord(e0, s1) == cudaErrorInvalidResourceHandle, "event of device 0 recorded on device 1's stream");
+    CHECK(cudaEventRecord(e1, s0) == cudaErrorInvalidResourceHandle, "event of device 1 recorded on device 0's stream");
+    cudaGetLastError();
+    // Waiting on another device's event is legal (cross-device ordering).
+    CHECK(cudaStreamWaitEvent(s0, e1, 0) == cudaSuccess, "device 0 stream waits on device 1 event");
+    float *x0;
+    CT_CUDA_CHECK(cudaMalloc(&x0, 32 * sizeof(float)));
+    CT_LAUNCH(add_one_kernel, 1, 32, 0, s1, x0, 32);  // device 0 current, device 1's stream
+    CHECK(cudaGetLastError() == cudaErrorInvalidResourceHandle, "launch into another device's stream refused");
+    // Copies between devices go through unified addressing, as on a GPU.
+    CHECK(cudaMemcpy(x0, x1, 32 * sizeof(float), cudaMemcpyDeviceToDevice) == cudaSuccess, "peer copy");
+    float h[32];
+    CT_CUDA_CHECK(cudaMemcpy(h, x0, sizeof h, cudaMemcpyDeviceToHost));
+    CHECK(h[0] == 1.0f && h[31] == 1.0f, "device 1's kernel result copied to device 0: %g", h[0]);
+    CT_CUDA_CHECK(cudaFree(x0));
+    CT_CUDA_CHECK(cudaFree(x1));
+    CT_CUDA_CHECK(cudaStreamDestroy(s0));
+    CT_CUDA_CHECK(cudaStreamDestroy(s1));
+    CT_CUDA_CHECK(cudaEventDestroy(e0));
+    CT_CUDA_CHECK(cudaEventDestroy(e1));
+    unsetenv("CTRAIN_EMU_DEVICES");
+}
+
 int main() {
     test_reduction();
     test_dynamic_smem_and_exit();
@@ -527,5 +578,6 @@ int main() {
     test_warp_ops();
     test_atomics();
     emu::set_jitter(0);
+    test_device_ownership();
     return test_summary("emu_selftest");
 }

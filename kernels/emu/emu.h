@@ -29,6 +29,7 @@
 #include <tuple>
 #include <type_traits>
 #include <utility>
+#include <vector>
 #endif
 
 // Kernels use `#pragma unroll`, which g++ does not know.
@@ -417,11 +418,48 @@ void cp_async_wait(int keep_pending);
 void launch(const char *name, const void *func, dim3 grid, dim3 block, size_t smem,
             cudaStream_t stream, std::function<void()> body);
 
+// Devices share the host's memory here, so a kernel handed another device's buffer would run
+// fine and a real GPU would fault. With more than one device, every pointer a kernel receives
+// (pointer arguments, and the pointer-aligned words of struct arguments) is looked up among the
+// device allocations; one owned by a device other than the current one aborts, naming the kernel,
+// the argument and both devices.
+struct KernelArgWord {
+    int arg;         // argument position, from 0
+    uintptr_t value;
+};
+bool multi_device();
+void check_kernel_args(const char *name, const KernelArgWord *words, size_t n);
+
+template <typename T>
+inline void kernel_arg_words(int arg, const T &v, std::vector<KernelArgWord> &out) {
+    if constexpr (std::is_pointer_v<T>) {
+        out.push_back({arg, (uintptr_t)v});
+    } else if constexpr (std::is_class_v<T> && std::is_trivially_copyable_v<T> &&
+                         alignof(T) >= alignof(void *)) {
+        const unsigned char *bytes = reinterpret_cast<const unsigned char *>(&v);
+        for (size_t o = 0; o + sizeof(void *) <= sizeof(T); o += sizeof(void *)) {
+            uintptr_t w;
+            memcpy(&w, bytes + o, sizeof w);
+            out.push_back({arg, w});
+        }
+    }
+}
+
 template <typename... P, typename... A>
 void launch_kernel(const char *name, void (*k)(P...), dim3 grid, dim3 block, size_t smem,
                    cudaStream_t stream, A &&...args) {
     // Convert the arguments as the call would, once; every CUDA thread gets its own copies.
     std::tuple<std::decay_t<P>...> params(std::forward<A>(args)...);
+    if (multi_device()) {
+        std::vector<KernelArgWord> words;
+        std::apply(
+            [&words](const auto &...v) {
+                int arg = 0;
+                (kernel_arg_words(arg++, v, words), ...);
+            },
+            params);
+        check_kernel_args(name, words.data(), words.size());
+    }
     launch(name, reinterpret_cast<const void *>(k), grid, block, smem, stream,
            [k, params]() { std::apply(k, params); });
 }

@@ -20,12 +20,14 @@ struct CUgraphExec_st {
     std::vector<std::function<void()>> nodes;
 };
 struct CUstream_st {
+    int device = 0;  // the device current when it was created: work goes to that device only
     unsigned flags = 0;
     int priority = 0;
     CUgraph_st *capture = nullptr;  // the graph this stream records into, when capturing
     cudaStreamCaptureMode mode = cudaStreamCaptureModeGlobal;
 };
 struct CUevent_st {
+    int device = 0;
     unsigned flags = 0;
     bool recorded = false;
     double t_ms = 0;
@@ -35,7 +37,11 @@ struct CUevent_st {
 namespace emu {
 
 static std::recursive_mutex g_mu;  // guards everything below
-static std::map<uintptr_t, size_t> g_dev;  // device allocations: start -> bytes
+struct DevAlloc {
+    size_t bytes;
+    int device;  // emulated devices share the host's memory; this says whose it is
+};
+static std::map<uintptr_t, DevAlloc> g_dev;  // device allocations by start address
 static std::set<void *> g_host;            // cudaMallocHost / cudaHostAlloc
 static std::map<uintptr_t, size_t> g_registered;
 static std::set<cudaStream_t> g_streams;
@@ -48,6 +54,8 @@ static size_t g_dev_bytes;
 static int g_poison_mem = -1;
 
 static __thread cudaError_t t_last_error = cudaSuccess;
+// The current device, per host thread as in CUDA.
+static __thread int t_device = 0;
 
 cudaError_t set_error(cudaError_t err) {
     if (err != cudaSuccess) t_last_error = err;
@@ -146,18 +154,18 @@ void emu::check_redzones(const char *kernel) {
     std::lock_guard<std::recursive_mutex> lk(g_mu);
     char who[256];
     snprintf(who, sizeof who, "after kernel %s", kernel);
-    for (auto &a : g_dev) check_one_redzone(who, a.first, a.second);
+    for (auto &a : g_dev) check_one_redzone(who, a.first, a.second.bytes);
 }
 
 namespace emu {
 
 // The device allocation containing p, or g_dev.end().
-static std::map<uintptr_t, size_t>::iterator find_dev(const void *p) {
+static std::map<uintptr_t, DevAlloc>::iterator find_dev(const void *p) {
     uintptr_t a = (uintptr_t)p;
     auto it = g_dev.upper_bound(a);
     if (it == g_dev.begin()) return g_dev.end();
     --it;
-    if (a >= it->first && a < it->first + (it->second ? it->second : 1)) return it;
+    if (a >= it->first && a < it->first + (it->second.bytes ? it->second.bytes : 1)) return it;
     return g_dev.end();
 }
 
@@ -181,10 +189,10 @@ static cudaError_t check_range(const char *what, const void *p, size_t bytes, bo
         return cudaSuccess;
     }
     uintptr_t a = (uintptr_t)p;
-    if (a + bytes > it->first + it->second) {
+    if (a + bytes > it->first + it->second.bytes) {
         fprintf(stderr,
                 "emu: %s: %s range [%p, +%zu) overruns its device allocation of %zu bytes at %p\n",
-                what, role, p, bytes, it->second, (void *)it->first);
+                what, role, p, bytes, it->second.bytes, (void *)it->first);
         return cudaErrorInvalidValue;
     }
     return cudaSuccess;
@@ -230,7 +238,7 @@ cudaError_t cudaMalloc(void **ptr, size_t bytes) {
     // after its launch (check_redzones) instead of corrupting a neighbour.
     memset(raw, kRedzoneByte, kRedzone);
     memset(p + bytes, kRedzoneByte, rounded - bytes + kRedzone);
-    g_dev[(uintptr_t)p] = bytes;
+    g_dev[(uintptr_t)p] = DevAlloc{bytes, t_device};
     g_dev_bytes += bytes;
     *ptr = p;
     return cudaSuccess;
@@ -244,8 +252,8 @@ cudaError_t cudaFree(void *ptr) {
         fprintf(stderr, "emu: cudaFree(%p): not a live cudaMalloc pointer\n", ptr);
         return set_error(cudaErrorInvalidValue);
     }
-    check_one_redzone("cudaFree", it->first, it->second);
-    g_dev_bytes -= it->second;
+    check_one_redzone("cudaFree", it->first, it->second.bytes);
+    g_dev_bytes -= it->second.bytes;
     g_dev.erase(it);
     free((unsigned char *)ptr - kRedzone);
     return cudaSuccess;
@@ -372,11 +380,9 @@ cudaError_t cudaMemsetAsync(void *ptr, int value, size_t bytes, cudaStream_t str
 
 // ---------------------------------------------------------------------------------------------
 // Devices: emulated sm_90 devices, 1 unless CTRAIN_EMU_DEVICES says more (data-parallel tests:
-// one rank per device). They share the host's memory, so unlike real devices a pointer of one is
-// usable on another; the current device is per host thread, as in CUDA.
-static int t_device_dummy;
-static __thread int t_device = 0;
-
+// one rank per device). They share the host's memory, so allocations, streams and events record
+// their device and launches check them (check_kernel_args, launch); the current device is per host
+// thread, as in CUDA.
 static int device_count() {
     const char *v = getenv("CTRAIN_EMU_DEVICES");
     int n = v && *v ? atoi(v) : 1;
@@ -396,7 +402,6 @@ cudaError_t cudaSetDevice(int device) {
 cudaError_t cudaGetDevice(int *device) {
     if (!device) return set_error(cudaErrorInvalidValue);
     *device = t_device;
-    (void)t_device_dummy;
     return cudaSuccess;
 }
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int device) {
@@ -557,6 +562,7 @@ const char *cudaGetErrorString(cudaError_t err) {
 cudaError_t cudaStreamCreateWithPriority(cudaStream_t *stream, unsigned int flags, int priority) {
     if (!stream) return set_error(cudaErrorInvalidValue);
     CUstream_st *s = new CUstream_st();
+    s->device = t_device;
     s->flags = flags;
     s->priority = priority;
     std::lock_guard<std::recursive_mutex> lk(g_mu);
@@ -609,6 +615,7 @@ cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void *user_
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned int flags) {
     if (!event) return set_error(cudaErrorInvalidValue);
     CUevent_st *e = new CUevent_st();
+    e->device = t_device;
     e->flags = flags;
     std::lock_guard<std::recursive_mutex> lk(g_mu);
     g_events.insert(e);
@@ -626,6 +633,12 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
     std::lock_guard<std::recursive_mutex> lk(g_mu);
     CUstream_st *s = stream_of(stream);
     if (!g_events.count(event) || !s) return set_error(cudaErrorInvalidResourceHandle);
+    int stream_device = is_default_stream(stream) ? t_device : s->device;
+    if (event->device != stream_device) {
+        fprintf(stderr, "emu: cudaEventRecord: the event belongs to device %d, the stream to device %d\n",
+                event->device, stream_device);
+        return set_error(cudaErrorInvalidResourceHandle);
+    }
     if (s->capture) {
         event->capture = s->capture;  // a node in the graph: others may wait on it (fork/join)
         return cudaSuccess;
@@ -806,6 +819,23 @@ cudaError_t cudaFuncSetAttribute(const void *func, cudaFuncAttribute attr, int v
 
 namespace emu {
 
+bool multi_device() { return device_count() > 1; }
+
+void check_kernel_args(const char *name, const KernelArgWord *words, size_t n) {
+    std::lock_guard<std::recursive_mutex> lk(g_mu);
+    for (size_t i = 0; i < n; i++) {
+        auto it = find_dev((const void *)words[i].value);
+        if (it == g_dev.end() || it->second.device == t_device) continue;
+        fprintf(stderr,
+                "emu: kernel %s launched on device %d: argument %d holds %p, inside device %d's "
+                "allocation of %zu bytes at %p; on a GPU that is an illegal address (no peer "
+                "access is enabled); aborting\n",
+                name, t_device, words[i].arg, (void *)words[i].value, it->second.device,
+                it->second.bytes, (void *)it->first);
+        abort();
+    }
+}
+
 void launch(const char *name, const void *func, dim3 grid, dim3 block, size_t smem,
             cudaStream_t stream, std::function<void()> body) {
     uint64_t threads = (uint64_t)block.x * block.y * block.z;
@@ -829,6 +859,18 @@ void launch(const char *name, const void *func, dim3 grid, dim3 block, size_t sm
         }
         set_error(err);
         return;
+    }
+    {
+        std::lock_guard<std::recursive_mutex> lk(g_mu);
+        CUstream_st *s = stream_of(stream);
+        if (s && !is_default_stream(stream) && s->device != t_device) {
+            // CUDA refuses a launch into another device's stream.
+            fprintf(stderr, "emu: launch of %s on device %d into a stream of device %d\n", name,
+                    t_device, s->device);
+            if (s->capture) s->capture->invalidated = true;
+            set_error(cudaErrorInvalidResourceHandle);
+            return;
+        }
     }
     auto run = [=] { run_launch(name, grid, block, smem, body); };
     if (capture_append(stream, run, &err)) {
