@@ -1,18 +1,29 @@
 // Batch norm on the GPU: training forward (batch statistics, running-stat update, fused ReLU),
-// eval forward, and backward. Twins of nn/layers.h's batchnorm_*.
+// eval forward, and backward. Twins of nn/batchnorm.c, with the same arithmetic:
+//   forward:  one pass of shifted sums s1 = sum (x - x0), s2 = sum (x - x0)^2 (x0 = row 0, a
+//             sample of the data, so the variance does not cancel), accumulated in double;
+//             mean, invstd and scale = gamma * invstd per channel; y = (x - mean) * scale + beta;
+//   backward: sg = sum g, sgx = sum g * (x - mean) in double (g = dy masked by the fused ReLU);
+//             dx = k0 * g + k1 * x + k2 with k0..k2 per channel formed in double.
+// Float operations that the CPU does unfused are written __fmul_rn/__fadd_rn so nvcc does not
+// contract them into FMAs: the fp32 path then differs from the CPU only in the order of the
+// double sums.
 //
-// NHWC makes the activation an [M, C] row-major matrix. Channel sums are reduced in two fixed
-// stages so the result does not depend on scheduling: (1) a block of 32 channels x BN_LANES row
-// lanes sums one chunk of rows (each lane strides over the chunk in order, lanes are combined in
-// lane order), writing partial[chunk][c]; (2) one thread per channel adds the chunk partials in
-// chunk order. The chunking is a function of M alone. Variance is the two-pass form
-// (sum of squared deviations from the mean), as accurate as the CPU's.
+// Layout and speed. NHWC makes the activation an [M, C] row-major matrix. A thread owns one
+// vector of V consecutive channels (16 bytes: 8 bf16 or 4 floats, when C and the pointers allow;
+// else V = 1) and walks rows, so its per-channel constants stay in registers and every load is
+// a full 16-byte transaction; a block is TX channel vectors x TY rows (TX * TY <= 256), so a warp
+// reads contiguous rows even when C is small.
+//
+// Determinism: channel sums are reduced in fixed stages that do not depend on scheduling: (1) a
+// block sums one chunk of rows (each thread strides over the chunk in order, the TY row lanes are
+// combined in lane order), writing partial[chunk][c]; (2) one thread per channel adds the chunk
+// partials in chunk order. The chunking is a function of M alone.
 #include "kernels/common.cuh"
 #include "kernels/act.cuh"
 #include "kernels/kernels.h"
 
-#define BN_TX 32     // channels per block (consecutive in memory: coalesced)
-#define BN_LANES 8   // row lanes per block
+#define BN_THREADS 256
 #define BN_MAX_CHUNKS 256
 #define BN_MIN_ROWS 64
 
@@ -24,69 +35,282 @@ static int bn_chunks(int M) {
 }
 static int bn_rows_per_chunk(int M) { return (M + bn_chunks(M) - 1) / bn_chunks(M); }
 
-extern "C" size_t batchnorm_gpu_work_floats(int M, int C) { return (size_t)2 * bn_chunks(M) * C; }
+// Workspace: the chunk partials (2 doubles per chunk and channel) and 3 floats per channel of
+// constants (scale; or k0, k1, k2).
+extern "C" size_t batchnorm_gpu_work_floats(int M, int C) {
+    return (size_t)4 * bn_chunks(M) * C + (size_t)3 * C;
+}
+static float *bn_consts(float *work, int M, int C) { return work + (size_t)4 * bn_chunks(M) * C; }
 
-// partial[chunk*C + c] = sum over the chunk's rows of (x - shift[c])^p, p = 1 or 2 (shift may be
-// NULL: zero). Mode 1 only reads x; mode 2 is the squared deviation.
-template <typename T>
-__global__ void bn_partial_moment(float *partial, const T *x, const float *shift, int M, int C,
-                                  int rows, int square) {
-    __shared__ float acc[BN_LANES][BN_TX];
-    int c = blockIdx.x * BN_TX + threadIdx.x;
-    int r0 = blockIdx.y * rows, r1 = min(M, r0 + rows);
-    float s = 0.f;
-    if (c < C) {
-        float sh = shift ? shift[c] : 0.f;
-        for (int r = r0 + threadIdx.y; r < r1; r += BN_LANES) {
-            float v = ct_ld(x, (size_t)r * C + c) - sh;
-            s += square ? v * v : v;
+// ---------------------------------------------------------------------------------------------
+// V channels at once as floats: a 16-byte load/store, or one element.
+
+template <int V, typename T>
+__device__ static inline void bn_ld(float (&v)[V], const T *p, size_t i) {
+    static_assert(V == 1 || V * sizeof(T) == 16, "a vector is one element or 16 bytes");
+    if constexpr (V == 1) {
+        v[0] = ct_ld(p, i);
+    } else if constexpr (sizeof(T) == 2) {
+        uint4 u = *(const uint4 *)(p + i);
+        uint32_t w[4] = {u.x, u.y, u.z, u.w};
+        for (int k = 0; k < 4; k++) {
+            v[2 * k] = ct_u2f(w[k] << 16);  // the lower address is the low half
+            v[2 * k + 1] = ct_u2f(w[k] & 0xffff0000u);
+        }
+    } else {
+        float4 f = *(const float4 *)(p + i);
+        v[0] = f.x, v[1] = f.y, v[2] = f.z, v[3] = f.w;
+    }
+}
+template <int V, typename T>
+__device__ static inline void bn_st(T *p, size_t i, const float (&v)[V]) {
+    if constexpr (V == 1) {
+        ct_st(p, i, v[0]);
+    } else if constexpr (sizeof(T) == 2) {
+        uint32_t w[4];
+        for (int k = 0; k < 4; k++)
+            w[k] = (uint32_t)ct_f32_to_bf16(v[2 * k]) | (uint32_t)ct_f32_to_bf16(v[2 * k + 1]) << 16;
+        *(uint4 *)(p + i) = make_uint4(w[0], w[1], w[2], w[3]);
+    } else {
+        *(float4 *)(p + i) = make_float4(v[0], v[1], v[2], v[3]);
+    }
+}
+template <int V>
+__device__ static inline void bn_ld_f32(float (&v)[V], const float *p, int c) {
+    for (int k = 0; k < V; k++) v[k] = p[c + k];
+}
+
+// Block shape for C channels in vectors of V.
+struct BnGrid {
+    int cv, tx, ty;  // channel vectors; threads along them and along rows (tx * ty <= BN_THREADS)
+    unsigned gx;     // blocks along the channel vectors
+};
+static BnGrid bn_grid(int C, int V) {
+    BnGrid g;
+    g.cv = C / V;
+    g.tx = g.cv < BN_THREADS ? g.cv : BN_THREADS;
+    g.ty = BN_THREADS / g.tx;
+    g.gx = (unsigned)((g.cv + g.tx - 1) / g.tx);
+    return g;
+}
+// Row blocks for the elementwise passes: enough to fill a large GPU, each thread walking a few
+// rows (a grid-stride loop), never more than the rows need.
+static unsigned bn_row_blocks(int M, const BnGrid &g) {
+    long b = ((long)M + g.ty - 1) / g.ty, cap = 8192 / (long)g.gx;
+    if (cap < 1) cap = 1;
+    if (b > cap) b = cap;
+    if (b > 65535) b = 65535;
+    return (unsigned)(b < 1 ? 1 : b);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Stage 1: per-chunk sums in double.
+//   GRAD = 0: s1 = sum (x - k), s2 = sum (x - k)^2 with k = x[0][c] (read here);
+//   GRAD = 1: s1 = sum g, s2 = sum g * (x - k) with k = mean, g = dy masked by y > 0 if y.
+// partial[(chunk * 2 + 0) * C + c] = s1, partial[(chunk * 2 + 1) * C + c] = s2.
+template <typename T, int V, int GRAD>
+__global__ void __launch_bounds__(BN_THREADS)
+    bn_sums_k(double *partial, const T *x, const T *dy, const T *y, const float *mean, int M, int C,
+              int rows, int tx_n) {
+    __shared__ double red[2][BN_THREADS * V];
+    int ty_n = BN_THREADS / tx_n;
+    int tx = threadIdx.x % tx_n, ty = threadIdx.x / tx_n;
+    int cv = blockIdx.x * tx_n + tx;
+    bool active = ty < ty_n && cv * V < C;
+    int c0 = cv * V;
+    double a1[V], a2[V];
+    for (int k = 0; k < V; k++) a1[k] = a2[k] = 0.0;
+    if (active) {
+        float kc[V];
+        if (GRAD) bn_ld_f32<V>(kc, mean, c0);
+        else bn_ld<V>(kc, x, (size_t)c0);
+        int r0 = blockIdx.y * rows, r1 = min(M, r0 + rows);
+        for (int r = r0 + ty; r < r1; r += ty_n) {
+            size_t i = (size_t)r * C + c0;
+            float xv[V];
+            bn_ld<V>(xv, x, i);
+            if (GRAD) {
+                float g[V];
+                bn_ld<V>(g, dy, i);
+                if (y) {
+                    float yv[V];
+                    bn_ld<V>(yv, y, i);
+                    for (int k = 0; k < V; k++)
+                        if (!(yv[k] > 0.f)) g[k] = 0.f;
+                }
+                for (int k = 0; k < V; k++) {
+                    a1[k] += (double)g[k];
+                    a2[k] += (double)g[k] * ((double)xv[k] - (double)kc[k]);
+                }
+            } else {
+                for (int k = 0; k < V; k++) {
+                    double d = (double)xv[k] - (double)kc[k];
+                    a1[k] += d;
+                    a2[k] += d * d;
+                }
+            }
         }
     }
-    acc[threadIdx.y][threadIdx.x] = s;
+    int slot = (ty * tx_n + tx) * V;
+    for (int k = 0; k < V; k++) {
+        red[0][slot + k] = a1[k];
+        red[1][slot + k] = a2[k];
+    }
     __syncthreads();
-    if (threadIdx.y == 0 && c < C) {
-        float t = 0.f;
-        for (int l = 0; l < BN_LANES; l++) t += acc[l][threadIdx.x];
-        partial[(size_t)blockIdx.y * C + c] = t;
+    if (ty == 0 && active) {
+        for (int l = 1; l < ty_n; l++)
+            for (int k = 0; k < V; k++) {
+                a1[k] += red[0][(l * tx_n + tx) * V + k];
+                a2[k] += red[1][(l * tx_n + tx) * V + k];
+            }
+        double *p1 = partial + (size_t)blockIdx.y * 2 * C, *p2 = p1 + C;
+        for (int k = 0; k < V; k++) {
+            p1[c0 + k] = a1[k];
+            p2[c0 + k] = a2[k];
+        }
     }
 }
 
-__global__ void bn_finish_mean(float *mean, const float *partial, int nchunks, int M, int C) {
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C) return;
-    float s = 0.f;
-    for (int k = 0; k < nchunks; k++) s += partial[(size_t)k * C + c];
-    mean[c] = s / (float)M;
-}
-
-__global__ void bn_finish_var(float *save_invstd, float *running_mean, float *running_var,
-                              const float *mean, const float *partial, int nchunks, int M, int C,
-                              float momentum, float eps) {
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C) return;
-    float s = 0.f;
-    for (int k = 0; k < nchunks; k++) s += partial[(size_t)k * C + c];
-    float var = s / (float)M;
-    save_invstd[c] = 1.0f / sqrtf(var + eps);
-    if (running_mean) running_mean[c] = (1.f - momentum) * running_mean[c] + momentum * mean[c];
-    if (running_var) {
-        float unbiased = M > 1 ? var * (float)M / (float)(M - 1) : var;
-        running_var[c] = (1.f - momentum) * running_var[c] + momentum * unbiased;
-    }
-}
-
-// y = (x - mean) * invstd * gamma + beta [relu]. In eval mode invstd is computed from the running
-// variance on the fly (var_is_invstd = 0).
+// Stage 2 of the forward: statistics, running statistics, scale (nn/batchnorm.c's formulas).
 template <typename T>
-__global__ void bn_apply(T *y, const T *x, const float *gamma, const float *beta, const float *mean,
-                         const float *scale, int var_is_invstd, float eps, size_t n, int C, int relu) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        int c = (int)(i % C);
-        float is = var_is_invstd ? scale[c] : 1.0f / sqrtf(scale[c] + eps);
-        float v = (ct_ld(x, i) - mean[c]) * is * gamma[c] + beta[c];
-        if (relu && !(v > 0.f)) v = 0.f;
-        ct_st(y, i, v);
+__global__ void bn_finish_stats_k(float *save_mean, float *save_invstd, float *scale,
+                                  float *running_mean, float *running_var, const double *partial,
+                                  const T *x, const float *gamma, int nchunks, int M, int C,
+                                  float momentum, float eps) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    double s1 = 0.0, s2 = 0.0;
+    for (int k = 0; k < nchunks; k++) {
+        s1 += partial[(size_t)k * 2 * C + c];
+        s2 += partial[(size_t)k * 2 * C + C + c];
     }
+    double d = s1 / M, var = fmax(0.0, s2 / M - d * d);
+    float mean = (float)((double)ct_ld(x, (size_t)c) + d);
+    float invstd = (float)(1.0 / sqrt(var + eps));
+    save_mean[c] = mean;
+    save_invstd[c] = invstd;
+    scale[c] = __fmul_rn(gamma[c], invstd);
+    if (running_mean)
+        running_mean[c] = __fadd_rn(__fmul_rn(1.f - momentum, running_mean[c]), __fmul_rn(momentum, mean));
+    if (running_var) {
+        double unbiased = M > 1 ? var * M / (M - 1) : var;
+        running_var[c] = (float)((double)__fmul_rn(1.f - momentum, running_var[c]) + (double)momentum * unbiased);
+    }
+}
+
+// y = (x - mean) * scale + beta [relu]. scale == NULL (eval): scale = gamma / sqrt(var + eps)
+// from the running variance, formed per thread in double like the CPU's.
+template <typename T, int V>
+__global__ void __launch_bounds__(BN_THREADS)
+    bn_affine_k(T *y, const T *x, const float *mean, const float *scale, const float *gamma,
+                const float *var, float eps, const float *beta, int M, int C, int tx_n, int relu) {
+    int ty_n = BN_THREADS / tx_n;
+    int tx = threadIdx.x % tx_n, ty = threadIdx.x / tx_n;
+    int cv = blockIdx.x * tx_n + tx;
+    if (ty >= ty_n || cv * V >= C) return;
+    int c0 = cv * V;
+    float mu[V], sc[V], be[V];
+    bn_ld_f32<V>(mu, mean, c0);
+    bn_ld_f32<V>(be, beta, c0);
+    if (scale) {
+        bn_ld_f32<V>(sc, scale, c0);
+    } else {
+        for (int k = 0; k < V; k++) sc[k] = (float)((double)gamma[c0 + k] / sqrt((double)var[c0 + k] + eps));
+    }
+    for (int r = blockIdx.y * ty_n + ty; r < M; r += gridDim.y * ty_n) {
+        size_t i = (size_t)r * C + c0;
+        float v[V];
+        bn_ld<V>(v, x, i);
+        for (int k = 0; k < V; k++) {
+            float o = __fadd_rn(__fmul_rn(__fsub_rn(v[k], mu[k]), sc[k]), be[k]);
+            v[k] = relu && !(o > 0.f) ? 0.f : o;
+        }
+        bn_st<V>(y, i, v);
+    }
+}
+
+// Stage 2 of the backward: dbeta, dgamma, and dx's per-channel constants (k = [k0 | k1 | k2]).
+__global__ void bn_finish_grad_k(float *dgamma, float *dbeta, float *k, const double *partial,
+                                 const float *gamma, const float *mean, const float *invstd,
+                                 int nchunks, int M, int C) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    double sg = 0.0, sgx = 0.0;
+    for (int j = 0; j < nchunks; j++) {
+        sg += partial[(size_t)j * 2 * C + c];
+        sgx += partial[(size_t)j * 2 * C + C + c];
+    }
+    double inv = invstd[c];
+    dbeta[c] = (float)sg;
+    dgamma[c] = (float)(sgx * inv);
+    double a = (double)gamma[c] * inv, b = sgx * inv * inv / M;
+    k[c] = (float)a;
+    k[C + c] = (float)(-a * b);
+    k[2 * C + c] = (float)(a * (b * mean[c] - sg / M));
+}
+
+// dx = k0 * g + k1 * x + k2 (dx may alias dy: each element is read before it is written).
+template <typename T, int V>
+__global__ void __launch_bounds__(BN_THREADS)
+    bn_dx_k(T *dx, const T *dy, const T *x, const T *y, const float *k, int M, int C, int tx_n) {
+    int ty_n = BN_THREADS / tx_n;
+    int tx = threadIdx.x % tx_n, ty = threadIdx.x / tx_n;
+    int cv = blockIdx.x * tx_n + tx;
+    if (ty >= ty_n || cv * V >= C) return;
+    int c0 = cv * V;
+    float k0[V], k1[V], k2[V];
+    bn_ld_f32<V>(k0, k, c0);
+    bn_ld_f32<V>(k1, k + C, c0);
+    bn_ld_f32<V>(k2, k + 2 * C, c0);
+    for (int r = blockIdx.y * ty_n + ty; r < M; r += gridDim.y * ty_n) {
+        size_t i = (size_t)r * C + c0;
+        float g[V], xv[V];
+        bn_ld<V>(g, dy, i);
+        bn_ld<V>(xv, x, i);
+        if (y) {
+            float yv[V];
+            bn_ld<V>(yv, y, i);
+            for (int j = 0; j < V; j++)
+                if (!(yv[j] > 0.f)) g[j] = 0.f;
+        }
+        for (int j = 0; j < V; j++) g[j] = __fadd_rn(__fadd_rn(__fmul_rn(k0[j], g[j]), __fmul_rn(k1[j], xv[j])), k2[j]);
+        bn_st<V>(dx, i, g);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Host side: pick the vector width, then launch.
+
+static bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
+// 16-byte vectors when C is a multiple of the vector and every activation pointer is aligned
+// (cudaMalloc'd activations always are; a view into the middle of one might not be).
+template <typename T>
+static int bn_vec_width(int C, const void *a, const void *b, const void *c, const void *d) {
+    const int V = (int)(16 / sizeof(T));
+    if (C % V) return 1;
+    const void *ps[4] = {a, b, c, d};
+    for (const void *p : ps)
+        if (p && !aligned16(p)) return 1;
+    return V;
+}
+
+template <typename T, int V>
+static void bn_forward_train_launch(T *y, float *save_mean, float *save_invstd, float *running_mean,
+                                    float *running_var, const T *x, const float *gamma,
+                                    const float *beta, int M, int C, float momentum, float eps,
+                                    int relu, float *work, cudaStream_t stream) {
+    int nchunks = bn_chunks(M), rows = bn_rows_per_chunk(M);
+    BnGrid g = bn_grid(C, V);
+    double *partial = (double *)work;
+    float *scale = bn_consts(work, M, C);
+    CT_LAUNCH((bn_sums_k<T, V, 0>), dim3(g.gx, nchunks), BN_THREADS, 0, stream, partial, x,
+              (const T *)NULL, (const T *)NULL, (const float *)NULL, M, C, rows, g.tx);
+    CT_LAUNCH(bn_finish_stats_k<T>, (C + 127) / 128, 128, 0, stream, save_mean, save_invstd, scale,
+              running_mean, running_var, (const double *)partial, x, gamma, nchunks, M, C, momentum, eps);
+    CT_LAUNCH((bn_affine_k<T, V>), dim3(g.gx, bn_row_blocks(M, g)), BN_THREADS, 0, stream, y, x,
+              (const float *)save_mean, (const float *)scale, gamma, (const float *)NULL, eps, beta, M,
+              C, g.tx, relu);
 }
 
 extern "C" void batchnorm_forward_train_gpu(void *y, float *save_mean, float *save_invstd,
@@ -94,114 +318,74 @@ extern "C" void batchnorm_forward_train_gpu(void *y, float *save_mean, float *sa
                                             const float *gamma, const float *beta, int M, int C,
                                             float momentum, float eps, int relu, float *work,
                                             CtDtype dt, ct_stream_t stream) {
-    int nchunks = bn_chunks(M), rows = bn_rows_per_chunk(M);
-    dim3 grid((C + BN_TX - 1) / BN_TX, nchunks), block(BN_TX, BN_LANES);
-    unsigned cgrid = (C + 127) / 128;
-    size_t n = (size_t)M * C;
+    if (M < 1 || C < 1) ct_die("batchnorm_forward_train_gpu: M = %d, C = %d", M, C);
     CT_DISPATCH(dt, T, {
-        CT_LAUNCH(bn_partial_moment<T>, grid, block, 0, stream, work, (const T *)x, (const float *)NULL,
-                  M, C, rows, 0);
-        CT_LAUNCH(bn_finish_mean, cgrid, 128, 0, stream, save_mean, (const float *)work, nchunks, M, C);
-        CT_LAUNCH(bn_partial_moment<T>, grid, block, 0, stream, work, (const T *)x,
-                  (const float *)save_mean, M, C, rows, 1);
-        CT_LAUNCH(bn_finish_var, cgrid, 128, 0, stream, save_invstd, running_mean, running_var,
-                  (const float *)save_mean, (const float *)work, nchunks, M, C, momentum, eps);
-        CT_LAUNCH(bn_apply<T>, ct_grid_for(n, 256), 256, 0, stream, (T *)y, (const T *)x, gamma, beta,
-                  (const float *)save_mean, (const float *)save_invstd, 1, eps, n, C, relu);
+        if (bn_vec_width<T>(C, y, x, NULL, NULL) > 1)
+            bn_forward_train_launch<T, (int)(16 / sizeof(T))>((T *)y, save_mean, save_invstd, running_mean,
+                                                              running_var, (const T *)x, gamma, beta, M, C,
+                                                              momentum, eps, relu, work, (cudaStream_t)stream);
+        else
+            bn_forward_train_launch<T, 1>((T *)y, save_mean, save_invstd, running_mean, running_var,
+                                          (const T *)x, gamma, beta, M, C, momentum, eps, relu, work,
+                                          (cudaStream_t)stream);
     });
     CT_CHECK_LAUNCH("batchnorm_forward_train_gpu");
+}
+
+template <typename T, int V>
+static void bn_forward_eval_launch(T *y, const T *x, const float *gamma, const float *beta,
+                                   const float *running_mean, const float *running_var, int M, int C,
+                                   float eps, int relu, cudaStream_t stream) {
+    BnGrid g = bn_grid(C, V);
+    CT_LAUNCH((bn_affine_k<T, V>), dim3(g.gx, bn_row_blocks(M, g)), BN_THREADS, 0, stream, y, x,
+              running_mean, (const float *)NULL, gamma, running_var, eps, beta, M, C, g.tx, relu);
 }
 
 extern "C" void batchnorm_forward_eval_gpu(void *y, const void *x, const float *gamma,
                                            const float *beta, const float *running_mean,
                                            const float *running_var, int M, int C, float eps,
                                            int relu, CtDtype dt, ct_stream_t stream) {
-    size_t n = (size_t)M * C;
+    if (M < 1 || C < 1) ct_die("batchnorm_forward_eval_gpu: M = %d, C = %d", M, C);
     CT_DISPATCH(dt, T, {
-        CT_LAUNCH(bn_apply<T>, ct_grid_for(n, 256), 256, 0, stream, (T *)y, (const T *)x, gamma, beta,
-                  running_mean, running_var, 0, eps, n, C, relu);
+        if (bn_vec_width<T>(C, y, x, NULL, NULL) > 1)
+            bn_forward_eval_launch<T, (int)(16 / sizeof(T))>((T *)y, (const T *)x, gamma, beta, running_mean,
+                                                             running_var, M, C, eps, relu, (cudaStream_t)stream);
+        else
+            bn_forward_eval_launch<T, 1>((T *)y, (const T *)x, gamma, beta, running_mean, running_var, M, C,
+                                         eps, relu, (cudaStream_t)stream);
     });
     CT_CHECK_LAUNCH("batchnorm_forward_eval_gpu");
 }
 
-// Backward partials: ps[chunk][c] = sum dy', pq[chunk][c] = sum dy' * (x - mean), where
-// dy' = dy masked by y > 0 when the ReLU was fused.
-template <typename T>
-__global__ void bn_partial_grad(float *ps, float *pq, const T *dy, const T *x, const T *y,
-                                const float *mean, int M, int C, int rows) {
-    __shared__ float acc_s[BN_LANES][BN_TX];
-    __shared__ float acc_q[BN_LANES][BN_TX];
-    int c = blockIdx.x * BN_TX + threadIdx.x;
-    int r0 = blockIdx.y * rows, r1 = min(M, r0 + rows);
-    float s = 0.f, q = 0.f;
-    if (c < C) {
-        float mu = mean[c];
-        for (int r = r0 + threadIdx.y; r < r1; r += BN_LANES) {
-            size_t i = (size_t)r * C + c;
-            float g = ct_ld(dy, i);
-            if (y && !(ct_ld(y, i) > 0.f)) g = 0.f;
-            s += g;
-            q += g * (ct_ld(x, i) - mu);
-        }
-    }
-    acc_s[threadIdx.y][threadIdx.x] = s;
-    acc_q[threadIdx.y][threadIdx.x] = q;
-    __syncthreads();
-    if (threadIdx.y == 0 && c < C) {
-        float ts = 0.f, tq = 0.f;
-        for (int l = 0; l < BN_LANES; l++) {
-            ts += acc_s[l][threadIdx.x];
-            tq += acc_q[l][threadIdx.x];
-        }
-        ps[(size_t)blockIdx.y * C + c] = ts;
-        pq[(size_t)blockIdx.y * C + c] = tq;
-    }
-}
-
-__global__ void bn_finish_grad(float *dgamma, float *dbeta, const float *ps, const float *pq,
-                               const float *invstd, int nchunks, int C) {
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C) return;
-    float s = 0.f, q = 0.f;
-    for (int k = 0; k < nchunks; k++) {
-        s += ps[(size_t)k * C + c];
-        q += pq[(size_t)k * C + c];
-    }
-    dbeta[c] = s;
-    dgamma[c] = q * invstd[c];
-}
-
-// dx = gamma * invstd * (dy' - dbeta/M - xhat * dgamma/M)
-template <typename T>
-__global__ void bn_dx(T *dx, const T *dy, const T *x, const T *y, const float *gamma,
-                      const float *mean, const float *invstd, const float *dgamma,
-                      const float *dbeta, size_t n, int C, float inv_m) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        int c = (int)(i % C);
-        float g = ct_ld(dy, i);
-        if (y && !(ct_ld(y, i) > 0.f)) g = 0.f;
-        float is = invstd[c];
-        float xhat = (ct_ld(x, i) - mean[c]) * is;
-        ct_st(dx, i, gamma[c] * is * (g - dbeta[c] * inv_m - xhat * dgamma[c] * inv_m));
-    }
+template <typename T, int V>
+static void bn_backward_launch(T *dx, float *dgamma, float *dbeta, const T *dy, const T *x, const T *y,
+                               const float *gamma, const float *save_mean, const float *save_invstd,
+                               int M, int C, float *work, cudaStream_t stream) {
+    int nchunks = bn_chunks(M), rows = bn_rows_per_chunk(M);
+    BnGrid g = bn_grid(C, V);
+    double *partial = (double *)work;
+    float *k = bn_consts(work, M, C);
+    CT_LAUNCH((bn_sums_k<T, V, 1>), dim3(g.gx, nchunks), BN_THREADS, 0, stream, partial, x, dy, y,
+              save_mean, M, C, rows, g.tx);
+    CT_LAUNCH(bn_finish_grad_k, (C + 127) / 128, 128, 0, stream, dgamma, dbeta, k, (const double *)partial,
+              gamma, save_mean, save_invstd, nchunks, M, C);
+    CT_LAUNCH((bn_dx_k<T, V>), dim3(g.gx, bn_row_blocks(M, g)), BN_THREADS, 0, stream, dx, dy, x, y,
+              (const float *)k, M, C, g.tx);
 }
 
 extern "C" void batchnorm_backward_gpu(void *dx, float *dgamma, float *dbeta, const void *dy,
                                        const void *x, const void *y, const float *gamma,
                                        const float *save_mean, const float *save_invstd, int M,
                                        int C, float *work, CtDtype dt, ct_stream_t stream) {
-    int nchunks = bn_chunks(M), rows = bn_rows_per_chunk(M);
-    dim3 grid((C + BN_TX - 1) / BN_TX, nchunks), block(BN_TX, BN_LANES);
-    float *ps = work, *pq = work + (size_t)nchunks * C;
-    size_t n = (size_t)M * C;
+    if (M < 1 || C < 1) ct_die("batchnorm_backward_gpu: M = %d, C = %d", M, C);
     CT_DISPATCH(dt, T, {
-        CT_LAUNCH(bn_partial_grad<T>, grid, block, 0, stream, ps, pq, (const T *)dy, (const T *)x,
-                  (const T *)y, save_mean, M, C, rows);
-        CT_LAUNCH(bn_finish_grad, (C + 127) / 128, 128, 0, stream, dgamma, dbeta, (const float *)ps,
-                  (const float *)pq, save_invstd, nchunks, C);
-        CT_LAUNCH(bn_dx<T>, ct_grid_for(n, 256), 256, 0, stream, (T *)dx, (const T *)dy, (const T *)x,
-                  (const T *)y, gamma, save_mean, save_invstd, (const float *)dgamma,
-                  (const float *)dbeta, n, C, 1.0f / (float)M);
+        if (bn_vec_width<T>(C, dx, dy, x, y) > 1)
+            bn_backward_launch<T, (int)(16 / sizeof(T))>((T *)dx, dgamma, dbeta, (const T *)dy, (const T *)x,
+                                                         (const T *)y, gamma, save_mean, save_invstd, M, C,
+                                                         work, (cudaStream_t)stream);
+        else
+            bn_backward_launch<T, 1>((T *)dx, dgamma, dbeta, (const T *)dy, (const T *)x, (const T *)y, gamma,
+                                     save_mean, save_invstd, M, C, work, (cudaStream_t)stream);
     });
     CT_CHECK_LAUNCH("batchnorm_backward_gpu");
 }

@@ -515,8 +515,12 @@ int main(void) {
     test_nonfinite();
     for (int d = 0; d < 2; d++) {
         CtDtype dt = d ? CT_BF16 : CT_F32;
-        // (M, C): one row, batch-1 images, odd channel counts, > 32 channels, several row chunks.
-        int bn[][2] = {{1, 3}, {15, 5}, {49, 13}, {2 * 7 * 7, 40}, {300, 17}, {1 * 9 * 11, 64}};
+        // (M, C): one row, batch-1 images, odd channel counts, > 32 channels, several row chunks;
+        // 16-byte vectors (C a multiple of 8 / 4) with few and many channel vectors per block,
+        // one (33 bf16 vectors) that does not divide the block, and more channel vectors than a
+        // block holds (2056: 257 bf16 / 514 fp32 vectors, several blocks across).
+        int bn[][2] = {{1, 3},    {15, 5},   {49, 13}, {2 * 7 * 7, 40}, {300, 17}, {1 * 9 * 11, 64},
+                       {520, 32}, {70, 264}, {3, 2056}, {2, 8}};
         for (size_t i = 0; i < CT_ARRAY_LEN(bn); i++) test_batchnorm(bn[i][0], bn[i][1], (int)(i & 1), dt);
         test_batchnorm(300, 17, 1, dt);
         test_elementwise(1, 1, dt);
