@@ -60,6 +60,9 @@ def main():
         sys.exit("bench_gpu_torch: --compile needs WARMUP >= 1 (compiling happens in the first step)")
     if a.dry_run:
         dev = torch.device("cpu")
+        # A check, not a benchmark: one thread, which stays quick on a shared, busy machine where
+        # spinning OpenMP threads would wait for each other's time slices.
+        torch.set_num_threads(1)
     else:
         if not torch.cuda.is_available():
             sys.exit("bench_gpu_torch: torch %s sees no CUDA device (built for CUDA %s): this benchmark needs "
