@@ -11,7 +11,8 @@
 // Each step ends synchronised (the loss comes back to the host), so a step's wall time is its cost.
 // Prints one line (tools/bench_gpu_train.sh parses it): img/s from the median step, the executor's
 // device memory (gpu_exec_device_bytes) and the growth of the device's used memory over the run
-// (cudaMemGetInfo: adds the lazily loaded kernels and the runtime's own allocations), final loss.
+// (cudaMemGetInfo: adds the lazily loaded kernels and the runtime's own allocations), final loss;
+// exits 3 after the line when that loss is not finite.
 // build.sh links it twice: build/tools/ against the real kernels (when nvcc exists) and
 // build/emu-tools/ against the emulated ones (tests/test_bench_gpu_train.sh; not a speed).
 #include <math.h>
@@ -153,11 +154,13 @@ int main(int argc, char **argv) {
            "memory %.1f MiB held, %.1f MiB device used, final loss %.4f, cuda runtime %d driver %d\n",
            arch, S, S, N, precision, step_kind, N / med, med * 1e3, gpu_exec_device_bytes(e) / mib, used / mib,
            loss, rt_version, drv_version);
-    if (!isfinite(loss)) fprintf(stderr, "bench_gpu_train: warning: the final loss is not finite\n");
+    // The line still comes out, but a diverged run's timings are suspect and callers must notice.
+    const int status = isfinite(loss) ? 0 : 3;
+    if (status) fprintf(stderr, "bench_gpu_train: the final loss is not finite (exit 3)\n");
     gpu_exec_free(e);
     sgd_free(&st);
     resnet_free(m);
     gpu_pinned_free(x, NULL);
     free(labels), free(dlogits), free(wall);
-    return 0;
+    return status;
 }

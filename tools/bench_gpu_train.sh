@@ -84,8 +84,9 @@ for cfg in "${CONFIGS[@]}"; do
   [ -n "${batch:-}" ] && [ -z "${extra:-}" ] || die "BENCH_CONFIGS: '$cfg' is not 'ARCH SIZE BATCH'"
   cfg="$arch $size $batch"
   args=("$arch" "$size" "$batch" "$STEPS" "$WARMUP" --precision "$PRECISION")
-  if ! c=$("$CT" "${args[@]}" --step "$STEP"); then echo "FAILED  ctrain $cfg"; status=1; continue; fi
-  echo "$c"
+  rc=0; c=$("$CT" "${args[@]}" --step "$STEP") || rc=$?
+  [ -z "$c" ] || echo "$c"
+  if [ $rc != 0 ]; then echo "FAILED  ctrain $cfg (exit $rc)"; status=1; continue; fi
   if ! p=$("$PY" tools/bench_gpu_torch.py "${args[@]}" ${TORCH_FLAGS[@]+"${TORCH_FLAGS[@]}"}); then echo "FAILED  pytorch $cfg"; status=1; continue; fi
   echo "$p"
   ratio "$cfg" "$c" "$p" "" || status=1
