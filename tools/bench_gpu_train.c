@@ -100,8 +100,8 @@ int main(int argc, char **argv) {
     int rt_version = 0, drv_version = 0;
     cudaRuntimeGetVersion(&rt_version);
     cudaDriverGetVersion(&drv_version);
-    // The first runtime call above made the context, so this baseline leaves the context out on
-    // both sides (the PyTorch peer reads its baseline after initialising CUDA too).
+    // The context exists by now (cudaSetDevice makes it, cudaMemGetInfo at the latest), so the
+    // baseline leaves it out, as the PyTorch peer's does (read after CUDA initialised).
     const size_t free_before = device_free_bytes();
 
     ResNet *m = resnet_create(arch, 3, 10);
