@@ -88,6 +88,7 @@ if [ "$MODE" = clean ]; then rm -rf "${BUILD_DIR:-build}" train packdata; say "c
 #   kernels/*.cu                      -> nvcc (real GPU) and g++ against kernels/emu (emulated GPU)
 #   kernels/emu/*.cpp                 -> the emulator runtime
 #   main.c -> ./train, tools/packdata.c -> ./packdata, tools/bench_*.c -> build/tools/*
+#   tools/bench_gpu_*.c               -> build/tools/* on the CUDA kernels (nvcc) and build/emu-tools/* (emulated)
 #   tests/test_*.c                    -> unit tests (also built with ASan+UBSan unless marked 'test: no-asan',
 #                                        and with TSan when marked 'test: tsan': pthread code, no OpenMP)
 #   tests/emu_*.c|cpp                 -> tests linked with the emulated CUDA kernels
@@ -127,7 +128,10 @@ CU_SRC := $(sort $(wildcard kernels/*.cu))
 CU_OBJ := $(CU_SRC:%.cu=$(B)/cuda/%.o)
 EMU_RT_SRC := $(sort $(wildcard kernels/emu/*.cpp))
 EMU_OBJ := $(CU_SRC:%.cu=$(B)/emu/%.o) $(EMU_RT_SRC:%.cpp=$(B)/emu/%.o)
-TOOLS := $(patsubst tools/%.c,$(B)/tools/%,$(wildcard tools/bench_*.c tools/plot*.c tools/dump*.c))
+TOOLS := $(patsubst tools/%.c,$(B)/tools/%,$(filter-out tools/bench_gpu_%.c,$(wildcard tools/bench_*.c tools/plot*.c tools/dump*.c)))
+# Host tools driving the GPU executor: linked like ./train, and like train-emu for the tests.
+GPU_TOOL_SRC := $(wildcard tools/bench_gpu_*.c)
+EMU_TOOLS := $(GPU_TOOL_SRC:tools/%.c=$(B)/emu-tools/%)
 UNIT := $(patsubst tests/%.c,$(B)/tests/%,$(wildcard tests/test_*.c))
 TSAN_SRC := $(sort $(wildcard util/*.c loader/*.c dist/*.c))
 TSAN_OBJ := $(TSAN_SRC:%.c=$(B)/tsan/%.o)
@@ -139,14 +143,16 @@ TEST_HELPERS := $(patsubst tests/%.c,$(B)/tests/%,$(wildcard tests/helper_*.c))
 ifeq ($(HAVE_CUDA),1)
 TRAIN_DEPS := $(B)/cuda/main.o $(B)/libctrain.a $(B)/libctrain_cuda.a
 TRAIN_LINK = $(CC) -fopenmp -o $@ $(B)/cuda/main.o $(B)/libctrain_cuda.a $(B)/libctrain.a $(LDLIBS) $(CUDALIBS)
+CUDA_TOOLS := $(GPU_TOOL_SRC:tools/%.c=$(B)/tools/%)
 else
+CUDA_TOOLS :=
 TRAIN_DEPS := $(B)/obj/main.o $(B)/libctrain.a
 TRAIN_LINK = $(CC) -fopenmp -o $@ $(B)/obj/main.o $(B)/libctrain.a $(LDLIBS)
 endif
 
 .PHONY: release tests
-release: $(BIN)/train $(BIN)/packdata $(TOOLS)
-tests: release $(UNIT) $(ASAN_UNIT) $(TSAN_UNIT) $(EMU_TESTS) $(TEST_HELPERS) $(B)/train-emu $(B)/libnccl_emu.so
+release: $(BIN)/train $(BIN)/packdata $(TOOLS) $(CUDA_TOOLS)
+tests: release $(UNIT) $(ASAN_UNIT) $(TSAN_UNIT) $(EMU_TESTS) $(TEST_HELPERS) $(B)/train-emu $(B)/libnccl_emu.so $(EMU_TOOLS)
 
 $(B)/obj/%.o: %.c
 	@mkdir -p $(dir $@); echo "  CC    $<"; $(CC) $(CFLAGS) -c $< -o $@
@@ -180,6 +186,10 @@ $(BIN)/packdata: $(B)/obj/tools/packdata.o $(B)/libctrain.a
 	@echo "  LD    $@"; $(CC) -fopenmp -o $@ $^ $(LDLIBS)
 $(B)/tools/%: $(B)/obj/tools/%.o $(B)/libctrain.a
 	@mkdir -p $(dir $@); echo "  LD    $@"; $(CC) -fopenmp -o $@ $^ $(LDLIBS)
+$(B)/tools/bench_gpu_%: $(B)/obj/tools/bench_gpu_%.o $(B)/libctrain_cuda.a $(B)/libctrain.a
+	@mkdir -p $(dir $@); echo "  LD    $@"; $(CC) -fopenmp -o $@ $^ $(LDLIBS) $(CUDALIBS)
+$(B)/emu-tools/bench_gpu_%: $(B)/obj/tools/bench_gpu_%.o $(B)/libctrain_emu.a $(B)/libctrain.a
+	@mkdir -p $(dir $@); echo "  LD    $@ (emulated GPU)"; $(CXX) -fopenmp -pthread -o $@ $^ $(LDLIBS)
 # The stand-in NCCL for the emulated GPU ranks (NCCL_LIBRARY=build/libnccl_emu.so).
 $(B)/libnccl_emu.so: dist/emu/nccl_emu.c
 	@echo "  CC    $< (shared)"; $(CC) -std=c11 -O2 -g -shared -fPIC -pthread -D_GNU_SOURCE $(WARN) -o $@ $<

@@ -7,7 +7,11 @@
 #   3. runs a small training step under compute-sanitizer memcheck and racecheck,
 #   4. trains a tiny model with ./train --device cuda against --device cpu (tests/test_train_cuda_emu.sh),
 #   5. with two GPUs or more: ./train --gpus 2 over real NCCL against --ranks 2 on the CPU,
-#   6. checks the release binary's linkage (tests/test_linkage.sh).
+#   6. checks the release binary's linkage (tests/test_linkage.sh),
+#   7. runs a few full-size training steps (resnet50, 224x224, batch 128, bf16) through
+#      build/tools/bench_gpu_train: the executor at a full ImageNet shape (the checks above use
+#      batch 2 at 36x36); fails on a crash or a non-finite loss. The comparison with PyTorch +
+#      cuDNN is tools/bench_gpu_train.sh (minutes; not run here).
 # Usage: tests/gpu.sh            (from anywhere; exits non-zero on the first failure)
 # Environment: CUDA_VISIBLE_DEVICES picks the GPU; SANITIZER overrides compute-sanitizer's path.
 set -euo pipefail
@@ -82,6 +86,9 @@ fi
 
 step "linkage of ./train"
 run "test_linkage.sh" env CTRAIN_BIN="$ROOT" CTRAIN_BUILD="$ROOT/build" bash tests/test_linkage.sh
+
+step "full-size training steps (resnet50 224x224, batch 128, bf16; speed for information)"
+run "bench_gpu_train resnet50 224 b128" build/tools/bench_gpu_train resnet50 224 128 5 2
 
 [ $status = 0 ] && echo "gpu.sh: all passed" || echo "gpu.sh: FAILED"
 exit $status
