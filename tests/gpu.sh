@@ -21,7 +21,15 @@ ROOT=$PWD
 step() { printf '\n== %s\n' "$*"; }
 
 command -v nvidia-smi >/dev/null && nvidia-smi -L || true
-./build.sh gpu-tests
+# CTRAIN_PREBUILT=1: ./train, ./packdata and build/gpu-tests/ were built on another machine and
+# brought here (tools/gpu_stage.sh, tools/gpu_session.sh): a GPU machine may lack the headers.
+if [ -n "${CTRAIN_PREBUILT:-}" ]; then
+  for f in train packdata build/gpu-tests/emu_model build/tools/bench_gpu_train; do
+    [ -x "$f" ] || { echo "CTRAIN_PREBUILT is set but $f is missing"; exit 1; }
+  done
+else
+  ./build.sh gpu-tests
+fi
 
 status=0
 run() {  # name, command...: runs, records failure, continues
@@ -42,8 +50,8 @@ SAN=${SANITIZER:-}
 if [ -z "$SAN" ]; then
   if command -v compute-sanitizer >/dev/null; then SAN=$(command -v compute-sanitizer)
   else
-    CUDA_HOME=$(sed -n 's/^NVCC := //p' build/rules.mk | xargs dirname | xargs dirname)
-    SAN=$CUDA_HOME/bin/compute-sanitizer
+    CUDA_HOME=$(sed -n 's/^NVCC := //p' build/rules.mk 2>/dev/null | xargs -r dirname | xargs -r dirname)
+    SAN=${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer
   fi
 fi
 if [ -x "$SAN" ]; then

@@ -32,9 +32,11 @@ else
   if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
     die "no NVIDIA GPU found (nvidia-smi is missing or lists no GPU): this benchmark needs one; without a GPU, the emulated check is BENCH_EMULATED=1 (after ./build.sh test)"
   fi
-  log=$(mktemp)
-  ./build.sh >"$log" 2>&1 || { tail -n 30 "$log" >&2; rm -f "$log"; die "./build.sh failed"; }
-  rm -f "$log"
+  if [ -z "${CTRAIN_PREBUILT:-}" ]; then  # tools/gpu_session.sh brings binaries built elsewhere
+    log=$(mktemp)
+    ./build.sh >"$log" 2>&1 || { tail -n 30 "$log" >&2; rm -f "$log"; die "./build.sh failed"; }
+    rm -f "$log"
+  fi
   CT=$B/tools/bench_gpu_train
   [ -x "$CT" ] || die "./build.sh made no $CT: it needs nvcc and libcudart_static.a (set NVCC=/path/to/nvcc)"
   TORCH_FLAGS=()

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# One device call's worth of GPU work, on the GPU machine (see tools/gpu_stage.sh for the set-up
+# here). Unpacks the staged binaries from .carry/gpu.tar.xz into the tree, then runs in order:
+#   1. tests/gpu.sh (kernels and whole steps against the CPU reference, compute-sanitizer,
+#      train --device cuda end to end, linkage, a full-size resnet50 step),
+#   2. tools/bench_gpu.sh (the conv engines on ResNet-50 shapes; compiled there with nvcc),
+#   3. tools/bench_gpu_train.sh (whole training steps, ctrain vs PyTorch + cuDNN).
+# Each part's full log goes to $OUT (the device tool brings it back); the last lines printed are
+# the summary. GPU_SESSION_PARTS picks parts (default "tests conv train"); BENCH_CONFIGS passes to
+# tools/bench_gpu_train.sh.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-out/gpu-session}
+mkdir -p "$OUT"
+[ -f .carry/gpu.tar.xz ] || { echo "gpu_session: no .carry/gpu.tar.xz (run tools/gpu_stage.sh here and carry .carry)"; exit 1; }
+tar -xJf .carry/gpu.tar.xz -C . || { echo "gpu_session: unpacking .carry/gpu.tar.xz failed"; exit 1; }
+echo "binaries built at commit $(tr '\n' ' ' <build/gpu-stage-commit)"
+nvidia-smi -L 2>&1 | tee "$OUT/nvidia-smi.txt"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv 2>&1 | tee -a "$OUT/nvidia-smi.txt"
+export CTRAIN_PREBUILT=1
+summary=()
+part() {  # name, log, command...
+  local name=$1 log=$2; shift 2
+  local t0=$SECONDS rc=0
+  echo "== $name"
+  "$@" >"$OUT/$log" 2>&1 || rc=$?
+  tail -n 25 "$OUT/$log"
+  summary+=("$(printf '%-28s %s  %4ds  (%s)' "$name" "$([ $rc = 0 ] && echo PASS || echo "FAIL rc=$rc")" $((SECONDS - t0)) "$OUT/$log")")
+}
+parts=${GPU_SESSION_PARTS:-tests conv train}
+[[ " $parts " == *" tests "* ]] && part "tests/gpu.sh" gpu_tests.log bash tests/gpu.sh
+[[ " $parts " == *" conv "* ]] && part "tools/bench_gpu.sh" bench_conv.log bash tools/bench_gpu.sh
+[[ " $parts " == *" train "* ]] && part "tools/bench_gpu_train.sh" bench_train.log bash tools/bench_gpu_train.sh
+echo
+echo "== summary"
+grep -h -E '^(PASS|FAIL) ' "$OUT/gpu_tests.log" 2>/dev/null
+grep -h -E '^ratio' "$OUT/bench_train.log" 2>/dev/null
+printf '%s\n' "${summary[@]}"

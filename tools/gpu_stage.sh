@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Prepares a GPU session on THIS machine (which has the Debian headers and libraries that a lent
+# GPU machine may lack): builds the release binaries and the GPU test programs, then copies them,
+# debug info stripped (symbols kept: tests/test_linkage.sh reads them), with their repository
+# paths, into .carry/gpu.tar.xz (the sm_80 + sm_90 kernels make the programs large; compressed they
+# leave room under the device tool's 64 MiB). The device call carries .carry and runs
+# tools/gpu_session.sh:
+#   tools/gpu_stage.sh
+#   run(command="tools/gpu_session.sh", carry=[".carry"])
+# .carry/ is ignored by git. The device tool carries at most 64 MiB with the working tree.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./build.sh >/dev/null
+./build.sh gpu-tests >/dev/null
+[ -x build/tools/bench_gpu_train ] || { echo "gpu_stage: build/tools/bench_gpu_train missing (nvcc?)" >&2; exit 1; }
+rm -rf .carry/gpu
+mkdir -p .carry/gpu/build/gpu-tests .carry/gpu/build/tools
+files=(train packdata build/tools/bench_gpu_train)
+for t in build/gpu-tests/emu_*; do [[ -x $t && $t != *.* ]] && files+=("$t"); done
+for f in "${files[@]}"; do
+  cp "$f" ".carry/gpu/$f"
+  strip --strip-debug ".carry/gpu/$f"
+done
+cp build/rules.mk .carry/gpu/build/rules.mk
+git rev-parse HEAD >.carry/gpu/build/gpu-stage-commit
+git status --porcelain --untracked-files=no | grep -q . && echo "dirty" >>.carry/gpu/build/gpu-stage-commit
+tar -C .carry/gpu -cJf .carry/gpu.tar.xz .
+rm -rf .carry/gpu
+size=$(du -sm .carry | cut -f1)
+echo "gpu_stage: .carry/gpu.tar.xz holds ${#files[@]} programs, ${size} MiB, built at $(git rev-parse --short HEAD)"
+[ "$size" -lt 48 ] || { echo "gpu_stage: ${size} MiB leaves too little of the 64 MiB carry limit for the tree" >&2; exit 1; }
