@@ -53,3 +53,51 @@ static inline unsigned ct_grid_for(size_t n, unsigned threads) {
     if (b > 8192) b = 8192;
     return (unsigned)b;
 }
+
+// V consecutive elements as floats in one access: a 16-byte load/store (8 bf16 or 4 floats), an
+// 8-byte one (4 bf16: pairs with 4 floats when converting), or, with V = 1, one element. The
+// caller guarantees the alignment (ct_vec_ok). Same values and rounding as V ct_ld/ct_st calls.
+template <int V, typename T>
+__device__ static inline void ct_ldv(float (&v)[V], const T *p, size_t i) {
+    static_assert(V == 1 || V * sizeof(T) == 16 || (V == 4 && sizeof(T) == 2), "1 element, 8 or 16 bytes");
+    if constexpr (V == 1) {
+        v[0] = ct_ld(p, i);
+    } else if constexpr (sizeof(T) == 2 && V == 4) {
+        uint2 u = *(const uint2 *)(p + i);
+        v[0] = ct_u2f(u.x << 16), v[1] = ct_u2f(u.x & 0xffff0000u);
+        v[2] = ct_u2f(u.y << 16), v[3] = ct_u2f(u.y & 0xffff0000u);
+    } else if constexpr (sizeof(T) == 2) {
+        uint4 u = *(const uint4 *)(p + i);
+        uint32_t w[4] = {u.x, u.y, u.z, u.w};
+        for (int k = 0; k < 4; k++) {
+            v[2 * k] = ct_u2f(w[k] << 16);  // the lower address is the low half
+            v[2 * k + 1] = ct_u2f(w[k] & 0xffff0000u);
+        }
+    } else {
+        float4 f = *(const float4 *)(p + i);
+        v[0] = f.x, v[1] = f.y, v[2] = f.z, v[3] = f.w;
+    }
+}
+template <int V, typename T>
+__device__ static inline void ct_stv(T *p, size_t i, const float (&v)[V]) {
+    if constexpr (V == 1) {
+        ct_st(p, i, v[0]);
+    } else if constexpr (sizeof(T) == 2 && V == 4) {
+        *(uint2 *)(p + i) = make_uint2((uint32_t)ct_f32_to_bf16(v[0]) | (uint32_t)ct_f32_to_bf16(v[1]) << 16,
+                                       (uint32_t)ct_f32_to_bf16(v[2]) | (uint32_t)ct_f32_to_bf16(v[3]) << 16);
+    } else if constexpr (sizeof(T) == 2) {
+        uint32_t w[4];
+        for (int k = 0; k < 4; k++)
+            w[k] = (uint32_t)ct_f32_to_bf16(v[2 * k]) | (uint32_t)ct_f32_to_bf16(v[2 * k + 1]) << 16;
+        *(uint4 *)(p + i) = make_uint4(w[0], w[1], w[2], w[3]);
+    } else {
+        *(float4 *)(p + i) = make_float4(v[0], v[1], v[2], v[3]);
+    }
+}
+// Elements of T in one 16-byte vector.
+#define CT_VEC(T) ((int)(16 / sizeof(T)))
+// 1 when n elements of T at each non-NULL pointer can be walked in 16-byte vectors.
+static inline int ct_vec_ok(size_t n, size_t elem_bytes, const void *a, const void *b, const void *c) {
+    if ((n * elem_bytes) % 16) return 0;
+    return (((uintptr_t)a | (uintptr_t)b | (uintptr_t)c) & 15u) == 0;
+}

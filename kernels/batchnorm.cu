@@ -43,38 +43,7 @@ extern "C" size_t batchnorm_gpu_work_floats(int M, int C) {
 static float *bn_consts(float *work, int M, int C) { return work + (size_t)4 * bn_chunks(M) * C; }
 
 // ---------------------------------------------------------------------------------------------
-// V channels at once as floats: a 16-byte load/store, or one element.
-
-template <int V, typename T>
-__device__ static inline void bn_ld(float (&v)[V], const T *p, size_t i) {
-    static_assert(V == 1 || V * sizeof(T) == 16, "a vector is one element or 16 bytes");
-    if constexpr (V == 1) {
-        v[0] = ct_ld(p, i);
-    } else if constexpr (sizeof(T) == 2) {
-        uint4 u = *(const uint4 *)(p + i);
-        uint32_t w[4] = {u.x, u.y, u.z, u.w};
-        for (int k = 0; k < 4; k++) {
-            v[2 * k] = ct_u2f(w[k] << 16);  // the lower address is the low half
-            v[2 * k + 1] = ct_u2f(w[k] & 0xffff0000u);
-        }
-    } else {
-        float4 f = *(const float4 *)(p + i);
-        v[0] = f.x, v[1] = f.y, v[2] = f.z, v[3] = f.w;
-    }
-}
-template <int V, typename T>
-__device__ static inline void bn_st(T *p, size_t i, const float (&v)[V]) {
-    if constexpr (V == 1) {
-        ct_st(p, i, v[0]);
-    } else if constexpr (sizeof(T) == 2) {
-        uint32_t w[4];
-        for (int k = 0; k < 4; k++)
-            w[k] = (uint32_t)ct_f32_to_bf16(v[2 * k]) | (uint32_t)ct_f32_to_bf16(v[2 * k + 1]) << 16;
-        *(uint4 *)(p + i) = make_uint4(w[0], w[1], w[2], w[3]);
-    } else {
-        *(float4 *)(p + i) = make_float4(v[0], v[1], v[2], v[3]);
-    }
-}
+// Per-channel parameters of a thread's channel vector.
 template <int V>
 __device__ static inline void bn_ld_f32(float (&v)[V], const float *p, int c) {
     for (int k = 0; k < V; k++) v[k] = p[c + k];
@@ -123,18 +92,18 @@ __global__ void __launch_bounds__(BN_THREADS)
     if (active) {
         float kc[V];
         if (GRAD) bn_ld_f32<V>(kc, mean, c0);
-        else bn_ld<V>(kc, x, (size_t)c0);
+        else ct_ldv<V>(kc, x, (size_t)c0);
         int r0 = blockIdx.y * rows, r1 = min(M, r0 + rows);
         for (int r = r0 + ty; r < r1; r += ty_n) {
             size_t i = (size_t)r * C + c0;
             float xv[V];
-            bn_ld<V>(xv, x, i);
+            ct_ldv<V>(xv, x, i);
             if (GRAD) {
                 float g[V];
-                bn_ld<V>(g, dy, i);
+                ct_ldv<V>(g, dy, i);
                 if (y) {
                     float yv[V];
-                    bn_ld<V>(yv, y, i);
+                    ct_ldv<V>(yv, y, i);
                     for (int k = 0; k < V; k++)
                         if (!(yv[k] > 0.f)) g[k] = 0.f;
                 }
@@ -220,12 +189,12 @@ __global__ void __launch_bounds__(BN_THREADS)
     for (int r = blockIdx.y * ty_n + ty; r < M; r += gridDim.y * ty_n) {
         size_t i = (size_t)r * C + c0;
         float v[V];
-        bn_ld<V>(v, x, i);
+        ct_ldv<V>(v, x, i);
         for (int k = 0; k < V; k++) {
             float o = __fadd_rn(__fmul_rn(__fsub_rn(v[k], mu[k]), sc[k]), be[k]);
             v[k] = relu && !(o > 0.f) ? 0.f : o;
         }
-        bn_st<V>(y, i, v);
+        ct_stv<V>(y, i, v);
     }
 }
 
@@ -265,34 +234,27 @@ __global__ void __launch_bounds__(BN_THREADS)
     for (int r = blockIdx.y * ty_n + ty; r < M; r += gridDim.y * ty_n) {
         size_t i = (size_t)r * C + c0;
         float g[V], xv[V];
-        bn_ld<V>(g, dy, i);
-        bn_ld<V>(xv, x, i);
+        ct_ldv<V>(g, dy, i);
+        ct_ldv<V>(xv, x, i);
         if (y) {
             float yv[V];
-            bn_ld<V>(yv, y, i);
+            ct_ldv<V>(yv, y, i);
             for (int j = 0; j < V; j++)
                 if (!(yv[j] > 0.f)) g[j] = 0.f;
         }
         for (int j = 0; j < V; j++) g[j] = __fadd_rn(__fadd_rn(__fmul_rn(k0[j], g[j]), __fmul_rn(k1[j], xv[j])), k2[j]);
-        bn_st<V>(dx, i, g);
+        ct_stv<V>(dx, i, g);
     }
 }
 
 // ---------------------------------------------------------------------------------------------
 // Host side: pick the vector width, then launch.
 
-static bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
-
 // 16-byte vectors when C is a multiple of the vector and every activation pointer is aligned
 // (cudaMalloc'd activations always are; a view into the middle of one might not be).
 template <typename T>
 static int bn_vec_width(int C, const void *a, const void *b, const void *c, const void *d) {
-    const int V = (int)(16 / sizeof(T));
-    if (C % V) return 1;
-    const void *ps[4] = {a, b, c, d};
-    for (const void *p : ps)
-        if (p && !aligned16(p)) return 1;
-    return V;
+    return C % CT_VEC(T) == 0 && ct_vec_ok(0, 1, a, b, c) && ct_vec_ok(0, 1, d, NULL, NULL) ? CT_VEC(T) : 1;
 }
 
 template <typename T, int V>
@@ -321,7 +283,7 @@ extern "C" void batchnorm_forward_train_gpu(void *y, float *save_mean, float *sa
     if (M < 1 || C < 1) ct_die("batchnorm_forward_train_gpu: M = %d, C = %d", M, C);
     CT_DISPATCH(dt, T, {
         if (bn_vec_width<T>(C, y, x, NULL, NULL) > 1)
-            bn_forward_train_launch<T, (int)(16 / sizeof(T))>((T *)y, save_mean, save_invstd, running_mean,
+            bn_forward_train_launch<T, CT_VEC(T)>((T *)y, save_mean, save_invstd, running_mean,
                                                               running_var, (const T *)x, gamma, beta, M, C,
                                                               momentum, eps, relu, work, (cudaStream_t)stream);
         else
@@ -348,7 +310,7 @@ extern "C" void batchnorm_forward_eval_gpu(void *y, const void *x, const float *
     if (M < 1 || C < 1) ct_die("batchnorm_forward_eval_gpu: M = %d, C = %d", M, C);
     CT_DISPATCH(dt, T, {
         if (bn_vec_width<T>(C, y, x, NULL, NULL) > 1)
-            bn_forward_eval_launch<T, (int)(16 / sizeof(T))>((T *)y, (const T *)x, gamma, beta, running_mean,
+            bn_forward_eval_launch<T, CT_VEC(T)>((T *)y, (const T *)x, gamma, beta, running_mean,
                                                              running_var, M, C, eps, relu, (cudaStream_t)stream);
         else
             bn_forward_eval_launch<T, 1>((T *)y, (const T *)x, gamma, beta, running_mean, running_var, M, C,
@@ -380,7 +342,7 @@ extern "C" void batchnorm_backward_gpu(void *dx, float *dgamma, float *dbeta, co
     if (M < 1 || C < 1) ct_die("batchnorm_backward_gpu: M = %d, C = %d", M, C);
     CT_DISPATCH(dt, T, {
         if (bn_vec_width<T>(C, dx, dy, x, y) > 1)
-            bn_backward_launch<T, (int)(16 / sizeof(T))>((T *)dx, dgamma, dbeta, (const T *)dy, (const T *)x,
+            bn_backward_launch<T, CT_VEC(T)>((T *)dx, dgamma, dbeta, (const T *)dy, (const T *)x,
                                                          (const T *)y, gamma, save_mean, save_invstd, M, C,
                                                          work, (cudaStream_t)stream);
         else

@@ -488,8 +488,11 @@ static void test_sgd(size_t n, float momentum, float wd, int nesterov) {
     float *gp = host_f32(dp, n), *gb = host_f32(dbuf, n);
     snprintf(what, sizeof what, "sgd n=%zu m=%g wd=%g nesterov=%d: params", n, momentum, wd, nesterov);
     expect_close(what, gp, p, n, 1e-6, CT_F32);
+    // The kernel keeps the CPU's unfused operations (no FMA contraction): the same bits.
+    CHECK(!memcmp(gp, p, n * 4), "%s: not bit-identical to the CPU update", what);
     snprintf(what, sizeof what, "sgd n=%zu m=%g wd=%g nesterov=%d: momentum", n, momentum, wd, nesterov);
     if (momentum != 0.f) expect_close(what, gb, buf, n, 1e-6, CT_F32);
+    if (momentum != 0.f) CHECK(!memcmp(gb, buf, n * 4), "%s: not bit-identical to the CPU update", what);
     uint16_t *hb = (uint16_t *)ct_alloc(n * 2);
     CKC(cudaMemcpy(hb, dbf, n * 2, cudaMemcpyDeviceToHost));
     int bad = 0;
