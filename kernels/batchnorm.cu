@@ -49,6 +49,24 @@ __device__ static inline void bn_ld_f32(float (&v)[V], const float *p, int c) {
     for (int k = 0; k < V; k++) v[k] = p[c + k];
 }
 
+// This thread's place in a block of tx_n channel vectors x ty_n rows: its first channel c0, its
+// row lane ty; active when it has a channel vector (the last block across may have fewer, and
+// threads past tx_n * ty_n have none).
+struct BnLane {
+    int tx, ty, ty_n, c0;
+    bool active;
+};
+template <int V>
+__device__ static inline BnLane bn_lane(int tx_n, int C) {
+    BnLane l;
+    l.ty_n = BN_THREADS / tx_n;
+    l.tx = threadIdx.x % tx_n;
+    l.ty = threadIdx.x / tx_n;
+    l.c0 = (blockIdx.x * tx_n + l.tx) * V;
+    l.active = l.ty < l.ty_n && l.c0 < C;
+    return l;
+}
+
 // Block shape for C channels in vectors of V.
 struct BnGrid {
     int cv, tx, ty;  // channel vectors; threads along them and along rows (tx * ty <= BN_THREADS)
@@ -82,11 +100,9 @@ __global__ void __launch_bounds__(BN_THREADS)
     bn_sums_k(double *partial, const T *x, const T *dy, const T *y, const float *mean, int M, int C,
               int rows, int tx_n) {
     __shared__ double red[2][BN_THREADS * V];
-    int ty_n = BN_THREADS / tx_n;
-    int tx = threadIdx.x % tx_n, ty = threadIdx.x / tx_n;
-    int cv = blockIdx.x * tx_n + tx;
-    bool active = ty < ty_n && cv * V < C;
-    int c0 = cv * V;
+    const BnLane l = bn_lane<V>(tx_n, C);
+    const int tx = l.tx, ty = l.ty, ty_n = l.ty_n, c0 = l.c0;
+    const bool active = l.active;
     double a1[V], a2[V];
     for (int k = 0; k < V; k++) a1[k] = a2[k] = 0.0;
     if (active) {
@@ -127,10 +143,10 @@ __global__ void __launch_bounds__(BN_THREADS)
     }
     __syncthreads();
     if (ty == 0 && active) {
-        for (int l = 1; l < ty_n; l++)
+        for (int lane = 1; lane < ty_n; lane++)
             for (int k = 0; k < V; k++) {
-                a1[k] += red[0][(l * tx_n + tx) * V + k];
-                a2[k] += red[1][(l * tx_n + tx) * V + k];
+                a1[k] += red[0][(lane * tx_n + tx) * V + k];
+                a2[k] += red[1][(lane * tx_n + tx) * V + k];
             }
         double *p1 = partial + (size_t)blockIdx.y * 2 * C, *p2 = p1 + C;
         for (int k = 0; k < V; k++) {
@@ -173,11 +189,9 @@ template <typename T, int V>
 __global__ void __launch_bounds__(BN_THREADS)
     bn_affine_k(T *y, const T *x, const float *mean, const float *scale, const float *gamma,
                 const float *var, float eps, const float *beta, int M, int C, int tx_n, int relu) {
-    int ty_n = BN_THREADS / tx_n;
-    int tx = threadIdx.x % tx_n, ty = threadIdx.x / tx_n;
-    int cv = blockIdx.x * tx_n + tx;
-    if (ty >= ty_n || cv * V >= C) return;
-    int c0 = cv * V;
+    const BnLane l = bn_lane<V>(tx_n, C);
+    if (!l.active) return;
+    const int c0 = l.c0;
     float mu[V], sc[V], be[V];
     bn_ld_f32<V>(mu, mean, c0);
     bn_ld_f32<V>(be, beta, c0);
@@ -186,7 +200,7 @@ __global__ void __launch_bounds__(BN_THREADS)
     } else {
         for (int k = 0; k < V; k++) sc[k] = (float)((double)gamma[c0 + k] / sqrt((double)var[c0 + k] + eps));
     }
-    for (int r = blockIdx.y * ty_n + ty; r < M; r += gridDim.y * ty_n) {
+    for (int r = blockIdx.y * l.ty_n + l.ty; r < M; r += gridDim.y * l.ty_n) {
         size_t i = (size_t)r * C + c0;
         float v[V];
         ct_ldv<V>(v, x, i);
@@ -222,16 +236,14 @@ __global__ void bn_finish_grad_k(float *dgamma, float *dbeta, float *k, const do
 template <typename T, int V>
 __global__ void __launch_bounds__(BN_THREADS)
     bn_dx_k(T *dx, const T *dy, const T *x, const T *y, const float *k, int M, int C, int tx_n) {
-    int ty_n = BN_THREADS / tx_n;
-    int tx = threadIdx.x % tx_n, ty = threadIdx.x / tx_n;
-    int cv = blockIdx.x * tx_n + tx;
-    if (ty >= ty_n || cv * V >= C) return;
-    int c0 = cv * V;
+    const BnLane l = bn_lane<V>(tx_n, C);
+    if (!l.active) return;
+    const int c0 = l.c0;
     float k0[V], k1[V], k2[V];
     bn_ld_f32<V>(k0, k, c0);
     bn_ld_f32<V>(k1, k + C, c0);
     bn_ld_f32<V>(k2, k + 2 * C, c0);
-    for (int r = blockIdx.y * ty_n + ty; r < M; r += gridDim.y * ty_n) {
+    for (int r = blockIdx.y * l.ty_n + l.ty; r < M; r += gridDim.y * l.ty_n) {
         size_t i = (size_t)r * C + c0;
         float g[V], xv[V];
         ct_ldv<V>(g, dy, i);

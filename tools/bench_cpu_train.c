@@ -24,18 +24,6 @@ static double cpu_seconds(void) {
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static int cmp_double(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static int parse_int(const char *s, const char *what, int lo) {
-    char *end;
-    long v = strtol(s, &end, 10);
-    if (*s == 0 || *end || v < lo || v > 1 << 20) ct_die("bench_cpu_train: %s must be an integer >= %d (got '%s')", what, lo, s);
-    return (int)v;
-}
-
 int main(int argc, char **argv) {
     if (argc < 4) {
         fprintf(stderr, "usage: %s ARCH SIZE BATCH [STEPS=10] [WARMUP=2] [CLASSES]\n", argv[0]);
@@ -43,11 +31,11 @@ int main(int argc, char **argv) {
     }
     const char *arch = argv[1];
     if (!resnet_arch_valid(arch)) ct_die("bench_cpu_train: unknown ARCH '%s' (one of %s)", arch, resnet_arch_list());
-    const int S = parse_int(argv[2], "SIZE", 8), N = parse_int(argv[3], "BATCH", 1);
-    const int steps = argc > 4 ? parse_int(argv[4], "STEPS", 1) : 10;
-    const int warmup = argc > 5 ? parse_int(argv[5], "WARMUP", 0) : 2;
+    const int S = ct_parse_int("SIZE", argv[2], 8, 1 << 20), N = ct_parse_int("BATCH", argv[3], 1, 1 << 20);
+    const int steps = argc > 4 ? ct_parse_int("STEPS", argv[4], 1, 1 << 20) : 10;
+    const int warmup = argc > 5 ? ct_parse_int("WARMUP", argv[5], 0, 1 << 20) : 2;
     ResNet *m = resnet_create(arch, 3, 10);
-    const int classes = argc > 6 ? parse_int(argv[6], "CLASSES", 2) : (m->cifar ? 10 : 1000);
+    const int classes = argc > 6 ? ct_parse_int("CLASSES", argv[6], 2, 1 << 20) : (m->cifar ? 10 : 1000);
     resnet_free(m);
     m = resnet_create(arch, 3, classes);
     resnet_init(m, 1, 0);
@@ -77,8 +65,7 @@ int main(int argc, char **argv) {
             cpu_total += c1 - c0;
         }
     }
-    qsort(wall, steps, sizeof(double), cmp_double);
-    const double med = wall[steps / 2];
+    const double med = ct_median(wall, steps);
     const int threads = omp_get_max_threads();
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);

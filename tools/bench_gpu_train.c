@@ -34,18 +34,6 @@ int cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes);
 int cudaRuntimeGetVersion(int *version);
 int cudaDriverGetVersion(int *version);
 
-static int cmp_double(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static int parse_int(const char *s, const char *what, int lo) {
-    char *end;
-    long v = strtol(s, &end, 10);
-    if (*s == 0 || *end || v < lo || v > 1 << 20) ct_die("bench_gpu_train: %s must be an integer >= %d (got '%s')", what, lo, s);
-    return (int)v;
-}
-
 static size_t device_free_bytes(void) {
     size_t free_b = 0, total_b = 0;
     if (cudaMemGetInfo(&free_b, &total_b) != 0) ct_die("bench_gpu_train: cudaMemGetInfo failed");
@@ -71,7 +59,7 @@ int main(int argc, char **argv) {
             const char *v = argv[++i];
             if (!strcmp(a, "--precision")) precision = v;
             else if (!strcmp(a, "--step")) step_kind = v;
-            else classes = parse_int(v, "--classes", 2);
+            else classes = ct_parse_int("--classes", v, 2, 1 << 20);
         } else if (a[0] == '-' && a[1] == '-') {
             fprintf(stderr, "bench_gpu_train: unknown flag '%s'\n", a);
             usage(argv[0]);
@@ -89,9 +77,9 @@ int main(int argc, char **argv) {
     const int trainer = !strcmp(step_kind, "trainer");
     const char *arch = pos[0];
     if (!resnet_arch_valid(arch)) ct_die("bench_gpu_train: unknown ARCH '%s' (one of %s)", arch, resnet_arch_list());
-    const int S = parse_int(pos[1], "SIZE", 8), N = parse_int(pos[2], "BATCH", 1);
-    const int steps = npos > 3 ? parse_int(pos[3], "STEPS", 1) : 20;
-    const int warmup = npos > 4 ? parse_int(pos[4], "WARMUP", 0) : 5;
+    const int S = ct_parse_int("SIZE", pos[1], 8, 1 << 20), N = ct_parse_int("BATCH", pos[2], 1, 1 << 20);
+    const int steps = npos > 3 ? ct_parse_int("STEPS", pos[3], 1, 1 << 20) : 20;
+    const int warmup = npos > 4 ? ct_parse_int("WARMUP", pos[4], 0, 1 << 20) : 5;
 
     if (!gpu_available())
         ct_die("bench_gpu_train: no usable CUDA device (none found, or the driver/runtime failed to start): "
@@ -146,8 +134,7 @@ int main(int argc, char **argv) {
         if (it >= warmup) wall[it - warmup] = t1 - t0;
     }
     const size_t free_after = device_free_bytes();
-    qsort(wall, steps, sizeof(double), cmp_double);
-    const double med = wall[steps / 2];
+    const double med = ct_median(wall, steps);
     const double mib = 1048576.0;
     const double used = free_before > free_after ? (double)(free_before - free_after) : 0.0;
     printf("ctrain  %-9s %3dx%-3d batch %-4d %-4s %-7s: %9.1f img/s (median step %.2f ms), "

@@ -459,16 +459,6 @@ static void on_signal(int sig) {
     raise(sig);
 }
 
-static int parse_int(const char *flag, const char *v, int lo, int hi) {
-    if (!v) ct_die("%s needs a value (see --help)", flag);
-    char *end;
-    errno = 0;
-    long x = strtol(v, &end, 10);
-    if (errno || end == v || *end || x < lo || x > hi)
-        ct_die("%s: '%s' is not an integer in %d..%d", flag, v, lo, hi);
-    return (int)x;
-}
-
 int main(int argc, char **argv) {
     Options o = {.max_short = 256, .channels = 3, .codec = SHARD_CODEC_LZ4, .quality = 90, .split = "train"};
     const char *idx_dir = NULL, *info = NULL, *verify = NULL;
@@ -483,9 +473,9 @@ int main(int argc, char **argv) {
             if (!v || !*v || strchr(v, '/')) ct_die("--split needs a name without '/'");
             o.split = v, i++;
         } else if (!strcmp(a, "--max-short")) {
-            o.max_short = parse_int(a, v, 0, SHARD_MAX_DIM), i++, pixel_flags++;
+            o.max_short = ct_parse_int(a, v, 0, SHARD_MAX_DIM), i++, pixel_flags++;
         } else if (!strcmp(a, "--channels")) {
-            o.channels = parse_int(a, v, 1, 3), i++, pixel_flags++;
+            o.channels = ct_parse_int(a, v, 1, 3), i++, pixel_flags++;
             if (o.channels == 2) ct_die("--channels: 2 is not supported (1 = gray, 3 = RGB)");
         } else if (!strcmp(a, "--codec")) {
             if (!v) ct_die("--codec needs a value: lz4, jpeg or raw");
@@ -497,11 +487,11 @@ int main(int argc, char **argv) {
         } else if (!strcmp(a, "--lz4hc")) {
             o.lz4hc = 1, pixel_flags++;
         } else if (!strcmp(a, "--quality")) {
-            o.quality = parse_int(a, v, 1, 100), i++, pixel_flags++;
+            o.quality = ct_parse_int(a, v, 1, 100), i++, pixel_flags++;
         } else if (!strcmp(a, "--strict")) {
             o.strict = 1;
         } else if (!strcmp(a, "--threads")) {
-            omp_set_num_threads(parse_int(a, v, 1, 4096)), i++;
+            omp_set_num_threads(ct_parse_int(a, v, 1, 4096)), i++;
         } else if (!strcmp(a, "--idx")) {
             if (!v) ct_die("--idx needs a directory");
             idx_dir = v, i++;

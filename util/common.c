@@ -75,6 +75,25 @@ double ct_now(void) {
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+double ct_median(double *v, size_t n) {
+    qsort(v, n, sizeof(double), cmp_double);
+    return v[n / 2];
+}
+
+int ct_parse_int(const char *what, const char *v, int lo, int hi) {
+    if (!v) ct_die("%s needs a value (see --help)", what);
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (errno || end == v || *end || x < lo || x > hi) ct_die("%s: '%s' is not an integer in %d..%d", what, v, lo, hi);
+    return (int)x;
+}
+
 AtomicFile ct_atomic_open(const char *path) {
     AtomicFile af;
     af.path = ct_strdup(path);

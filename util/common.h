@@ -25,6 +25,11 @@ void *ct_realloc(void *p, size_t bytes);
 char *ct_strdup(const char *s);
 
 double ct_now(void);  // monotonic seconds
+// Sorts v[0, n) in place and returns its median (the upper one of an even count); n > 0.
+double ct_median(double *v, size_t n);
+// The integer in v, which must lie in lo..hi; dies naming `what` (a flag or argument) otherwise,
+// also when v is NULL (a flag given without its value).
+int ct_parse_int(const char *what, const char *v, int lo, int hi);
 
 // Atomic file output: data goes to "<path>.tmp.<pid>", ct_atomic_commit fsyncs, closes and renames
 // it over <path> (and fsyncs the directory), so a crash never leaves a file that looks complete.
