@@ -6,6 +6,8 @@
 // __float2bfloat16_rn, so a tensor rounded on the host (tests) equals one rounded on the device.
 #pragma once
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels/kernels.h"
@@ -57,8 +59,23 @@ static inline unsigned ct_grid_for(size_t n, unsigned threads) {
 // V consecutive elements as floats in one access: a 16-byte load/store (8 bf16 or 4 floats), an
 // 8-byte one (4 bf16: pairs with 4 floats when converting), or, with V = 1, one element. The
 // caller guarantees the alignment (ct_vec_ok). Same values and rounding as V ct_ld/ct_st calls.
+// A GPU faults on a vector access that is not aligned to its size; the emulator's host loads
+// would not, so under emulation every vector access is checked.
+__device__ static inline void ct_check_vec_align(const void *p, size_t bytes) {
+#ifndef __CUDACC__
+    if ((uintptr_t)p % bytes) {
+        fprintf(stderr, "emu: %zu-byte vector access at %p is misaligned (a GPU faults: misaligned address)\n",
+                bytes, p);
+        abort();
+    }
+#else
+    (void)p, (void)bytes;
+#endif
+}
+
 template <int V, typename T>
 __device__ static inline void ct_ldv(float (&v)[V], const T *p, size_t i) {
+    if (V > 1) ct_check_vec_align(p + i, V * sizeof(T));
     static_assert(V == 1 || V * sizeof(T) == 16 || (V == 4 && sizeof(T) == 2), "1 element, 8 or 16 bytes");
     if constexpr (V == 1) {
         v[0] = ct_ld(p, i);
@@ -80,6 +97,7 @@ __device__ static inline void ct_ldv(float (&v)[V], const T *p, size_t i) {
 }
 template <int V, typename T>
 __device__ static inline void ct_stv(T *p, size_t i, const float (&v)[V]) {
+    if (V > 1) ct_check_vec_align(p + i, V * sizeof(T));
     if constexpr (V == 1) {
         ct_st(p, i, v[0]);
     } else if constexpr (sizeof(T) == 2 && V == 4) {

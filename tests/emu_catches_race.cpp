@@ -8,6 +8,8 @@
 //   4. a shuffle mask that leaves out calling lanes: aborts with a message;
 //   5. a kernel writing one element past its buffer (a missing bounds check): the red zone
 //      after the allocation is found written after the launch, and the report names the kernel.
+//   7. a 16-byte vector load from an address that is not 16-byte aligned (kernels/act.cuh's
+//      ct_ldv): the emulator's host load would work, a GPU faults; the access aborts.
 //   6. a kernel handed another device's buffer (a rank using a pointer of its neighbour), directly
 //      or inside a struct argument: emulated devices share memory, so this would run; the
 //      launch aborts naming the kernel, the argument and both devices. The same kernel on the
@@ -20,6 +22,7 @@
 #include <vector>
 
 #include "kernels/common.cuh"
+#include "kernels/act.cuh"
 #include "tests/test.h"
 #include "util/rng.h"
 
@@ -122,6 +125,13 @@ __global__ void copy_struct_kernel(CopyArgs a) {
     if (i < a.n) a.dst[i] = a.src[i];
 }
 
+// BUG when called with x + 1: a bf16 vector load needs 16-byte alignment.
+__global__ void misaligned_vector_kernel(const uint16_t *x, float *out) {
+    float v[8];
+    ct_ldv<8>(v, x, 0);
+    out[threadIdx.x] = v[0];
+}
+
 typedef void (*Kern)(const float *, float *);
 
 // Runs `k` `reps` times on fresh inputs; returns how many launches produced a wrong sum.
@@ -193,6 +203,17 @@ int main(int argc, char **argv) {
             CT_CUDA_CHECK(cudaMalloc(&x, 100 * sizeof(float)));
             CT_LAUNCH(missing_bounds_check_kernel, 4, 32, 0, 0, x, 100);  // 128 threads
         }
+        if (!strcmp(argv[1], "misaligned")) {
+            uint16_t *x;
+            float *o;
+            CT_CUDA_CHECK(cudaMalloc(&x, 64 * sizeof(uint16_t)));
+            CT_CUDA_CHECK(cudaMalloc(&o, 32 * sizeof(float)));
+            CT_CUDA_CHECK(cudaMemset(x, 0, 64 * sizeof(uint16_t)));
+            CT_LAUNCH(misaligned_vector_kernel, 1, 32, 0, 0, x + 8, o);  // 16 bytes in: aligned
+            CT_CHECK_LAUNCH("misaligned_vector_kernel (aligned)");
+            fprintf(stderr, "aligned vector load passed\n");
+            CT_LAUNCH(misaligned_vector_kernel, 1, 32, 0, 0, x + 1, o);
+        }
         if (!strncmp(argv[1], "wrongdev", 8)) {  // CTRAIN_EMU_DEVICES=2 (set by run_child)
             float *mine, *theirs;
             CT_CUDA_CHECK(cudaSetDevice(1));
@@ -261,6 +282,11 @@ int main(int argc, char **argv) {
     CHECK(aborted && err.find("missing_bounds_check_kernel") != std::string::npos &&
               err.find("past its end") != std::string::npos,
           "an out-of-bounds write must be reported naming the kernel");
+    err = run_child(self, "misaligned", &aborted, &secs);
+    printf("misaligned vector case: %s after %.1f s: %s", aborted ? "aborted" : "NOT aborted", secs, err.c_str());
+    CHECK(aborted && err.find("aligned vector load passed") != std::string::npos &&
+              err.find("misaligned") != std::string::npos,
+          "a misaligned 16-byte vector access must abort");
     err = run_child(self, "wrongdev", &aborted, &secs);
     printf("wrong-device pointer case: %s after %.1f s: %s", aborted ? "aborted" : "NOT aborted", secs, err.c_str());
     CHECK(aborted && err.find("own-device launches passed") != std::string::npos &&
