@@ -85,6 +85,7 @@ typedef struct {
     int nodes, node_rank;
     const char *master;
     const char *comm;
+    const char *cuda_graphs;
     double timeout;
     int bucket_mb;
     const char *dump_batches;
@@ -145,6 +146,7 @@ static const Flag FLAGS[] = {
     {"node-rank", 0, F_INT, OFF(node_rank), "0", "K", "this node's number, 0..N-1 (default: $NODE_RANK, $RANK or $SLURM_NODEID)", 0},
     {"master", 0, F_STR, OFF(master), "", "HOST:PORT", "node 0's address for the rendezvous (default: $MASTER_ADDR:$MASTER_PORT, port 29500)", 0},
     {"ranks", 0, F_INT, OFF(ranks), "1", "N", "data-parallel ranks in this process (CPU: threads; each trains a replica on its share of every global batch of N x batch-size, gradients averaged)", 0},
+    {"cuda-graphs", 0, F_STR, OFF(cuda_graphs), "on", "on|off", "GPU: from its second step, replay each training forward and backward as one CUDA graph instead of hundreds of kernel launches (same kernels, same bits; the backward stays eager with several ranks)", 0},
     {"comm", 0, F_STR, OFF(comm), "auto", "auto|nccl|host", "GPU ranks: how gradients travel (auto: NCCL when libnccl.so.2 loads, else through pinned host memory, with a warning)", 0},
     {"timeout", 0, F_DBL, OFF(timeout), "300", "S", "data parallel: a rank that does not reach a collective within S seconds ends the run with an error naming it", 0},
     {"bucket-mb", 0, F_INT, OFF(bucket_mb), "25", "MB", "data parallel: gradients are averaged in buckets of about MB megabytes while backward goes on", 0},
@@ -363,6 +365,8 @@ static void validate_config(const Config *c) {
         ct_die("--node-rank: %d is not in 0..%d (--nodes %d)", c->node_rank, c->nodes - 1, c->nodes);
     if (c->nodes > 1 && !strchr(c->master, ':'))
         ct_die("--nodes %d: --master HOST:PORT (or MASTER_ADDR and MASTER_PORT) must name node 0 (got '%s')", c->nodes, c->master);
+    if (strcmp(c->cuda_graphs, "on") && strcmp(c->cuda_graphs, "off"))
+        ct_die("--cuda-graphs: '%s' is not on or off", c->cuda_graphs);
     if (strcmp(c->comm, "auto") && strcmp(c->comm, "nccl") && strcmp(c->comm, "host"))
         ct_die("--comm: '%s' is not one of auto, nccl, host", c->comm);
     if (!(c->timeout > 0)) ct_die("--timeout: must be > 0 seconds (got %g)", c->timeout);
@@ -1363,6 +1367,7 @@ static void setup_rank(Run *r) {
     if (r->cuda) {
         gpu_select_device(r->local_rank);  // one GPU per rank of this node
         r->ge = gpu_exec_create(r->m, dt);
+        gpu_exec_use_graphs(r->ge, !strcmp(c->cuda_graphs, "on"));
     }
 #endif
 
@@ -1456,7 +1461,10 @@ static void print_banner(const Run *r) {
                         "<= %d MB during backward\n", r->world, CT_MAX(1, omp_get_max_threads() / r->world),
                 r->gs ? gradsync_buckets(r->gs) : n_gpu_buckets(r), c->bucket_mb);
     fprintf(stderr, "train: device %s (%d CPU threads, %d loader workers), lr %g %s, %d epochs, out %s/%s\n",
-            r->cuda ? (r->bf16 ? "cuda, bf16" : "cuda, fp32") : (r->bf16 ? "cpu, bf16 rounding" : "cpu"), omp_get_max_threads(), c->workers, c->lr, c->lr_schedule, c->epochs, r->out,
+            r->cuda ? (r->bf16 ? (strcmp(c->cuda_graphs, "on") ? "cuda, bf16" : "cuda, bf16, CUDA graphs")
+                               : (strcmp(c->cuda_graphs, "on") ? "cuda, fp32" : "cuda, fp32, CUDA graphs"))
+                    : (r->bf16 ? "cpu, bf16 rounding" : "cpu"),
+            omp_get_max_threads(), c->workers, c->lr, c->lr_schedule, c->epochs, r->out,
             c->resume[0] ? " (resumed)" : "");
     if (c->resume[0])
         fprintf(stderr, "train: resuming %s at epoch %d step %lld/%lld\n", c->resume, r->epoch + 1,

@@ -31,6 +31,13 @@ typedef struct {
     cudaEvent_t consumed; // recorded on the compute stream after normalisation read it
 } Stage;
 
+// A CUDA graph of one training pass (forward or backward) for one batch size and one memory plan:
+// its kernels' arguments are the plan's pointers and N, so a new plan or N makes it stale.
+typedef struct {
+    cudaGraphExec_t exec;  // NULL: not captured
+    int N, gen;            // batch and plan generation it was (or will be) captured for
+} StepGraph;
+
 struct GpuExec {
     CtDtype dt;
     size_t esz;  // bytes per activation element
@@ -68,6 +75,13 @@ struct GpuExec {
     Stage stage[2];
     int next_stage;
     int fwd_train_N;   // N of the last training forward (0: none, backward refused)
+    // CUDA graphs (gpu_exec_use_graphs): a pass runs eagerly the first time it meets a batch size
+    // and plan, is captured the second time and replayed from then on. A launch costs a few
+    // microseconds of host time and ResNet passes are hundreds of small kernels.
+    int cg_on;         // 1 on, 0 off, -1 off since a capture failed
+    int plan_gen;      // bumped whenever plan() (re)allocates: graphs hold its pointers
+    StepGraph cg_fwd, cg_bwd;
+    long cg_launches;
     size_t dev_bytes;  // device memory held
     size_t plan_bytes; // of which the plan's
 };
@@ -150,9 +164,17 @@ GpuExec *gpu_exec_create(const ResNet *m, CtDtype dt) {
     return e;
 }
 
+static void graph_drop(StepGraph *g) {
+    if (g->exec) CK(cudaGraphExecDestroy(g->exec));
+    g->exec = NULL;
+    g->N = g->gen = 0;
+}
+
 static void free_plan(GpuExec *e, const ResNet *m) {
     if (!e->dims) return;
     CK(cudaDeviceSynchronize());
+    graph_drop(&e->cg_fwd);
+    graph_drop(&e->cg_bwd);
     for (int s = 0; s < m->n_tensors; s++)
         if (e->act[s] != (void *)e->logits) dfree(e->act[s]);
     for (int i = 0; i < e->n_gpool; i++) dfree(e->gpool[i]);
@@ -275,6 +297,7 @@ static void plan(GpuExec *e, const ResNet *m, int N, int H, int W) {
     e->pN = N;
     e->pH = H;
     e->pW = W;
+    e->plan_gen++;
     size_t bytes0 = e->dev_bytes;
     int K = m->num_classes, last = m->n_tensors - 1;
     e->logits = (float *)dmalloc(e, (size_t)N * K * sizeof(float));
@@ -352,7 +375,8 @@ static void plan(GpuExec *e, const ResNet *m, int N, int H, int W) {
 }
 
 // Forward over the op list from act[0] (already written) with batch n.
-static void forward_ops(GpuExec *e, ResNet *m, int N, int train) {
+// Enqueues the forward's kernels on e->st, nothing else (a graph capture records exactly this).
+static void forward_ops(GpuExec *e, const ResNet *m, int N, int train) {
     CtDtype dt = e->dt;
     cudaStream_t st = e->st;
     for (int i = 0; i < m->n_ops; i++) {
@@ -375,7 +399,6 @@ static void forward_ops(GpuExec *e, ResNet *m, int N, int train) {
                 float *mean = e->bnstat + e->bnstat_off[i], *invstd = mean + C;
                 batchnorm_forward_train_gpu(out, mean, invstd, rm, rv, in, gamma, beta, M, C, BN_MOMENTUM,
                                             BN_EPS, op->relu, e->work, dt, st);
-                if (op->nbt >= 0) m->counts[entry(m, op->nbt)->offset]++;
             } else {
                 batchnorm_forward_eval_gpu(out, in, gamma, beta, rm, rv, M, C, BN_EPS, op->relu, dt, st);
             }
@@ -402,8 +425,62 @@ static void forward_ops(GpuExec *e, ResNet *m, int N, int train) {
             ct_die("gpu: op %d (%s) has unknown kind %d", i, op->name, op->kind);
         }
     }
+}
+
+// Runs enqueue(e, m, N) through graph g when graphs are on: returns 0 when the caller must run
+// it eagerly instead (graphs off, a batch size or plan seen for the first time, or a capture that
+// failed: then graphs stay off for this executor, with a warning).
+typedef void (*PassFn)(GpuExec *e, const ResNet *m, int N);
+static int graph_run(GpuExec *e, StepGraph *g, const ResNet *m, int N, PassFn enqueue) {
+    if (e->cg_on <= 0) return 0;
+    if (g->N != N || g->gen != e->plan_gen) {
+        graph_drop(g);
+        g->N = N;
+        g->gen = e->plan_gen;
+        return 0;  // first meeting: eagerly, which also does any lazy set-up outside the capture
+    }
+    if (!g->exec) {
+        cudaGraph_t cg = NULL;
+        // Thread-local: other ranks' threads keep making synchronous calls meanwhile.
+        CK(cudaStreamBeginCapture(e->st, cudaStreamCaptureModeThreadLocal));
+        enqueue(e, m, N);
+        cudaError_t err = cudaStreamEndCapture(e->st, &cg);
+        if (err == cudaSuccess) err = cudaGraphInstantiateWithFlags(&g->exec, cg, 0);
+        if (cg) cudaGraphDestroy(cg);
+        if (err != cudaSuccess) {
+            (void)cudaGetLastError();
+            g->exec = NULL;
+            e->cg_on = -1;
+            fprintf(stderr, "gpu: capturing a CUDA graph failed (%s); going on without graphs\n",
+                    cudaGetErrorString(err));
+            return 0;
+        }
+    }
+    CK(cudaGraphLaunch(g->exec, e->st));
+    e->cg_launches++;
+    return 1;
+}
+
+static void forward_train_pass(GpuExec *e, const ResNet *m, int N) { forward_ops(e, m, N, 1); }
+
+// The forward and its host bookkeeping: num_batches_tracked counts training batches, as on the CPU.
+static void run_forward(GpuExec *e, ResNet *m, int N, int train) {
+    if (!(train && graph_run(e, &e->cg_fwd, m, N, forward_train_pass))) forward_ops(e, m, N, train);
+    if (train)
+        for (int i = 0; i < m->n_ops; i++)
+            if (m->ops[i].kind == OP_BN && m->ops[i].nbt >= 0) m->counts[entry(m, m->ops[i].nbt)->offset]++;
     e->fwd_train_N = train ? N : 0;
 }
+
+void gpu_exec_use_graphs(GpuExec *e, int on) {
+    if (!on) {
+        graph_drop(&e->cg_fwd);
+        graph_drop(&e->cg_bwd);
+    }
+    e->cg_on = on ? (e->cg_on < 0 ? -1 : 1) : 0;
+}
+int gpu_exec_graphs(const GpuExec *e) { return e->cg_on; }
+long gpu_exec_graph_launches(const GpuExec *e) { return e->cg_launches; }
 
 static void check_batch(GpuExec *e, const ResNet *m, int N, int H, int W) {
     if (m != e->graph && (m->n_ops != e->graph->n_ops || m->n_params != e->graph->n_params))
@@ -486,7 +563,7 @@ static const float *logits_to_host(GpuExec *e, const ResNet *m, int N) {
 const float *gpu_forward(GpuExec *e, ResNet *m, const float *x, int N, int H, int W, int train) {
     check_batch(e, m, N, H, W);
     input_from_float(e, m, x, N, H, W);
-    forward_ops(e, m, N, train);
+    run_forward(e, m, N, train);
     return logits_to_host(e, m, N);
 }
 
@@ -494,7 +571,7 @@ const float *gpu_forward_u8(GpuExec *e, ResNet *m, const uint8_t *x, int N, int 
                             const float *mean, const float *std, int train) {
     check_batch(e, m, N, H, W);
     input_from_u8(e, m, x, N, H, W, mean, std);
-    forward_ops(e, m, N, train);
+    run_forward(e, m, N, train);
     return logits_to_host(e, m, N);
 }
 
@@ -582,6 +659,16 @@ static void backward_ops(GpuExec *e, const ResNet *m, GradReadyFn ready, void *c
     free(init);
 }
 
+static void backward_pass(GpuExec *e, const ResNet *m, int N) {
+    (void)N;  // backward_ops takes it from the forward; the graph is keyed on it
+    backward_ops(e, m, NULL, NULL);
+}
+// The backward, through a graph unless ready callbacks must run between the ops (a host hook per
+// op cannot be replayed).
+static void run_backward(GpuExec *e, const ResNet *m, GradReadyFn ready, void *ctx) {
+    if (ready || !graph_run(e, &e->cg_bwd, m, e->fwd_train_N, backward_pass)) backward_ops(e, m, ready, ctx);
+}
+
 static void grads_to_host(GpuExec *e, const ResNet *m, float *grads) {
     if (grads)
         CK(cudaMemcpyAsync(grads, e->grads, m->n_params * sizeof(float), cudaMemcpyDeviceToHost, e->st));
@@ -594,7 +681,7 @@ void gpu_backward(GpuExec *e, const ResNet *m, const float *dlogits, float *grad
     if (!N) ct_die("gpu: backward without a preceding training forward");
     CK(cudaMemcpyAsync(e->dlogits, dlogits, (size_t)N * m->num_classes * sizeof(float),
                        cudaMemcpyHostToDevice, e->st));
-    backward_ops(e, m, ready, ctx);
+    run_backward(e, m, ready, ctx);
     grads_to_host(e, m, grads);
 }
 
@@ -607,7 +694,7 @@ static float loss_and_backward(GpuExec *e, ResNet *m, const int32_t *labels, int
     softmax_xent_gpu(e->dlogits, e->logits, e->labels, N, m->num_classes, smoothing, 1.0f, e->scalars,
                      (int *)(e->scalars + 1), e->st);
     CK(cudaMemcpyAsync(e->h_scalars, e->scalars, 2 * sizeof(float), cudaMemcpyDeviceToHost, e->st));
-    backward_ops(e, m, NULL, NULL);
+    run_backward(e, m, NULL, NULL);
     grads_to_host(e, m, grads);
     if (correct) memcpy(correct, e->h_scalars + 1, sizeof(int));
     return e->h_scalars[0];
@@ -617,7 +704,7 @@ float gpu_train_step(GpuExec *e, ResNet *m, const float *x, const int32_t *label
                      float smoothing, float *grads, int *correct) {
     check_batch(e, m, N, H, W);
     input_from_float(e, m, x, N, H, W);
-    forward_ops(e, m, N, 1);
+    run_forward(e, m, N, 1);
     return loss_and_backward(e, m, labels, N, smoothing, grads, correct);
 }
 
@@ -626,7 +713,7 @@ float gpu_train_step_u8(GpuExec *e, ResNet *m, const uint8_t *x, const int32_t *
                         int *correct) {
     check_batch(e, m, N, H, W);
     input_from_u8(e, m, x, N, H, W, mean, std);
-    forward_ops(e, m, N, 1);
+    run_forward(e, m, N, 1);
     return loss_and_backward(e, m, labels, N, smoothing, grads, correct);
 }
 

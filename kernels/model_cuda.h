@@ -106,6 +106,16 @@ void gpu_pinned_free(void *p, void *ctx);
 int gpu_pin_host(const void *p, size_t bytes, char *err, size_t errlen);
 void gpu_unpin_host(const void *p);
 
+// CUDA graphs for the training forward and backward (off by default). With graphs on, a pass
+// runs eagerly the first time it meets a batch size and memory plan, is captured into a graph the
+// second time and replayed after that: the same kernels with the same arguments, one launch. A
+// backward given ready callbacks always runs eagerly. If a capture fails, the executor warns and
+// stays eager. gpu_exec_graphs: 1 on, 0 off, -1 off since a capture failed;
+// gpu_exec_graph_launches: graph replays so far.
+void gpu_exec_use_graphs(GpuExec *e, int on);
+int gpu_exec_graphs(const GpuExec *e);
+long gpu_exec_graph_launches(const GpuExec *e);
+
 float *gpu_exec_grads(GpuExec *e);        // device [n_params]
 float *gpu_exec_params(GpuExec *e);       // device [n_params]
 ct_stream_t gpu_exec_stream(GpuExec *e);  // compute stream

@@ -306,6 +306,77 @@ done:
     free(gg);
 }
 
+// CUDA graphs: an executor replaying graphs must end on exactly the bits of an eager one, over
+// train's own step sequence (forward with logits to the host, host loss, backward, SGD), with an
+// eval forward and a smaller batch in between (which must not replay a stale graph), and the
+// graphs must really have been replayed. The emulator records captured launches with their
+// arguments and replays them, as a GPU does, so a pass that depended on host state at launch time
+// (a pointer that changes between steps, a host-side decision) would part from the eager run.
+static void graph_case(const char *arch, int N, int H, int W, CtDtype dt) {
+    printf("%s N=%d %dx%d %s: CUDA graphs vs eager\n", arch, N, H, W, dtname(dt));
+    const int classes = 10, cin = 3, steps = 6;
+    ResNet *ma = resnet_create(arch, cin, classes), *mb = resnet_create(arch, cin, classes);
+    resnet_init(ma, 7, 0);
+    resnet_init(mb, 7, 0);
+    GpuExec *ea = gpu_exec_create(ma, dt), *eb = gpu_exec_create(mb, dt);
+    gpu_exec_use_graphs(eb, 1);
+    SgdConfig cfg = {0.9f, 5e-4f, 1, 1};
+    SgdState sa, sb;
+    sgd_init(&sa, ma->n_params);
+    sgd_init(&sb, mb->n_params);
+    const float mean[3] = {0.5f, 0.4f, 0.3f}, sd[3] = {0.25f, 0.2f, 0.3f};
+    size_t nx = (size_t)N * H * W * cin;
+    uint8_t *x = (uint8_t *)ct_alloc(nx);
+    int32_t *labels = (int32_t *)ct_alloc(N * sizeof(int32_t));
+    float *dl = (float *)ct_alloc((size_t)N * classes * sizeof(float));
+    Rng r = rng_make(11, N, H);
+    int same_loss = 1;
+    for (int step = 0; step < steps; step++) {
+        int n = step == 3 ? N - 1 : N;  // one smaller batch: a different graph key
+        for (size_t i = 0; i < nx; i++) x[i] = (uint8_t)rng_below(&r, 256);
+        for (int i = 0; i < N; i++) labels[i] = (int32_t)rng_below(&r, classes);
+        float loss[2];
+        for (int k = 0; k < 2; k++) {
+            GpuExec *e = k ? eb : ea;
+            ResNet *m = k ? mb : ma;
+            const float *logits = gpu_forward_u8(e, m, x, n, H, W, mean, sd, 1);
+            loss[k] = softmax_xent(dl, logits, labels, n, classes, 0.1f, 1.0f, NULL);
+            gpu_backward(e, m, dl, NULL, NULL, NULL);
+            gpu_sgd_step(e, m, &cfg, k ? &sb : &sa, 0.05f);
+            if (step == 2) gpu_forward_u8(e, m, x, n, H, W, mean, sd, 0);  // eval between steps
+        }
+        same_loss &= !memcmp(&loss[0], &loss[1], sizeof(float));
+    }
+    gpu_download_state(ea, ma, &sa);
+    gpu_download_state(eb, mb, &sb);
+    long launches = gpu_exec_graph_launches(eb);
+    printf("  %ld graph launches; losses %s, params %s, momentum %s, BN statistics %s, batch counts %s\n", launches,
+           same_loss ? "identical" : "DIFFER", memcmp(ma->params, mb->params, ma->n_params * 4) ? "DIFFER" : "identical",
+           memcmp(sa.buf, sb.buf, ma->n_params * 4) ? "DIFFER" : "identical",
+           memcmp(ma->bufs, mb->bufs, ma->n_bufs * 4) ? "DIFFER" : "identical",
+           memcmp(ma->counts, mb->counts, ma->n_counts * sizeof(int64_t)) ? "DIFFER" : "identical");
+    CHECK(gpu_exec_graphs(eb) == 1, "%s: graphs switched themselves off (a capture failed)", arch);
+    // Steps 1 and 4 (new batch sizes) and 5 (back to N) run eagerly, step 2 captures: forward and
+    // backward each replay in steps 2, 3 and 6.
+    CHECK(launches == 6, "%s: %ld graph launches, expected 6", arch, launches);
+    CHECK(gpu_exec_graph_launches(ea) == 0 && gpu_exec_graphs(ea) == 0, "graphs are off by default");
+    CHECK(same_loss, "%s %s: a loss differs with graphs", arch, dtname(dt));
+    CHECK(!memcmp(ma->params, mb->params, ma->n_params * 4), "%s %s: params differ with graphs", arch, dtname(dt));
+    CHECK(!memcmp(sa.buf, sb.buf, ma->n_params * 4), "%s %s: momentum differs with graphs", arch, dtname(dt));
+    CHECK(!memcmp(ma->bufs, mb->bufs, ma->n_bufs * 4), "%s %s: BN statistics differ with graphs", arch, dtname(dt));
+    CHECK(!memcmp(ma->counts, mb->counts, ma->n_counts * sizeof(int64_t)), "%s: num_batches_tracked differs", arch);
+    CHECK(ma->counts[0] == steps, "%s: num_batches_tracked %lld after %d steps", arch, (long long)ma->counts[0], steps);
+    gpu_exec_free(ea);
+    gpu_exec_free(eb);
+    sgd_free(&sa);
+    sgd_free(&sb);
+    resnet_free(ma);
+    resnet_free(mb);
+    free(x);
+    free(labels);
+    free(dl);
+}
+
 int main(void) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     // EMU_MODEL_CASE="arch,N,H,W,fp32|bf16" runs one case with every check (measurements).
@@ -320,6 +391,7 @@ int main(void) {
     }
     const char *q = getenv("EMU_MODEL_QUICK");
     run_case("resnet20", 2, 8, 8, CT_F32, 1);
+    graph_case("resnet20", 3, 8, 8, CT_BF16);
     if (q && *q == '1') return test_summary("emu_model");
     run_case("resnet20", 2, 8, 8, CT_BF16, 0);
     // 36x36: layer4 is 2x2, so its batch norms see 8 rows. At 32x32 with batch 2 they would see

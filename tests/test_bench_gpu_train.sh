@@ -41,6 +41,11 @@ awk -v a="$(loss_of "$fused")" -v b="$(loss_of "$trainer")" 'BEGIN { d = a - b; 
   || fail "fused and trainer steps disagree: loss $(loss_of "$fused") vs $(loss_of "$trainer")"
 ok "fused and trainer steps agree on the loss"
 check_line "$("$EMU" resnet20 8 2 2 1 --precision fp32)" "emulated fp32 fused step"
+# Without CUDA graphs: the same kernels launched one by one, so the same loss to the bit.
+eager=$("$EMU" resnet20 8 2 2 1 --graphs off) || fail "--graphs off failed"
+check_line "$eager" "emulated bf16 fused step without graphs"
+grep -q 'fused-eager' <<<"$eager" || fail "--graphs off is not labelled: $eager"
+[ "$(loss_of "$eager")" = "$(loss_of "$fused")" ] || fail "graphs on/off: loss $(loss_of "$fused") vs $(loss_of "$eager")"
 
 # 3. The torchvision model family through the PyTorch peer.
 check_line "$("$TORCH_PY" tools/bench_gpu_torch.py resnet18 32 2 2 1 --dry-run --precision fp32)" "PyTorch dry run (torchvision model)"
@@ -56,6 +61,7 @@ expect_fail() { # WHAT MESSAGE-REGEX COMMAND...
 expect_fail "unknown arch" "unknown ARCH 'resnet7'" "$EMU" resnet7 8 2
 expect_fail "bad precision" "--precision must be bf16 or fp32" "$EMU" resnet20 8 2 --precision fp16
 expect_fail "bad step" "--step must be fused or trainer" "$EMU" resnet20 8 2 --step both
+expect_fail "bad graphs" "--graphs must be on or off" "$EMU" resnet20 8 2 --graphs maybe
 expect_fail "missing arguments" "usage:" "$EMU" resnet20 8
 expect_fail "torch peer, bad precision" "invalid choice" "$TORCH_PY" tools/bench_gpu_torch.py resnet20 8 2 --precision fp16
 if ! "$TORCH_PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then

@@ -19,6 +19,16 @@ ARGS="-a resnet20 -b 8 --lr 0.02 --wd 5e-4 --nesterov --crop-size 8 --val-resize
 "$EMU" "$TMP/d" $ARGS --epochs 2 --device cuda --precision fp32 --out "$TMP/gpu" >"$TMP/gpu.log" 2>&1 \
   || { cat "$TMP/gpu.log"; fail "cuda (emulated) run"; }
 grep -Eq "device cuda[ ,(]+fp32" "$TMP/gpu.log" || fail "the cuda run did not report device cuda: $(head -5 "$TMP/gpu.log")"
+# CUDA graphs (on by default) replay the same kernels: every bit as without them.
+grep -q "CUDA graphs" "$TMP/gpu.log" || fail "the cuda run did not say it uses CUDA graphs"
+grep -q "capturing a CUDA graph failed" "$TMP/gpu.log" && fail "graph capture failed: $(grep -m1 capturing "$TMP/gpu.log")"
+"$EMU" "$TMP/d" $ARGS --epochs 2 --device cuda --precision fp32 --cuda-graphs off --out "$TMP/gpu_eager" >"$TMP/gpu_eager.log" 2>&1 \
+  || { cat "$TMP/gpu_eager.log"; fail "cuda (emulated) run without graphs"; }
+grep -q "CUDA graphs" "$TMP/gpu_eager.log" && fail "--cuda-graphs off still reports graphs"
+cmp -s "$TMP/gpu/model.safetensors" "$TMP/gpu_eager/model.safetensors" || fail "--cuda-graphs on and off end on different weights"
+diff <(grep -o '"loss":[^,]*' "$TMP/gpu/metrics.jsonl") <(grep -o '"loss":[^,]*' "$TMP/gpu_eager/metrics.jsonl") >/dev/null \
+  || fail "--cuda-graphs on and off log different losses"
+ok "CUDA graphs on and off: identical weights and losses"
 
 # compare_metrics A B TOL [N TIGHT]: every step/epoch record's loss fields agree within TOL
 # (relative), the first N records within TIGHT. Training is chaotic: last-bit differences between

@@ -3,7 +3,9 @@
 // step (train's defaults: lr 0.1, momentum 0.9, weight decay 1e-4, no Nesterov), on one random
 // batch. This is the loop a trainer runs minus data loading; the peer is tools/bench_gpu_torch.py.
 //   build/tools/bench_gpu_train ARCH SIZE BATCH [STEPS=20] [WARMUP=5] [--precision bf16|fp32]
-//                               [--step fused|trainer] [--classes N]
+//                               [--step fused|trainer] [--classes N] [--graphs on|off]
+// --graphs (default on, as train's --cuda-graphs): passes replayed as CUDA graphs after the first
+//   step; off launches every kernel from the host (the step is then labelled "...-eager").
 // --step fused (default): gpu_train_step_u8 (loss on the device) + gpu_sgd_step.
 // --step trainer: the sequence main.c's train_step runs for one rank: BN snapshot, gpu_forward_u8
 //   (logits to the host), host softmax_xent, gpu_backward (dlogits to the device), the device
@@ -43,22 +45,23 @@ static size_t device_free_bytes(void) {
 static void usage(const char *prog) {
     fprintf(stderr,
             "usage: %s ARCH SIZE BATCH [STEPS=20] [WARMUP=5] [--precision bf16|fp32] [--step fused|trainer] "
-            "[--classes N]\n",
+            "[--classes N] [--graphs on|off]\n",
             prog);
     exit(2);
 }
 
 int main(int argc, char **argv) {
-    const char *precision = "bf16", *step_kind = "fused";
+    const char *precision = "bf16", *step_kind = "fused", *graphs = "on";
     const char *pos[5];
     int npos = 0, classes = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if (!strcmp(a, "--precision") || !strcmp(a, "--step") || !strcmp(a, "--classes")) {
+        if (!strcmp(a, "--precision") || !strcmp(a, "--step") || !strcmp(a, "--classes") || !strcmp(a, "--graphs")) {
             if (i + 1 >= argc) ct_die("bench_gpu_train: %s needs a value", a);
             const char *v = argv[++i];
             if (!strcmp(a, "--precision")) precision = v;
             else if (!strcmp(a, "--step")) step_kind = v;
+            else if (!strcmp(a, "--graphs")) graphs = v;
             else classes = ct_parse_int("--classes", v, 2, 1 << 20);
         } else if (a[0] == '-' && a[1] == '-') {
             fprintf(stderr, "bench_gpu_train: unknown flag '%s'\n", a);
@@ -74,7 +77,11 @@ int main(int argc, char **argv) {
         ct_die("bench_gpu_train: --precision must be bf16 or fp32 (got '%s')", precision);
     if (strcmp(step_kind, "fused") && strcmp(step_kind, "trainer"))
         ct_die("bench_gpu_train: --step must be fused or trainer (got '%s')", step_kind);
-    const int trainer = !strcmp(step_kind, "trainer");
+    if (strcmp(graphs, "on") && strcmp(graphs, "off"))
+        ct_die("bench_gpu_train: --graphs must be on or off (got '%s')", graphs);
+    const int trainer = !strcmp(step_kind, "trainer"), use_graphs = !strcmp(graphs, "on");
+    char step_label[32];  // "fused", or "fused-eager" without CUDA graphs
+    snprintf(step_label, sizeof step_label, "%s%s", step_kind, use_graphs ? "" : "-eager");
     const char *arch = pos[0];
     if (!resnet_arch_valid(arch)) ct_die("bench_gpu_train: unknown ARCH '%s' (one of %s)", arch, resnet_arch_list());
     const int S = ct_parse_int("SIZE", pos[1], 8, 1 << 20), N = ct_parse_int("BATCH", pos[2], 1, 1 << 20);
@@ -109,6 +116,7 @@ int main(int argc, char **argv) {
     static const float mean[3] = {0.485f, 0.456f, 0.406f}, std[3] = {0.229f, 0.224f, 0.225f};
 
     GpuExec *e = gpu_exec_create(m, !strcmp(precision, "bf16") ? CT_BF16 : CT_F32);
+    gpu_exec_use_graphs(e, use_graphs);  // train's default is on
     SgdState st;
     sgd_init(&st, m->n_params);
     const SgdConfig cfg = {0.9f, 1e-4f, 0, 0};
@@ -139,7 +147,7 @@ int main(int argc, char **argv) {
     const double used = free_before > free_after ? (double)(free_before - free_after) : 0.0;
     printf("ctrain  %-9s %3dx%-3d batch %-4d %-4s %-7s: %9.1f img/s (median step %.2f ms), "
            "memory %.1f MiB held, %.1f MiB device used, final loss %.4f, cuda runtime %d driver %d\n",
-           arch, S, S, N, precision, step_kind, N / med, med * 1e3, gpu_exec_device_bytes(e) / mib, used / mib,
+           arch, S, S, N, precision, step_label, N / med, med * 1e3, gpu_exec_device_bytes(e) / mib, used / mib,
            loss, rt_version, drv_version);
     // The line still comes out, but a diverged run's timings are suspect and callers must notice.
     const int status = isfinite(loss) ? 0 : 3;

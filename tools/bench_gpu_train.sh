@@ -7,7 +7,8 @@
 # ctrain / PyTorch (img/s, memory held, device memory used).
 # Environment:
 #   BENCH_CONFIGS  'ARCH SIZE BATCH' separated by ';' (default 'resnet50 224 128;resnet18 224 256;resnet20 32 512')
-#   WARMUP (5), PRECISION (bf16 | fp32), STEP (ctrain's step: fused | trainer, see bench_gpu_train.c)
+#   WARMUP (5), PRECISION (bf16 | fp32), STEP (ctrain's step: fused | trainer, see bench_gpu_train.c),
+#   GRAPHS (ctrain's CUDA graphs: on | off)
 #   TORCH_COMPILE=1  also runs PyTorch under torch.compile (TORCH_COMPILE_MODE, default 'default');
 #                    compiling takes minutes per model
 #   TORCH_PY         python with a CUDA build of torch (default: the first of python3, /usr/bin/python3 with one)
@@ -20,6 +21,7 @@ STEPS=${1:-20}
 WARMUP=${WARMUP:-5}
 PRECISION=${PRECISION:-bf16}
 STEP=${STEP:-fused}
+GRAPHS=${GRAPHS:-on}
 B=${CTRAIN_BUILD:-${BUILD_DIR:-build}}
 die() { echo "bench_gpu_train.sh: $*" >&2; exit 1; }
 
@@ -55,7 +57,7 @@ else
 fi
 
 echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet HEAD -- 2>/dev/null || echo ' (modified)');" \
-     "steps $STEPS (+$WARMUP warm-up), precision $PRECISION, ctrain step $STEP; load average $(cut -d' ' -f1-3 /proc/loadavg)"
+     "steps $STEPS (+$WARMUP warm-up), precision $PRECISION, ctrain step $STEP, graphs $GRAPHS; load average $(cut -d' ' -f1-3 /proc/loadavg)"
 if [ -z "${BENCH_EMULATED:-}" ]; then
   nvidia-smi -L | sed 's/^/# /'
   nvidia-smi --query-gpu=driver_version,memory.total,clocks.max.sm,power.limit --format=csv | sed 's/^/# /'
@@ -86,7 +88,7 @@ for cfg in "${CONFIGS[@]}"; do
   [ -n "${batch:-}" ] && [ -z "${extra:-}" ] || die "BENCH_CONFIGS: '$cfg' is not 'ARCH SIZE BATCH'"
   cfg="$arch $size $batch"
   args=("$arch" "$size" "$batch" "$STEPS" "$WARMUP" --precision "$PRECISION")
-  rc=0; c=$("$CT" "${args[@]}" --step "$STEP") || rc=$?
+  rc=0; c=$("$CT" "${args[@]}" --step "$STEP" --graphs "$GRAPHS") || rc=$?
   [ -z "$c" ] || echo "$c"
   if [ $rc != 0 ]; then echo "FAILED  ctrain $cfg (exit $rc)"; status=1; continue; fi
   if ! p=$("$PY" tools/bench_gpu_torch.py "${args[@]}" ${TORCH_FLAGS[@]+"${TORCH_FLAGS[@]}"}); then echo "FAILED  pytorch $cfg"; status=1; continue; fi

@@ -7,6 +7,7 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <thread>
 #include <vector>
 
 #include "kernels/emu/internal.h"
@@ -15,6 +16,8 @@ struct CUgraph_st {
     std::vector<std::function<void()>> nodes;
     bool invalidated = false;
     cudaStream_t origin = nullptr;
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeGlobal;  // while capturing
+    std::thread::id owner;                                      // the thread that began it
 };
 struct CUgraphExec_st {
     std::vector<std::function<void()>> nodes;
@@ -103,12 +106,21 @@ bool capture_append(cudaStream_t stream, const std::function<void()> &work, cuda
     return true;
 }
 
-// A synchronous call ("unsafe" during a global-mode capture in CUDA) invalidates the capture.
+// Whether capture g forbids the calling thread a potentially unsafe call (a synchronising one,
+// cudaMalloc), as CUDA's capture modes say: a global capture forbids it to every thread, a
+// thread-local one to the thread capturing, a relaxed one to nobody.
+static bool capture_forbids_unsafe(const CUgraph_st *g) {
+    return g->mode == cudaStreamCaptureModeGlobal ||
+           (g->mode == cudaStreamCaptureModeThreadLocal && g->owner == std::this_thread::get_id());
+}
+
+// A synchronous call during a capture that forbids it fails and invalidates that capture.
 static cudaError_t check_sync_allowed() {
     std::lock_guard<std::recursive_mutex> lk(g_mu);
-    if (g_active_captures.empty()) return cudaSuccess;
-    capture_invalidate();
-    return cudaErrorStreamCaptureImplicit;
+    bool hit = false;
+    for (CUgraph_st *g : g_active_captures)
+        if (capture_forbids_unsafe(g)) g->invalidated = hit = true;
+    return hit ? cudaErrorStreamCaptureImplicit : cudaSuccess;
 }
 
 size_t func_max_dyn_smem(const void *func) {
@@ -220,11 +232,10 @@ cudaError_t cudaMalloc(void **ptr, size_t bytes) {
     if (!ptr) return set_error(cudaErrorInvalidValue);
     *ptr = nullptr;
     std::lock_guard<std::recursive_mutex> lk(g_mu);
+    bool refused = false;
     for (CUgraph_st *g : g_active_captures)
-        if (g->origin && g->origin->mode == cudaStreamCaptureModeGlobal) {
-            capture_invalidate();
-            return set_error(cudaErrorStreamCaptureUnsupported);
-        }
+        if (capture_forbids_unsafe(g)) g->invalidated = refused = true;
+    if (refused) return set_error(cudaErrorStreamCaptureUnsupported);
     if (bytes == 0) return cudaSuccess;
     size_t rounded = (bytes + 255) & ~(size_t)255;
     unsigned char *raw = (unsigned char *)aligned_alloc(256, kRedzone + rounded + kRedzone);
@@ -699,6 +710,8 @@ cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mo
     if (s->capture) return set_error(cudaErrorStreamCaptureUnsupported);
     CUgraph_st *g = new CUgraph_st();
     g->origin = s;
+    g->mode = mode;
+    g->owner = std::this_thread::get_id();
     g_graphs.insert(g);
     g_active_captures.insert(g);
     s->capture = g;
