@@ -4,6 +4,7 @@
 #include "kernels/common.cuh"
 #include "tests/test.h"
 
+#include <thread>
 #include <vector>
 
 // ---------------------------------------------------------------------------------------------
@@ -510,6 +511,43 @@ static void test_streams_graphs() {
     cudaFree(d);
 }
 
+// Capture modes: a synchronous call (cudaMemcpy) from ANOTHER thread leaves a thread-local or
+// relaxed capture intact but invalidates a global one; from the capturing thread it invalidates a
+// thread-local capture too (what train's per-rank threads rely on).
+static void test_capture_modes() {
+    float *d, h[4] = {0, 0, 0, 0};
+    CT_CUDA_CHECK(cudaMalloc(&d, sizeof h));
+    cudaStream_t s;
+    CT_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    struct {
+        cudaStreamCaptureMode mode;
+        bool other_thread, survives;
+        const char *what;
+    } cases[] = {
+        {cudaStreamCaptureModeThreadLocal, true, true, "thread-local, another thread syncs"},
+        {cudaStreamCaptureModeRelaxed, true, true, "relaxed, another thread syncs"},
+        {cudaStreamCaptureModeGlobal, true, false, "global, another thread syncs"},
+        {cudaStreamCaptureModeThreadLocal, false, false, "thread-local, the capturing thread syncs"},
+    };
+    for (auto &c : cases) {
+        CT_CUDA_CHECK(cudaStreamBeginCapture(s, c.mode));
+        CT_CUDA_CHECK(cudaMemsetAsync(d, 0, sizeof h, s));
+        cudaError_t sync_err = cudaSuccess;
+        auto sync = [&] { sync_err = cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost); };
+        if (c.other_thread) std::thread(sync).join();
+        else sync();
+        cudaGraph_t g = nullptr;
+        cudaError_t end = cudaStreamEndCapture(s, &g);
+        cudaGetLastError();
+        CHECK((end == cudaSuccess) == c.survives, "capture (%s): end %s", c.what, cudaGetErrorString(end));
+        CHECK((sync_err == cudaSuccess) == c.survives, "capture (%s): the sync returned %s", c.what,
+              cudaGetErrorString(sync_err));
+        if (g) CT_CUDA_CHECK(cudaGraphDestroy(g));
+    }
+    CT_CUDA_CHECK(cudaStreamDestroy(s));
+    CT_CUDA_CHECK(cudaFree(d));
+}
+
 // Streams and events belong to the device that was current when they were created; CUDA refuses
 // a launch into, or an event recorded on, another device's stream (the emulated devices share
 // one memory, so only this bookkeeping can show such a mix-up).
@@ -578,6 +616,7 @@ int main() {
     test_warp_ops();
     test_atomics();
     emu::set_jitter(0);
+    test_capture_modes();
     test_device_ownership();
     return test_summary("emu_selftest");
 }
