@@ -1427,7 +1427,9 @@ static void setup_rank(Run *r) {
 // loader workers, print frequency, this node's number, the rendezvous address, the timeout),
 // and the dataset as this node sees it (record counts, class table).
 static uint64_t config_fingerprint(const Run *r) {
-    static const char *local_flags[] = {"out", "workers", "print-freq", "node-rank", "master", "timeout", "dump-batches"};
+    // Flags that do not change what is computed (CUDA graphs replay the same kernels) may differ.
+    static const char *local_flags[] = {"out",     "workers", "print-freq",   "node-rank",
+                                        "master",  "timeout", "dump-batches", "cuda-graphs"};
     uint64_t h = 1469598103934665603ull;
 #define FP_MIX(p, n)                                                       \
     for (size_t i_ = 0; i_ < (n); i_++) h = (h ^ ((const uint8_t *)(p))[i_]) * 1099511628211ull
