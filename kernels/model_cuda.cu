@@ -38,6 +38,17 @@ typedef struct {
     int N, gen;            // batch and plan generation it was (or will be) captured for
 } StepGraph;
 
+// Per-op timing (gpu_exec_profile): events recorded between the parts of a pass; after the pass
+// the gap between consecutive marks is added to the part the earlier mark opened.
+enum { PROF_FWD, PROF_BWD_WGRAD, PROF_BWD_DATA, PROF_BWD, PROF_PARTS };
+typedef struct {
+    cudaEvent_t *ev;   // [cap]
+    int *what;         // [cap]: op * PROF_PARTS + part, or -1 for the closing mark
+    int n, cap;
+    double *ms;        // [(n_ops + 1) * PROF_PARTS] accumulated milliseconds (op n_ops: SGD)
+    long passes[3];    // forward, backward, SGD passes timed
+} Prof;
+
 struct GpuExec {
     CtDtype dt;
     size_t esz;  // bytes per activation element
@@ -82,6 +93,7 @@ struct GpuExec {
     int plan_gen;      // bumped whenever plan() (re)allocates: graphs hold its pointers
     StepGraph cg_fwd, cg_bwd;
     long cg_launches;
+    Prof *prof;        // NULL unless profiling (which runs every pass eagerly)
     size_t dev_bytes;  // device memory held
     size_t plan_bytes; // of which the plan's
 };
@@ -203,8 +215,106 @@ static void free_plan(GpuExec *e, const ResNet *m) {
     e->plan_bytes = 0;
 }
 
+static void prof_free(Prof *p) {
+    if (!p) return;
+    for (int i = 0; i < p->cap; i++) cudaEventDestroy(p->ev[i]);
+    free(p->ev);
+    free(p->what);
+    free(p->ms);
+    free(p);
+}
+
+void gpu_exec_profile(GpuExec *e, const ResNet *m, int on) {
+    prof_free(e->prof);
+    e->prof = NULL;
+    if (!on) return;
+    Prof *p = (Prof *)ct_zalloc(sizeof(Prof));
+    p->cap = 3 * m->n_ops + 8;
+    p->ev = (cudaEvent_t *)ct_zalloc((size_t)p->cap * sizeof(cudaEvent_t));
+    p->what = (int *)ct_zalloc((size_t)p->cap * sizeof(int));
+    p->ms = (double *)ct_zalloc((size_t)(m->n_ops + 1) * PROF_PARTS * sizeof(double));
+    for (int i = 0; i < p->cap; i++) CK(cudaEventCreate(&p->ev[i]));
+    e->prof = p;
+}
+
+static const char *op_kind_name(int kind) {
+    switch (kind) {
+    case OP_CONV: return "conv";
+    case OP_BN: return "batchnorm";
+    case OP_RELU: return "relu";
+    case OP_MAXPOOL: return "maxpool";
+    case OP_ADD: return "add";
+    case OP_AVGPOOL: return "avgpool";
+    case OP_FC: return "fc";
+    }
+    return "?";
+}
+
+typedef struct {
+    double ms;
+    int op, part;
+} ProfRow;
+static int prof_row_desc(const void *a, const void *b) {
+    const ProfRow *x = (const ProfRow *)a, *y = (const ProfRow *)b;
+    return x->ms < y->ms ? 1 : x->ms > y->ms ? -1 : (x->op - y->op) * PROF_PARTS + (x->part - y->part);
+}
+
+void gpu_exec_profile_report(const GpuExec *e, const ResNet *m, int top, FILE *f) {
+    const Prof *p = e->prof;
+    if (!p || !p->passes[0]) {
+        fprintf(f, "profile: no training step was timed\n");
+        return;
+    }
+    static const char *part_name[PROF_PARTS] = {"fwd", "wgrad", "dgrad", "bwd"};
+    const double steps = (double)p->passes[0];
+    // Per step: by kind and pass, and the whole.
+    enum { KINDS = 8 };
+    double by[KINDS][PROF_PARTS] = {{0}}, total = 0;
+    int nrows = 0;
+    ProfRow *rows = (ProfRow *)ct_alloc((size_t)(m->n_ops + 1) * PROF_PARTS * sizeof(ProfRow));
+    for (int i = 0; i <= m->n_ops; i++)
+        for (int part = 0; part < PROF_PARTS; part++) {
+            double ms = p->ms[i * PROF_PARTS + part] / steps;
+            if (ms <= 0) continue;
+            int kind = i == m->n_ops ? 0 : m->ops[i].kind + 1;  // 0: SGD
+            if (kind < KINDS) by[kind][part] += ms;
+            total += ms;
+            rows[nrows++] = (ProfRow){ms, i, part};
+        }
+    fprintf(f, "profile: %s, %s, %ld steps timed with events between ops (eager launches: no CUDA graphs)\n",
+            m->arch, e->dt == CT_BF16 ? "bf16" : "fp32", p->passes[0]);
+    fprintf(f, "  %-10s %-6s %10s %7s\n", "kind", "pass", "ms/step", "share");
+    for (int k = 0; k < KINDS; k++)
+        for (int part = 0; part < PROF_PARTS; part++)
+            if (by[k][part] > 0)
+                fprintf(f, "  %-10s %-6s %10.3f %6.1f%%\n", k == 0 ? "sgd" : op_kind_name(k - 1),
+                        k == 0 ? "" : part_name[part], by[k][part], 100 * by[k][part] / total);
+    fprintf(f, "  %-17s %10.3f  (the GPU time of the step's passes, as the events saw it)\n", "total", total);
+    qsort(rows, nrows, sizeof(ProfRow), prof_row_desc);
+    if (top > nrows) top = nrows;
+    fprintf(f, "  the %d slowest parts:\n", top);
+    for (int r = 0; r < top; r++) {
+        const ProfRow *w = &rows[r];
+        if (w->op == m->n_ops) {
+            fprintf(f, "  %8.3f ms %5.1f%%  sgd over %zu params\n", w->ms, 100 * w->ms / total, m->n_params);
+            continue;
+        }
+        const Op *op = &m->ops[w->op];
+        const TensorDim *di = &e->dims[op->in];
+        char shape[96];
+        if (op->kind == OP_CONV)
+            snprintf(shape, sizeof shape, "%dx%d/%d %d->%d @%dx%d", op->R, op->S, op->stride, op->C, op->K, di->H, di->W);
+        else
+            snprintf(shape, sizeof shape, "%d ch @%dx%d", di->C, di->H, di->W);
+        fprintf(f, "  %8.3f ms %5.1f%%  %-22s %-9s %-5s %s\n", w->ms, 100 * w->ms / total, op->name,
+                op_kind_name(op->kind), part_name[w->part], shape);
+    }
+    free(rows);
+}
+
 void gpu_exec_free(GpuExec *e) {
     if (!e) return;
+    prof_free(e->prof);
     free_plan(e, e->graph);
     dfree(e->params);
     dfree(e->grads);
@@ -375,6 +485,30 @@ static void plan(GpuExec *e, const ResNet *m, int N, int H, int W) {
 }
 
 // Forward over the op list from act[0] (already written) with batch n.
+// Marks the start of part `part` of op `op` (op < 0: the end of the pass) when profiling.
+static void prof_mark(GpuExec *e, int op, int part) {
+    Prof *p = e->prof;
+    if (!p) return;
+    if (p->n == p->cap) ct_die("gpu: profiler out of events (%d)", p->cap);
+    p->what[p->n] = op < 0 ? -1 : op * PROF_PARTS + part;
+    CK(cudaEventRecord(p->ev[p->n++], e->st));
+}
+// Closes a pass: waits for its last mark and adds each gap to the part it belongs to.
+static void prof_pass_done(GpuExec *e, int backward) {
+    Prof *p = e->prof;
+    if (!p || !p->n) return;
+    prof_mark(e, -1, 0);
+    CK(cudaEventSynchronize(p->ev[p->n - 1]));
+    for (int i = 0; i + 1 < p->n; i++) {
+        if (p->what[i] < 0) continue;
+        float ms = 0;
+        CK(cudaEventElapsedTime(&ms, p->ev[i], p->ev[i + 1]));
+        p->ms[p->what[i]] += ms;
+    }
+    p->n = 0;
+    p->passes[backward]++;
+}
+
 // Enqueues the forward's kernels on e->st, nothing else (a graph capture records exactly this).
 static void forward_ops(GpuExec *e, const ResNet *m, int N, int train) {
     CtDtype dt = e->dt;
@@ -385,6 +519,7 @@ static void forward_ops(GpuExec *e, const ResNet *m, int N, int train) {
         void *out = e->act[op->out];
         const void *in = e->act[op->in];
         size_t n_in = slot_elems(e, op->in, N);
+        prof_mark(e, i, PROF_FWD);
         switch (op->kind) {
         case OP_CONV: {
             ConvShape s = op_conv_shape(e, op, N);
@@ -465,7 +600,9 @@ static void forward_train_pass(GpuExec *e, const ResNet *m, int N) { forward_ops
 
 // The forward and its host bookkeeping: num_batches_tracked counts training batches, as on the CPU.
 static void run_forward(GpuExec *e, ResNet *m, int N, int train) {
-    if (!(train && graph_run(e, &e->cg_fwd, m, N, forward_train_pass))) forward_ops(e, m, N, train);
+    if (e->prof || !(train && graph_run(e, &e->cg_fwd, m, N, forward_train_pass))) forward_ops(e, m, N, train);
+    if (train) prof_pass_done(e, 0);
+    else if (e->prof) e->prof->n = 0;  // eval passes are not counted
     if (train)
         for (int i = 0; i < m->n_ops; i++)
             if (m->ops[i].kind == OP_BN && m->ops[i].nbt >= 0) m->counts[entry(m, m->ops[i].nbt)->offset]++;
@@ -600,10 +737,12 @@ static void backward_ops(GpuExec *e, const ResNet *m, GradReadyFn ready, void *c
         const void *in = e->act[op->in];
         size_t n_in = slot_elems(e, op->in, N);
         int need_din = op->in > 0;
+        prof_mark(e, i, op->kind == OP_CONV ? PROF_BWD_WGRAD : PROF_BWD);
         switch (op->kind) {
         case OP_CONV: {
             ConvShape s = op_conv_shape(e, op, N);
             conv2d_backward_weight_gpu(&s, pgrad(e, m, op->w), gout, in, e->work, dt, st);
+            prof_mark(e, i, PROF_BWD_DATA);
             if (need_din) {
                 conv2d_backward_data_gpu(&s, grad_target(e, op->in, init), gout, wop(e, m, op->w), dt, st);
                 finish_grad(e, op->in, init, n_in);
@@ -666,7 +805,9 @@ static void backward_pass(GpuExec *e, const ResNet *m, int N) {
 // The backward, through a graph unless ready callbacks must run between the ops (a host hook per
 // op cannot be replayed).
 static void run_backward(GpuExec *e, const ResNet *m, GradReadyFn ready, void *ctx) {
-    if (ready || !graph_run(e, &e->cg_bwd, m, e->fwd_train_N, backward_pass)) backward_ops(e, m, ready, ctx);
+    if (e->prof || ready || !graph_run(e, &e->cg_bwd, m, e->fwd_train_N, backward_pass))
+        backward_ops(e, m, ready, ctx);
+    prof_pass_done(e, 1);
 }
 
 static void grads_to_host(GpuExec *e, const ResNet *m, float *grads) {
@@ -735,8 +876,10 @@ void gpu_sgd_step(GpuExec *e, const ResNet *m, const SgdConfig *cfg, SgdState *s
         free(h);
         e->decay_mode = cfg->wd_exclude_bn_bias;
     }
+    prof_mark(e, m->n_ops, PROF_FWD);
     sgd_step_gpu(e->params, e->grads, e->mom, e->decay, m->n_params, lr, cfg->momentum, cfg->weight_decay,
                  cfg->nesterov, st->steps == 0, e->wbf, e->st);
+    prof_pass_done(e, 2);
     CK(cudaStreamSynchronize(e->st));
     st->steps++;
 }

@@ -27,6 +27,7 @@
 //   master weights / momentum / BN statistics; CT_F32 for debugging (~1e-5 of the CPU backend).
 #pragma once
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 
 #include "kernels/kernels.h"
@@ -115,6 +116,13 @@ void gpu_unpin_host(const void *p);
 void gpu_exec_use_graphs(GpuExec *e, int on);
 int gpu_exec_graphs(const GpuExec *e);
 long gpu_exec_graph_launches(const GpuExec *e);
+
+// Per-op GPU time (for finding what to make faster): with profiling on, CUDA events are recorded
+// between the ops (and between a conv's weight and data gradients) of every training forward,
+// backward and SGD step, which then run eagerly (no graphs), and their gaps are summed.
+// gpu_exec_profile_report prints the time per step by op kind and pass, and the `top` slowest ops.
+void gpu_exec_profile(GpuExec *e, const ResNet *m, int on);
+void gpu_exec_profile_report(const GpuExec *e, const ResNet *m, int top, FILE *f);
 
 float *gpu_exec_grads(GpuExec *e);        // device [n_params]
 float *gpu_exec_params(GpuExec *e);       // device [n_params]

@@ -46,6 +46,24 @@ eager=$("$EMU" resnet20 8 2 2 1 --graphs off) || fail "--graphs off failed"
 check_line "$eager" "emulated bf16 fused step without graphs"
 grep -q 'fused-eager' <<<"$eager" || fail "--graphs off is not labelled: $eager"
 [ "$(loss_of "$eager")" = "$(loss_of "$fused")" ] || fail "graphs on/off: loss $(loss_of "$fused") vs $(loss_of "$eager")"
+# --profile: the per-op table after the line (times are the emulator's; only the plumbing counts).
+prof=$("$EMU" resnet20 8 2 2 1 --profile) || fail "--profile failed"
+check_line "$(grep '^ctrain ' <<<"$prof")" "emulated step with --profile"
+[ "$(loss_of "$(grep '^ctrain ' <<<"$prof")")" = "$(loss_of "$fused")" ] || fail "--profile changed the loss"
+PROF="$prof" "$PIPPY" - <<'PY' || fail "--profile table: $prof"
+import os, re
+t = os.environ["PROF"]
+assert re.search(r"^profile: resnet20, bf16, 3 steps timed", t, re.M), t
+kinds = dict()
+for m in re.finditer(r"^  (\S+) +(fwd|wgrad|dgrad|bwd)? +([0-9.]+) +([0-9.]+)%$", t, re.M):
+    kinds[(m.group(1), m.group(2))] = float(m.group(4))
+for k in [("conv", "fwd"), ("conv", "wgrad"), ("conv", "dgrad"), ("batchnorm", "fwd"), ("batchnorm", "bwd"), ("add", "fwd"), ("fc", "fwd")]:
+    assert k in kinds, (k, kinds)
+assert abs(sum(kinds.values()) - 100) < 1.0, sum(kinds.values())
+assert re.search(r"the 15 slowest parts:\n +[0-9.]+ ms +[0-9.]+%  \S+", t), t
+print("profile table: %d kind/pass rows, shares sum to %.1f%%" % (len(kinds), sum(kinds.values())))
+PY
+ok "--profile prints a per-op table and leaves the loss alone"
 
 # 3. The torchvision model family through the PyTorch peer.
 check_line "$("$TORCH_PY" tools/bench_gpu_torch.py resnet18 32 2 2 1 --dry-run --precision fp32)" "PyTorch dry run (torchvision model)"

@@ -3,7 +3,9 @@
 // step (train's defaults: lr 0.1, momentum 0.9, weight decay 1e-4, no Nesterov), on one random
 // batch. This is the loop a trainer runs minus data loading; the peer is tools/bench_gpu_torch.py.
 //   build/tools/bench_gpu_train ARCH SIZE BATCH [STEPS=20] [WARMUP=5] [--precision bf16|fp32]
-//                               [--step fused|trainer] [--classes N] [--graphs on|off]
+//                               [--step fused|trainer] [--classes N] [--graphs on|off] [--profile]
+// --profile: events between the ops of every step (eager launches), then a per-op table after the
+//   line: what to make faster. Its img/s includes the events' cost.
 // --graphs (default on, as train's --cuda-graphs): passes replayed as CUDA graphs after the first
 //   step; off launches every kernel from the host (the step is then labelled "...-eager").
 // --step fused (default): gpu_train_step_u8 (loss on the device) + gpu_sgd_step.
@@ -45,7 +47,7 @@ static size_t device_free_bytes(void) {
 static void usage(const char *prog) {
     fprintf(stderr,
             "usage: %s ARCH SIZE BATCH [STEPS=20] [WARMUP=5] [--precision bf16|fp32] [--step fused|trainer] "
-            "[--classes N] [--graphs on|off]\n",
+            "[--classes N] [--graphs on|off] [--profile]\n",
             prog);
     exit(2);
 }
@@ -53,7 +55,7 @@ static void usage(const char *prog) {
 int main(int argc, char **argv) {
     const char *precision = "bf16", *step_kind = "fused", *graphs = "on";
     const char *pos[5];
-    int npos = 0, classes = 0;
+    int npos = 0, classes = 0, profile = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--precision") || !strcmp(a, "--step") || !strcmp(a, "--classes") || !strcmp(a, "--graphs")) {
@@ -63,6 +65,8 @@ int main(int argc, char **argv) {
             else if (!strcmp(a, "--step")) step_kind = v;
             else if (!strcmp(a, "--graphs")) graphs = v;
             else classes = ct_parse_int("--classes", v, 2, 1 << 20);
+        } else if (!strcmp(a, "--profile")) {
+            profile = 1;
         } else if (a[0] == '-' && a[1] == '-') {
             fprintf(stderr, "bench_gpu_train: unknown flag '%s'\n", a);
             usage(argv[0]);
@@ -117,6 +121,7 @@ int main(int argc, char **argv) {
 
     GpuExec *e = gpu_exec_create(m, !strcmp(precision, "bf16") ? CT_BF16 : CT_F32);
     gpu_exec_use_graphs(e, use_graphs);  // train's default is on
+    if (profile) gpu_exec_profile(e, m, 1);
     SgdState st;
     sgd_init(&st, m->n_params);
     const SgdConfig cfg = {0.9f, 1e-4f, 0, 0};
@@ -149,6 +154,7 @@ int main(int argc, char **argv) {
            "memory %.1f MiB held, %.1f MiB device used, final loss %.4f, cuda runtime %d driver %d\n",
            arch, S, S, N, precision, step_label, N / med, med * 1e3, gpu_exec_device_bytes(e) / mib, used / mib,
            loss, rt_version, drv_version);
+    if (profile) gpu_exec_profile_report(e, m, 15, stdout);
     // The line still comes out, but a diverged run's timings are suspect and callers must notice.
     const int status = isfinite(loss) ? 0 : 3;
     if (status) fprintf(stderr, "bench_gpu_train: the final loss is not finite (exit 3)\n");

@@ -4,9 +4,10 @@
 #   1. tests/gpu.sh (kernels and whole steps against the CPU reference, compute-sanitizer,
 #      train --device cuda end to end, linkage, a full-size resnet50 step),
 #   2. tools/bench_gpu.sh (the conv engines on ResNet-50 shapes; compiled there with nvcc),
-#   3. tools/bench_gpu_train.sh (whole training steps, ctrain vs PyTorch + cuDNN).
+#   3. tools/bench_gpu_train.sh (whole training steps, ctrain vs PyTorch + cuDNN),
+#   4. per-op GPU time of ctrain's step (bench_gpu_train --profile): resnet50 224 and resnet20 32.
 # Each part's full log goes to $OUT (the device tool brings it back); the last lines printed are
-# the summary. GPU_SESSION_PARTS picks parts (default "tests conv train"); BENCH_CONFIGS passes to
+# the summary. GPU_SESSION_PARTS picks parts (default "tests conv train profile"); BENCH_CONFIGS passes to
 # tools/bench_gpu_train.sh.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -27,10 +28,15 @@ part() {  # name, log, command...
   tail -n 25 "$OUT/$log"
   summary+=("$(printf '%-28s %s  %4ds  (%s)' "$name" "$([ $rc = 0 ] && echo PASS || echo "FAIL rc=$rc")" $((SECONDS - t0)) "$OUT/$log")")
 }
-parts=${GPU_SESSION_PARTS:-tests conv train}
+parts=${GPU_SESSION_PARTS:-tests conv train profile}
+profile() {
+  build/tools/bench_gpu_train resnet50 224 128 5 2 --profile
+  build/tools/bench_gpu_train resnet20 32 512 10 3 --profile
+}
 [[ " $parts " == *" tests "* ]] && part "tests/gpu.sh" gpu_tests.log bash tests/gpu.sh
 [[ " $parts " == *" conv "* ]] && part "tools/bench_gpu.sh" bench_conv.log bash tools/bench_gpu.sh
 [[ " $parts " == *" train "* ]] && part "tools/bench_gpu_train.sh" bench_train.log bash tools/bench_gpu_train.sh
+[[ " $parts " == *" profile "* ]] && part "per-op profile" profile.log profile
 echo
 echo "== summary"
 grep -h -E '^(PASS|FAIL) ' "$OUT/gpu_tests.log" 2>/dev/null
