@@ -21,6 +21,7 @@
 // partial buffer and a second kernel sums the partials in split order. No atomics anywhere, so a
 // rerun is bit-identical.
 #include "kernels/common.cuh"
+#include "kernels/act.cuh"  // ct_check_vec_align
 #include "kernels/conv_gemm.cuh"
 #include "kernels/kernels.h"
 #include "kernels/ptx.cuh"
@@ -56,8 +57,12 @@ __device__ static inline uint16_t cv_bf16(float v) {
 }
 __device__ static inline void cv_st(uint16_t *p, size_t i, float v) { p[i] = cv_bf16(v); }
 // Two neighbours in one store (i even, the pair aligned).
-__device__ static inline void cv_st2(float *p, size_t i, float v0, float v1) { *(float2 *)(p + i) = make_float2(v0, v1); }
+__device__ static inline void cv_st2(float *p, size_t i, float v0, float v1) {
+    ct_check_vec_align(p + i, sizeof(float2));
+    *(float2 *)(p + i) = make_float2(v0, v1);
+}
 __device__ static inline void cv_st2(uint16_t *p, size_t i, float v0, float v1) {
+    ct_check_vec_align(p + i, sizeof(uint32_t));
     *(uint32_t *)(p + i) = cv_bf16(v0) | (uint32_t)cv_bf16(v1) << 16;
 }
 
@@ -214,13 +219,17 @@ __global__ void __launch_bounds__(GN_THREADS) gemm_generic_k(GemmArgs g) {
 #define TC_B_ELEMS (TC_BN * (TC_BK + 8))  // >= TC_BK * (TC_BN + 8)
 #define TC_STAGE_ELEMS (TC_A_ELEMS + TC_B_ELEMS)
 
-__device__ static inline void tc_zero16(uint16_t *dst) { *(uint4 *)dst = make_uint4(0, 0, 0, 0); }
+__device__ static inline void tc_zero16(uint16_t *dst) {
+    ct_check_vec_align(dst, sizeof(uint4));
+    *(uint4 *)dst = make_uint4(0, 0, 0, 0);
+}
 __device__ static inline void tc_store8(uint16_t *dst, const uint16_t v[8]) {
     uint4 u;
     u.x = v[0] | (uint32_t)v[1] << 16;
     u.y = v[2] | (uint32_t)v[3] << 16;
     u.z = v[4] | (uint32_t)v[5] << 16;
     u.w = v[6] | (uint32_t)v[7] << 16;
+    ct_check_vec_align(dst, sizeof(uint4));
     *(uint4 *)dst = u;
 }
 // Forward gather: input element at tap (r, sx), channel c of the output pixel whose window

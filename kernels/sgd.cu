@@ -32,6 +32,7 @@ __global__ void sgd_k(float *p, const float *g, float *buf, const uint8_t *decay
         ct_ldv<4>(pv, p, j * 4);
         ct_ldv<4>(gv, g, j * 4);
         if (momentum != 0.0f && !first) ct_ldv<4>(bv, buf, j * 4);
+        if (decay) ct_check_vec_align(decay + j * 4, sizeof(uint32_t));
         uint32_t dm = decay ? *(const uint32_t *)(decay + j * 4) : 0x01010101u;
         for (int k = 0; k < 4; k++)
             sgd_one(pv[k], gv[k], bv[k], (dm >> (8 * k)) & 0xffu, lr, momentum, wd, nesterov, first);

@@ -391,7 +391,7 @@ int main(void) {
     }
     const char *q = getenv("EMU_MODEL_QUICK");
     run_case("resnet20", 2, 8, 8, CT_F32, 1);
-    graph_case("resnet20", 3, 8, 8, CT_BF16);
+    graph_case("resnet20", 2, 8, 8, CT_BF16);
     if (q && *q == '1') return test_summary("emu_model");
     run_case("resnet20", 2, 8, 8, CT_BF16, 0);
     // 36x36: layer4 is 2x2, so its batch norms see 8 rows. At 32x32 with batch 2 they would see
