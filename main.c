@@ -631,6 +631,9 @@ static void make_loaders(Run *r) {
     lc.rank = r->rank;
     lc.world = r->world;
     lc.no_flip = c->no_flip;
+    // Test hook: CTRAIN_FAULT_LOADER_DELAY_MS=n slows every loader worker by n ms per chunk.
+    const char *slow = getenv("CTRAIN_FAULT_LOADER_DELAY_MS");
+    lc.test_delay_us = slow ? 1000 * atoi(slow) : 0;
 #ifdef CTRAIN_CUDA
     if (r->cuda) {  // batches leave the ring by DMA on the copy stream: page-locked buffers
         lc.alloc = gpu_pinned_alloc;
@@ -1258,6 +1261,15 @@ static int train_loop(Run *r, EvalResult *final_eval) {
                     r->epoch + 1, (long long)step, tr_loss, tr_top1, e.loss, e.top1, e.top5, lr_at(&r->sched, step - 1),
                     r->nonfinite_total, train_time + eval_time, eval_time, img_s, train_time > 0 ? train_wait / train_time : 0);
             fflush(r->metrics);
+            // A starved device is the commonest silent waste: say so, with what to change.
+            double wait_share = train_time > 0 ? train_wait / train_time : 0;
+            if (wait_share > 0.1 && r->epoch_seen > seen_at_start)
+                fprintf(stderr,
+                        "train: warning: %.0f%% of epoch %d's training time was spent waiting for data: the loader "
+                        "(%d worker thread%s) cannot keep up; give it more --workers (this machine has %ld cores), "
+                        "or pack the shards smaller (packdata --max-short) or as LZ4 rather than JPEG\n",
+                        100 * wait_share, r->epoch + 1, c->workers, c->workers == 1 ? "" : "s",
+                        sysconf(_SC_NPROCESSORS_ONLN));
             tfevents_scalar(r->tb, "train/epoch_loss", step, (float)tr_loss);
             tfevents_scalar(r->tb, "train/top1", step, (float)tr_top1);
             tfevents_scalar(r->tb, "val/loss", step, (float)e.loss);

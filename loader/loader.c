@@ -11,6 +11,7 @@
 #include <lz4.h>
 #include <pthread.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "loader/augment.h"
 #include "loader/sampler.h"
@@ -151,6 +152,7 @@ static void *worker_main(void *arg) {
                           &w->scratch);
             slot->labels[i] = (int32_t)r->label;
         }
+        if (l->cfg.test_delay_us > 0) usleep((useconds_t)l->cfg.test_delay_us);
 
         pthread_mutex_lock(&l->mu);
         l->inflight--;

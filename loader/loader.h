@@ -39,6 +39,7 @@ typedef struct {
     float scale_min, scale_max, ratio_min, ratio_max;
     int no_flip;      // 1: no horizontal flip in training
     int skip_crc;     // 1: do not verify payload checksums (each record is otherwise checked on first use)
+    int test_delay_us;  // tests only: each worker sleeps this long after each chunk (a slow loader)
     LoaderAllocFn alloc;
     LoaderFreeFn free;
     void *alloc_ctx;

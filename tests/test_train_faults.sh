@@ -1,6 +1,7 @@
 # Failure handling of train: a non-finite step is skipped and reported, repeated ones stop the run
 # with a clear message and the last good checkpoint kept; a diverging learning rate is caught the
-# same way; SIGTERM finishes the step, checkpoints and exits 143.
+# same way; SIGTERM finishes the step, checkpoints and exits 143; a loader too slow for the
+# trainer is reported at the end of the epoch.
 # CTRAIN_FAULT_NAN_STEPS="a,b-c" makes those global steps report a NaN loss, and
 # CTRAIN_FAULT_NAN_GRAD_STEPS a finite loss with NaN gradients (test hooks in main.c).
 source "$(dirname "$0")/train_lib.sh"
@@ -14,6 +15,15 @@ grep -q '"type":"skip","epoch":1,"step":7' "$TMP/one/metrics.jsonl" || fail "no 
 grep -q '"skipped_steps":1' "$TMP/one/metrics.jsonl" || fail "epoch record does not count the skipped step"
 [ -f "$TMP/one/model.safetensors" ] || fail "run with one skipped step did not finish"
 ok "a single non-finite step is skipped and reported"
+
+# A starved trainer says so: with every loader worker slowed (CTRAIN_FAULT_LOADER_DELAY_MS, a
+# test hook), the epoch ends with a warning naming the share of time spent waiting and what to
+# change.
+CTRAIN_FAULT_LOADER_DELAY_MS=40 "$TRAIN" "${F[@]}" --epochs 1 --workers 1 --out "$TMP/slow" 2>"$TMP/slow.log" \
+  || { cat "$TMP/slow.log"; fail "run with a slow loader failed"; }
+grep -Eq "train: warning: [0-9]+% of epoch 1's training time was spent waiting for data: the loader \(1 worker thread\) cannot keep up; give it more --workers" "$TMP/slow.log" \
+  || { cat "$TMP/slow.log"; fail "a starved run did not warn"; }
+ok "a starved run warns: $(grep -o '[0-9]*% of epoch 1' "$TMP/slow.log")"
 
 # A NaN gradient behind a finite loss goes through the gradient check instead (on the GPU: on the
 # device, 4 bytes back). A missed one would reach SGD and make every weight NaN; a caught one must
