@@ -927,21 +927,38 @@ static StepResult train_step(Run *r, const LoaderBatch *b, double lr, int64_t gl
 #endif
         memcpy(r->bufs_backup, m->bufs, m->n_bufs * sizeof(float));
     memcpy(r->counts_backup, m->counts, m->n_counts * sizeof(int64_t));
-    const float *logits = forward_u8(r, 0, b->images, N, hw, 1);
     double alpha = r->teacher ? r->cfg.kd_alpha : 0.0;
     int correct = 0;
+    float ce, loss;
     // Cross-entropy writes dlogits scaled by (1 - alpha); distillation adds its alpha share. With no
     // teacher this is the same arithmetic as alpha = 0 (scale 1), which the KD test relies on. Each
     // rank's gradient is of its own mean loss; averaging over ranks makes the global mean.
-    float ce = softmax_xent(r->dlogits, logits, b->labels, N, K, (float)r->cfg.label_smoothing, (float)(1.0 - alpha), &correct);
-    float loss = ce;
-    if (r->teacher) {
-        const float *tl = forward_u8(r, 1, b->images, N, hw, 0);
-        float kd = kd_loss(r->dlogits, logits, tl, N, K, (float)r->cfg.kd_temperature, (float)alpha);
-        loss = (float)(1.0 - alpha) * ce + (float)alpha * kd;
+#ifdef CTRAIN_CUDA
+    if (r->cuda) {  // the same losses on the device: the logits never leave it
+        gpu_forward_u8_dev(r->ge, m, b->images, N, hw, hw, r->mean, r->std, 1);
+        ce = gpu_loss_xent(r->ge, m, b->labels, N, (float)r->cfg.label_smoothing, (float)(1.0 - alpha), &correct);
+        loss = ce;
+        if (r->teacher) {
+            gpu_forward_u8_dev(r->tge, r->teacher, b->images, N, hw, hw, r->mean, r->std, 0);
+            gpu_exec_sync(r->tge);
+            float kd = gpu_loss_kd(r->ge, m, gpu_exec_logits(r->tge), N, (float)r->cfg.kd_temperature, (float)alpha);
+            loss = (float)(1.0 - alpha) * ce + (float)alpha * kd;
+        }
+        if (step_in(&r->fault_grad, global_step)) gpu_dlogits_poison(r->ge);  // every gradient becomes NaN
+    } else
+#endif
+    {
+        const float *logits = forward_u8(r, 0, b->images, N, hw, 1);
+        ce = softmax_xent(r->dlogits, logits, b->labels, N, K, (float)r->cfg.label_smoothing, (float)(1.0 - alpha), &correct);
+        loss = ce;
+        if (r->teacher) {
+            const float *tl = forward_u8(r, 1, b->images, N, hw, 0);
+            float kd = kd_loss(r->dlogits, logits, tl, N, K, (float)r->cfg.kd_temperature, (float)alpha);
+            loss = (float)(1.0 - alpha) * ce + (float)alpha * kd;
+        }
+        if (step_in(&r->fault_grad, global_step)) r->dlogits[0] = NAN;  // every gradient becomes NaN
     }
     if (step_in(&r->fault_loss, global_step)) loss = NAN;
-    if (step_in(&r->fault_grad, global_step)) r->dlogits[0] = NAN;  // every gradient becomes NaN
     StepResult res = {loss, correct, N, 0, g_stop_signal != 0};
     if (r->world > 1) {
         double v[4] = {(double)loss * N, (double)correct, (double)N, (double)(g_stop_signal != 0)};
@@ -957,10 +974,10 @@ static StepResult train_step(Run *r, const LoaderBatch *b, double lr, int64_t gl
             // The gradients stay on the device; only the finiteness flag comes back.
             if (r->ggs) {
                 gpu_gradsync_begin(r->ggs);
-                gpu_backward(r->ge, m, r->dlogits, NULL, gpu_gradsync_ready, r->ggs);
+                gpu_backward_dev(r->ge, m, gpu_gradsync_ready, r->ggs);
                 gpu_gradsync_wait(r->ggs);
             } else {
-                gpu_backward(r->ge, m, r->dlogits, NULL, NULL, NULL);
+                gpu_backward_dev(r->ge, m, NULL, NULL);
             }
             if (gpu_grads_finite(r->ge)) {
                 gpu_sgd_step(r->ge, m, &r->sgdc, &r->opt, (float)lr);

@@ -712,6 +712,51 @@ const float *gpu_forward_u8(GpuExec *e, ResNet *m, const uint8_t *x, int N, int 
     return logits_to_host(e, m, N);
 }
 
+void gpu_forward_u8_dev(GpuExec *e, ResNet *m, const uint8_t *x, int N, int H, int W, const float *mean,
+                        const float *std, int train) {
+    check_batch(e, m, N, H, W);
+    input_from_u8(e, m, x, N, H, W, mean, std);
+    run_forward(e, m, N, train);
+}
+
+float *gpu_exec_logits(GpuExec *e) { return e->logits; }
+void gpu_exec_sync(GpuExec *e) { CK(cudaStreamSynchronize(e->st)); }
+
+static void check_labels(const ResNet *m, const int32_t *labels, int N) {
+    for (int n = 0; n < N; n++)
+        if (labels[n] < 0 || labels[n] >= m->num_classes)
+            ct_die("gpu: label %d of batch row %d is outside [0, %d)", labels[n], n, m->num_classes);
+}
+
+float gpu_loss_xent(GpuExec *e, const ResNet *m, const int32_t *labels, int N, float smoothing,
+                    float grad_scale, int *correct) {
+    if (N != e->fwd_train_N) ct_die("gpu: loss of %d rows after a training forward of %d", N, e->fwd_train_N);
+    check_labels(m, labels, N);
+    CK(cudaMemcpyAsync(e->labels, labels, (size_t)N * sizeof(int32_t), cudaMemcpyHostToDevice, e->st));
+    softmax_xent_gpu(e->dlogits, e->logits, e->labels, N, m->num_classes, smoothing, grad_scale, e->scalars,
+                     (int *)(e->scalars + 1), e->st);
+    CK(cudaMemcpyAsync(e->h_scalars, e->scalars, 2 * sizeof(float), cudaMemcpyDeviceToHost, e->st));
+    CK(cudaStreamSynchronize(e->st));
+    if (correct) memcpy(correct, e->h_scalars + 1, sizeof(int));
+    return e->h_scalars[0];
+}
+
+float gpu_loss_kd(GpuExec *e, const ResNet *m, const float *teacher_logits, int N, float temperature,
+                  float grad_scale) {
+    if (N != e->fwd_train_N) ct_die("gpu: loss of %d rows after a training forward of %d", N, e->fwd_train_N);
+    kd_loss_gpu(e->dlogits, e->logits, teacher_logits, N, m->num_classes, temperature, grad_scale, e->scalars + 2,
+                e->st);
+    CK(cudaMemcpyAsync(e->h_scalars + 2, e->scalars + 2, sizeof(float), cudaMemcpyDeviceToHost, e->st));
+    CK(cudaStreamSynchronize(e->st));
+    return e->h_scalars[2];
+}
+
+void gpu_dlogits_poison(GpuExec *e) {
+    static const float nan = NAN;
+    CK(cudaMemcpyAsync(e->dlogits, &nan, sizeof nan, cudaMemcpyHostToDevice, e->st));
+    CK(cudaStreamSynchronize(e->st));  // &nan is pageable: the copy must be done before returning
+}
+
 // Gradient target of slot s: its own buffer for the first contribution, else the scratch (the
 // caller then adds it with finish_grad).
 static void *grad_target(GpuExec *e, int s, uint8_t *init) {
@@ -826,11 +871,15 @@ void gpu_backward(GpuExec *e, const ResNet *m, const float *dlogits, float *grad
     grads_to_host(e, m, grads);
 }
 
+void gpu_backward_dev(GpuExec *e, const ResNet *m, GradReadyFn ready, void *ctx) {
+    if (!e->fwd_train_N) ct_die("gpu: backward without a preceding training forward");
+    run_backward(e, m, ready, ctx);
+    grads_to_host(e, m, NULL);
+}
+
 static float loss_and_backward(GpuExec *e, ResNet *m, const int32_t *labels, int N, float smoothing,
                                float *grads, int *correct) {
-    for (int n = 0; n < N; n++)
-        if (labels[n] < 0 || labels[n] >= m->num_classes)
-            ct_die("gpu: label %d of batch row %d is outside [0, %d)", labels[n], n, m->num_classes);
+    check_labels(m, labels, N);
     CK(cudaMemcpyAsync(e->labels, labels, (size_t)N * sizeof(int32_t), cudaMemcpyHostToDevice, e->st));
     softmax_xent_gpu(e->dlogits, e->logits, e->labels, N, m->num_classes, smoothing, 1.0f, e->scalars,
                      (int *)(e->scalars + 1), e->st);

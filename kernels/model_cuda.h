@@ -81,6 +81,25 @@ const float *gpu_forward_u8(GpuExec *e, ResNet *m, const uint8_t *x, int N, int 
 void gpu_backward(GpuExec *e, const ResNet *m, const float *dlogits, float *grads, GradReadyFn ready,
                   void *ctx);
 
+// The training step with the loss on the device (what train runs): no logits to the host and
+// back. gpu_forward_u8_dev leaves the logits on the device (gpu_exec_logits; returns with the work
+// enqueued, not done); gpu_loss_xent writes dlogits = grad_scale * d(cross-entropy) on the device
+// and returns the mean loss (*correct: top-1 hits); gpu_loss_kd ADDS the distillation gradient
+// (grad_scale * d(T^2 KL)) given the teacher's device logits (another executor on this GPU, its
+// forward complete: gpu_exec_sync) and returns that loss; gpu_backward_dev runs the backward from
+// those dlogits. The same arithmetic as nn/layers.h's softmax_xent/kd_loss. gpu_dlogits_poison
+// (test hook) makes dlogits[0] NaN.
+void gpu_forward_u8_dev(GpuExec *e, ResNet *m, const uint8_t *x, int N, int H, int W, const float *mean,
+                        const float *std, int train);
+float *gpu_exec_logits(GpuExec *e);  // device [N, num_classes] of the last forward
+void gpu_exec_sync(GpuExec *e);      // waits for the compute stream
+float gpu_loss_xent(GpuExec *e, const ResNet *m, const int32_t *labels, int N, float smoothing,
+                    float grad_scale, int *correct);
+float gpu_loss_kd(GpuExec *e, const ResNet *m, const float *teacher_logits, int N, float temperature,
+                  float grad_scale);
+void gpu_dlogits_poison(GpuExec *e);
+void gpu_backward_dev(GpuExec *e, const ResNet *m, GradReadyFn ready, void *ctx);
+
 // Training forward + softmax cross-entropy (label smoothing) + backward, all on the device.
 // Returns the mean loss; *correct (may be NULL) gets the top-1 hits. Labels are host int32 and
 // are checked against num_classes (dies naming the batch row).

@@ -34,7 +34,7 @@ check_line "$(grep '^pytorch ' <<<"$out")" "PyTorch dry run (CIFAR model)"
 grep -Eq '^ratio +resnet20 8 2 +ctrain/pytorch: img/s [0-9.]+x, memory held n/a, device used n/a$' <<<"$out" \
   || fail "no ratio line"
 
-# 2. main.c's trainer sequence (host loss, round trips) computes what the fused step does.
+# 2. main.c's trainer sequence (BN snapshot, loss read back, finiteness check) computes what the fused step does.
 trainer=$("$EMU" resnet20 8 2 2 1 --step trainer) || fail "--step trainer failed"
 check_line "$trainer" "emulated bf16 trainer step"
 awk -v a="$(loss_of "$fused")" -v b="$(loss_of "$trainer")" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-2 * a) }' \

@@ -76,6 +76,15 @@ PY
 REF=$TMP/c1/model.safetensors
 out=$(compare_metrics "$TMP/cpu/metrics.jsonl" "$TMP/gpu/metrics.jsonl" 3e-2 4 1e-5) || fail "fp32 cuda vs cpu metrics: $out"
 ok "fp32 cuda (emulated) vs cpu: $out"
+
+# Distillation on the GPU (teacher forward and both losses on the device) against the CPU's: the
+# 2-epoch CPU model above is the teacher.
+KD=(--teacher "resnet20:$TMP/cpu/model.safetensors" --kd-alpha 0.6 --kd-temperature 3 --epochs 1)
+"$TRAIN" "$TMP/d" $ARGS "${KD[@]}" --device cpu --out "$TMP/kdc" >"$TMP/kdc.log" 2>&1 || { cat "$TMP/kdc.log"; fail "cpu KD run"; }
+"$EMU" "$TMP/d" $ARGS "${KD[@]}" --device cuda --precision fp32 --out "$TMP/kdg" >"$TMP/kdg.log" 2>&1 \
+  || { cat "$TMP/kdg.log"; fail "cuda (emulated) KD run"; }
+out=$(compare_metrics "$TMP/kdc/metrics.jsonl" "$TMP/kdg/metrics.jsonl" 3e-2 4 1e-5) || fail "KD fp32 cuda vs cpu metrics: $out"
+ok "distillation, fp32 cuda (emulated) vs cpu: $out"
 out=$(compare_models "$TMP/cpu/model.safetensors" "$TMP/gpu/model.safetensors" "$REF" 0.2) || fail "fp32 models differ: $out"
 ok "final models: $out"
 

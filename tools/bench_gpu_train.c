@@ -9,9 +9,9 @@
 // --graphs (default on, as train's --cuda-graphs): passes replayed as CUDA graphs after the first
 //   step; off launches every kernel from the host (the step is then labelled "...-eager").
 // --step fused (default): gpu_train_step_u8 (loss on the device) + gpu_sgd_step.
-// --step trainer: the sequence main.c's train_step runs for one rank: BN snapshot, gpu_forward_u8
-//   (logits to the host), host softmax_xent, gpu_backward (dlogits to the device), the device
-//   finiteness check, gpu_sgd_step; it shows what those round trips cost.
+// --step trainer: the sequence main.c's train_step runs for one rank: BN snapshot,
+//   gpu_forward_u8_dev, gpu_loss_xent (the loss back to the host), gpu_backward_dev, the device
+//   finiteness check, gpu_sgd_step; it shows what those synchronisations cost.
 // Each step ends synchronised (the loss comes back to the host), so a step's wall time is its cost.
 // Prints one line (tools/bench_gpu_train.sh parses it): img/s from the median step, the executor's
 // device memory (gpu_exec_device_bytes) and the growth of the device's used memory over the run
@@ -126,16 +126,15 @@ int main(int argc, char **argv) {
     sgd_init(&st, m->n_params);
     const SgdConfig cfg = {0.9f, 1e-4f, 0, 0};
     const float lr = 0.1f;
-    float *dlogits = trainer ? ct_alloc((size_t)N * classes * sizeof(float)) : NULL;
     double *wall = ct_alloc((size_t)steps * sizeof(double));
     float loss = 0;
     for (int it = 0; it < warmup + steps; it++) {
         const double t0 = ct_now();
         if (trainer) {
             gpu_bufs_snapshot(e);
-            const float *logits = gpu_forward_u8(e, m, x, N, S, S, mean, std, 1);
-            loss = softmax_xent(dlogits, logits, labels, N, classes, 0.0f, 1.0f, NULL);
-            gpu_backward(e, m, dlogits, NULL, NULL, NULL);
+            gpu_forward_u8_dev(e, m, x, N, S, S, mean, std, 1);
+            loss = gpu_loss_xent(e, m, labels, N, 0.0f, 1.0f, NULL);
+            gpu_backward_dev(e, m, NULL, NULL);
             // As main.c: a non-finite gradient skips the update and restores the BN statistics.
             if (gpu_grads_finite(e)) gpu_sgd_step(e, m, &cfg, &st, lr);
             else gpu_bufs_rollback(e);
@@ -162,6 +161,6 @@ int main(int argc, char **argv) {
     sgd_free(&st);
     resnet_free(m);
     gpu_pinned_free(x, NULL);
-    free(labels), free(dlogits), free(wall);
+    free(labels), free(wall);
     return status;
 }
