@@ -1453,10 +1453,9 @@ static void setup_rank(Run *r) {
 }
 
 // What every node of a run must agree on: every flag but the node-local ones (output directory,
-// loader workers, print frequency, this node's number, the rendezvous address, the timeout),
-// and the dataset as this node sees it (record counts, class table).
+// loader workers, print frequency, this node's number, the rendezvous address, the timeout, the
+// batch dump, CUDA graphs), and the dataset as this node sees it (record counts, class table).
 static uint64_t config_fingerprint(const Run *r) {
-    // Flags that do not change what is computed (CUDA graphs replay the same kernels) may differ.
     static const char *local_flags[] = {"out",     "workers", "print-freq",   "node-rank",
                                         "master",  "timeout", "dump-batches", "cuda-graphs"};
     uint64_t h = 1469598103934665603ull;
