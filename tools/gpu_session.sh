@@ -8,7 +8,9 @@
 #   4. per-op GPU time of ctrain's step (bench_gpu_train --profile): resnet50 224 and resnet20 32.
 # Each part's full log goes to $OUT (the device tool brings it back); the last lines printed are
 # the summary. GPU_SESSION_PARTS picks parts (default "tests conv train profile"); BENCH_CONFIGS passes to
-# tools/bench_gpu_train.sh.
+# tools/bench_gpu_train.sh. A device command may run 600 s at most: if all parts do not fit, run
+# "tests" in one call and "conv train profile" in the next. Each part is cut at PART_TIMEOUT
+# seconds (default 500) so that a hung one still leaves the others' logs.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out/gpu-session}
@@ -24,19 +26,16 @@ part() {  # name, log, command...
   local name=$1 log=$2; shift 2
   local t0=$SECONDS rc=0
   echo "== $name"
-  "$@" >"$OUT/$log" 2>&1 || rc=$?
+  timeout "${PART_TIMEOUT:-500}" "$@" >"$OUT/$log" 2>&1 || rc=$?
   tail -n 25 "$OUT/$log"
   summary+=("$(printf '%-28s %s  %4ds  (%s)' "$name" "$([ $rc = 0 ] && echo PASS || echo "FAIL rc=$rc")" $((SECONDS - t0)) "$OUT/$log")")
 }
 parts=${GPU_SESSION_PARTS:-tests conv train profile}
-profile() {
-  build/tools/bench_gpu_train resnet50 224 128 5 2 --profile
-  build/tools/bench_gpu_train resnet20 32 512 10 3 --profile
-}
 [[ " $parts " == *" tests "* ]] && part "tests/gpu.sh" gpu_tests.log bash tests/gpu.sh
 [[ " $parts " == *" conv "* ]] && part "tools/bench_gpu.sh" bench_conv.log bash tools/bench_gpu.sh
 [[ " $parts " == *" train "* ]] && part "tools/bench_gpu_train.sh" bench_train.log bash tools/bench_gpu_train.sh
-[[ " $parts " == *" profile "* ]] && part "per-op profile" profile.log profile
+[[ " $parts " == *" profile "* ]] && part "per-op profile" profile.log bash -c \
+  'build/tools/bench_gpu_train resnet50 224 128 5 2 --profile && build/tools/bench_gpu_train resnet20 32 512 10 3 --profile'
 echo
 echo "== summary"
 grep -h -E '^(PASS|FAIL) ' "$OUT/gpu_tests.log" 2>/dev/null
