@@ -1490,11 +1490,9 @@ static void print_banner(const Run *r) {
         fprintf(stderr, "train: %d data-parallel ranks (threads, %d CPU threads each), gradients averaged in %d bucket(s) of "
                         "<= %d MB during backward\n", r->world, CT_MAX(1, omp_get_max_threads() / r->world),
                 r->gs ? gradsync_buckets(r->gs) : n_gpu_buckets(r), c->bucket_mb);
-    fprintf(stderr, "train: device %s (%d CPU threads, %d loader workers), lr %g %s, %d epochs, out %s/%s\n",
-            r->cuda ? (r->bf16 ? (strcmp(c->cuda_graphs, "on") ? "cuda, bf16" : "cuda, bf16, CUDA graphs")
-                               : (strcmp(c->cuda_graphs, "on") ? "cuda, fp32" : "cuda, fp32, CUDA graphs"))
-                    : (r->bf16 ? "cpu, bf16 rounding" : "cpu"),
-            omp_get_max_threads(), c->workers, c->lr, c->lr_schedule, c->epochs, r->out,
+    fprintf(stderr, "train: device %s%s (%d CPU threads, %d loader workers), lr %g %s, %d epochs, out %s/%s\n",
+            r->cuda ? (r->bf16 ? "cuda, bf16" : "cuda, fp32") : (r->bf16 ? "cpu, bf16 rounding" : "cpu"),
+            r->cuda && !strcmp(c->cuda_graphs, "on") ? ", CUDA graphs" : "", omp_get_max_threads(), c->workers, c->lr, c->lr_schedule, c->epochs, r->out,
             c->resume[0] ? " (resumed)" : "");
     if (c->resume[0])
         fprintf(stderr, "train: resuming %s at epoch %d step %lld/%lld\n", c->resume, r->epoch + 1,

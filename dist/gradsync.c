@@ -52,13 +52,18 @@ static int reduce_bucket(void *ctx, int i) {
     return 0;
 }
 
+Bucket *gradsync_plan_alloc(const ResNet *m, size_t bucket_bytes, int *n) {
+    *n = gradsync_plan(m, bucket_bytes, NULL, 0);
+    Bucket *b = ct_alloc((size_t)*n * sizeof(Bucket));
+    gradsync_plan(m, bucket_bytes, b, *n);
+    return b;
+}
+
 GradSync *gradsync_create(Comm *c, const ResNet *m, float *grads, size_t bucket_bytes) {
     GradSync *s = ct_zalloc(sizeof *s);
     s->c = c;
     s->grads = grads;
-    s->nb = gradsync_plan(m, bucket_bytes, NULL, 0);
-    s->b = ct_alloc(s->nb * sizeof(Bucket));
-    gradsync_plan(m, bucket_bytes, s->b, s->nb);
+    s->b = gradsync_plan_alloc(m, bucket_bytes, &s->nb);
     s->q = bucketq_create(s->nb, reduce_bucket, s, NULL);
     return s;
 }

@@ -27,6 +27,8 @@ typedef struct {
 // except where a single op's gradients alone are larger. Writes up to max buckets, returns how
 // many there are (call with max 0 to count).
 int gradsync_plan(const ResNet *m, size_t bucket_bytes, Bucket *out, int max);
+// The whole plan in a new array (free it); *n gets the bucket count.
+Bucket *gradsync_plan_alloc(const ResNet *m, size_t bucket_bytes, int *n);
 
 typedef struct GradSync GradSync;
 

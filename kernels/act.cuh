@@ -58,7 +58,7 @@ static inline unsigned ct_grid_for(size_t n, unsigned threads) {
 
 // V consecutive elements as floats in one access: a 16-byte load/store (8 bf16 or 4 floats), an
 // 8-byte one (4 bf16: pairs with 4 floats when converting), or, with V = 1, one element. The
-// caller guarantees the alignment (ct_vec_ok). Same values and rounding as V ct_ld/ct_st calls.
+// caller guarantees the alignment (ct_aligned). Same values and rounding as V ct_ld/ct_st calls.
 // A GPU faults on a vector access that is not aligned to its size; the emulator's host loads
 // would not, so under emulation every vector access is checked.
 __device__ static inline void ct_check_vec_align(const void *p, size_t bytes) {
@@ -114,8 +114,8 @@ __device__ static inline void ct_stv(T *p, size_t i, const float (&v)[V]) {
 }
 // Elements of T in one 16-byte vector.
 #define CT_VEC(T) ((int)(16 / sizeof(T)))
-// 1 when n elements of T at each non-NULL pointer can be walked in 16-byte vectors.
-static inline int ct_vec_ok(size_t n, size_t elem_bytes, const void *a, const void *b, const void *c) {
-    if ((n * elem_bytes) % 16) return 0;
-    return (((uintptr_t)a | (uintptr_t)b | (uintptr_t)c) & 15u) == 0;
+// 1 when every pointer given is a multiple of `bytes` (a power of two); NULL counts as aligned.
+static inline int ct_aligned(uintptr_t bytes, const void *a, const void *b = NULL, const void *c = NULL,
+                             const void *d = NULL) {
+    return (((uintptr_t)a | (uintptr_t)b | (uintptr_t)c | (uintptr_t)d) & (bytes - 1)) == 0;
 }

@@ -266,7 +266,7 @@ __global__ void __launch_bounds__(BN_THREADS)
 // (cudaMalloc'd activations always are; a view into the middle of one might not be).
 template <typename T>
 static int bn_vec_width(int C, const void *a, const void *b, const void *c, const void *d) {
-    return C % CT_VEC(T) == 0 && ct_vec_ok(0, 1, a, b, c) && ct_vec_ok(0, 1, d, NULL, NULL) ? CT_VEC(T) : 1;
+    return C % CT_VEC(T) == 0 && ct_aligned(16, a, b, c, d) ? CT_VEC(T) : 1;
 }
 
 template <typename T, int V>

@@ -596,7 +596,6 @@ __global__ void reduce_splits_k(float *dst, const float *part, int splits, size_
 // Host side.
 
 static int ceil_div(long long a, long long b) { return (int)((a + b - 1) / b); }
-static int aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
 // Split-K plan for the weight gradient. Depends only on the GEMM shape (not on the GPU), so the
 // summation order, hence every bit of the result, is the same on any device.
@@ -635,8 +634,8 @@ void ct_gemm_tc_setup(GemmArgs *g, int mode, CtDtype dt) {
     const ConvShape *s = &g->s;
     g->tc_ok = dt == CT_BF16;
     int a_chunk_dim = mode == GEMM_FWD ? s->C : s->K;  // FWD: c; DGRAD: k_out; WGRAD: m = k_out
-    g->vec_a = a_chunk_dim % 8 == 0 && aligned16(g->a);
-    g->vec_b = s->C % 8 == 0 && aligned16(g->b);  // FWD: rows of R*S*C; DGRAD, WGRAD: c
+    g->vec_a = a_chunk_dim % 8 == 0 && ct_aligned(16, g->a);
+    g->vec_b = s->C % 8 == 0 && ct_aligned(16, g->b);  // FWD: rows of R*S*C; DGRAD, WGRAD: c
 }
 
 extern "C" int ct_gemm_run(int mode, GemmArgs g, CtDtype dt, int a_f32, int c_f32, int algo,

@@ -79,7 +79,7 @@ __global__ void ew_k(size_t n, A... a) {
 // cudaMalloc'd tensors are), else element by element.
 template <template <int> class Op, int V, typename... A>
 static void ew_launch(size_t n, const void *p0, const void *p1, const void *p2, ct_stream_t stream, A... a) {
-    if (V > 1 && ct_vec_ok(0, 1, p0, p1, p2))
+    if (V > 1 && ct_aligned(16, p0, p1, p2))
         CT_LAUNCH((ew_k<Op, V, A...>), ct_grid_for(n / V ? n / V : 1, EW_THREADS), EW_THREADS, 0, stream, n, a...);
     else
         CT_LAUNCH((ew_k<Op, 1, A...>), ct_grid_for(n, EW_THREADS), EW_THREADS, 0, stream, n, a...);
@@ -143,7 +143,7 @@ extern "C" void normalize_u8_gpu(void *out, const uint8_t *in, size_t pixels, in
 }
 extern "C" void any_nonfinite_gpu(const float *x, size_t n, int *flag, ct_stream_t stream) {
     if (!n) return;
-    int vec = ct_vec_ok(0, 1, x, NULL, NULL);
+    int vec = ct_aligned(16, x);
     CT_LAUNCH(any_nonfinite_k, ct_grid_for(vec ? (n + 3) / 4 : n, EW_THREADS), EW_THREADS, 0, stream, x, n, flag, vec);
     CT_CHECK_LAUNCH("any_nonfinite_gpu");
 }

@@ -57,9 +57,7 @@ GpuGradSync *gpu_gradsync_create(Comm *c, const ResNet *m, float *dgrads, size_t
     s->dgrads = dgrads;
     s->device = device;
     s->compute = (cudaStream_t)compute;
-    s->nb = gradsync_plan(m, bucket_bytes, NULL, 0);
-    s->b = (Bucket *)ct_alloc(s->nb * sizeof(Bucket));
-    gradsync_plan(m, bucket_bytes, s->b, s->nb);
+    s->b = gradsync_plan_alloc(m, bucket_bytes, &s->nb);
     CT_CUDA_CHECK(cudaSetDevice(device));
     CT_CUDA_CHECK(cudaMallocHost((void **)&s->host, (m->n_params ? m->n_params : 1) * sizeof(float)));
     CT_CUDA_CHECK(cudaStreamCreateWithFlags(&s->comm, cudaStreamNonBlocking));

@@ -728,17 +728,27 @@ static void check_labels(const ResNet *m, const int32_t *labels, int N) {
             ct_die("gpu: label %d of batch row %d is outside [0, %d)", labels[n], n, m->num_classes);
 }
 
-float gpu_loss_xent(GpuExec *e, const ResNet *m, const int32_t *labels, int N, float smoothing,
-                    float grad_scale, int *correct) {
+// Enqueues the cross-entropy of the last training forward: dlogits on the device, the loss and
+// the hit count copied into h_scalars[0], [1] (valid once the stream has reached that point).
+static void enqueue_xent(GpuExec *e, const ResNet *m, const int32_t *labels, int N, float smoothing,
+                         float grad_scale) {
     if (N != e->fwd_train_N) ct_die("gpu: loss of %d rows after a training forward of %d", N, e->fwd_train_N);
     check_labels(m, labels, N);
     CK(cudaMemcpyAsync(e->labels, labels, (size_t)N * sizeof(int32_t), cudaMemcpyHostToDevice, e->st));
     softmax_xent_gpu(e->dlogits, e->logits, e->labels, N, m->num_classes, smoothing, grad_scale, e->scalars,
                      (int *)(e->scalars + 1), e->st);
     CK(cudaMemcpyAsync(e->h_scalars, e->scalars, 2 * sizeof(float), cudaMemcpyDeviceToHost, e->st));
-    CK(cudaStreamSynchronize(e->st));
+}
+static float xent_result(const GpuExec *e, int *correct) {
     if (correct) memcpy(correct, e->h_scalars + 1, sizeof(int));
     return e->h_scalars[0];
+}
+
+float gpu_loss_xent(GpuExec *e, const ResNet *m, const int32_t *labels, int N, float smoothing,
+                    float grad_scale, int *correct) {
+    enqueue_xent(e, m, labels, N, smoothing, grad_scale);
+    CK(cudaStreamSynchronize(e->st));
+    return xent_result(e, correct);
 }
 
 float gpu_loss_kd(GpuExec *e, const ResNet *m, const float *teacher_logits, int N, float temperature,
@@ -877,17 +887,13 @@ void gpu_backward_dev(GpuExec *e, const ResNet *m, GradReadyFn ready, void *ctx)
     grads_to_host(e, m, NULL);
 }
 
+// The loss comes back with the gradients' synchronisation, not before the backward.
 static float loss_and_backward(GpuExec *e, ResNet *m, const int32_t *labels, int N, float smoothing,
                                float *grads, int *correct) {
-    check_labels(m, labels, N);
-    CK(cudaMemcpyAsync(e->labels, labels, (size_t)N * sizeof(int32_t), cudaMemcpyHostToDevice, e->st));
-    softmax_xent_gpu(e->dlogits, e->logits, e->labels, N, m->num_classes, smoothing, 1.0f, e->scalars,
-                     (int *)(e->scalars + 1), e->st);
-    CK(cudaMemcpyAsync(e->h_scalars, e->scalars, 2 * sizeof(float), cudaMemcpyDeviceToHost, e->st));
+    enqueue_xent(e, m, labels, N, smoothing, 1.0f);
     run_backward(e, m, NULL, NULL);
     grads_to_host(e, m, grads);
-    if (correct) memcpy(correct, e->h_scalars + 1, sizeof(int));
-    return e->h_scalars[0];
+    return xent_result(e, correct);
 }
 
 float gpu_train_step(GpuExec *e, ResNet *m, const float *x, const int32_t *labels, int N, int H, int W,

@@ -54,7 +54,7 @@ extern "C" void sgd_step_gpu(float *params, const float *grads, float *buf, cons
                              uint16_t *params_bf16, ct_stream_t stream) {
     if (!n) return;
     // The bf16 copy holds 4 elements in 8 bytes: 8-byte alignment is what it needs.
-    int vec = ct_vec_ok(0, 1, params, grads, buf) && ((uintptr_t)decay & 3u) == 0 && ((uintptr_t)params_bf16 & 7u) == 0;
+    int vec = ct_aligned(16, params, grads, buf) && ct_aligned(4, decay) && ct_aligned(8, params_bf16);
     CT_LAUNCH(sgd_k, ct_grid_for(vec ? (n + 3) / 4 : n, 256), 256, 0, stream, params, grads, buf, decay, n, lr,
               momentum, wd, nesterov, first, params_bf16, vec);
     CT_CHECK_LAUNCH("sgd_step_gpu");

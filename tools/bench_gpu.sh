@@ -10,9 +10,11 @@ OUT=${BENCH_DIR:-build/bench-gpu}
 mkdir -p "$OUT"
 # CTRAIN_PREBUILT=1 with $OUT/bench_conv present (tools/gpu_stage.sh builds it off the device):
 # no compiling on the GPU machine, whose device time is short.
+# BENCH_BUILD_ONLY=1: build and stop (tools/gpu_stage.sh, on a machine without a GPU).
 if [ -z "${CTRAIN_PREBUILT:-}" ] || [ ! -x "$OUT/bench_conv" ]; then
   gcc -std=c11 -O2 -D_GNU_SOURCE -I. -c util/common.c -o "$OUT/common.o"
   "$NVCC" -std=c++17 -O3 -lineinfo -I. -DCTRAIN_CUDA -gencode arch=compute_$ARCH,code=sm_$ARCH \
     -o "$OUT/bench_conv" tools/bench_conv.cu kernels/conv.cu kernels/linear.cu "$OUT/common.o"
 fi
+[ -n "${BENCH_BUILD_ONLY:-}" ] && exit 0
 "$OUT/bench_conv" "${1:-64}" "${2:-10}"

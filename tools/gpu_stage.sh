@@ -13,12 +13,8 @@ cd "$(dirname "$0")/.."
 ./build.sh >/dev/null
 ./build.sh gpu-tests >/dev/null
 [ -x build/tools/bench_gpu_train ] || { echo "gpu_stage: build/tools/bench_gpu_train missing (nvcc?)" >&2; exit 1; }
-# The conv benchmark too (tools/bench_gpu.sh would compile it on the device); sm_90: H100/H200.
-NVCC=${NVCC:-$(sed -n 's/^NVCC := //p' build/rules.mk)}
-mkdir -p build/bench-gpu
-gcc -std=c11 -O2 -D_GNU_SOURCE -I. -c util/common.c -o build/bench-gpu/common.o
-"$NVCC" -std=c++17 -O3 -lineinfo -I. -DCTRAIN_CUDA -gencode arch=compute_${CUDA_ARCH:-90},code=sm_${CUDA_ARCH:-90} \
-  -o build/bench-gpu/bench_conv tools/bench_conv.cu kernels/conv.cu kernels/linear.cu build/bench-gpu/common.o
+# The conv benchmark too (tools/bench_gpu.sh would compile it on the device; sm_90: H100/H200).
+NVCC=${NVCC:-$(sed -n 's/^NVCC := //p' build/rules.mk)} BENCH_DIR=build/bench-gpu BENCH_BUILD_ONLY=1 tools/bench_gpu.sh
 rm -rf .carry/gpu
 mkdir -p .carry/gpu/build/gpu-tests .carry/gpu/build/tools .carry/gpu/build/bench-gpu
 files=(train packdata build/tools/bench_gpu_train build/bench-gpu/bench_conv)
