@@ -78,13 +78,14 @@ staticlib() { # the static archive of a library, so ./train carries it inside
   done
   echo "-l$1"
 }
-STATIC_LIBS="$(staticlib jpeg) $(staticlib lz4) $(staticlib png16) $(staticlib z)"
+STATIC_LIBS="$(staticlib jpeg) $(staticlib lz4) $(staticlib png16) $(staticlib z) $(staticlib jansson)"
 
 if [ "$MODE" = clean ]; then rm -rf "${BUILD_DIR:-build}" train packdata; say "clean"; exit 0; fi
 
 # ---------------------------------------------------------------------------
 # The rules. Sources are discovered, so adding a file never means editing this script:
 #   util/ nn/ loader/ dist/ *.c      -> build/libctrain.a (host library)
+#   trainer/*.c                       -> build/libtrainer.a, and build/libtrainer_cuda.a with -DCTRAIN_CUDA
 #   kernels/*.cu                      -> nvcc (real GPU) and g++ against kernels/emu (emulated GPU)
 #   kernels/emu/*.cpp                 -> the emulator runtime
 #   main.c -> ./train, tools/packdata.c -> ./packdata, tools/bench_*.c -> build/tools/*
@@ -96,7 +97,14 @@ if [ "$MODE" = clean ]; then rm -rf "${BUILD_DIR:-build}" train packdata; say "c
 #   tests/test_*.sh                   -> script tests (end-to-end, PyTorch parity)
 HAVE_CUDA=0; [ -n "$NVCC" ] && HAVE_CUDA=1
 B=${BUILD_DIR:-build}
-mkdir -p "$B"
+mkdir -p "$B/gen"
+# ctrain's own commit, fixed at build time (config.json's git_commit), whatever directory the
+# binary later runs in. The header is rewritten only when the commit changes, so make rebuilds
+# exactly what includes it.
+commit=$(git -C "$ROOT" describe --always --dirty --abbrev=12 2>/dev/null || echo unknown)
+printf '#define CTRAIN_GIT_COMMIT "%s"\n' "$commit" > "$B/gen/ctrain_commit.h.new"
+if cmp -s "$B/gen/ctrain_commit.h.new" "$B/gen/ctrain_commit.h"; then rm "$B/gen/ctrain_commit.h.new"
+else mv "$B/gen/ctrain_commit.h.new" "$B/gen/ctrain_commit.h"; fi
 if [ "$B" = build ]; then BIN=.; else BIN=$B; fi
 cat > "$B/rules.mk" <<EOF
 B := $B
@@ -111,11 +119,11 @@ STATIC_LIBS := $STATIC_LIBS
 EOF
 cat >> "$B/rules.mk" <<'EOF'
 WARN := -Wall -Wextra -Wno-unused-parameter -Wno-sign-compare
-CFLAGS := -std=c11 -O3 -g -fopenmp -D_GNU_SOURCE -I. $(WARN) -MMD -MP
+CFLAGS := -std=c11 -O3 -g -fopenmp -D_GNU_SOURCE -I. -I$(B)/gen $(WARN) -MMD -MP
 # ThreadSanitizer builds of the pthread code (tests marked 'test: tsan'): no OpenMP, whose runtime
 # TSan cannot see into (the pragmas are ignored, so OpenMP loops run serially there).
 TSANFLAGS := -std=c11 -O1 -g -D_GNU_SOURCE -I. $(WARN) -Wno-unknown-pragmas -MMD -MP -fsanitize=thread
-ASANFLAGS := -std=c11 -O1 -g -fopenmp -D_GNU_SOURCE -I. $(WARN) -MMD -MP -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+ASANFLAGS := -std=c11 -O1 -g -fopenmp -D_GNU_SOURCE -I. -I$(B)/gen $(WARN) -MMD -MP -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 EMUFLAGS := -std=c++17 -O2 -g -pthread -D_GNU_SOURCE -DCTRAIN_EMU -I. -Wall -Wno-unused-parameter -Wno-sign-compare -Wno-unused-variable -Wno-unused-function -MMD -MP
 NVFLAGS := -std=c++17 -O3 -lineinfo -I. -DCTRAIN_CUDA -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 -Xcompiler -Wall,-Wno-unused-parameter
 LDLIBS := $(STATIC_LIBS) -lm -ldl -lpthread
@@ -123,7 +131,12 @@ CUDALIBS := $(CUDA_LIB)/libcudart_static.a -lrt -ldl -lpthread -lstdc++
 
 LIB_SRC := $(sort $(wildcard util/*.c nn/*.c loader/*.c dist/*.c))
 LIB_OBJ := $(LIB_SRC:%.c=$(B)/obj/%.o)
-ASAN_OBJ := $(LIB_SRC:%.c=$(B)/asan/%.o)
+# The trainer twice: for a train without the CUDA backend, and with it (-DCTRAIN_CUDA, which only
+# trainer/backend.c reads). Unit tests link the first and the sanitizer build.
+TRAINER_SRC := $(sort $(wildcard trainer/*.c))
+TRAINER_OBJ := $(TRAINER_SRC:%.c=$(B)/obj/%.o)
+TRAINER_CUDA_OBJ := $(TRAINER_SRC:%.c=$(B)/cuda/%.o)
+ASAN_OBJ := $(LIB_SRC:%.c=$(B)/asan/%.o) $(TRAINER_SRC:%.c=$(B)/asan/%.o)
 CU_SRC := $(sort $(wildcard kernels/*.cu))
 CU_OBJ := $(CU_SRC:%.cu=$(B)/cuda/%.o)
 EMU_RT_SRC := $(sort $(wildcard kernels/emu/*.cpp))
@@ -141,13 +154,13 @@ EMU_TESTS := $(patsubst tests/%.c,$(B)/tests/%,$(wildcard tests/emu_*.c)) $(pats
 TEST_HELPERS := $(patsubst tests/%.c,$(B)/tests/%,$(wildcard tests/helper_*.c))
 
 ifeq ($(HAVE_CUDA),1)
-TRAIN_DEPS := $(B)/cuda/main.o $(B)/libctrain.a $(B)/libctrain_cuda.a
-TRAIN_LINK = $(CC) -fopenmp -o $@ $(B)/cuda/main.o $(B)/libctrain_cuda.a $(B)/libctrain.a $(LDLIBS) $(CUDALIBS)
+TRAIN_DEPS := $(B)/obj/main.o $(B)/libtrainer_cuda.a $(B)/libctrain.a $(B)/libctrain_cuda.a
+TRAIN_LINK = $(CC) -fopenmp -o $@ $(B)/obj/main.o $(B)/libtrainer_cuda.a $(B)/libctrain_cuda.a $(B)/libctrain.a $(LDLIBS) $(CUDALIBS)
 CUDA_TOOLS := $(GPU_TOOL_SRC:tools/%.c=$(B)/tools/%)
 else
 CUDA_TOOLS :=
-TRAIN_DEPS := $(B)/obj/main.o $(B)/libctrain.a
-TRAIN_LINK = $(CC) -fopenmp -o $@ $(B)/obj/main.o $(B)/libctrain.a $(LDLIBS)
+TRAIN_DEPS := $(B)/obj/main.o $(B)/libtrainer.a $(B)/libctrain.a
+TRAIN_LINK = $(CC) -fopenmp -o $@ $(B)/obj/main.o $(B)/libtrainer.a $(B)/libctrain.a $(LDLIBS)
 endif
 
 .PHONY: release tests
@@ -162,7 +175,7 @@ $(B)/tsan/%.o: %.c
 	@mkdir -p $(dir $@); echo "  TSAN  $<"; $(CC) $(TSANFLAGS) -c $< -o $@
 $(B)/cuda/%.o: %.cu
 	@mkdir -p $(dir $@); echo "  NVCC  $<"; $(NVCC) $(NVFLAGS) -MMD -MP -c $< -o $@
-$(B)/cuda/main.o: main.c
+$(B)/cuda/trainer/%.o: trainer/%.c
 	@mkdir -p $(dir $@); echo "  CC    $< (cuda)"; $(CC) $(CFLAGS) -DCTRAIN_CUDA -c $< -o $@
 $(B)/emu/%.o: %.cu
 	@mkdir -p $(dir $@); echo "  EMU   $<"; $(CXX) $(EMUFLAGS) -x c++ -include kernels/emu/emu.h -c $< -o $@
@@ -170,6 +183,10 @@ $(B)/emu/%.o: %.cpp
 	@mkdir -p $(dir $@); echo "  CXX   $<"; $(CXX) $(EMUFLAGS) -c $< -o $@
 
 $(B)/libctrain.a: $(LIB_OBJ)
+	@rm -f $@; ar rcs $@ $^
+$(B)/libtrainer.a: $(TRAINER_OBJ)
+	@rm -f $@; ar rcs $@ $^
+$(B)/libtrainer_cuda.a: $(TRAINER_CUDA_OBJ)
 	@rm -f $@; ar rcs $@ $^
 $(B)/libctrain_asan.a: $(ASAN_OBJ)
 	@rm -f $@; ar rcs $@ $^
@@ -193,10 +210,10 @@ $(B)/emu-tools/bench_gpu_%: $(B)/obj/tools/bench_gpu_%.o $(B)/libctrain_emu.a $(
 # The stand-in NCCL for the emulated GPU ranks (NCCL_LIBRARY=build/libnccl_emu.so).
 $(B)/libnccl_emu.so: dist/emu/nccl_emu.c
 	@echo "  CC    $< (shared)"; $(CC) -std=c11 -O2 -g -shared -fPIC -pthread -D_GNU_SOURCE $(WARN) -o $@ $<
-$(B)/train-emu: $(B)/cuda/main.o $(B)/libctrain_emu.a $(B)/libctrain.a
-	@echo "  LD    $@ (emulated GPU)"; $(CXX) -fopenmp -pthread -o $@ $(B)/cuda/main.o $(B)/libctrain_emu.a $(B)/libctrain.a $(LDLIBS)
+$(B)/train-emu: $(B)/obj/main.o $(B)/libtrainer_cuda.a $(B)/libctrain_emu.a $(B)/libctrain.a
+	@echo "  LD    $@ (emulated GPU)"; $(CXX) -fopenmp -pthread -o $@ $^ $(LDLIBS)
 
-$(B)/tests/test_%: $(B)/obj/tests/test_%.o $(B)/libctrain.a
+$(B)/tests/test_%: $(B)/obj/tests/test_%.o $(B)/libtrainer.a $(B)/libctrain.a
 	@mkdir -p $(dir $@); $(CC) -fopenmp -o $@ $^ $(LDLIBS)
 $(B)/tests/helper_%: $(B)/obj/tests/helper_%.o $(B)/libctrain.a
 	@mkdir -p $(dir $@); $(CC) -fopenmp -o $@ $^ $(LDLIBS)

@@ -1,0 +1,102 @@
+// The settings of a run: the flag table (names, defaults, help), parsing of argv, the --demo
+// recipe, the launchers' environment (torchrun, SLURM), validation of values, and the settings
+// fingerprint that every node of a multi-node run must share.
+//
+// Order of precedence: defaults < --demo's recipe < environment (multi-node only) < flags given.
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define DEMO_SHARDS "shards/fashion-mnist"
+
+typedef struct {
+    const char *arch;
+    int epochs;
+    int batch;  // per rank
+    double lr, momentum, wd;
+    int nesterov;
+    const char *lr_schedule;
+    double warmup_epochs;
+    int lr_step_size;
+    double lr_gamma;
+    double label_smoothing;
+    int crop_size, val_resize;
+    double min_scale;  // RandomResizedCrop's lower scale bound
+    int no_flip;
+    const char *mean, *std;  // per-channel normalisation, comma-separated ("auto": by channels)
+    int workers;
+    long long seed;
+    int deterministic;
+    const char *resume, *weights;
+    int evaluate;
+    const char *out;
+    const char *device;
+    int print_freq;
+    const char *teacher;
+    double kd_alpha, kd_temperature;
+    const char *precision;
+    int demo;
+    int zero_init_residual;
+    int no_wd_bn;
+    int max_nonfinite;
+    int ranks;
+    int gpus;
+    int nodes, node_rank;
+    const char *master;
+    const char *comm;
+    const char *cuda_graphs;
+    double timeout;
+    int bucket_mb;
+    const char *dump_batches;
+    const char *shards;  // positional
+} Config;
+
+typedef enum { F_INT, F_LL, F_DBL, F_STR, F_BOOL } FlagType;
+typedef struct {
+    const char *name;   // long name without dashes
+    char short_name;    // 0 when none
+    FlagType type;
+    size_t offset;      // into Config
+    const char *def;    // default, as shown in --help and applied at start
+    const char *metavar;
+    const char *help;
+    int hidden;         // debugging/test flags: listed under a separate heading
+} Flag;
+
+// The flag table, in --help order.
+extern const Flag CONFIG_FLAGS[];
+extern const int CONFIG_N_FLAGS;
+#define CONFIG_MAX_FLAGS 64
+
+// Which flags the command line gave (the demo recipe and the environment yield to those), and
+// where the multi-node settings came from (an error names the variable, not a flag not given).
+typedef struct {
+    unsigned char flag[CONFIG_MAX_FLAGS];
+    const char *nodes_from, *node_rank_from, *master_from;  // "--nodes" or "$WORLD_SIZE", ...
+} ConfigGiven;
+
+// The flag called `name` (dies on an unknown name: a programming error, not a user's).
+const Flag *config_flag(const char *name);
+int config_given(const ConfigGiven *g, const char *name);
+
+void config_usage(FILE *f);
+// Defaults, argv (exits 0 after --help), the demo recipe, --gpus, the environment, validation.
+// Dies with a message naming the flag or variable at fault. argv's strings are kept, not copied.
+void config_from_args(Config *c, ConfigGiven *given, int argc, char **argv);
+// The pieces of config_from_args, for tests.
+void config_defaults(Config *c);
+void config_parse_args(Config *c, ConfigGiven *given, int argc, char **argv);
+void config_env_defaults(Config *c, ConfigGiven *given);
+void config_validate(const Config *c, const ConfigGiven *given);
+
+// "a,b,c" into exactly n floats (one value is broadcast to n); dies naming --flag.
+void config_parse_floats(const char *flag, const char *s, float *out, int n);
+// HOST:PORT of --master; dies naming where the address came from when the port is not 1..65535.
+void config_master(const Config *c, const ConfigGiven *given, char *host, size_t hostlen, int *port);
+
+// Hash of every flag that all nodes must agree on (all but the node-local ones: output
+// directory, loader workers, print frequency, node number, rendezvous address, timeout, batch
+// dump, CUDA graphs), and data_bytes of the caller's description of the data as this node sees
+// it (record counts, class table).
+uint64_t config_fingerprint(const Config *c, const void *data, size_t data_bytes);

@@ -1,0 +1,118 @@
+// Shards, normalisation, loaders and the demo's data (trainer/data.h).
+#include "trainer/data.h"
+
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "util/common.h"
+
+#define DEMO_IDX_DIR "/usr/share/datasets/fashion-mnist"
+
+void dataset_open(Dataset *d, const Config *c) {
+    memset(d, 0, sizeof *d);
+    char tp[1100], vp[1100], err[SHARD_ERR_LEN];
+    struct stat st;
+    if (stat(c->shards, &st) != 0 || !S_ISDIR(st.st_mode))
+        ct_die("SHARDS: '%s' is not a directory (it should hold train.shard and val.shard made by packdata)", c->shards);
+    snprintf(tp, sizeof tp, "%s/train.shard", c->shards);
+    snprintf(vp, sizeof vp, "%s/val.shard", c->shards);
+    if (!ct_file_exists(vp)) ct_die("%s: missing (SHARDS must hold val.shard%s)", vp, c->evaluate ? "" : " and train.shard");
+    if (shard_open_err(&d->val, vp, err, sizeof err) != 0) ct_die("%s", err);
+    if (!c->evaluate) {
+        if (!ct_file_exists(tp)) ct_die("%s: missing (SHARDS must hold train.shard and val.shard)", tp);
+        if (shard_open_err(&d->train, tp, err, sizeof err) != 0) ct_die("%s", err);
+        d->have_train = 1;
+        if (d->train.channels != d->val.channels)
+            ct_die("channel count mismatch: %s has %u channels, %s has %u", tp, d->train.channels, vp, d->val.channels);
+        if (shard_same_classes_err(&d->train, &d->val, err, sizeof err) != 0) ct_die("%s", err);
+        if (d->train.n_records < (uint64_t)c->batch * c->ranks)
+            ct_die("%s: %llu records, fewer than one global batch (--batch-size %d x --ranks %d)", tp,
+                   (unsigned long long)d->train.n_records, c->batch, c->ranks);
+    }
+    if (d->val.n_records == 0) ct_die("%s: no records", vp);
+    d->channels = (int)d->val.channels;
+    d->classes = (int)d->val.n_classes;
+    d->class_hash = d->val.class_hash;
+    if (d->classes < 2) ct_die("%s: %d class(es); training needs at least 2", vp, d->classes);
+
+    d->mean = ct_alloc(sizeof(float) * d->channels);
+    d->std = ct_alloc(sizeof(float) * d->channels);
+    if (!strcmp(c->mean, "auto")) {
+        static const float im_mean[3] = {0.485f, 0.456f, 0.406f};
+        for (int i = 0; i < d->channels; i++) d->mean[i] = d->channels == 3 ? im_mean[i] : 0.5f;
+    } else config_parse_floats("mean", c->mean, d->mean, d->channels);
+    if (!strcmp(c->std, "auto")) {
+        static const float im_std[3] = {0.229f, 0.224f, 0.225f};
+        for (int i = 0; i < d->channels; i++) d->std[i] = d->channels == 3 ? im_std[i] : 0.25f;
+    } else config_parse_floats("std", c->std, d->std, d->channels);
+    for (int i = 0; i < d->channels; i++)
+        if (!(d->std[i] > 0)) ct_die("--std: channel %d is %g; must be > 0", i, d->std[i]);
+}
+
+void dataset_close(Dataset *d) {
+    if (d->have_train) shard_close(&d->train);
+    shard_close(&d->val);
+    free(d->mean);
+    free(d->std);
+}
+
+void loaders_create(RankLoaders *l, const Dataset *d, const Config *c, BackendKind kind, int rank, int world) {
+    memset(l, 0, sizeof *l);
+    LoaderConfig lc;
+    memset(&lc, 0, sizeof lc);
+    lc.batch_size = c->batch;
+    lc.crop = c->crop_size;
+    lc.val_resize = c->val_resize;
+    lc.workers = c->workers;
+    lc.seed = (uint64_t)c->seed;
+    lc.rank = rank;
+    lc.world = world;
+    lc.no_flip = c->no_flip;
+    // Test hook: CTRAIN_FAULT_LOADER_DELAY_MS=n slows every loader worker by n ms per chunk.
+    const char *slow = getenv("CTRAIN_FAULT_LOADER_DELAY_MS");
+    lc.test_delay_us = slow && *slow ? 1000 * ct_parse_int("CTRAIN_FAULT_LOADER_DELAY_MS", slow, 0, 60000) : 0;
+    backend_loader_memory(kind, &lc);
+    if (d->have_train) {
+        lc.train = 1;
+        if (c->min_scale != 0.08) {
+            lc.scale_min = (float)c->min_scale;
+            lc.scale_max = 1.0f;
+            lc.ratio_min = 3.0f / 4.0f;
+            lc.ratio_max = 4.0f / 3.0f;
+        }
+        l->train = loader_create(&d->train, &lc);
+        l->steps_per_epoch = loader_batches_per_epoch(l->train);
+    }
+    lc.train = 0;
+    lc.no_flip = 1;
+    lc.scale_min = lc.scale_max = lc.ratio_min = lc.ratio_max = 0;
+    l->val = loader_create(&d->val, &lc);
+}
+
+void loaders_destroy(RankLoaders *l) {
+    loader_destroy(l->train);
+    loader_destroy(l->val);
+    l->train = l->val = NULL;
+}
+
+void demo_prepare(void) {
+    char tp[256], vp[256];
+    snprintf(tp, sizeof tp, "%s/train.shard", DEMO_SHARDS);
+    snprintf(vp, sizeof vp, "%s/val.shard", DEMO_SHARDS);
+    if (ct_file_exists(tp) && ct_file_exists(vp)) return;
+    const char *need = DEMO_IDX_DIR "/train-images-idx3-ubyte.gz";
+    if (!ct_file_exists(need)) {
+        if (geteuid() == 0) {
+            fprintf(stderr, "demo: installing Debian's dataset-fashion-mnist\n");
+            int rc = system("DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dataset-fashion-mnist >/dev/null "
+                            "|| (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dataset-fashion-mnist >/dev/null)");
+            if (rc != 0 || !ct_file_exists(need)) ct_die("demo: installing dataset-fashion-mnist failed; run: apt-get install dataset-fashion-mnist");
+        } else {
+            ct_die("demo: %s not found; install the data with: sudo apt-get install dataset-fashion-mnist", need);
+        }
+    }
+    fprintf(stderr, "demo: packing %s into %s/\n", DEMO_IDX_DIR, DEMO_SHARDS);
+    ct_mkdir_p(DEMO_SHARDS);
+    idx_pack_dir(DEMO_IDX_DIR, DEMO_SHARDS, NULL, 10);
+}

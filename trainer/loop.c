@@ -1,0 +1,199 @@
+// The epoch loop and its stop signals (trainer/loop.h).
+#include "trainer/loop.h"
+
+#include <math.h>
+#include <signal.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "trainer/ranks.h"
+#include "util/common.h"
+
+static volatile sig_atomic_t g_stop_signal;
+
+static void on_signal(int sig) {
+    if (g_stop_signal) {
+        static const char msg[] = "\nctrain: second signal: exiting without a checkpoint\n";
+        ssize_t r = write(2, msg, sizeof msg - 1);
+        (void)r;
+        _exit(128 + sig);
+    }
+    g_stop_signal = sig;
+}
+
+void loop_install_signals(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
+int loop_stop_signal(void) { return g_stop_signal; }
+
+static const char *signal_name(void) { return g_stop_signal == SIGINT ? "SIGINT" : "SIGTERM"; }
+
+// After each step: counts, skips, and the progress records. Returns the consecutive skips.
+static int account_step(Run *r, const StepResult *sr, double lr, int64_t step, int consecutive_bad) {
+    Position *p = &r->pos;
+    RunLog *log = r->log;
+    if (sr->skipped) {
+        consecutive_bad++;
+        p->nonfinite_total++;
+        if (log) runlog_skip(log, p->epoch + 1, step, lr, sr->loss, consecutive_bad);
+        // Every rank counts the same skips; rank 0 ends the process (the others are then waiting
+        // in the next step's collective).
+        if (log && consecutive_bad >= r->cfg->max_nonfinite) {
+            char lp[1100];
+            runlog_path(log, lp, sizeof lp, "last.ckpt");
+            ct_die("%d consecutive steps with a non-finite loss or gradient (epoch %d, step %lld, lr %g): the run has "
+                   "diverged; stopping. %s", consecutive_bad, p->epoch + 1, (long long)step, lr,
+                   ct_file_exists(lp) ? "The last good checkpoint is kept: resume from it with a lower --lr"
+                                      : "No checkpoint was written yet (diverged within the first epoch)");
+        }
+    } else {
+        consecutive_bad = 0;
+        p->epoch_loss_sum += sr->loss * (double)sr->n;
+        p->epoch_correct += sr->correct;
+        p->epoch_seen += sr->n;
+    }
+    if (log) {
+        int last_of_epoch = p->step_in_epoch == r->loaders.steps_per_epoch;
+        StepReport rep = {
+            .epoch = p->epoch + 1, .epochs = r->cfg->epochs,
+            .step_in_epoch = p->step_in_epoch, .steps_per_epoch = r->loaders.steps_per_epoch,
+            .step = step, .loss = sr->loss, .lr = lr, .correct = sr->correct, .n = sr->n,
+            .epoch_loss_sum = p->epoch_loss_sum, .epoch_seen = p->epoch_seen,
+            .data_wait = loader_wait_seconds(r->loaders.train),
+            .record = p->step_in_epoch % r->cfg->print_freq == 0 || last_of_epoch,
+        };
+        runlog_step(log, &rep);
+    }
+    return consecutive_bad;
+}
+
+// End of an epoch: evaluation, records, the replica check and checkpoints.
+static EvalResult finish_epoch(Run *r, double train_time, double train_wait, int64_t seen_at_start) {
+    const Config *c = r->cfg;
+    Position *p = &r->pos;
+    int64_t step = (int64_t)(p->epoch + 1) * r->loaders.steps_per_epoch;
+    double t_eval = ct_now();
+    EvalResult e = step_evaluate(r, r->faults.dump_train && p->epoch + 1 == c->epochs);
+    double eval_time = ct_now() - t_eval;
+    int best = e.top1 > p->best_top1;
+    if (best) { p->best_top1 = e.top1; p->best_epoch = p->epoch + 1; }
+    if (r->log) {
+        EpochReport rep = {
+            .epoch = p->epoch + 1, .epochs = c->epochs, .step = step,
+            .train_loss = p->epoch_seen ? p->epoch_loss_sum / (double)p->epoch_seen : NAN,
+            .train_top1 = p->epoch_seen ? 100.0 * (double)p->epoch_correct / (double)p->epoch_seen : NAN,
+            .val_loss = e.loss, .val_top1 = e.top1, .val_top5 = e.top5, .best = best,
+            .lr = lr_at(&r->model.schedule, step - 1), .skipped_steps = p->nonfinite_total,
+            .train_time = train_time, .eval_time = eval_time,
+            .img_s = train_time > 0 ? (double)(p->epoch_seen - seen_at_start) / train_time : 0,
+            .data_wait = train_time > 0 ? train_wait / train_time : 0, .workers = c->workers,
+        };
+        runlog_epoch(r->log, &rep);
+    }
+    // The position after this epoch: the next one, from its start.
+    p->epoch++;
+    p->step_in_epoch = 0;
+    p->epoch_loss_sum = 0;
+    p->epoch_correct = p->epoch_seen = 0;
+    if (r->rank.world > 1) ranks_check_replicas(r, p->epoch);  // p->epoch already counts this one
+    if (r->log) {
+        state_save_checkpoint(r, "last.ckpt", step);
+        if (best) state_save_checkpoint(r, "best.ckpt", step);
+    }
+    p->epoch--;
+    return e;
+}
+
+int loop_train(Run *r, EvalResult *final_eval) {
+    const Config *c = r->cfg;
+    Position *p = &r->pos;
+    RunLog *log = r->log;
+    Backend *be = r->model.backend;
+    Loader *lt = r->loaders.train;
+    const int64_t spe = r->loaders.steps_per_epoch;
+    if (log) runlog_train_start(log, (int64_t)c->epochs * spe);
+    int consecutive_bad = 0;
+    EvalResult last_eval = {0, 0, 0, 0};
+    int stopped = 0;
+    for (; p->epoch < c->epochs; p->epoch++) {
+        double t_epoch = ct_now(), wait_epoch = loader_wait_seconds(lt);
+        int64_t seen_at_start = p->epoch_seen;
+        loader_start_epoch(lt, p->epoch);
+        if (log) runlog_epoch_start(log, wait_epoch, p->epoch_seen);
+        LoaderBatch b;
+        // A resume mid-epoch: skip the batches done before the checkpoint (same batches, same order).
+        for (int64_t i = 0; i < p->step_in_epoch; i++) {
+            if (!loader_next(lt, &b)) ct_die("internal: epoch %d ended while skipping to step %lld", p->epoch, (long long)p->step_in_epoch);
+            loader_release(lt, &b);
+        }
+        // On the GPU the next batch is taken from the ring and its copy started on the copy stream
+        // before this step runs, so the transfer overlaps the compute (two batches held at once).
+        LoaderBatch next;
+        int have_next = 0;
+        while (p->step_in_epoch < spe) {
+            int staged = have_next;  // b's copy was started during the previous step
+            if (have_next) {
+                b = next;
+                have_next = 0;
+            } else if (!loader_next(lt, &b))
+                ct_die("internal: the loader ended epoch %d after %lld of %lld batches", p->epoch + 1,
+                       (long long)p->step_in_epoch, (long long)spe);
+            if (backend_stages_batches(be) && p->step_in_epoch + 1 < spe && !g_stop_signal) {
+                if (!staged) backend_prefetch(be, b.images, b.count, c->crop_size);
+                if (!loader_next(lt, &next)) ct_die("internal: the loader ended epoch %d early", p->epoch + 1);
+                have_next = 1;
+                backend_prefetch(be, next.images, next.count, c->crop_size);
+            }
+            int64_t gstep = (int64_t)p->epoch * spe + p->step_in_epoch;
+            double lr = lr_at(&r->model.schedule, gstep);
+            if (r->faults.dump_train)
+                dump_batch(r->faults.dump_train, c->dump_batches, &b, c->crop_size, r->data->channels, p->epoch, gstep + 1, (float)lr);
+            StepResult sr = step_train(r, &b, lr, gstep + 1, g_stop_signal != 0);
+            loader_release(lt, &b);
+            p->step_in_epoch++;
+            int64_t step = gstep + 1;  // steps done in the whole run
+            consecutive_bad = account_step(r, &sr, lr, step, consecutive_bad);
+            if (sr.stop && p->step_in_epoch != spe) {  // agreed by all ranks in the step's reduction
+                stopped = 1;
+                if (!log) break;
+                runlog_clear_line(log);
+                state_save_checkpoint(r, "last.ckpt", step);
+                fprintf(stderr, "train: %s: checkpoint saved to %s/last.ckpt at epoch %d step %lld/%lld; resume with --resume %s/last.ckpt\n",
+                        signal_name(), log->out, p->epoch + 1, (long long)p->step_in_epoch, (long long)spe, log->out);
+                break;
+            }
+        }
+        if (have_next) loader_release(lt, &next);
+        if (stopped) break;
+        runlog_clear_line(log);
+        double train_time = ct_now() - t_epoch, train_wait = loader_wait_seconds(lt) - wait_epoch;
+        last_eval = finish_epoch(r, train_time, train_wait, seen_at_start);
+        int stop_now = g_stop_signal != 0;
+        if (r->rank.world > 1) {  // the ranks must agree on stopping here too
+            double v = stop_now;
+            comm_allreduce_f64(r->rank.comm, &v, 1);
+            stop_now = v > 0;
+        }
+        if (stop_now && p->epoch + 1 < c->epochs) {
+            if (log) fprintf(stderr, "train: %s: checkpoint saved to %s/last.ckpt after epoch %d; resume with --resume %s/last.ckpt\n",
+                             signal_name(), log->out, p->epoch + 1, log->out);
+            stopped = 1;
+            p->epoch++;
+            break;
+        }
+        p->step_in_epoch = 0;
+    }
+    *final_eval = last_eval;
+    if (r->faults.dump_train) {
+        dump_close(r->faults.dump_train, c->dump_batches);
+        r->faults.dump_train = NULL;
+    }
+    return stopped ? 128 + (g_stop_signal ? g_stop_signal : SIGTERM) : 0;
+}

@@ -1,0 +1,85 @@
+// Setting up one rank's run (trainer/run.h).
+#include "trainer/run.h"
+
+#include <string.h>
+
+#include "nn/safetensors.h"
+#include "util/common.h"
+
+static ResNet *create_model(const Config *c, const Dataset *d) {
+    ResNet *m = resnet_create(c->arch, d->channels, d->classes);
+    if (!m) ct_die("--arch: unknown architecture '%s'", c->arch);
+    resnet_init(m, (uint64_t)c->seed, c->zero_init_residual);
+    TensorDim *dims = ct_alloc(sizeof(TensorDim) * m->n_tensors);
+    if (resnet_shapes(m, c->crop_size, c->crop_size, dims) != 0)
+        ct_die("--crop-size %d: too small for %s (some layer would have no pixels left)", c->crop_size, c->arch);
+    free(dims);
+    if (c->weights[0]) st_load_resnet(c->weights, m);
+    return m;
+}
+
+static void setup_training(Run *r, BackendKind kind, int bf16) {
+    const Config *c = r->cfg;
+    RunModel *mo = &r->model;
+    mo->sgd.momentum = (float)c->momentum;
+    mo->sgd.weight_decay = (float)c->wd;
+    mo->sgd.nesterov = c->nesterov;
+    mo->sgd.wd_exclude_bn_bias = c->no_wd_bn;
+    sgd_init(&mo->opt, mo->net->n_params);
+    lr_kind_parse(c->lr_schedule, &mo->schedule.kind);
+    mo->schedule.base_lr = c->lr;
+    mo->schedule.epochs = c->epochs;
+    mo->schedule.steps_per_epoch = r->loaders.steps_per_epoch;
+    mo->schedule.warmup_epochs = c->warmup_epochs;
+    mo->schedule.step_size = c->lr_step_size;
+    mo->schedule.gamma = c->lr_gamma;
+    mo->loss.smoothing = c->label_smoothing;
+    mo->loss.kd_alpha = c->kd_alpha;
+    mo->loss.kd_temperature = c->kd_temperature;
+    r->pos.best_top1 = -1;
+    r->pos.best_epoch = 0;
+    if (c->teacher[0]) {
+        const char *colon = strchr(c->teacher, ':');
+        char tarch[32];
+        snprintf(tarch, sizeof tarch, "%.*s", (int)(colon - c->teacher), c->teacher);
+        mo->teacher = resnet_create(tarch, r->data->channels, r->data->classes);
+        st_load_resnet(colon + 1, mo->teacher);
+    }
+    faults_init(&r->faults, r->rank.rank, r->rank.world, mo->net);
+    if (c->resume[0]) state_load_checkpoint(r, c->resume, 1);
+    backend_upload(mo->backend, &mo->opt);
+    if (mo->teacher) mo->teacher_backend = backend_create(kind, mo->teacher, bf16, r->rank.local_rank, 0);
+    if (r->pos.epoch >= c->epochs && r->pos.step_in_epoch == 0)
+        ct_die("--resume %s: the checkpoint has finished epoch %d already; raise --epochs beyond %d to train on", c->resume,
+               r->pos.epoch, r->pos.epoch);
+}
+
+void run_setup(Run *r, const Config *c, const Dataset *d, BackendKind kind, int rank, int world, int local_rank,
+               Comm *comm) {
+    memset(r, 0, sizeof *r);
+    r->cfg = c;
+    r->data = d;
+    r->rank = (RunRank){rank, world, local_rank, comm};
+    r->faults.stall_rank = -1;
+    int bf16 = !strcmp(c->precision, "bf16");
+    r->model.net = create_model(c, d);
+    r->model.eval_dlogits = ct_alloc(sizeof(float) * (size_t)c->batch * d->classes);
+    loaders_create(&r->loaders, d, c, kind, rank, world);
+    r->model.backend = backend_create(kind, r->model.net, bf16, local_rank, !strcmp(c->cuda_graphs, "on"));
+    if (c->evaluate) {
+        if (c->resume[0]) state_load_checkpoint(r, c->resume, 0);
+        backend_upload(r->model.backend, NULL);
+        return;
+    }
+    setup_training(r, kind, bf16);
+}
+
+void run_teardown(Run *r) {
+    loaders_destroy(&r->loaders);
+    backend_free(r->model.teacher_backend);
+    backend_free(r->model.backend);
+    if (r->model.teacher) resnet_free(r->model.teacher);
+    resnet_free(r->model.net);
+    if (r->model.opt.buf) sgd_free(&r->model.opt);
+    free(r->model.eval_dlogits);
+}

@@ -1,0 +1,30 @@
+// Where a run stands, and the files that carry it: checkpoints (OUT/last.ckpt, best.ckpt; saved,
+// loaded with every compatibility check, resumed) and the final model.safetensors.
+#pragma once
+#include <stdint.h>
+
+#include "trainer/config.h"
+
+// The position of a run; it mirrors the checkpoint's metadata (nn/checkpoint.h).
+typedef struct {
+    int epoch;              // epoch in progress (0-based)
+    int64_t step_in_epoch;  // batches of it done
+    double best_top1;       // -1 before the first evaluation
+    int best_epoch;
+    uint32_t nonfinite_total;
+    // Accumulators of the epoch in progress (a resume mid-epoch reports the same train figures).
+    double epoch_loss_sum;
+    int64_t epoch_correct, epoch_seen;
+} Position;
+
+typedef struct Run Run;  // trainer/run.h
+
+// OUT/name with the model, momentum, BN statistics and position after global_step steps.
+void state_save_checkpoint(Run *r, const char *name, int64_t global_step);
+// Loads a checkpoint's weights into r's model (and, with restore_position, its momentum and
+// position) after checking it fits: architecture, channels, classes, class table, sizes.
+void state_load_checkpoint(Run *r, const char *path, int restore_position);
+// The architecture recorded in a checkpoint (--resume without --arch takes it); dies naming path.
+const char *state_checkpoint_arch(const char *path);
+// OUT/model.safetensors: torchvision names, with arch, classes and channels in its metadata.
+void state_save_model(Run *r, char *path_out, size_t path_len);
