@@ -37,10 +37,9 @@ static void round_to(float *x, size_t n, CtDtype dt) {
         for (size_t i = 0; i < n; i++) x[i] = ct_round_bf16(x[i]);
 }
 
-static Rng g_rng;
 static float *rand_vec(size_t n, float lo, float hi, CtDtype dt) {
     float *x = (float *)ct_alloc((n ? n : 1) * sizeof(float));
-    for (size_t i = 0; i < n; i++) x[i] = lo + (hi - lo) * rng_uniform(&g_rng);
+    for (size_t i = 0; i < n; i++) x[i] = lo + (hi - lo) * rng_uniform(&test_rng);
     round_to(x, n, dt);
     return x;
 }
@@ -250,7 +249,7 @@ static void test_elementwise(size_t n, int C, CtDtype dt) {
 static void test_convert(void) {
     const size_t n = 1000;
     float *x = (float *)ct_alloc(n * 4);
-    for (size_t i = 0; i < n; i++) x[i] = (rng_uniform(&g_rng) - 0.5f) * powf(2.f, (float)((int)(i % 60) - 30));
+    for (size_t i = 0; i < n; i++) x[i] = (rng_uniform(&test_rng) - 0.5f) * powf(2.f, (float)((int)(i % 60) - 30));
     uint32_t special[] = {0x3f808000u, 0x3f818000u, 0x00000001u, 0x807fffffu, 0x7f800000u, 0xff800000u,
                           0x7fc00001u, 0x7f7fffffu, 0x00000000u, 0x80000000u};
     for (size_t i = 0; i < CT_ARRAY_LEN(special); i++) memcpy(&x[i], &special[i], 4);
@@ -294,7 +293,7 @@ static void test_nonfinite(void) {
     for (size_t si = 0; si < CT_ARRAY_LEN(sizes); si++) {
         size_t n = sizes[si];
         float *x = (float *)ct_alloc(n * 4);
-        for (size_t i = 0; i < n; i++) x[i] = (rng_uniform(&g_rng) - 0.5f) * 3e38f;  // huge but finite
+        for (size_t i = 0; i < n; i++) x[i] = (rng_uniform(&test_rng) - 0.5f) * 3e38f;  // huge but finite
         float *dx = dev_f32(x, n);
         int *dflag = NULL, flag;
         CKC(cudaMalloc(&dflag, sizeof(int)));
@@ -502,7 +501,7 @@ static void test_sgd(size_t n, float momentum, float wd, int nesterov) {
 
 int main(void) {
     double t0 = ct_now();
-    g_rng = rng_make(20261122, 5, 0);
+    test_rng = rng_make(20261122, 5, 0);
     test_convert();
     test_nonfinite();
     for (int d = 0; d < 2; d++) {
