@@ -11,7 +11,6 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -50,31 +49,23 @@ struct NodeNet {
     size_t scratch_cap;
 };
 
-__attribute__((format(printf, 3, 4))) static int fail(char *err, size_t errlen, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
 // Moves exactly n bytes (write = 1: send) before the deadline. peer names the other side in errors.
 static int io_full(int fd, void *buf, size_t n, int write, double deadline, const char *peer, char *err, size_t errlen) {
     char *p = buf;
     while (n > 0) {
         double left = deadline - ct_now();
-        if (left <= 0) return fail(err, errlen, "%s: nothing %s for the whole timeout", peer, write ? "accepted" : "received");
+        if (left <= 0) return ct_fail(err, errlen, "%s: nothing %s for the whole timeout", peer, write ? "accepted" : "received");
         struct pollfd pf = {fd, (short)(write ? POLLOUT : POLLIN), 0};
         int pr = poll(&pf, 1, (int)(left * 1000) + 1);
         if (pr < 0 && errno == EINTR) continue;
-        if (pr < 0) return fail(err, errlen, "%s: poll: %s", peer, strerror(errno));
+        if (pr < 0) return ct_fail(err, errlen, "%s: poll: %s", peer, strerror(errno));
         if (pr == 0) continue;
         ssize_t k = write ? send(fd, p, n, MSG_NOSIGNAL) : recv(fd, p, n, 0);
         if (k < 0 && (errno == EINTR || errno == EAGAIN)) continue;
         // An orderly close (0) or a reset (a killed process, depending on timing): the same news.
         if (k == 0 || (k < 0 && (errno == ECONNRESET || errno == EPIPE)))
-            return fail(err, errlen, "%s closed the connection: the node died or was stopped", peer);
-        if (k < 0) return fail(err, errlen, "%s: connection lost (%s): the node died or was stopped", peer, strerror(errno));
+            return ct_fail(err, errlen, "%s closed the connection: the node died or was stopped", peer);
+        if (k < 0) return ct_fail(err, errlen, "%s: connection lost (%s): the node died or was stopped", peer, strerror(errno));
         p += k;
         n -= (size_t)k;
     }
@@ -90,7 +81,7 @@ static int send_msg(int fd, uint32_t kind, uint64_t seq, const void *data, size_
 
 static int recv_header(int fd, Header *h, double dl, const char *peer, char *err, size_t errlen) {
     if (io_full(fd, h, sizeof *h, 0, dl, peer, err, errlen)) return -1;
-    if (h->magic != NET_MAGIC) return fail(err, errlen, "%s: not a ctrain node (bad message header)", peer);
+    if (h->magic != NET_MAGIC) return ct_fail(err, errlen, "%s: not a ctrain node (bad message header)", peer);
     return 0;
 }
 
@@ -101,7 +92,7 @@ static void tune(int fd) {
 
 static int listen_on(int port, char *err, size_t errlen) {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) return fail(err, errlen, "socket: %s", strerror(errno));
+    if (fd < 0) return ct_fail(err, errlen, "socket: %s", strerror(errno));
     int one = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     struct sockaddr_in a;
@@ -112,7 +103,7 @@ static int listen_on(int port, char *err, size_t errlen) {
     if (bind(fd, (struct sockaddr *)&a, sizeof a) || listen(fd, 64)) {
         int e = errno;
         close(fd);
-        return fail(err, errlen, "node 0 cannot listen on port %d: %s", port, strerror(e));
+        return ct_fail(err, errlen, "node 0 cannot listen on port %d: %s", port, strerror(e));
     }
     return fd;
 }
@@ -125,13 +116,13 @@ static int connect_to(const char *host, int port, double deadline, char *err, si
     hints.ai_family = AF_INET;
     hints.ai_socktype = SOCK_STREAM;
     int gai = getaddrinfo(host, ps, &hints, &res);
-    if (gai) return fail(err, errlen, "--master %s:%d: %s", host, port, gai_strerror(gai));
+    if (gai) return ct_fail(err, errlen, "--master %s:%d: %s", host, port, gai_strerror(gai));
     int last = 0;
     for (;;) {  // node 0 may not be listening yet: retry until the deadline
         int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
         if (fd < 0) {
             freeaddrinfo(res);
-            return fail(err, errlen, "socket: %s", strerror(errno));
+            return ct_fail(err, errlen, "socket: %s", strerror(errno));
         }
         if (connect(fd, res->ai_addr, res->ai_addrlen) == 0) {
             freeaddrinfo(res);
@@ -144,13 +135,13 @@ static int connect_to(const char *host, int port, double deadline, char *err, si
         nanosleep(&ts, NULL);
     }
     freeaddrinfo(res);
-    return fail(err, errlen, "cannot reach node 0 at %s:%d within the timeout (%s)", host, port, strerror(last));
+    return ct_fail(err, errlen, "cannot reach node 0 at %s:%d within the timeout (%s)", host, port, strerror(last));
 }
 
 NodeNet *net_connect(int nodes, int node, const char *host, int port, uint64_t fingerprint, int local_ranks,
                      double timeout_s, char *err, size_t errlen) {
     if (nodes < 2 || node < 0 || node >= nodes) {
-        fail(err, errlen, "node %d of %d nodes", node, nodes);
+        ct_fail(err, errlen, "node %d of %d nodes", node, nodes);
         return NULL;
     }
     NodeNet *n = ct_zalloc(sizeof *n);
@@ -177,7 +168,7 @@ NodeNet *net_connect(int nodes, int node, const char *host, int port, uint64_t f
                 size_t u = 0;
                 for (int k = 1; k < nodes && u + 12 < sizeof missing; k++)
                     if (n->fd[k] < 0) u += snprintf(missing + u, sizeof missing - u, "%s%d", u ? ", " : "", k);
-                fail(err, errlen, "node 0 waited %.0f s on port %d for node(s) %s, which never connected", timeout_s, port, missing);
+                ct_fail(err, errlen, "node 0 waited %.0f s on port %d for node(s) %s, which never connected", timeout_s, port, missing);
                 bad = 1;
                 break;
             }
@@ -209,7 +200,7 @@ NodeNet *net_connect(int nodes, int node, const char *host, int port, uint64_t f
             if (w.msg[0]) {
                 send_msg(fd, K_REFUSED, 0, &w, sizeof w, ct_now() + 2, "node", tmp, sizeof tmp);
                 close(fd);
-                fail(err, errlen, "rendezvous refused: %s", w.msg);
+                ct_fail(err, errlen, "rendezvous refused: %s", w.msg);
                 bad = 1;
                 break;
             }
@@ -247,7 +238,7 @@ NodeNet *net_connect(int nodes, int node, const char *host, int port, uint64_t f
             goto fail;
         if (h.kind == K_REFUSED) {
             w.msg[sizeof w.msg - 1] = 0;
-            fail(err, errlen, "node 0 refused this node: %s", w.msg);
+            ct_fail(err, errlen, "node 0 refused this node: %s", w.msg);
             goto fail;
         }
         n->offset = w.rank_offset;
@@ -291,9 +282,9 @@ static int star(NodeNet *n, uint32_t kind, int elem, void *buf, size_t bytes, in
             char msg[512] = "";
             size_t k = CT_MIN(h.bytes, sizeof msg - 1);
             if (io_full(n->fd[0], msg, k, 0, dl, "node 0", err, errlen)) return -1;
-            return fail(err, errlen, "%s", msg);
+            return ct_fail(err, errlen, "%s", msg);
         }
-        if (h.bytes != bytes) return fail(err, errlen, "node 0 answered %llu bytes, expected %zu", (unsigned long long)h.bytes, bytes);
+        if (h.bytes != bytes) return ct_fail(err, errlen, "node 0 answered %llu bytes, expected %zu", (unsigned long long)h.bytes, bytes);
         return io_full(n->fd[0], buf, bytes, 0, dl, "node 0", err, errlen);
     }
     if (n->scratch_cap < bytes) {
@@ -328,7 +319,7 @@ static int star(NodeNet *n, uint32_t kind, int elem, void *buf, size_t bytes, in
                         : send_msg(n->fd[k], kind, n->seq, buf, bytes, dl, peer, err, errlen);
         if (rc && !msg[0]) return -1;
     }
-    if (msg[0]) return fail(err, errlen, "%s", msg);
+    if (msg[0]) return ct_fail(err, errlen, "%s", msg);
     return 0;
 }
 
@@ -337,7 +328,7 @@ int net_allreduce(NodeNet *n, int kind, void *buf, size_t count, char *err, size
     return star(n, K_ALLREDUCE, kind, buf, count * es, 0, err, errlen);
 }
 int net_broadcast(NodeNet *n, void *buf, size_t bytes, int root, char *err, size_t errlen) {
-    if (root < 0 || root >= n->nodes) return fail(err, errlen, "broadcast from node %d of %d", root, n->nodes);
+    if (root < 0 || root >= n->nodes) return ct_fail(err, errlen, "broadcast from node %d of %d", root, n->nodes);
     return star(n, K_BCAST, 0, buf, bytes, root, err, errlen);
 }
 int net_barrier(NodeNet *n, char *err, size_t errlen) { return star(n, K_ALLREDUCE, NET_I64, NULL, 0, 0, err, errlen); }

@@ -2,8 +2,8 @@
 // storage type (float, or bf16 kept as raw uint16_t bits so no cuda_bf16.h is needed and the
 // emulator sees plain integers), and a dispatch from CtDtype to the two template instances.
 //
-// bf16 rounding is round-to-nearest-even with NaN kept quiet, bit-identical to
-// __float2bfloat16_rn, so a tensor rounded on the host (tests) equals one rounded on the device.
+// bf16 conversions are util/bf16.h's (round to nearest even, NaN kept quiet, bit-identical to
+// __float2bfloat16_rn), so a tensor rounded on the host (tests) equals one rounded on the device.
 #pragma once
 #include <stdint.h>
 #include <stdio.h>
@@ -11,24 +11,7 @@
 #include <string.h>
 
 #include "kernels/kernels.h"
-
-__host__ __device__ static inline uint32_t ct_f2u(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
-__host__ __device__ static inline float ct_u2f(uint32_t u) {
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-__host__ __device__ static inline float ct_bf16_to_f32(uint16_t h) { return ct_u2f((uint32_t)h << 16); }
-__host__ __device__ static inline uint16_t ct_f32_to_bf16(float f) {
-    uint32_t u = ct_f2u(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);  // quiet NaN
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
+#include "util/bf16.h"
 
 __host__ __device__ static inline float ct_ld(const float *p, size_t i) { return p[i]; }
 __host__ __device__ static inline float ct_ld(const uint16_t *p, size_t i) { return ct_bf16_to_f32(p[i]); }

@@ -21,7 +21,7 @@
 // partial buffer and a second kernel sums the partials in split order. No atomics anywhere, so a
 // rerun is bit-identical.
 #include "kernels/common.cuh"
-#include "kernels/act.cuh"  // ct_check_vec_align
+#include "kernels/act.cuh"  // ct_ld, ct_st, ct_check_vec_align
 #include "kernels/conv_gemm.cuh"
 #include "kernels/kernels.h"
 #include "kernels/ptx.cuh"
@@ -34,28 +34,9 @@
 #endif
 
 // ---------------------------------------------------------------------------------------------
-// Element access: fp32 or bf16 (raw uint16_t bits, round to nearest even on store).
+// Element access: ct_ld/ct_st (kernels/act.cuh), fp32 or bf16 (raw uint16_t bits, round to nearest
+// even on store).
 
-__host__ __device__ static inline float cv_u2f(uint32_t u) {
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-__host__ __device__ static inline uint32_t cv_f2u(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
-__device__ static inline float cv_ld(const float *p, size_t i) { return p[i]; }
-__device__ static inline float cv_ld(const uint16_t *p, size_t i) { return cv_u2f((uint32_t)p[i] << 16); }
-__device__ static inline void cv_st(float *p, size_t i, float v) { p[i] = v; }
-__device__ static inline uint16_t cv_bf16(float v) {
-    uint32_t u = cv_f2u(v);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);  // quiet NaN stays NaN
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-__device__ static inline void cv_st(uint16_t *p, size_t i, float v) { p[i] = cv_bf16(v); }
 // Two neighbours in one store (i even, the pair aligned).
 __device__ static inline void cv_st2(float *p, size_t i, float v0, float v1) {
     ct_check_vec_align(p + i, sizeof(float2));
@@ -63,7 +44,7 @@ __device__ static inline void cv_st2(float *p, size_t i, float v0, float v1) {
 }
 __device__ static inline void cv_st2(uint16_t *p, size_t i, float v0, float v1) {
     ct_check_vec_align(p + i, sizeof(uint32_t));
-    *(uint32_t *)(p + i) = cv_bf16(v0) | (uint32_t)cv_bf16(v1) << 16;
+    *(uint32_t *)(p + i) = ct_f32_to_bf16(v0) | (uint32_t)ct_f32_to_bf16(v1) << 16;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -113,24 +94,24 @@ __device__ static inline float gn_load_a(const GemmArgs &g, const TA *a, int m, 
     if (m >= g.M || k >= g.k_end) return 0.f;
     if (MODE == GEMM_FWD) {
         long long o = im2col_off(g.s, m, k);
-        return o < 0 ? 0.f : cv_ld(a, (size_t)o);
+        return o < 0 ? 0.f : ct_ld(a, (size_t)o);
     } else if (MODE == GEMM_DGRAD) {
         long long o = dgrad_off(g.s, m, k);
-        return o < 0 ? 0.f : cv_ld(a, (size_t)o);
+        return o < 0 ? 0.f : ct_ld(a, (size_t)o);
     } else {  // WGRAD: A[k_out, j] = dout[j, k_out]
-        return cv_ld(a, (size_t)k * g.s.K + m);
+        return ct_ld(a, (size_t)k * g.s.K + m);
     }
 }
 template <int MODE, typename TB>
 __device__ static inline float gn_load_b(const GemmArgs &g, const TB *b, int k, int n) {
     if (n >= g.N || k >= g.k_end) return 0.f;
     if (MODE == GEMM_FWD) {
-        return cv_ld(b, (size_t)n * g.K + k);  // w[n, k]
+        return ct_ld(b, (size_t)n * g.K + k);  // w[n, k]
     } else if (MODE == GEMM_DGRAD) {
-        return cv_ld(b, (size_t)dgrad_w_off(g.s, k, n));
+        return ct_ld(b, (size_t)dgrad_w_off(g.s, k, n));
     } else {  // WGRAD: B[j, rsc] = im2col
         long long o = im2col_off(g.s, k, n);
-        return o < 0 ? 0.f : cv_ld(b, (size_t)o);
+        return o < 0 ? 0.f : ct_ld(b, (size_t)o);
     }
 }
 
@@ -190,7 +171,7 @@ __global__ void __launch_bounds__(GN_THREADS) gemm_generic_k(GemmArgs g) {
             if (n >= g.N) continue;
             float v = acc[i][j];
             if (g.bias) v += g.bias[n];
-            cv_st(c, (size_t)m * g.N + n, v);
+            ct_st(c, (size_t)m * g.N + n, v);
         }
     }
 }
@@ -576,8 +557,8 @@ __global__ void __launch_bounds__(TC_THREADS) gemm_tc_k(GemmArgs g) {
                 if (g.c_pairs && n + 1 < g.N) {
                     cv_st2(c, row * g.N + n, v0, v1);
                 } else {
-                    if (n < g.N) cv_st(c, row * g.N + n, v0);
-                    if (n + 1 < g.N) cv_st(c, row * g.N + n + 1, v1);
+                    if (n < g.N) ct_st(c, row * g.N + n, v0);
+                    if (n + 1 < g.N) ct_st(c, row * g.N + n + 1, v1);
                 }
             }
         }

@@ -9,20 +9,10 @@
 #include <jerror.h>
 #include <png.h>
 #include <setjmp.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
-static int fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t errlen, const char *fmt, ...) {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
+#include "util/common.h"
 
 int image_kind(const uint8_t *d, size_t n) {
     if (n >= 3 && d[0] == 0xFF && d[1] == 0xD8 && d[2] == 0xFF) return IMAGE_JPEG;
@@ -49,11 +39,11 @@ static void gray_to_rgb(uint8_t *dst, const uint8_t *src, size_t n) {
 uint64_t image_max_pixels = IMAGE_MAX_PIXELS;
 
 static int check_dims(uint64_t w, uint64_t h, char *err, size_t errlen) {
-    if (w == 0 || h == 0) return fail(err, errlen, "image has zero size (%llux%llu)", (unsigned long long)w,
-                                      (unsigned long long)h);
+    if (w == 0 || h == 0) return ct_fail(err, errlen, "image has zero size (%llux%llu)", (unsigned long long)w,
+                                         (unsigned long long)h);
     if (w > IMAGE_MAX_DIM || h > IMAGE_MAX_DIM || w * h > image_max_pixels)
-        return fail(err, errlen, "image of %llux%llu pixels is larger than supported (%u per side, %llu pixels)",
-                    (unsigned long long)w, (unsigned long long)h, IMAGE_MAX_DIM, (unsigned long long)image_max_pixels);
+        return ct_fail(err, errlen, "image of %llux%llu pixels is larger than supported (%u per side, %llu pixels)",
+                       (unsigned long long)w, (unsigned long long)h, IMAGE_MAX_DIM, (unsigned long long)image_max_pixels);
     return 0;
 }
 
@@ -124,7 +114,7 @@ static int jpeg_decode_impl(const uint8_t *data, size_t n, int want_c, uint8_t *
     if (setjmp(jerr.jump)) {
         jpeg_destroy_decompress(&cinfo);
         if (owns) free(buf);
-        return fail(err, errlen, "JPEG decode failed: %s", jerr.msg[0] ? jerr.msg : "corrupt data");
+        return ct_fail(err, errlen, "JPEG decode failed: %s", jerr.msg[0] ? jerr.msg : "corrupt data");
     }
     jpeg_create_decompress(&cinfo);
     memset(&prog, 0, sizeof prog);
@@ -189,7 +179,7 @@ static int jpeg_decode_impl(const uint8_t *data, size_t n, int want_c, uint8_t *
     if (jerr.eof || (dst && jerr.pub.num_warnings > 0)) {
         jpeg_destroy_decompress(&cinfo);
         if (owns) free(buf);
-        return fail(err, errlen, "JPEG data is %s", jerr.eof ? "truncated (premature end of file)" : "corrupt");
+        return ct_fail(err, errlen, "JPEG data is %s", jerr.eof ? "truncated (premature end of file)" : "corrupt");
     }
     out->inverted_cmyk = cinfo.saw_Adobe_marker;
     jpeg_finish_decompress(&cinfo);
@@ -203,7 +193,7 @@ static int jpeg_decode_impl(const uint8_t *data, size_t n, int want_c, uint8_t *
 
 int image_decode_jpeg_into(const uint8_t *data, size_t n, uint32_t channels, uint8_t *dst, uint32_t height,
                            uint32_t width, char *err, size_t errlen) {
-    if (image_kind(data, n) != IMAGE_JPEG) return fail(err, errlen, "payload is not a JPEG");
+    if (image_kind(data, n) != IMAGE_JPEG) return ct_fail(err, errlen, "payload is not a JPEG");
     JpegOut out;
     return jpeg_decode_impl(data, n, (int)channels, dst, height, width, &out, err, errlen);
 }
@@ -220,7 +210,7 @@ static int decode_jpeg(const uint8_t *data, size_t n, int channels, uint8_t **pi
         uint8_t *rgb = malloc(npix * 3);
         if (!rgb) {
             free(px);
-            return fail(err, errlen, "out of memory");
+            return ct_fail(err, errlen, "out of memory");
         }
         for (size_t i = 0; i < npix; i++) {
             const uint8_t *q = px + 4 * i;
@@ -240,7 +230,7 @@ static int decode_jpeg(const uint8_t *data, size_t n, int channels, uint8_t **pi
         uint8_t *rgb = realloc(px, npix * 3);
         if (!rgb) {
             free(px);
-            return fail(err, errlen, "out of memory");
+            return ct_fail(err, errlen, "out of memory");
         }
         px = rgb;
         gray_to_rgb(px, px, npix);
@@ -254,11 +244,11 @@ static int decode_jpeg(const uint8_t *data, size_t n, int channels, uint8_t **pi
 uint8_t *image_encode_jpeg(const uint8_t *pixels, uint32_t height, uint32_t width, uint32_t channels, int quality,
                            size_t *out_size, char *err, size_t errlen) {
     if (channels != 1 && channels != 3) {
-        fail(err, errlen, "JPEG needs 1 or 3 channels, got %u", channels);
+        ct_fail(err, errlen, "JPEG needs 1 or 3 channels, got %u", channels);
         return NULL;
     }
     if (quality < 1 || quality > 100) {
-        fail(err, errlen, "JPEG quality %d outside 1..100", quality);
+        ct_fail(err, errlen, "JPEG quality %d outside 1..100", quality);
         return NULL;
     }
     struct jpeg_compress_struct cinfo;
@@ -272,7 +262,7 @@ uint8_t *image_encode_jpeg(const uint8_t *pixels, uint32_t height, uint32_t widt
     if (setjmp(jerr.jump)) {
         jpeg_destroy_compress(&cinfo);
         free(mem);
-        fail(err, errlen, "JPEG encode failed: %s", jerr.msg);
+        ct_fail(err, errlen, "JPEG encode failed: %s", jerr.msg);
         return NULL;
     }
     jpeg_create_compress(&cinfo);
@@ -297,7 +287,7 @@ uint8_t *image_encode_jpeg(const uint8_t *pixels, uint32_t height, uint32_t widt
     uint8_t *out = malloc(mem_size ? mem_size : 1);
     if (out) memcpy(out, mem, mem_size);
     free(mem);
-    if (!out) fail(err, errlen, "out of memory");
+    if (!out) ct_fail(err, errlen, "out of memory");
     *out_size = mem_size;
     return out;
 }
@@ -334,19 +324,19 @@ static int decode_png(const uint8_t *data, size_t n, int channels, uint8_t **pix
     PngSrc src = {data, n, 0};
     perr.msg[0] = 0;
     png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &perr, png_on_error, png_on_warning);
-    if (!png) return fail(err, errlen, "out of memory");
+    if (!png) return ct_fail(err, errlen, "out of memory");
     png_infop info = png_create_info_struct(png);
     uint8_t *volatile buf = NULL;
     png_bytep *volatile rows = NULL;
     if (!info) {
         png_destroy_read_struct(&png, NULL, NULL);
-        return fail(err, errlen, "out of memory");
+        return ct_fail(err, errlen, "out of memory");
     }
     if (setjmp(perr.jump)) {
         png_destroy_read_struct(&png, &info, NULL);
         free(buf);
         free(rows);
-        return fail(err, errlen, "PNG decode failed: %s", perr.msg[0] ? perr.msg : "corrupt data");
+        return ct_fail(err, errlen, "PNG decode failed: %s", perr.msg[0] ? perr.msg : "corrupt data");
     }
     png_set_read_fn(png, &src, png_read_mem);
     // CRC errors in ancillary chunks are what other readers tolerate too; critical ones stay fatal.
@@ -394,11 +384,11 @@ static int decode_png(const uint8_t *data, size_t n, int channels, uint8_t **pix
 
 int image_decode(const uint8_t *data, size_t n, int channels, uint8_t **pixels, uint32_t *height, uint32_t *width,
                  char *err, size_t errlen) {
-    if (channels != 1 && channels != 3) return fail(err, errlen, "channel count %d (must be 1 or 3)", channels);
-    if (n == 0) return fail(err, errlen, "empty file");
+    if (channels != 1 && channels != 3) return ct_fail(err, errlen, "channel count %d (must be 1 or 3)", channels);
+    if (n == 0) return ct_fail(err, errlen, "empty file");
     switch (image_kind(data, n)) {
     case IMAGE_JPEG: return decode_jpeg(data, n, channels, pixels, height, width, err, errlen);
     case IMAGE_PNG: return decode_png(data, n, channels, pixels, height, width, err, errlen);
-    default: return fail(err, errlen, "not a JPEG or PNG file (unrecognised leading bytes)");
+    default: return ct_fail(err, errlen, "not a JPEG or PNG file (unrecognised leading bytes)");
     }
 }

@@ -5,7 +5,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <lz4.h>
-#include <stdarg.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -24,17 +23,6 @@ const char *shard_codec_name(uint32_t codec) {
     case SHARD_CODEC_JPEG: return "jpeg";
     default: return "unknown";
     }
-}
-
-static int fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t errlen, const char *fmt, ...) {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
 }
 
 static uint32_t rd32(const uint8_t *p) {
@@ -76,20 +64,20 @@ static int validate(Shard *s, const char *name, char *err, size_t errlen) {
     const uint8_t *b = s->base;
     size_t size = s->size;
     if (size < SHARD_HEADER_SIZE)
-        return fail(err, errlen, "%s: %zu bytes, too short for a shard header (%u bytes): truncated or not a shard",
-                    name, size, SHARD_HEADER_SIZE);
+        return ct_fail(err, errlen, "%s: %zu bytes, too short for a shard header (%u bytes): truncated or not a shard",
+                       name, size, SHARD_HEADER_SIZE);
     if (memcmp(b, SHARD_MAGIC, 8) != 0) {
         static const uint8_t zero[8];
         if (memcmp(b, zero, 8) == 0)
-            return fail(err, errlen, "%s: header is zeroed: an unfinished packdata output, not a shard", name);
-        return fail(err, errlen, "%s: bad magic: not a ctrain shard", name);
+            return ct_fail(err, errlen, "%s: header is zeroed: an unfinished packdata output, not a shard", name);
+        return ct_fail(err, errlen, "%s: bad magic: not a ctrain shard", name);
     }
     uint32_t version = rd32(b + 8);
     if (version != SHARD_VERSION)
-        return fail(err, errlen, "%s: shard format version %u, this reader knows version %u", name, version,
-                    SHARD_VERSION);
+        return ct_fail(err, errlen, "%s: shard format version %u, this reader knows version %u", name, version,
+                       SHARD_VERSION);
     if (rd32(b + 12) != SHARD_HEADER_SIZE)
-        return fail(err, errlen, "%s: header size %u, expected %u", name, rd32(b + 12), SHARD_HEADER_SIZE);
+        return ct_fail(err, errlen, "%s: header size %u, expected %u", name, rd32(b + 12), SHARD_HEADER_SIZE);
     uint64_t n_records = rd64(b + 16);
     uint32_t n_classes = rd32(b + 24), channels = rd32(b + 28), codec = rd32(b + 32), flags = rd32(b + 36);
     uint64_t class_off = rd64(b + 40), class_size = rd64(b + 48);
@@ -98,69 +86,69 @@ static int validate(Shard *s, const char *name, char *err, size_t errlen) {
     uint64_t max_raw = rd64(b + 88);
     uint32_t max_h = rd32(b + 96), max_w = rd32(b + 100);
     for (int i = 104; i < 124; i++)
-        if (b[i]) return fail(err, errlen, "%s: reserved header byte %d is not zero", name, i);
-    if (flags) return fail(err, errlen, "%s: unknown header flags 0x%x", name, flags);
-    if (channels != 1 && channels != 3) return fail(err, errlen, "%s: channel count %u (must be 1 or 3)", name, channels);
-    if (codec > SHARD_CODEC_JPEG) return fail(err, errlen, "%s: unknown codec %u", name, codec);
+        if (b[i]) return ct_fail(err, errlen, "%s: reserved header byte %d is not zero", name, i);
+    if (flags) return ct_fail(err, errlen, "%s: unknown header flags 0x%x", name, flags);
+    if (channels != 1 && channels != 3) return ct_fail(err, errlen, "%s: channel count %u (must be 1 or 3)", name, channels);
+    if (codec > SHARD_CODEC_JPEG) return ct_fail(err, errlen, "%s: unknown codec %u", name, codec);
     if (n_classes == 0 || n_classes > SHARD_MAX_CLASSES)
-        return fail(err, errlen, "%s: class count %u out of range 1..%u", name, n_classes, SHARD_MAX_CLASSES);
+        return ct_fail(err, errlen, "%s: class count %u out of range 1..%u", name, n_classes, SHARD_MAX_CLASSES);
     // Sections: header | class table | data | index, index ending exactly at the end of the file.
     if (class_off != SHARD_HEADER_SIZE)
-        return fail(err, errlen, "%s: class table offset %llu, expected %u", name, (unsigned long long)class_off,
-                    SHARD_HEADER_SIZE);
+        return ct_fail(err, errlen, "%s: class table offset %llu, expected %u", name, (unsigned long long)class_off,
+                       SHARD_HEADER_SIZE);
     if (class_size > size - class_off)
-        return fail(err, errlen, "%s: class table (%llu bytes at %llu) runs past the end of the file (%zu bytes): truncated?",
-                    name, (unsigned long long)class_size, (unsigned long long)class_off, size);
+        return ct_fail(err, errlen, "%s: class table (%llu bytes at %llu) runs past the end of the file (%zu bytes): truncated?",
+                       name, (unsigned long long)class_size, (unsigned long long)class_off, size);
     if (class_size < 4ull * n_classes)
-        return fail(err, errlen, "%s: class table of %llu bytes cannot hold %u classes", name,
-                    (unsigned long long)class_size, n_classes);
+        return ct_fail(err, errlen, "%s: class table of %llu bytes cannot hold %u classes", name,
+                       (unsigned long long)class_size, n_classes);
     if (data_off < class_off + class_size || data_off % SHARD_ALIGN)
-        return fail(err, errlen, "%s: data offset %llu overlaps the class table or is not %u-aligned", name,
-                    (unsigned long long)data_off, SHARD_ALIGN);
+        return ct_fail(err, errlen, "%s: data offset %llu overlaps the class table or is not %u-aligned", name,
+                       (unsigned long long)data_off, SHARD_ALIGN);
     if (data_off > size || data_size > size - data_off)
-        return fail(err, errlen, "%s: data section (%llu bytes at %llu) runs past the end of the file (%zu bytes): truncated?",
-                    name, (unsigned long long)data_size, (unsigned long long)data_off, size);
+        return ct_fail(err, errlen, "%s: data section (%llu bytes at %llu) runs past the end of the file (%zu bytes): truncated?",
+                       name, (unsigned long long)data_size, (unsigned long long)data_off, size);
     if (n_records > size / sizeof(ShardRecord))
-        return fail(err, errlen, "%s: record count %llu cannot fit in a file of %zu bytes: truncated?", name,
-                    (unsigned long long)n_records, size);
+        return ct_fail(err, errlen, "%s: record count %llu cannot fit in a file of %zu bytes: truncated?", name,
+                       (unsigned long long)n_records, size);
     if (index_size != n_records * sizeof(ShardRecord))
-        return fail(err, errlen, "%s: index table is %llu bytes, %llu records need %llu", name,
-                    (unsigned long long)index_size, (unsigned long long)n_records,
-                    (unsigned long long)(n_records * sizeof(ShardRecord)));
+        return ct_fail(err, errlen, "%s: index table is %llu bytes, %llu records need %llu", name,
+                       (unsigned long long)index_size, (unsigned long long)n_records,
+                       (unsigned long long)(n_records * sizeof(ShardRecord)));
     if (index_off < data_off + data_size || index_off % SHARD_ALIGN)
-        return fail(err, errlen, "%s: index offset %llu overlaps the data or is not %u-aligned", name,
-                    (unsigned long long)index_off, SHARD_ALIGN);
+        return ct_fail(err, errlen, "%s: index offset %llu overlaps the data or is not %u-aligned", name,
+                       (unsigned long long)index_off, SHARD_ALIGN);
     if (index_off > size || index_size != size - index_off)
-        return fail(err, errlen, "%s: file is %zu bytes but the header says it ends at %llu: %s", name, size,
-                    (unsigned long long)(index_off + index_size),
-                    index_off + index_size > size ? "truncated" : "trailing bytes");
+        return ct_fail(err, errlen, "%s: file is %zu bytes but the header says it ends at %llu: %s", name, size,
+                       (unsigned long long)(index_off + index_size),
+                       index_off + index_size > size ? "truncated" : "trailing bytes");
     // Checksum of header (less its crc field), class table and index table.
     uint32_t crc = crc32c(0, b, 124);
     crc = crc32c(crc, b + class_off, class_size);
     crc = crc32c(crc, b + index_off, index_size);
     if (crc != rd32(b + 124))
-        return fail(err, errlen, "%s: header/table checksum mismatch (stored %08x, computed %08x): corrupt file", name,
-                    rd32(b + 124), crc);
+        return ct_fail(err, errlen, "%s: header/table checksum mismatch (stored %08x, computed %08x): corrupt file", name,
+                       rd32(b + 124), crc);
 
     // Class table: per class u32 length + bytes; names non-empty, no NUL, distinct.
     char **names = calloc(n_classes, sizeof(char *));
-    if (!names) return fail(err, errlen, "%s: out of memory for %u class names", name, n_classes);
+    if (!names) return ct_fail(err, errlen, "%s: out of memory for %u class names", name, n_classes);
     const uint8_t *p = b + class_off, *end = p + class_size;
     for (uint32_t c = 0; c < n_classes; c++) {
         if (end - p < 4) {
             free_names(names, c);
-            return fail(err, errlen, "%s: class table ends inside class %u", name, c);
+            return ct_fail(err, errlen, "%s: class table ends inside class %u", name, c);
         }
         uint32_t len = rd32(p);
         p += 4;
         if (len == 0 || len > SHARD_MAX_CLASS_NAME || (uint64_t)(end - p) < len || memchr(p, 0, len)) {
             free_names(names, c);
-            return fail(err, errlen, "%s: class %u: bad name (length %u)", name, c, len);
+            return ct_fail(err, errlen, "%s: class %u: bad name (length %u)", name, c, len);
         }
         names[c] = malloc(len + 1);
         if (!names[c]) {
             free_names(names, c);
-            return fail(err, errlen, "%s: out of memory", name);
+            return ct_fail(err, errlen, "%s: out of memory", name);
         }
         memcpy(names[c], p, len);
         names[c][len] = 0;
@@ -168,18 +156,18 @@ static int validate(Shard *s, const char *name, char *err, size_t errlen) {
     }
     if (p != end) {
         free_names(names, n_classes);
-        return fail(err, errlen, "%s: %zu stray bytes after the class table", name, (size_t)(end - p));
+        return ct_fail(err, errlen, "%s: %zu stray bytes after the class table", name, (size_t)(end - p));
     }
     char **sorted = malloc(n_classes * sizeof(char *));
     if (!sorted) {
         free_names(names, n_classes);
-        return fail(err, errlen, "%s: out of memory", name);
+        return ct_fail(err, errlen, "%s: out of memory", name);
     }
     memcpy(sorted, names, n_classes * sizeof(char *));
     qsort(sorted, n_classes, sizeof(char *), cmp_str);
     for (uint32_t c = 1; c < n_classes; c++)
         if (strcmp(sorted[c - 1], sorted[c]) == 0) {
-            fail(err, errlen, "%s: class name '%s' appears twice in the class table", name, sorted[c]);
+            ct_fail(err, errlen, "%s: class name '%s' appears twice in the class table", name, sorted[c]);
             free(sorted);
             free_names(names, n_classes);
             return -1;
@@ -221,7 +209,7 @@ static int validate(Shard *s, const char *name, char *err, size_t errlen) {
         }
         if (why) {
             free_names(names, n_classes);
-            return fail(err, errlen, "%s: record %llu: %s", name, (unsigned long long)i, why);
+            return ct_fail(err, errlen, "%s: record %llu: %s", name, (unsigned long long)i, why);
         }
         prev_end = r.offset + r.stored_size;
         if (r.raw_size > seen_max_raw) seen_max_raw = r.raw_size;
@@ -232,9 +220,9 @@ static int validate(Shard *s, const char *name, char *err, size_t errlen) {
     }
     if (seen_max_raw != max_raw || seen_max_h != max_h || seen_max_w != max_w) {
         free_names(names, n_classes);
-        return fail(err, errlen, "%s: header maxima (%llu bytes, %ux%u) disagree with the index (%llu bytes, %ux%u)",
-                    name, (unsigned long long)max_raw, max_w, max_h, (unsigned long long)seen_max_raw, seen_max_w,
-                    seen_max_h);
+        return ct_fail(err, errlen, "%s: header maxima (%llu bytes, %ux%u) disagree with the index (%llu bytes, %ux%u)",
+                       name, (unsigned long long)max_raw, max_w, max_h, (unsigned long long)seen_max_raw, seen_max_w,
+                       seen_max_h);
     }
     s->version = version;
     s->channels = channels;
@@ -257,7 +245,7 @@ static int validate(Shard *s, const char *name, char *err, size_t errlen) {
 int shard_open_mem_err(Shard *s, const void *data, size_t size, const char *name, char *err, size_t errlen) {
     memset(s, 0, sizeof *s);
     // The index table is read in place as ShardRecord structs: the base must be 8-byte aligned.
-    if ((uintptr_t)data % 8) return fail(err, errlen, "%s: shard bytes in memory must be 8-byte aligned", name);
+    if ((uintptr_t)data % 8) return ct_fail(err, errlen, "%s: shard bytes in memory must be 8-byte aligned", name);
     s->base = data;
     s->size = size;
     if (validate(s, name, err, errlen) != 0) {
@@ -271,27 +259,27 @@ int shard_open_mem_err(Shard *s, const void *data, size_t size, const char *name
 int shard_open_err(Shard *s, const char *path, char *err, size_t errlen) {
     memset(s, 0, sizeof *s);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return fail(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+    if (fd < 0) return ct_fail(err, errlen, "%s: cannot open: %s", path, strerror(errno));
     struct stat st;
     if (fstat(fd, &st) != 0) {
         int e = errno;
         close(fd);
-        return fail(err, errlen, "%s: cannot stat: %s", path, strerror(e));
+        return ct_fail(err, errlen, "%s: cannot stat: %s", path, strerror(e));
     }
     if (!S_ISREG(st.st_mode)) {
         close(fd);
-        return fail(err, errlen, "%s: not a regular file", path);
+        return ct_fail(err, errlen, "%s: not a regular file", path);
     }
     size_t size = (size_t)st.st_size;
     if (size < SHARD_HEADER_SIZE) {
         close(fd);
-        return fail(err, errlen, "%s: %zu bytes, too short for a shard header (%u bytes): truncated or not a shard",
-                    path, size, SHARD_HEADER_SIZE);
+        return ct_fail(err, errlen, "%s: %zu bytes, too short for a shard header (%u bytes): truncated or not a shard",
+                       path, size, SHARD_HEADER_SIZE);
     }
     void *map = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
     int e = errno;
     close(fd);
-    if (map == MAP_FAILED) return fail(err, errlen, "%s: cannot map %zu bytes: %s", path, size, strerror(e));
+    if (map == MAP_FAILED) return ct_fail(err, errlen, "%s: cannot map %zu bytes: %s", path, size, strerror(e));
     s->base = map;
     s->size = size;
     if (validate(s, path, err, errlen) != 0) {
@@ -318,25 +306,25 @@ void shard_close(Shard *s) {
 
 int shard_check_crc_err(const Shard *s, uint64_t i, char *err, size_t errlen) {
     if (i >= s->n_records)
-        return fail(err, errlen, "%s: record %llu out of range (%llu records)", s->path, (unsigned long long)i,
-                    (unsigned long long)s->n_records);
+        return ct_fail(err, errlen, "%s: record %llu out of range (%llu records)", s->path, (unsigned long long)i,
+                       (unsigned long long)s->n_records);
     const ShardRecord *r = &s->records[i];
     uint32_t crc = crc32c(0, s->base + r->offset, r->stored_size);
     if (crc != r->crc)
-        return fail(err, errlen, "%s: record %llu: payload checksum mismatch (stored %08x, computed %08x): corrupt data",
-                    s->path, (unsigned long long)i, r->crc, crc);
+        return ct_fail(err, errlen, "%s: record %llu: payload checksum mismatch (stored %08x, computed %08x): corrupt data",
+                       s->path, (unsigned long long)i, r->crc, crc);
     return 0;
 }
 
 int shard_decode_err(const Shard *s, uint64_t i, uint8_t *dst, size_t dst_size, int verify_crc, char *err,
                      size_t errlen) {
     if (i >= s->n_records)
-        return fail(err, errlen, "%s: record %llu out of range (%llu records)", s->path, (unsigned long long)i,
-                    (unsigned long long)s->n_records);
+        return ct_fail(err, errlen, "%s: record %llu out of range (%llu records)", s->path, (unsigned long long)i,
+                       (unsigned long long)s->n_records);
     const ShardRecord *r = &s->records[i];
     if (dst_size < r->raw_size)
-        return fail(err, errlen, "%s: record %llu: decode buffer of %zu bytes, record needs %u", s->path,
-                    (unsigned long long)i, dst_size, r->raw_size);
+        return ct_fail(err, errlen, "%s: record %llu: decode buffer of %zu bytes, record needs %u", s->path,
+                       (unsigned long long)i, dst_size, r->raw_size);
     if (verify_crc && shard_check_crc_err(s, i, err, errlen) != 0) return -1;
     const uint8_t *src = s->base + r->offset;
     switch (s->codec) {
@@ -344,18 +332,18 @@ int shard_decode_err(const Shard *s, uint64_t i, uint8_t *dst, size_t dst_size, 
     case SHARD_CODEC_LZ4: {
         int got = LZ4_decompress_safe((const char *)src, (char *)dst, (int)r->stored_size, (int)r->raw_size);
         if (got != (int)r->raw_size)
-            return fail(err, errlen, "%s: record %llu: LZ4 payload %s (got %d of %u bytes)", s->path,
-                        (unsigned long long)i, got < 0 ? "is corrupt" : "decodes to the wrong size", got, r->raw_size);
+            return ct_fail(err, errlen, "%s: record %llu: LZ4 payload %s (got %d of %u bytes)", s->path,
+                           (unsigned long long)i, got < 0 ? "is corrupt" : "decodes to the wrong size", got, r->raw_size);
         return 0;
     }
     case SHARD_CODEC_JPEG: {
         char why[256];
         if (image_decode_jpeg_into(src, r->stored_size, s->channels, dst, r->height, r->width, why, sizeof why) != 0)
-            return fail(err, errlen, "%s: record %llu: %s", s->path, (unsigned long long)i, why);
+            return ct_fail(err, errlen, "%s: record %llu: %s", s->path, (unsigned long long)i, why);
         return 0;
     }
     }
-    return fail(err, errlen, "%s: unknown codec %u", s->path, s->codec);
+    return ct_fail(err, errlen, "%s: unknown codec %u", s->path, s->codec);
 }
 
 void shard_decode(const Shard *s, uint64_t i, uint8_t *dst, size_t dst_size) {
@@ -370,11 +358,11 @@ int shard_same_classes_err(const Shard *a, const Shard *b, char *err, size_t err
         if (c == a->n_classes) return 0;
     }
     if (a->n_classes != b->n_classes)
-        return fail(err, errlen, "%s has %u classes but %s has %u: pack both splits with one packdata run", a->path,
-                    a->n_classes, b->path, b->n_classes);
+        return ct_fail(err, errlen, "%s has %u classes but %s has %u: pack both splits with one packdata run", a->path,
+                       a->n_classes, b->path, b->n_classes);
     for (uint32_t c = 0; c < a->n_classes; c++)
         if (strcmp(a->class_names[c], b->class_names[c]) != 0)
-            return fail(err, errlen, "class %u is '%s' in %s but '%s' in %s: the class tables differ", c,
-                        a->class_names[c], a->path, b->class_names[c], b->path);
-    return fail(err, errlen, "class tables of %s and %s differ", a->path, b->path);
+            return ct_fail(err, errlen, "class %u is '%s' in %s but '%s' in %s: the class tables differ", c,
+                           a->class_names[c], a->path, b->class_names[c], b->path);
+    return ct_fail(err, errlen, "class tables of %s and %s differ", a->path, b->path);
 }

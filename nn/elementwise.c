@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "nn/layers.h"
+#include "util/bf16.h"
 #include "util/common.h"
 
 void relu_forward(float *y, const float *x, size_t n) {
@@ -41,14 +42,7 @@ void add_inplace(float *y, const float *x, size_t n) {
 
 void round_bf16(float *x, size_t n) {
 #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) {
-        uint32_t u;
-        memcpy(&u, &x[i], 4);
-        if ((u & 0x7fffffffu) > 0x7f800000u) u |= 0x00400000u;  // NaN: quiet it, keep it NaN after truncation
-        else u += 0x7fffu + ((u >> 16) & 1u);                  // ties to even; overflow rounds to inf
-        u &= 0xffff0000u;
-        memcpy(&x[i], &u, 4);
-    }
+    for (size_t i = 0; i < n; i++) x[i] = ct_round_bf16(x[i]);
 }
 
 int all_finite(const float *x, size_t n) {

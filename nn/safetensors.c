@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "nn/json.h"
+#include "util/bf16.h"
 #include "util/common.h"
 
 static const struct {
@@ -284,8 +285,7 @@ char *st_to_f32(const StTensor *t, float *dst, size_t count) {
         case ST_BF16: {
             uint16_t h;
             memcpy(&h, p, 2);
-            uint32_t bits = (uint32_t)h << 16;
-            memcpy(&dst[i], &bits, 4);
+            dst[i] = ct_bf16_to_f32(h);
             break;
         }
         default:

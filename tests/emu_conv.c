@@ -13,21 +13,10 @@
 #include "kernels/kernels.h"
 #include "nn/layers.h"
 #include "tests/test.h"
+#include "util/bf16.h"
 #include "util/common.h"
 #include "util/rng.h"
 
-static uint16_t f2bf(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-static float bf2f(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
 static size_t esize(CtDtype dt) { return dt == CT_BF16 ? 2 : 4; }
 
 static float *host_random(size_t n, uint64_t key, CtDtype dt) {
@@ -35,7 +24,7 @@ static float *host_random(size_t n, uint64_t key, CtDtype dt) {
     Rng r = rng_make(20261122, key, n);
     for (size_t i = 0; i < n; i++) {
         h[i] = 2.0f * rng_uniform(&r) - 1.0f;
-        if (dt == CT_BF16) h[i] = bf2f(f2bf(h[i]));  // the reference sees what the GPU sees
+        if (dt == CT_BF16) h[i] = ct_round_bf16(h[i]);  // the reference sees what the GPU sees
     }
     return h;
 }
@@ -44,7 +33,7 @@ static void *dev_upload(const float *h, size_t n, CtDtype dt) {
     if (cudaMalloc(&d, n * esize(dt) + 16) != cudaSuccess) ct_die("cudaMalloc");
     if (dt == CT_BF16) {
         uint16_t *t = (uint16_t *)ct_alloc(n * 2 + 2);
-        for (size_t i = 0; i < n; i++) t[i] = f2bf(h[i]);
+        for (size_t i = 0; i < n; i++) t[i] = ct_f32_to_bf16(h[i]);
         cudaMemcpy(d, t, n * 2, cudaMemcpyHostToDevice);
         free(t);
     } else {
@@ -63,7 +52,7 @@ static void dev_download(float *h, const void *d, size_t n, CtDtype dt) {
     if (dt == CT_BF16) {
         uint16_t *t = (uint16_t *)ct_alloc(n * 2 + 2);
         cudaMemcpy(t, d, n * 2, cudaMemcpyDeviceToHost);
-        for (size_t i = 0; i < n; i++) h[i] = bf2f(t[i]);
+        for (size_t i = 0; i < n; i++) h[i] = ct_bf16_to_f32(t[i]);
         free(t);
     } else {
         cudaMemcpy(h, d, n * 4, cudaMemcpyDeviceToHost);

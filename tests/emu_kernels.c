@@ -15,6 +15,7 @@
 #include "nn/layers.h"
 #include "nn/sgd.h"
 #include "tests/test.h"
+#include "util/bf16.h"
 #include "util/common.h"
 #include "util/rng.h"
 
@@ -31,29 +32,14 @@ static void note(CtDtype dt, double err) {
     if (err > worst[dt]) worst[dt] = err;
 }
 
-// Host bf16 rounding, round to nearest even (independent of kernels/act.cuh on purpose).
-static uint16_t h_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-static float h_f32(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
 static void round_to(float *x, size_t n, CtDtype dt) {
     if (dt == CT_BF16)
-        for (size_t i = 0; i < n; i++) x[i] = h_f32(h_bf16(x[i]));
+        for (size_t i = 0; i < n; i++) x[i] = ct_round_bf16(x[i]);
 }
 
-static Rng g_rng;
 static float *rand_vec(size_t n, float lo, float hi, CtDtype dt) {
     float *x = (float *)ct_alloc((n ? n : 1) * sizeof(float));
-    for (size_t i = 0; i < n; i++) x[i] = lo + (hi - lo) * rng_uniform(&g_rng);
+    for (size_t i = 0; i < n; i++) x[i] = lo + (hi - lo) * rng_uniform(&test_rng);
     round_to(x, n, dt);
     return x;
 }
@@ -66,7 +52,7 @@ static void *dev_act(const float *x, size_t n, CtDtype dt) {
     if (x) {
         if (dt == CT_BF16) {
             uint16_t *h = (uint16_t *)ct_alloc((n ? n : 1) * 2);
-            for (size_t i = 0; i < n; i++) h[i] = h_bf16(x[i]);
+            for (size_t i = 0; i < n; i++) h[i] = ct_f32_to_bf16(x[i]);
             CKC(cudaMemcpy(d, h, n * 2, cudaMemcpyHostToDevice));
             free(h);
         } else {
@@ -82,7 +68,7 @@ static float *host_act(const void *d, size_t n, CtDtype dt) {
     if (dt == CT_BF16) {
         uint16_t *h = (uint16_t *)ct_alloc((n ? n : 1) * 2);
         CKC(cudaMemcpy(h, d, n * 2, cudaMemcpyDeviceToHost));
-        for (size_t i = 0; i < n; i++) x[i] = h_f32(h[i]);
+        for (size_t i = 0; i < n; i++) x[i] = ct_bf16_to_f32(h[i]);
         free(h);
     } else {
         CKC(cudaMemcpy(x, d, n * 4, cudaMemcpyDeviceToHost));
@@ -258,10 +244,12 @@ static void test_elementwise(size_t n, int C, CtDtype dt) {
 
 // fp32 -> bf16 must round exactly like the host reference (nearest even), including ties,
 // subnormals, infinities and NaN; bf16 -> fp32 is exact.
+// The device conversions against util/bf16.h on the host (tests/test_bf16.c holds that header to an
+// independent definition; on a real GPU this compares the hardware's bits with it).
 static void test_convert(void) {
     const size_t n = 1000;
     float *x = (float *)ct_alloc(n * 4);
-    for (size_t i = 0; i < n; i++) x[i] = (rng_uniform(&g_rng) - 0.5f) * powf(2.f, (float)((int)(i % 60) - 30));
+    for (size_t i = 0; i < n; i++) x[i] = (rng_uniform(&test_rng) - 0.5f) * powf(2.f, (float)((int)(i % 60) - 30));
     uint32_t special[] = {0x3f808000u, 0x3f818000u, 0x00000001u, 0x807fffffu, 0x7f800000u, 0xff800000u,
                           0x7fc00001u, 0x7f7fffffu, 0x00000000u, 0x80000000u};
     for (size_t i = 0; i < CT_ARRAY_LEN(special); i++) memcpy(&x[i], &special[i], 4);
@@ -273,13 +261,13 @@ static void test_convert(void) {
     CKC(cudaDeviceSynchronize());
     CKC(cudaMemcpy(h, dh, n * 2, cudaMemcpyDeviceToHost));
     int bad = 0;
-    for (size_t i = 0; i < n; i++) bad += h[i] != h_bf16(x[i]);
+    for (size_t i = 0; i < n; i++) bad += h[i] != ct_f32_to_bf16(x[i]);
     CHECK(bad == 0, "f32_to_bf16: %d of %zu values rounded differently from the host", bad, n);
     bf16_to_f32_gpu(dx, dh, n, 0);
     float *back = host_f32(dx, n);
     bad = 0;
     for (size_t i = 0; i < n; i++) {
-        float w = h_f32(h[i]);
+        float w = ct_bf16_to_f32(h[i]);
         bad += memcmp(&back[i], &w, 4) != 0;
     }
     CHECK(bad == 0, "bf16_to_f32: %d of %zu values differ", bad, n);
@@ -305,7 +293,7 @@ static void test_nonfinite(void) {
     for (size_t si = 0; si < CT_ARRAY_LEN(sizes); si++) {
         size_t n = sizes[si];
         float *x = (float *)ct_alloc(n * 4);
-        for (size_t i = 0; i < n; i++) x[i] = (rng_uniform(&g_rng) - 0.5f) * 3e38f;  // huge but finite
+        for (size_t i = 0; i < n; i++) x[i] = (rng_uniform(&test_rng) - 0.5f) * 3e38f;  // huge but finite
         float *dx = dev_f32(x, n);
         int *dflag = NULL, flag;
         CKC(cudaMalloc(&dflag, sizeof(int)));
@@ -496,7 +484,7 @@ static void test_sgd(size_t n, float momentum, float wd, int nesterov) {
     uint16_t *hb = (uint16_t *)ct_alloc(n * 2);
     CKC(cudaMemcpy(hb, dbf, n * 2, cudaMemcpyDeviceToHost));
     int bad = 0;
-    for (size_t i = 0; i < n; i++) bad += hb[i] != h_bf16(gp[i]);
+    for (size_t i = 0; i < n; i++) bad += hb[i] != ct_f32_to_bf16(gp[i]);
     CHECK(bad == 0, "sgd: bf16 weight copy differs from the rounded params in %d places", bad);
     cudaFree(dp);
     cudaFree(dbuf);
@@ -513,7 +501,7 @@ static void test_sgd(size_t n, float momentum, float wd, int nesterov) {
 
 int main(void) {
     double t0 = ct_now();
-    g_rng = rng_make(20261122, 5, 0);
+    test_rng = rng_make(20261122, 5, 0);
     test_convert();
     test_nonfinite();
     for (int d = 0; d < 2; d++) {

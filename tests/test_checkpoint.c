@@ -10,12 +10,6 @@
 #include "tests/test.h"
 #include "util/common.h"
 
-static void write_bytes(const char *path, const void *d, size_t n) {
-    FILE *f = fopen(path, "wb");
-    fwrite(d, 1, n, f);
-    fclose(f);
-}
-
 static void test_checkpoint(const char *dir) {
     char path[512];
     snprintf(path, sizeof path, "%s/x.ckpt", dir);
@@ -89,7 +83,7 @@ static void test_checkpoint(const char *dir) {
     size_t offs[] = {0, 9, 13, 20, 100, 150, 300, n / 2, n - 5, n - 1};
     for (size_t i = 0; i < CT_ARRAY_LEN(offs); i++) {
         data[offs[i]] ^= 0x40;
-        write_bytes(bad, data, n);
+        test_write_file(bad, data, n);
         data[offs[i]] ^= 0x40;
         err = checkpoint_load(bad, &ck);
         CHECK(err != NULL, "flip at byte %zu not detected", offs[i]);
@@ -97,14 +91,14 @@ static void test_checkpoint(const char *dir) {
     }
     size_t cuts[] = {0, 4, 100, 200, n - 1};
     for (size_t i = 0; i < CT_ARRAY_LEN(cuts); i++) {
-        write_bytes(bad, data, cuts[i]);
+        test_write_file(bad, data, cuts[i]);
         err = checkpoint_load(bad, &ck);
         CHECK(err != NULL, "truncation to %zu bytes not detected", cuts[i]);
         if (!err) checkpoint_free(&ck);
     }
     uint8_t *longer = ct_zalloc(n + 8);
     memcpy(longer, data, n);
-    write_bytes(bad, longer, n + 8);
+    test_write_file(bad, longer, n + 8);
     err = checkpoint_load(bad, &ck);
     CHECK(err != NULL && strstr(err, "trailing"), "trailing bytes: %s", err ? err : "accepted");
     // Huge declared sizes must not overflow into a "valid" size.
@@ -113,7 +107,7 @@ static void test_checkpoint(const char *dir) {
     for (size_t i = 0; i < CT_ARRAY_LEN(size_fields); i++) {
         memcpy(longer, data, n);
         memcpy(longer + size_fields[i], &huge, 8);
-        write_bytes(bad, longer, n);
+        test_write_file(bad, longer, n);
         err = checkpoint_load(bad, &ck);
         CHECK(err != NULL, "huge size field at %zu accepted", size_fields[i]);
         if (!err) checkpoint_free(&ck);

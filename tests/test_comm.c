@@ -17,11 +17,6 @@
 
 #define MAX_RANKS 8
 
-static void nap_us(long us) {
-    struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
-    nanosleep(&ts, NULL);
-}
-
 // ---------------------------------------------------------------------------------------------
 // Sums and broadcasts against a serial reference.
 typedef struct {

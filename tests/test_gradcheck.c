@@ -15,14 +15,6 @@
 #include "util/common.h"
 #include "util/rng.h"
 
-static Rng g_rng;
-static int rnd(int lo, int hi) { return lo + (int)rng_below(&g_rng, (uint32_t)(hi - lo + 1)); }
-static float *rand_buf(size_t n, float scale) {
-    float *p = ct_alloc(n * sizeof(float) + 1);
-    for (size_t i = 0; i < n; i++) p[i] = scale * (2 * rng_uniform(&g_rng) - 1);
-    return p;
-}
-
 // The layer under test: forward(ctx) writes its output into out; the loss is sum(out * G).
 typedef void (*ForwardFn)(void *ctx, float *out);
 typedef struct {
@@ -45,7 +37,7 @@ static double probe_loss(const Probe *pr) {
 static double check_tensor(const Probe *pr, float *v, const float *grad, size_t n, float h, int samples) {
     double num2 = 0, den2 = 0;
     for (int k = 0; k < samples; k++) {
-        size_t i = (size_t)rng_below(&g_rng, (uint32_t)n);
+        size_t i = (size_t)rng_below(&test_rng, (uint32_t)n);
         const float save = v[i];
         v[i] = save + h;
         const double lp = probe_loss(pr);
@@ -144,7 +136,7 @@ static void gradcheck_pool(int N, int H, int W, int C) {
     p.in = ct_alloc(nin * 4);
     for (size_t i = 0; i < nin; i++) p.in[i] = 0.01f * (float)i - 0.005f * (float)nin;
     for (size_t i = nin - 1; i > 0; i--) {
-        size_t j = rng_below(&g_rng, (uint32_t)(i + 1));
+        size_t j = rng_below(&test_rng, (uint32_t)(i + 1));
         float t = p.in[i];
         p.in[i] = p.in[j], p.in[j] = t;
     }
@@ -281,7 +273,7 @@ static void determinism(void) {
 }
 
 int main(void) {
-    g_rng = rng_make(99, 0, 0);
+    test_rng = rng_make(99, 0, 0);
     for (int it = 0; it < 10; it++) {
         const int R = it % 4 == 0 ? 1 : it % 4 == 1 ? 7 : 3, stride = rnd(1, 2), pad = it % 3 == 0 ? 0 : R / 2;
         const int lo = R > 2 * pad ? R - 2 * pad : 1;

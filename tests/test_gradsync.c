@@ -15,11 +15,6 @@
 #include "util/common.h"
 #include "util/rng.h"
 
-static void nap_us(long us) {
-    struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
-    nanosleep(&ts, NULL);
-}
-
 // A fake network: n_ops ops, those with parameters ending at increasing grad_done values, in
 // backward (reversed list) order, as nn/resnet.c lays them out.
 static ResNet *fake_model(const size_t *sizes, int n, int with_gaps) {

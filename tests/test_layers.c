@@ -10,15 +10,6 @@
 #include "util/common.h"
 #include "util/rng.h"
 
-static Rng g_rng;
-
-static int rnd(int lo, int hi) { return lo + (int)rng_below(&g_rng, (uint32_t)(hi - lo + 1)); }
-static float *rand_buf(size_t n, float scale) {
-    float *p = ct_alloc(n * sizeof(float) + 1);
-    for (size_t i = 0; i < n; i++) p[i] = scale * (2 * rng_uniform(&g_rng) - 1);
-    return p;
-}
-
 // ---------------------------------------------------------------------------------------------
 static void test_gemm(void) {
     for (int it = 0; it < 40; it++) {
@@ -477,7 +468,7 @@ static void test_round_bf16(void) {
 }
 
 int main(void) {
-    g_rng = rng_make(1234, 0, 0);
+    test_rng = rng_make(1234, 0, 0);
     const char *kernels[] = {"avx512", "avx2", "generic"};
     const char *dflt = sgemm_kernel_name();
     for (size_t i = 0; i < CT_ARRAY_LEN(kernels); i++) {

@@ -56,12 +56,6 @@ static void write_shard(const char *path, uint32_t C, uint32_t codec, int level)
 }
 
 static uint8_t *slurp(const char *path, size_t *n) { return (uint8_t *)ct_read_file(path, n); }
-static void spit(const char *path, const void *d, size_t n) {
-    FILE *f = fopen(path, "wb");
-    if (!f) ct_die_errno("%s", path);
-    if (n) fwrite(d, 1, n, f);
-    fclose(f);
-}
 static uint32_t g32(const uint8_t *p) {
     uint32_t v;
     memcpy(&v, p, 4);
@@ -91,7 +85,7 @@ static uint8_t *rec(uint8_t *b, int i) { return b + g64(b + 72) + 32 * (size_t)i
 static void expect_bad(const char *name, const uint8_t *bytes, size_t n, int decode_rec, const char *needle) {
     char path[256], err[SHARD_ERR_LEN];
     path_for(path, sizeof path, name);
-    spit(path, bytes, n);
+    test_write_file(path, bytes, n);
     Shard s;
     int rc = shard_open_err(&s, path, err, sizeof err);
     if (decode_rec >= 0) {
@@ -276,7 +270,7 @@ static void test_jpeg_payload_checks(void) {
     fix_crc(b);
     char p2[256], err[SHARD_ERR_LEN];
     path_for(p2, sizeof p2, "jpgbad.shard");
-    spit(p2, b, n);
+    test_write_file(p2, b, n);
     Shard s;
     CHECK(shard_open_err(&s, p2, err, sizeof err) == 0, "open %s", err);
     uint8_t *buf = ct_alloc(s.max_raw_size);

@@ -13,6 +13,7 @@
 
 #include "kernels/kernels.h"
 #include "nn/layers.h"
+#include "util/bf16.h"
 #include "util/common.h"
 
 #define CK(x)                                                                                   \
@@ -44,9 +45,7 @@ static void fill(void *d, size_t n, CtDtype dt, unsigned seed) {
         x = x * 1664525u + 1013904223u;
         float f = ((x >> 8) * (1.0f / 16777216.0f)) * 2.f - 1.f;
         if (dt == CT_BF16) {
-            uint32_t u;
-            memcpy(&u, &f, 4);
-            uint16_t b = (uint16_t)(u >> 16);
+            uint16_t b = (uint16_t)(ct_f2u(f) >> 16);  // truncated: any bf16 data will do for timing
             memcpy(h + 2 * i, &b, 2);
         } else {
             memcpy(h + 4 * i, &f, 4);
@@ -65,9 +64,8 @@ static double rel_diff(const void *a, const void *b, size_t n, int bf16) {
     for (size_t i = 0; i < n; i++) {
         float u, v;
         if (bf16) {
-            uint32_t p = (uint32_t)((uint16_t *)x)[i] << 16, q = (uint32_t)((uint16_t *)y)[i] << 16;
-            memcpy(&u, &p, 4);
-            memcpy(&v, &q, 4);
+            u = ct_bf16_to_f32(((uint16_t *)x)[i]);
+            v = ct_bf16_to_f32(((uint16_t *)y)[i]);
         } else {
             u = ((float *)x)[i];
             v = ((float *)y)[i];

@@ -41,6 +41,16 @@ void ct_warn(const char *fmt, ...) {
     va_end(ap);
 }
 
+int ct_fail(char *err, size_t errlen, const char *fmt, ...) {
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
 void *ct_alloc(size_t bytes) {
     void *p = NULL;
     if (bytes == 0) bytes = 1;

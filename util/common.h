@@ -16,6 +16,10 @@ __attribute__((noreturn, format(printf, 1, 2))) void ct_die(const char *fmt, ...
 // Same as ct_die, with ": strerror(errno)" appended.
 __attribute__((noreturn, format(printf, 1, 2))) void ct_die_errno(const char *fmt, ...);
 __attribute__((format(printf, 1, 2))) void ct_warn(const char *fmt, ...);
+// For code that reports errors to its caller instead of dying (parsers under fuzzing, network
+// peers): formats the message into err[errlen] (nothing when err is NULL or errlen 0) and returns
+// -1, so a failing path reads `return ct_fail(err, errlen, "...", ...);`.
+__attribute__((format(printf, 3, 4))) int ct_fail(char *err, size_t errlen, const char *fmt, ...);
 
 // Allocation that never returns NULL (dies naming the size). ct_alloc is 64-byte aligned and
 // uninitialised; ct_zalloc zeroes. Both are released with free().

@@ -24,6 +24,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util/bf16.h"
+
 #ifdef __cplusplus
 #include <functional>
 #include <tuple>
@@ -755,20 +757,8 @@ static inline float max(int a, float b) { return fmaxf((float)a, b); }
 
 // ---------------------------------------------------------------------------------------------
 // bf16 and fp16: storage types with CUDA's conversions (round to nearest even, NaN kept a NaN).
+// bf16 converts through util/bf16.h, the same functions as the CPU reference and the kernels.
 namespace emu {
-inline uint16_t f32_to_bf16_rn(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u);  // quiet NaN
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-inline float bf16_to_f32(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
 inline uint16_t f32_to_f16_rn(float f) {
     uint32_t x;
     memcpy(&x, &f, 4);
@@ -815,11 +805,11 @@ struct __nv_bfloat16_raw {
 struct __nv_bfloat16 {
     unsigned short __x;
     __nv_bfloat16() = default;
-    __nv_bfloat16(float f) : __x(emu::f32_to_bf16_rn(f)) {}
-    __nv_bfloat16(double f) : __x(emu::f32_to_bf16_rn((float)f)) {}
-    __nv_bfloat16(int i) : __x(emu::f32_to_bf16_rn((float)i)) {}
+    __nv_bfloat16(float f) : __x(ct_f32_to_bf16(f)) {}
+    __nv_bfloat16(double f) : __x(ct_f32_to_bf16((float)f)) {}
+    __nv_bfloat16(int i) : __x(ct_f32_to_bf16((float)i)) {}
     __nv_bfloat16(const __nv_bfloat16_raw &r) : __x(r.x) {}
-    operator float() const { return emu::bf16_to_f32(__x); }
+    operator float() const { return ct_bf16_to_f32(__x); }
     operator __nv_bfloat16_raw() const { return __nv_bfloat16_raw{__x}; }
 };
 struct alignas(4) __nv_bfloat162 {
@@ -854,14 +844,13 @@ typedef __half2 half2;
 static inline __nv_bfloat16 __float2bfloat16(float f) { return __nv_bfloat16(f); }
 static inline __nv_bfloat16 __float2bfloat16_rn(float f) { return __nv_bfloat16(f); }
 static inline __nv_bfloat16 __float2bfloat16_rz(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
+    uint32_t u = ct_f2u(f);
     __nv_bfloat16 r;
     r.__x = (uint16_t)(u >> 16);
     if ((u & 0x7fffffffu) > 0x7f800000u) r.__x |= 0x0040u;
     return r;
 }
-static inline float __bfloat162float(__nv_bfloat16 h) { return emu::bf16_to_f32(h.__x); }
+static inline float __bfloat162float(__nv_bfloat16 h) { return ct_bf16_to_f32(h.__x); }
 static inline __nv_bfloat162 __floats2bfloat162_rn(float a, float b) {
     return __nv_bfloat162(__nv_bfloat16(a), __nv_bfloat16(b));
 }

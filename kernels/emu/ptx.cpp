@@ -5,8 +5,8 @@
 
 namespace emu {
 
-static inline float bf16_lo(uint32_t r) { return bf16_to_f32((uint16_t)(r & 0xffffu)); }
-static inline float bf16_hi(uint32_t r) { return bf16_to_f32((uint16_t)(r >> 16)); }
+static inline float bf16_lo(uint32_t r) { return ct_bf16_to_f32((uint16_t)(r & 0xffffu)); }
+static inline float bf16_hi(uint32_t r) { return ct_bf16_to_f32((uint16_t)(r >> 16)); }
 
 // Payload: u[0..1] = a[0..3], u[2] = b[0..1], u[3..4] = c[0..3] (as float bits); out u[0..1] = d.
 static void mma_fn(const WarpPayload *in, WarpPayload *out, uint32_t group, void *) {
