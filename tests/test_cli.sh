@@ -73,6 +73,15 @@ expect_err "--resume: no such file" --resume /nonexistent.ckpt "$TMP/d"
 expect_err "--crop-size: must be in 1..4096" --crop-size 0 "$TMP/d"
 expect_err "channel count mismatch" --out "$TMP/o" "$TMP/mixch"
 expect_err "--demo takes no SHARDS" --demo "$TMP/d"
+# The launchers' environment: each variable is checked and named, never blamed on a flag not given.
+WORLD_SIZE=two expect_err "WORLD_SIZE: 'two' is not an integer in 1..4096" "$TMP/d"
+WORLD_SIZE=0 expect_err "WORLD_SIZE: '0' is not an integer in 1..4096" "$TMP/d"
+SLURM_NNODES=x expect_err "SLURM_NNODES: 'x' is not an integer" "$TMP/d"
+WORLD_SIZE=2 NODE_RANK=5 expect_err "NODE_RANK: 5 is not in 0..1 \(WORLD_SIZE is 2\)" "$TMP/d"
+WORLD_SIZE=2 RANK=-1 expect_err "RANK: '-1' is not an integer in 0..4095" "$TMP/d"
+WORLD_SIZE=2 NODE_RANK=1 MASTER_ADDR=localhost MASTER_PORT=70000 expect_err "MASTER_PORT: '70000' is not an integer in 1..65535" "$TMP/d"
+expect_err "--master port: '0' is not an integer in 1..65535" --nodes 2 --master localhost:0 "$TMP/d"
+expect_err "--master port: 'http' is not an integer" --nodes 2 --master localhost:http "$TMP/d"
 [ ! -e "$TMP/o" ] || fail "an invalid run created its output directory"
 
 # Resume mismatches: a resnet20 checkpoint on 10 classes.

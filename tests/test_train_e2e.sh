@@ -33,6 +33,16 @@ d = cfg["derived"]
 assert d["global_batch"] == 32 and d["steps_per_epoch"] == 31 and d["classes"] == 10 and d["channels"] == 3, d
 assert d["train_records"] == 1000 and d["val_records"] == 300 and d["parameters"] > 270000, d
 assert cfg["git_commit"] and cfg["machine"]["cpus"] >= 1 and cfg["machine"]["cpu"] and cfg["command"][0].endswith("train"), cfg
+# Floats as the shortest text that reads back (0.05, not 0.050000000000000003; the mean of the
+# float normalisation as 0.485), and git_commit is ctrain's own, fixed when it was built.
+text = open(os.path.join(run, "config.json")).read()
+assert '"lr": 0.05,' in text and '"label-smoothing": 0.1,' in text, text
+assert d["mean"] == [0.485, 0.456, 0.406] and '0.485' in text and '0.48500001' not in text, d["mean"]
+import subprocess
+root = os.environ.get("CTRAIN_ROOT", ".")
+head = subprocess.run(["git", "-C", root, "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True).stdout.strip()
+if head:
+    assert cfg["git_commit"].split("-")[0] == head, (cfg["git_commit"], head)
 recs = [json.loads(l) for l in open(os.path.join(run, "metrics.jsonl"))]
 steps = [r for r in recs if r["type"] == "step"]
 epochs = [r for r in recs if r["type"] == "epoch"]
