@@ -25,6 +25,7 @@ need_pkgs=()
 [ -f /usr/include/lz4.h ] || need_pkgs+=(liblz4-dev)
 [ -f /usr/include/png.h ] || need_pkgs+=(libpng-dev)
 [ -f /usr/include/zlib.h ] || need_pkgs+=(zlib1g-dev)
+[ -f /usr/include/jansson.h ] || need_pkgs+=(libjansson-dev)
 command -v "$CC" >/dev/null || need_pkgs+=(gcc)
 command -v "$CXX" >/dev/null || need_pkgs+=(g++)
 command -v make >/dev/null || need_pkgs+=(make)
@@ -280,13 +281,14 @@ for t in $B/tests/test_*; do [ -x "$t" ] && [[ $t != *.* ]] && run_one "$(basena
 for t in $B/asan/tests/test_*; do [ -x "$t" ] && [[ $t != *.* ]] && run_one "asan/$(basename "$t")" 900 "$t"; done
 for t in $B/tsan/tests/test_*; do [ -x "$t" ] && [[ $t != *.* ]] && run_one "tsan/$(basename "$t")" 900 "$t"; done
 for t in $B/tests/emu_*; do [ -x "$t" ] && [[ $t != *.* ]] && run_one "$(basename "$t")" 900 "$t"; done
-# Fuzz targets: clang + libFuzzer, the host library compiled in with ASan+UBSan.
+# Fuzz targets: clang + libFuzzer, the host library compiled in with ASan+UBSan. A target may
+# #include sources from nn/ (they are not compiled here), so nn/ changes rebuild it too.
 for f in tests/fuzz_*.c; do
   [ -f "$f" ] || continue
   name=$(basename "$f" .c); bin=$B/fuzz/$name
   mkdir -p $B/fuzz $B/fuzz/corpus-$name
   srcs=$(ls util/*.c loader/*.c 2>/dev/null)
-  if [ ! -x "$bin" ] || [ -n "$(find "$f" $srcs util loader -newer "$bin" 2>/dev/null | head -1)" ]; then
+  if [ ! -x "$bin" ] || [ -n "$(find "$f" $srcs util loader nn -newer "$bin" 2>/dev/null | head -1)" ]; then
     clang -std=c11 -O1 -g -fopenmp -D_GNU_SOURCE -I. -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
       -o "$bin" "$f" $srcs $STATIC_LIBS -lm -lpthread 2>$B/test-logs/$name.build.log \
       || { fail=$((fail+1)); failed+=("$name"); echo "FAIL  $name (build: $B/test-logs/$name.build.log)"; continue; }

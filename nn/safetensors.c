@@ -2,12 +2,14 @@
 #include "nn/safetensors.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <stdarg.h>
 #include <string.h>
 
-#include "nn/json.h"
 #include "util/bf16.h"
 #include "util/common.h"
+
+#define ST_MAX_HEADER 100000000
 
 static const struct {
     const char *name;
@@ -53,6 +55,172 @@ static int cmp_begin(const void *a, const void *b) {
     return x->nbytes < y->nbytes ? -1 : x->nbytes > y->nbytes;
 }
 
+static const char *json_kind(const json_t *v) {
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "an array";
+    case JSON_STRING: return "a string";
+    case JSON_INTEGER: return "an integer";
+    case JSON_REAL: return "a non-integer number";
+    case JSON_TRUE: return "true";
+    case JSON_FALSE: return "false";
+    default: return "null";
+    }
+}
+
+// Decodes the JSON string token text[b, e) (quotes included); NULL if it is not one.
+static char *string_token(const char *text, size_t b, size_t e) {
+    json_t *s = json_loadb(text + b, e - b, JSON_DECODE_ANY, NULL);
+    char *out = json_is_string(s) ? ct_strdup(json_string_value(s)) : NULL;
+    json_decref(s);
+    return out;
+}
+
+// jansson reports a syntax error by byte position only (a duplicate key: just past the key). To
+// name what is at fault, walk the header up to that position, which jansson has already lexed as
+// valid JSON, so a string followed by ':' is a key: *entry gets the top-level key whose value
+// holds the position (the tensor or "__metadata__"), *last the last string token that ends
+// before it (for a duplicate key, the key itself). Either may come back NULL. Returns the nesting
+// depth at the position (1: inside the header object itself).
+static int locate(const char *text, size_t pos, char **entry, char **last) {
+    int depth = 0, in_str = 0;
+    size_t sb = 0, pend_b = 0, pend_e = 0, entry_b = 0, entry_e = 0;  // token spans; e == 0: none
+    for (size_t i = 0; i < pos; i++) {
+        char c = text[i];
+        if (in_str) {
+            if (c == '\\') i++;
+            else if (c == '"') {
+                in_str = 0;
+                pend_b = sb;
+                pend_e = i + 1;
+            }
+            continue;
+        }
+        if (c == '"') {
+            in_str = 1;
+            sb = i;
+        } else if (c == ':' && depth == 1 && pend_e) {
+            entry_b = pend_b;
+            entry_e = pend_e;
+        } else if (c == ',' && depth == 1) entry_e = 0;
+        else if (c == '{' || c == '[') depth++;
+        else if (c == '}' || c == ']') depth--;
+    }
+    *entry = entry_e ? string_token(text, entry_b, entry_e) : NULL;
+    *last = pend_e && !in_str ? string_token(text, pend_b, pend_e) : NULL;
+    return depth;
+}
+
+// "tensor 'w'" or "__metadata__", for messages.
+static char *entry_label(const char *key) {
+    if (!key) return NULL;
+    if (strcmp(key, "__metadata__") == 0) return ct_strdup("__metadata__");
+    return errf("tensor '%.200s'", key);
+}
+
+static char *syntax_error(const char *htext, const json_error_t *je) {
+    size_t pos = je->position > 0 ? (size_t)je->position : 0;
+    char *entry = NULL, *last = NULL;
+    int depth = locate(htext, pos, &entry, &last);
+    char *where = entry_label(entry), *e;
+    if (json_error_code(je) == json_error_duplicate_key && last) {
+        // A key repeated at the top level is a tensor named twice; deeper, a field of one entry.
+        if (depth > 1 && where)
+            e = errf("%s: duplicate key \"%.200s\" (byte %zu)", where, last, pos + 8);
+        else e = errf("duplicate key \"%.200s\" (byte %zu): a tensor or __metadata__ named twice", last, pos + 8);
+    } else if (where) e = errf("malformed JSON header at byte %zu (in %s): %s", pos + 8, where, je->text);
+    else e = errf("malformed JSON header at byte %zu: %s", pos + 8, je->text);
+    free(entry);
+    free(last);
+    free(where);
+    return e;
+}
+
+// A JSON integer in [0, INT64_MAX]; jansson has already refused integers beyond int64.
+static int nonneg_int(const json_t *v, uint64_t *out) {
+    if (!json_is_integer(v) || json_integer_value(v) < 0) return 0;
+    *out = (uint64_t)json_integer_value(v);
+    return 1;
+}
+
+// One tensor entry of the header into t (name excluded); NULL or the error text.
+static char *parse_entry(const char *key, const json_t *v, const uint8_t *data, size_t data_size, uint64_t hlen,
+                         StTensor *t) {
+    if (!json_is_object(v)) return errf("tensor '%.200s': entry is %s, not an object", key, json_kind(v));
+    const json_t *dt = json_object_get(v, "dtype"), *sh = json_object_get(v, "shape"),
+                 *off = json_object_get(v, "data_offsets");
+    if (!dt || !sh || !off)
+        return errf("tensor '%.200s': missing \"%s\"", key, !dt ? "dtype" : !sh ? "shape" : "data_offsets");
+    if (!json_is_string(dt)) return errf("tensor '%.200s': dtype is %s, not a string", key, json_kind(dt));
+    t->dtype = -1;
+    for (int d = 0; d < ST_NDTYPES; d++)
+        if (strcmp(json_string_value(dt), DTYPES[d].name) == 0) t->dtype = d;
+    if (t->dtype < 0) return errf("tensor '%.200s': unsupported dtype %.20s", key, json_string_value(dt));
+    if (!json_is_array(sh) || json_array_size(sh) > ST_MAX_DIMS)
+        return errf("tensor '%.200s': shape must be an array of at most %d integers (it is %s%s)", key, ST_MAX_DIMS,
+                    json_kind(sh), json_is_array(sh) ? " too long" : "");
+    t->ndim = (int)json_array_size(sh);
+    // count * dtype size must not overflow: saturate just above UINT64_MAX, which no file can hold.
+    unsigned __int128 count = 1;
+    for (int d = 0; d < t->ndim; d++) {
+        uint64_t x;
+        if (!nonneg_int(json_array_get(sh, d), &x))
+            return errf("tensor '%.200s': shape entry %d is not a non-negative integer", key, d);
+        t->shape[d] = (int64_t)x;
+        count *= x;
+        if (count > (unsigned __int128)UINT64_MAX) count = (unsigned __int128)UINT64_MAX + 1;
+    }
+    uint64_t b, e;
+    if (!json_is_array(off) || json_array_size(off) != 2 || !nonneg_int(json_array_get(off, 0), &b) ||
+        !nonneg_int(json_array_get(off, 1), &e))
+        return errf("tensor '%.200s': data_offsets must be [begin, end], two non-negative integers", key);
+    if (b > e)
+        return errf("tensor '%.200s': data_offsets [%llu, %llu] must be [begin, end] with 0 <= begin <= end", key,
+                    (unsigned long long)b, (unsigned long long)e);
+    if (e > data_size)
+        return errf("tensor '%.200s': data_offsets [%llu, %llu] run past the data section (%zu bytes from byte %llu; "
+                    "file truncated?)",
+                    key, (unsigned long long)b, (unsigned long long)e, data_size, (unsigned long long)(8 + hlen));
+    unsigned __int128 want = count * DTYPES[t->dtype].size;
+    if (want != (unsigned __int128)(e - b)) {
+        char s[200];
+        shape_str(s, sizeof s, t->ndim, t->shape);
+        return errf("tensor '%.200s': %llu bytes in data_offsets, but shape %s of %s needs %llu", key,
+                    (unsigned long long)(e - b), s, DTYPES[t->dtype].name,
+                    want > UINT64_MAX ? (unsigned long long)UINT64_MAX : (unsigned long long)want);
+    }
+    t->count = (size_t)count;
+    t->data = data + b;
+    t->nbytes = (size_t)(e - b);
+    return NULL;
+}
+
+// The format requires the tensors to tile the data section: no overlap, no hole, nothing after
+// the last one (a hole could hide a second file in the data).
+static char *check_tiling(const StFile *f, const uint8_t *data, size_t data_size) {
+    if (f->n == 0)
+        return data_size ? errf("%zu bytes of data but no tensors in the header", data_size) : NULL;
+    const StTensor **order = ct_alloc(f->n * sizeof(StTensor *));
+    for (int i = 0; i < f->n; i++) order[i] = &f->t[i];
+    qsort(order, f->n, sizeof *order, cmp_begin);
+    char *err = NULL;
+    size_t end = 0;
+    for (int i = 0; i < f->n && !err; i++) {
+        size_t b = (size_t)(order[i]->data - data);
+        if (b < end)
+            err = errf("tensors '%.200s' and '%.200s' overlap in the data section", order[i - 1]->name, order[i]->name);
+        else if (b > end)
+            err = errf("data section bytes [%zu, %zu) belong to no tensor (hole before tensor '%.200s')", end, b,
+                       order[i]->name);
+        end = b + order[i]->nbytes;
+    }
+    if (!err && end != data_size)
+        err = errf("data section bytes [%zu, %zu) belong to no tensor (after tensor '%.200s', the last one)", end,
+                   data_size, order[f->n - 1]->name);
+    free(order);
+    return err;
+}
+
 char *st_parse(const uint8_t *buf, size_t size, StFile *f) {
     memset(f, 0, sizeof *f);
     if (size < 8) return errf("file is %zu bytes, shorter than the 8-byte header length", size);
@@ -61,134 +229,70 @@ char *st_parse(const uint8_t *buf, size_t size, StFile *f) {
     if (hlen > size - 8)
         return errf("header length %llu (bytes 0-7) runs past the end of the %zu-byte file (truncated?)",
                     (unsigned long long)hlen, size);
+    // The reference reader's limit; it also keeps jansson's int byte positions exact.
+    if (hlen > ST_MAX_HEADER)
+        return errf("header length %llu (bytes 0-7) is over the %d-byte limit of safetensors headers",
+                    (unsigned long long)hlen, ST_MAX_HEADER);
     const char *htext = (const char *)buf + 8;
-    JsonValue root;
-    char *jerr = json_parse(htext, (size_t)hlen, &root);
-    if (jerr) {
-        // json errors carry offsets within the header; make them file offsets.
-        size_t at = 0;
-        const char *rest = jerr;
-        if (sscanf(jerr, "byte %zu:", &at) == 1 && (rest = strchr(jerr, ':'))) rest += 2;
-        char *e = errf("malformed JSON header at byte %zu: %s", at + 8, rest);
-        free(jerr);
-        return e;
-    }
+    // The spec: the header starts with '{' and may be padded at the end with spaces (0x20) so the
+    // data is aligned; that is all the reference writer emits, so nothing else is accepted.
+    if (hlen == 0 || htext[0] != '{') return errf("header (byte 8) is not a JSON object: it must start with '{'");
+    json_error_t je;
+    // DISABLE_EOF_CHECK: stop after the object and report in je.position how far it went, so the
+    // padding rule above is ours to apply (jansson would allow any whitespace and no other byte).
+    json_t *root = json_loadb(htext, (size_t)hlen, JSON_REJECT_DUPLICATES | JSON_DISABLE_EOF_CHECK, &je);
+    if (!root) return syntax_error(htext, &je);
     char *err = NULL;
-    if (root.type != JSON_OBJECT) {
+    for (size_t i = (size_t)je.position; i < hlen; i++)
+        if (htext[i] != ' ') {
+            err = errf("byte %zu (0x%02x) follows the header's JSON object: only spaces may pad the header", 8 + i,
+                       (unsigned char)htext[i]);
+            goto fail;
+        }
+    if (!json_is_object(root)) {
         err = errf("header (byte 8) is not a JSON object");
         goto fail;
     }
     const uint8_t *data = buf + 8 + hlen;
     size_t data_size = size - 8 - (size_t)hlen;
-    f->t = ct_zalloc((root.n + 1) * sizeof(StTensor));
-    for (int i = 0; i < root.n; i++) {
-        const char *key = root.keys[i];
-        const JsonValue *v = &root.items[i];
-        size_t at = v->pos + 8;
-        if (strlen(key) != root.key_lens[i]) {
-            err = errf("tensor name with a NUL character at byte %zu", at);
-            goto fail;
-        }
+    f->t = ct_zalloc((json_object_size(root) + 1) * sizeof(StTensor));
+    // jansson keeps keys in file order and refuses keys holding NUL, so names are C strings.
+    const char *key;
+    json_t *v;
+    json_object_foreach(root, key, v) {
         if (strcmp(key, "__metadata__") == 0) {
-            if (v->type != JSON_OBJECT) {
-                err = errf("__metadata__ (byte %zu) is not an object", at);
+            if (!json_is_object(v)) {
+                err = errf("__metadata__ is %s, not an object of strings", json_kind(v));
                 goto fail;
             }
-            f->meta_key = ct_zalloc((v->n + 1) * sizeof(char *));
-            f->meta_val = ct_zalloc((v->n + 1) * sizeof(char *));
-            for (int k = 0; k < v->n; k++) {
-                if (v->items[k].type != JSON_STRING) {
-                    err = errf("__metadata__ value of \"%.100s\" (byte %zu) is not a string", v->keys[k], v->items[k].pos + 8);
+            f->meta_key = ct_zalloc((json_object_size(v) + 1) * sizeof(char *));
+            f->meta_val = ct_zalloc((json_object_size(v) + 1) * sizeof(char *));
+            const char *mk;
+            json_t *mv;
+            json_object_foreach(v, mk, mv) {
+                if (!json_is_string(mv)) {
+                    err = errf("__metadata__ value of \"%.100s\" is %s, not a string", mk, json_kind(mv));
                     goto fail;
                 }
-                f->meta_key[f->n_meta] = ct_strdup(v->keys[k]);
-                f->meta_val[f->n_meta] = ct_strdup(v->items[k].str);
+                f->meta_key[f->n_meta] = ct_strdup(mk);
+                f->meta_val[f->n_meta] = ct_strdup(json_string_value(mv));
                 f->n_meta++;
             }
             continue;
         }
-        if (v->type != JSON_OBJECT) {
-            err = errf("tensor '%.200s': entry at byte %zu is not an object", key, at);
-            goto fail;
-        }
-        const JsonValue *dt = json_get(v, "dtype"), *sh = json_get(v, "shape"), *off = json_get(v, "data_offsets");
-        if (!dt || !sh || !off) {
-            err = errf("tensor '%.200s' (byte %zu): missing \"%s\"", key, at, !dt ? "dtype" : !sh ? "shape" : "data_offsets");
-            goto fail;
-        }
         StTensor *t = &f->t[f->n];
-        t->dtype = -1;
-        if (dt->type == JSON_STRING)
-            for (int d = 0; d < ST_NDTYPES; d++)
-                if (strcmp(dt->str, DTYPES[d].name) == 0) t->dtype = d;
-        if (t->dtype < 0) {
-            err = errf("tensor '%.200s' (byte %zu): unsupported dtype %.20s", key, dt->pos + 8,
-                       dt->type == JSON_STRING ? dt->str : "(not a string)");
-            goto fail;
-        }
-        if (sh->type != JSON_ARRAY || sh->n > ST_MAX_DIMS) {
-            err = errf("tensor '%.200s' (byte %zu): shape must be an array of at most %d integers", key, sh->pos + 8, ST_MAX_DIMS);
-            goto fail;
-        }
-        t->ndim = sh->n;
-        // count * dtype size must not overflow: bound by the data section size as we go.
-        unsigned __int128 count = 1;
-        for (int d = 0; d < sh->n; d++) {
-            const JsonValue *x = &sh->items[d];
-            if (x->type != JSON_NUMBER || !x->is_int || x->inum < 0) {
-                err = errf("tensor '%.200s' (byte %zu): shape entry %d is not a non-negative integer", key, x->pos + 8, d);
-                goto fail;
-            }
-            t->shape[d] = x->inum;
-            count *= (uint64_t)x->inum;
-            if (count > (unsigned __int128)UINT64_MAX) count = (unsigned __int128)UINT64_MAX + 1;
-        }
-        if (off->type != JSON_ARRAY || off->n != 2 || off->items[0].type != JSON_NUMBER || !off->items[0].is_int ||
-            off->items[1].type != JSON_NUMBER || !off->items[1].is_int || off->items[0].inum < 0 ||
-            off->items[1].inum < off->items[0].inum) {
-            err = errf("tensor '%.200s' (byte %zu): data_offsets must be [begin, end] with 0 <= begin <= end", key, off->pos + 8);
-            goto fail;
-        }
-        uint64_t b = (uint64_t)off->items[0].inum, e = (uint64_t)off->items[1].inum;
-        if (e > data_size) {
-            err = errf("tensor '%.200s': data_offsets [%llu, %llu] run past the data section (%zu bytes from byte %llu; file truncated?)",
-                       key, (unsigned long long)b, (unsigned long long)e, data_size, (unsigned long long)(8 + hlen));
-            goto fail;
-        }
-        unsigned __int128 want = count * DTYPES[t->dtype].size;
-        if (want != (unsigned __int128)(e - b)) {
-            char s[200];
-            shape_str(s, sizeof s, t->ndim, t->shape);
-            err = errf("tensor '%.200s': %llu bytes in data_offsets, but shape %s of %s needs %llu", key,
-                       (unsigned long long)(e - b), s, DTYPES[t->dtype].name, (unsigned long long)want);
-            goto fail;
-        }
+        if ((err = parse_entry(key, v, data, data_size, hlen, t))) goto fail;
         t->name = ct_strdup(key);
-        t->count = (size_t)count;
-        t->data = data + b;
-        t->nbytes = (size_t)(e - b);
         f->n++;
     }
-    // Tensors must not overlap (the format requires a dense, non-overlapping data section).
-    if (f->n > 1) {
-        const StTensor **order = ct_alloc(f->n * sizeof(StTensor *));
-        for (int i = 0; i < f->n; i++) order[i] = &f->t[i];
-        qsort(order, f->n, sizeof *order, cmp_begin);
-        for (int i = 1; i < f->n; i++)
-            if (order[i]->data < order[i - 1]->data + order[i - 1]->nbytes) {
-                err = errf("tensors '%.200s' and '%.200s' overlap in the data section", order[i - 1]->name, order[i]->name);
-                break;
-            }
-        free(order);
-        if (err) goto fail;
-    }
-    json_free(&root);
+    if ((err = check_tiling(f, data, data_size))) goto fail;
+    json_decref(root);
     f->buf = (uint8_t *)buf;
     f->size = size;
     f->owned = 0;
     return NULL;
 fail:
-    json_free(&root);
+    json_decref(root);
     file_free_tables(f);
     memset(f, 0, sizeof *f);
     return err;
@@ -297,47 +401,24 @@ char *st_to_f32(const StTensor *t, float *dst, size_t count) {
 
 // ---------------------------------------------------------------------------------------------
 // Writing.
-static void json_escape(char **buf, size_t *len, size_t *cap, const char *s) {
-    for (; *s; s++) {
-        if (*len + 8 >= *cap) {
-            *cap = *cap * 2 + 64;
-            *buf = ct_realloc(*buf, *cap);
-        }
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\') {
-            (*buf)[(*len)++] = '\\';
-            (*buf)[(*len)++] = (char)c;
-        } else if (c < 0x20) {
-            *len += (size_t)snprintf(*buf + *len, 8, "\\u%04x", c);
-        } else (*buf)[(*len)++] = (char)c;
-    }
-}
-
-static void append(char **buf, size_t *len, size_t *cap, const char *s) {
-    size_t n = strlen(s);
-    if (*len + n + 1 >= *cap) {
-        *cap = (*cap + n) * 2 + 64;
-        *buf = ct_realloc(*buf, *cap);
-    }
-    memcpy(*buf + *len, s, n + 1);
-    *len += n;
+// jansson builds the header (escaping, UTF-8 checks, key order as inserted). A name that is not
+// valid UTF-8 or that repeats would make a file no reader accepts, so it is refused here.
+static void header_set(const char *path, json_t *obj, const char *what, const char *key, json_t *val) {
+    if (!val || json_object_get(obj, key) || json_object_set_new(obj, key, val) != 0)
+        ct_die("%s: %s \"%s\" is repeated or is not valid UTF-8", path, what, key);
 }
 
 void st_write(const char *path, const StWrite *ts, int n, const char *const *meta_keys,
               const char *const *meta_vals, int n_meta) {
-    char *h = NULL;
-    size_t len = 0, cap = 0;
-    append(&h, &len, &cap, "{");
+    json_t *root = json_object();
     if (n_meta > 0) {
-        append(&h, &len, &cap, "\"__metadata__\":{");
+        json_t *meta = json_object();
         for (int i = 0; i < n_meta; i++) {
-            append(&h, &len, &cap, i ? ",\"" : "\"");
-            json_escape(&h, &len, &cap, meta_keys[i]);
-            append(&h, &len, &cap, "\":\"");
-            json_escape(&h, &len, &cap, meta_vals[i]);
-            append(&h, &len, &cap, "\"");
+            json_t *val = json_string(meta_vals[i]);
+            if (!val) ct_die("%s: value of metadata key \"%s\" is not valid UTF-8", path, meta_keys[i]);
+            header_set(path, meta, "metadata key", meta_keys[i], val);
         }
-        append(&h, &len, &cap, "}");
+        header_set(path, root, "entry", "__metadata__", meta);
     }
     uint64_t off = 0;
     for (int i = 0; i < n; i++) {
@@ -345,31 +426,31 @@ void st_write(const char *path, const StWrite *ts, int n, const char *const *met
         if (t->dtype < 0 || t->dtype >= ST_NDTYPES || t->ndim < 0 || t->ndim > ST_MAX_DIMS)
             ct_die("%s: tensor '%s': bad dtype or ndim", path, t->name);
         uint64_t count = 1;
-        for (int d = 0; d < t->ndim; d++) count *= (uint64_t)t->shape[d];
-        uint64_t bytes = count * DTYPES[t->dtype].size;
-        char tmp[128];
-        append(&h, &len, &cap, (i || n_meta > 0) ? ",\"" : "\"");
-        json_escape(&h, &len, &cap, t->name);
-        snprintf(tmp, sizeof tmp, "\":{\"dtype\":\"%s\",\"shape\":[", DTYPES[t->dtype].name);
-        append(&h, &len, &cap, tmp);
+        json_t *shape = json_array();
         for (int d = 0; d < t->ndim; d++) {
-            snprintf(tmp, sizeof tmp, "%s%lld", d ? "," : "", (long long)t->shape[d]);
-            append(&h, &len, &cap, tmp);
+            count *= (uint64_t)t->shape[d];
+            json_array_append_new(shape, json_integer(t->shape[d]));
         }
-        snprintf(tmp, sizeof tmp, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)off,
-                 (unsigned long long)(off + bytes));
-        append(&h, &len, &cap, tmp);
+        uint64_t bytes = count * DTYPES[t->dtype].size;
+        json_t *entry = json_pack("{s:s, s:o, s:[I, I]}", "dtype", DTYPES[t->dtype].name, "shape", shape,
+                                  "data_offsets", (json_int_t)off, (json_int_t)(off + bytes));
+        header_set(path, root, "tensor", t->name, entry);
         off += bytes;
     }
-    append(&h, &len, &cap, "}");
+    char *h = json_dumps(root, JSON_COMPACT);
+    if (!h) ct_die("%s: out of memory building the safetensors header", path);
+    json_decref(root);
+    size_t len = strlen(h);
     // Pad the header with spaces so the data section starts 8-byte aligned (as the reference
     // implementation does).
-    while ((8 + len) % 8) append(&h, &len, &cap, " ");
+    size_t pad = (8 - (8 + len) % 8) % 8;
+    static const char spaces[8] = "        ";
     uint8_t hl[8];
-    for (int i = 0; i < 8; i++) hl[i] = (uint8_t)((uint64_t)len >> (8 * i));
+    for (int i = 0; i < 8; i++) hl[i] = (uint8_t)((uint64_t)(len + pad) >> (8 * i));
     AtomicFile af = ct_atomic_open(path);
     ct_atomic_write(&af, hl, 8);
     ct_atomic_write(&af, h, len);
+    ct_atomic_write(&af, spaces, pad);
     for (int i = 0; i < n; i++) {
         uint64_t count = 1;
         for (int d = 0; d < ts[i].ndim; d++) count *= (uint64_t)ts[i].shape[d];

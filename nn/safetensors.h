@@ -5,8 +5,11 @@
 //
 // Two layers:
 // - generic: parse/open a file into a tensor table (st_parse never exits: every problem is an
-//   error string naming the tensor or the byte offset; for fuzzing and tests), and write a list of
-//   tensors atomically.
+//   error string naming the tensor, key or byte offset; for fuzzing and tests), and write a list
+//   of tensors atomically. The header is untrusted and parsed strictly with jansson: one JSON
+//   object starting at byte 8, padded only with spaces, no duplicate keys, every entry's dtype,
+//   shape and data_offsets present and well typed, sizes matching the shapes, the tensors tiling
+//   the data section exactly (no overlap, hole or unclaimed byte), __metadata__ string -> string.
 // - ResNet state: torchvision state_dict names and layouts (conv OIHW in the file, KRSC in memory;
 //   running_mean/var F32; num_batches_tracked I64 scalar), strict like load_state_dict(strict=True):
 //   a missing, unexpected, mis-shaped or wrongly typed tensor is an error naming it.

@@ -1,7 +1,7 @@
-// libFuzzer target: the safetensors parser (and the JSON parser under it) and the strict ResNet
-// loader on arbitrary bytes. Must never crash, leak or read out of bounds; errors are strings.
-// build.sh compiles fuzz targets over util/ and loader/ only, so the nn/ sources come in here.
-#include "nn/json.c"
+// libFuzzer target: the safetensors parser (jansson under it, linked from build.sh's STATIC_LIBS)
+// and the strict ResNet loader on arbitrary bytes. Must never crash, leak or read out of bounds;
+// errors are strings. build.sh compiles fuzz targets over util/ and loader/ only, so the nn/
+// sources come in here.
 #include "nn/resnet.c"
 #include "nn/safetensors.c"
 

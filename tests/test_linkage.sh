@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The release ./train links neither cuDNN nor cuBLAS (checked both ways: the dynamic section via
-# ldd and the symbol table via nm), and when it was built with nvcc the CUDA runtime is linked
-# statically (cudart's entry points are defined inside the binary, no libcudart.so needed).
+# ldd and the symbol table via nm), carries jansson and liblz4 inside (no shared copies), and when
+# it was built with nvcc the CUDA runtime is linked statically (cudart's entry points are defined
+# inside the binary, no libcudart.so needed).
 set -euo pipefail
 BIN=${CTRAIN_BIN:-.}/train
 RULES=${CTRAIN_BUILD:-build}/rules.mk
@@ -14,6 +15,8 @@ libs=$(ldd "$BIN" 2>&1 || true)
 echo "ldd $BIN:"; echo "$libs" | sed 's/^/  /'
 if grep -Eiq 'cudnn|cublas' <<<"$libs"; then echo "FAIL: ./train links cuDNN or cuBLAS dynamically"; fail=1; fi
 if grep -Eiq 'libcudart\.so' <<<"$libs"; then echo "FAIL: ./train links the CUDA runtime dynamically"; fail=1; fi
+# The Debian libraries are linked from their static archives (build.sh's STATIC_LIBS).
+if grep -Eiq 'libjansson|liblz4' <<<"$libs"; then echo "FAIL: ./train links jansson or liblz4 dynamically"; fail=1; fi
 
 # Here-strings, not 'echo | grep -q': with pipefail, grep -q quitting early fails the echo.
 # nm -D as well: a stripped binary still has its dynamic symbol table.

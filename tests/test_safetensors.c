@@ -1,10 +1,9 @@
-// nn/safetensors.c and nn/json.c: round trips, and every malformed input gets an error naming the
-// tensor or byte offset (never a crash: this also runs under ASan+UBSan). Truncations at every
-// length and random byte corruptions of a real file are swept.
+// nn/safetensors.c (jansson parses the header): round trips, and every malformed input gets an
+// error naming the tensor, key or byte offset (never a crash: this also runs under ASan+UBSan).
+// Truncations at every length and random byte corruptions of a real file are swept.
 #include <string.h>
 #include <unistd.h>
 
-#include "nn/json.h"
 #include "nn/resnet.h"
 #include "nn/safetensors.h"
 #include "tests/test.h"
@@ -42,40 +41,91 @@ static void expect_header_error(const char *what, const char *header, size_t dat
     free(b);
 }
 
-static void test_json(void) {
-    JsonValue v;
-    const char *good = " {\"a\": [1, -2, 3.5e2, true, false, null], \"b\": \"x\\u00e9\\ud83d\\ude00\\n\"} ";
-    char *err = json_parse(good, strlen(good), &v);
-    CHECK(err == NULL, "json valid: %s", err ? err : "");
-    if (!err) {
-        const JsonValue *a = json_get(&v, "a"), *b = json_get(&v, "b");
-        CHECK(a && a->type == JSON_ARRAY && a->n == 6, "array");
-        CHECK(a && a->items[1].is_int && a->items[1].inum == -2, "int");
-        CHECK(a && !a->items[2].is_int && a->items[2].num == 350.0, "float");
-        CHECK(a && a->items[3].type == JSON_BOOL && a->items[3].boolean, "true");
-        CHECK(b && b->type == JSON_STRING && strcmp(b->str, "x\xc3\xa9\xf0\x9f\x98\x80\n") == 0, "utf-8 escapes");
-        json_free(&v);
-    }
-    free(err);
-    const char *bad[] = {"", "{", "[1,]", "{\"a\":1,}", "{\"a\" 1}", "{\"a\":1}x", "\"abc", "[01]", "[1.]", "[-]",
-                         "tru", "{\"a\":1,\"a\":2}", "\"\\ud800\"", "\"\\q\"", "[\"\x01\"]", "{1:2}"};
-    for (size_t i = 0; i < CT_ARRAY_LEN(bad); i++) {
-        err = json_parse(bad[i], strlen(bad[i]), &v);
-        CHECK(err != NULL && strncmp(err, "byte ", 5) == 0, "json '%s' accepted or error without offset: %s", bad[i],
-              err ? err : "(none)");
+#define W4(name, b, e) "\"" name "\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [" #b ", " #e "]}"
+
+// What jansson's strict parse adds over a plain one: duplicates, padding, types, ranges, tiling.
+static void test_strict(void) {
+    // Duplicate keys, at the top (a tensor named twice) and inside an entry, each named.
+    expect_header_error("duplicate tensor", "{" W4("layer1.0.conv1.weight", 0, 4) ", " W4("layer1.0.conv1.weight", 4, 8) "}",
+                        8, "duplicate key \"layer1.0.conv1.weight\"");
+    expect_header_error("duplicate field", "{\"w\": {\"dtype\": \"F32\", \"dtype\": \"F64\", \"shape\": [1], \"data_offsets\": [0, 4]}}",
+                        4, "tensor 'w': duplicate key \"dtype\"");
+    expect_header_error("duplicate metadata", "{\"__metadata__\": {\"k\": \"1\", \"k\": \"2\"}}", 0,
+                        "__metadata__: duplicate key \"k\"");
+    // Padding: spaces only, as the reference writer emits; any other byte after the object is refused.
+    {
+        size_t size;
+        uint8_t *b = image("{" W4("w", 0, 4) "}     ", 4, &size);
+        StFile f;
+        char *err = st_parse(b, size, &f);
+        CHECK(err == NULL && f.n == 1, "space padding refused: %s", err ? err : "");
+        if (!err) st_close(&f);
         free(err);
+        free(b);
     }
-    // Deep nesting is refused, not a stack overflow.
-    char deep[400];
-    memset(deep, '[', sizeof deep);
-    err = json_parse(deep, sizeof deep, &v);
-    CHECK(err && strstr(err, "nesting"), "deep nesting: %s", err ? err : "(accepted)");
-    free(err);
-    // Big integers stay exact up to int64, beyond they are not "integers".
-    err = json_parse("[9223372036854775807, 18446744073709551616]", 43, &v);
-    CHECK(!err && v.items[0].is_int && v.items[0].inum == INT64_MAX && !v.items[1].is_int, "int64 range");
-    if (!err) json_free(&v);
-    free(err);
+    expect_header_error("trailing garbage", "{" W4("w", 0, 4) "}  x", 4, "byte 71 (0x78) follows the header's JSON object");
+    expect_header_error("trailing newline", "{" W4("w", 0, 4) "}\n", 4, "(0x0a) follows the header's JSON object");
+    {
+        size_t size;
+        uint8_t *b = image("{" W4("w", 0, 4) "}  ", 4, &size);
+        b[size - 4 - 1] = 0;  // the last padding byte a NUL
+        expect_error("NUL padding", b, size, "(0x00) follows the header's JSON object");
+        free(b);
+    }
+    expect_header_error("second object", "{" W4("w", 0, 4) "}{}", 4, "follows the header's JSON object");
+    expect_header_error("leading space", " {" W4("w", 0, 4) "}", 4, "must start with '{'");
+    expect_header_error("empty header", "", 0, "must start with '{'");
+    // Syntax errors carry the byte and the entry they are in.
+    expect_header_error("syntax in entry", "{" W4("a", 0, 4) ", \"b\": {\"dtype\": F32}}", 4,
+                        "malformed JSON header at byte 86 (in tensor 'b')");
+    expect_header_error("int64 overflow", "{\"w\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 9223372036854775808]}}",
+                        4, "(in tensor 'w'): too big integer");
+    // Wrong JSON types.
+    expect_header_error("dtype not string", "{\"w\": {\"dtype\": 5, \"shape\": [1], \"data_offsets\": [0, 4]}}", 4,
+                        "tensor 'w': dtype is an integer, not a string");
+    expect_header_error("shape not array", "{\"w\": {\"dtype\": \"F32\", \"shape\": 1, \"data_offsets\": [0, 4]}}", 4,
+                        "tensor 'w': shape must be an array");
+    expect_header_error("shape entry string", "{\"w\": {\"dtype\": \"F32\", \"shape\": [\"1\"], \"data_offsets\": [0, 4]}}", 4,
+                        "tensor 'w': shape entry 0");
+    expect_header_error("shape entry 1.0", "{\"w\": {\"dtype\": \"F32\", \"shape\": [1.0], \"data_offsets\": [0, 4]}}", 4,
+                        "tensor 'w': shape entry 0");
+    expect_header_error("offsets not array", "{\"w\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": {\"a\": 0}}}", 4,
+                        "tensor 'w': data_offsets must be [begin, end]");
+    // Bad offsets.
+    expect_header_error("negative begin", "{\"w\": {\"dtype\": \"F32\", \"shape\": [0], \"data_offsets\": [-4, 0]}}", 4,
+                        "tensor 'w': data_offsets must be [begin, end], two non-negative integers");
+    expect_header_error("real offset", "{\"w\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4.0]}}", 4,
+                        "tensor 'w': data_offsets must be");
+    expect_header_error("begin > end", "{\"w\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [8, 4]}}", 8,
+                        "tensor 'w': data_offsets [8, 4] must be [begin, end] with 0 <= begin <= end");
+    expect_header_error("huge end", "{\"w\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 9223372036854775807]}}", 4,
+                        "tensor 'w': data_offsets [0, 9223372036854775807] run past the data section");
+    // Tiling: holes and unclaimed bytes after the last tensor, as the reference reader refuses them.
+    expect_header_error("hole at start", "{" W4("w", 4, 8) "}", 8, "bytes [0, 4) belong to no tensor (hole before tensor 'w')");
+    expect_header_error("hole between", "{" W4("a", 0, 4) ", " W4("b", 8, 12) "}", 12, "bytes [4, 8) belong to no tensor (hole before tensor 'b')");
+    expect_header_error("bytes after", "{" W4("a", 0, 4) "}", 8, "bytes [4, 8) belong to no tensor (after tensor 'a'");
+    expect_header_error("data, no tensors", "{}", 8, "8 bytes of data but no tensors");
+    // __metadata__ must be an object of string -> string.
+    expect_header_error("metadata string", "{\"__metadata__\": \"pt\"}", 0, "__metadata__ is a string, not an object");
+    expect_header_error("metadata number", "{\"__metadata__\": {\"format\": \"pt\", \"epoch\": 12}}", 0,
+                        "__metadata__ value of \"epoch\" is an integer, not a string");
+    expect_header_error("metadata nested", "{\"__metadata__\": {\"cfg\": {\"lr\": \"1\"}}}", 0,
+                        "__metadata__ value of \"cfg\" is an object, not a string");
+    expect_header_error("metadata null", "{\"__metadata__\": {\"x\": null}}", 0, "value of \"x\" is null");
+    // Keys and strings must be UTF-8 (jansson checks); zero-size tensors may share an offset.
+    expect_header_error("bad utf-8", "{\"\xff\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]}}", 4, "malformed JSON header at byte");
+    {
+        size_t size;
+        uint8_t *b = image("{\"e\": {\"dtype\": \"F32\", \"shape\": [0, 3], \"data_offsets\": [0, 0]}, " W4("w", 0, 4) ", "
+                           "\"z\": {\"dtype\": \"I8\", \"shape\": [0], \"data_offsets\": [4, 4]}}", 4, &size);
+        StFile f;
+        char *err = st_parse(b, size, &f);
+        CHECK(err == NULL && f.n == 3 && strcmp(f.t[0].name, "e") == 0 && strcmp(f.t[2].name, "z") == 0,
+              "empty tensors / file order: %s", err ? err : "");
+        if (!err) st_close(&f);
+        free(err);
+        free(b);
+    }
 }
 
 static void test_parse_errors(void) {
@@ -97,7 +147,7 @@ static void test_parse_errors(void) {
     expect_header_error("malformed json", "{\"w\": {\"dtype\": \"F32\",", 0, "malformed JSON header at byte 30");
     expect_header_error("not object", "[1,2]", 0, "not a JSON object");
     expect_header_error("entry not object", "{\"w\": 3}", 0, "tensor 'w'");
-    expect_header_error("missing dtype", "{\"w\": {\"shape\": [1], \"data_offsets\": [0, 4]}}", 4, "'w' (byte 14): missing \"dtype\"");
+    expect_header_error("missing dtype", "{\"w\": {\"shape\": [1], \"data_offsets\": [0, 4]}}", 4, "tensor 'w': missing \"dtype\"");
     expect_header_error("missing shape", "{\"w\": {\"dtype\": \"F32\", \"data_offsets\": [0, 4]}}", 4, "missing \"shape\"");
     expect_header_error("missing offsets", "{\"w\": {\"dtype\": \"F32\", \"shape\": [1]}}", 4, "missing \"data_offsets\"");
     expect_header_error("bad dtype", "{\"w\": {\"dtype\": \"F33\", \"shape\": [1], \"data_offsets\": [0, 4]}}", 4, "unsupported dtype F33");
@@ -113,7 +163,9 @@ static void test_parse_errors(void) {
     expect_header_error("duplicate name", "{\"a\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]}, \"a\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [4, 8]}}", 8, "duplicate key \"a\"");
     expect_header_error("metadata not object", "{\"__metadata__\": [1]}", 0, "__metadata__");
     expect_header_error("metadata value", "{\"__metadata__\": {\"k\": 1}}", 0, "value of \"k\"");
+    expect_header_error("NUL in metadata", "{\"__metadata__\": {\"k\": \"a\\u0000\"}}", 0, "in __metadata__");
     expect_header_error("NUL in name", "{\"a\\u0000b\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]}}", 4, "NUL");
+    test_strict();
     // A valid one with metadata and a scalar.
     size_t size;
     uint8_t *b = image("{\"__metadata__\": {\"format\": \"pt\"}, \"s\": {\"dtype\": \"I64\", \"shape\": [], \"data_offsets\": [0, 8]}, "
@@ -289,7 +341,6 @@ static void test_resnet_files(void) {
 }
 
 int main(void) {
-    test_json();
     test_parse_errors();
     test_resnet_files();
     return test_summary("test_safetensors");
