@@ -15,6 +15,7 @@
 
 #include "kernels/common.cuh"
 #include "kernels/model_cuda.h"
+#include "nn/layers.h"  // conv_shape
 #include "util/common.h"
 
 #define CK(call) CT_CUDA_CHECK(call)

@@ -19,6 +19,7 @@
 
 #include "kernels/common.cuh"
 #include "kernels/model_cuda.h"
+#include "nn/layers.h"
 #include "nn/model_cpu.h"
 #include "nn/resnet.h"
 #include "nn/sgd.h"
