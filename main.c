@@ -41,8 +41,8 @@
 #include "util/rng.h"
 #include "util/tfevents.h"
 #ifdef CTRAIN_CUDA
-#include "kernels/gradsync_cuda.h"
-#include "kernels/model_cuda.h"
+#include "dist/gradsync_cuda.h"
+#include "nn/model_cuda.h"
 #endif
 
 #define DEMO_SHARDS "shards/fashion-mnist"

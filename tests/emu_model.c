@@ -1,4 +1,4 @@
-// The GPU executor (kernels/model_cuda.h) against the CPU executor (nn/model_cpu.h): a full
+// The GPU executor (nn/model_cuda.h) against the CPU executor (nn/model_cpu.h): a full
 // training step of resnet20 and resnet18 on tiny inputs, in fp32 and bf16: loss, every parameter
 // gradient, BN running statistics, an SGD step, eval logits, the uint8 input path with a
 // prefetched batch, and the round trip of the state through the host (backend-neutral
@@ -18,9 +18,9 @@
 #include <string.h>
 
 #include "kernels/common.cuh"
-#include "kernels/model_cuda.h"
 #include "nn/layers.h"
 #include "nn/model_cpu.h"
+#include "nn/model_cuda.h"
 #include "nn/resnet.h"
 #include "nn/sgd.h"
 #include "tests/test.h"

@@ -2,7 +2,7 @@
 // bucket while its backward is still running.
 //
 // The executor calls the ready callback after ENQUEUING each op's gradient work on the compute
-// stream (kernels/model_cuda.h), so a finished bucket is marked by an event recorded there. A
+// stream (nn/model_cuda.h), so a finished bucket is marked by an event recorded there. A
 // communication thread per rank makes a communication stream wait for that event and averages the
 // bucket there: with NCCL, an in-place ncclAvg on the device buffer; without it, host staging (a
 // copy to pinned host memory, the rank-order allreduce of dist/comm.h, the mean copied back).

@@ -1,12 +1,12 @@
-// Bucketed, overlapped averaging of device gradients over ranks (see kernels/gradsync_cuda.h).
+// Bucketed, overlapped averaging of device gradients over ranks (see dist/gradsync_cuda.h).
 // Host code only (no kernels): the CUDA runtime's events and streams around dist/bucketq.h's
 // communication thread, with NCCL or dist/comm.h as the transport.
 #include <string.h>
 
 #include "dist/bucketq.h"
 #include "dist/gradsync.h"
+#include "dist/gradsync_cuda.h"
 #include "kernels/common.cuh"
-#include "kernels/gradsync_cuda.h"
 
 struct GpuGradSync {
     Comm *c;
