@@ -1639,14 +1639,19 @@ int main(int argc, char **argv) {
     if (r->cuda && world > 1) nccl_comms = gpu_ranks_nccl(c, local, offset, world, net, &nccl);
 #endif
     for (int k = 0; k < local && world > 1; k++) {
+        size_t nb, *bounds = resnet_grad_boundaries_alloc(runs[k].m, &nb);  // dist/ cuts buckets at these
 #ifdef CTRAIN_CUDA
         if (r->cuda) {
-            runs[k].ggs = gpu_gradsync_create(runs[k].comm, runs[k].m, gpu_exec_grads(runs[k].ge), (size_t)c->bucket_mb << 20,
-                                              k, gpu_exec_stream(runs[k].ge), nccl, nccl_comms ? nccl_comms[k] : NULL);
+            runs[k].ggs = gpu_gradsync_create(runs[k].comm, bounds, nb, runs[k].m->n_params, gpu_exec_grads(runs[k].ge),
+                                              (size_t)c->bucket_mb << 20, k, gpu_exec_stream(runs[k].ge), nccl,
+                                              nccl_comms ? nccl_comms[k] : NULL);
+            free(bounds);
             continue;
         }
 #endif
-        runs[k].gs = gradsync_create(runs[k].comm, runs[k].m, runs[k].grads, (size_t)c->bucket_mb << 20);
+        runs[k].gs = gradsync_create(runs[k].comm, bounds, nb, runs[k].m->n_params, runs[k].grads,
+                                     (size_t)c->bucket_mb << 20);
+        free(bounds);
     }
 
     // Output directory.

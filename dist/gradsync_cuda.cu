@@ -48,8 +48,9 @@ static int reduce_bucket(void *ctx, int i) {
     return 0;
 }
 
-GpuGradSync *gpu_gradsync_create(Comm *c, const ResNet *m, float *dgrads, size_t bucket_bytes, int device,
-                                 ct_stream_t compute, const NcclLib *nccl, void *nccl_comm) {
+GpuGradSync *gpu_gradsync_create(Comm *c, const size_t *bounds, size_t n_bounds, size_t n_params, float *dgrads,
+                                 size_t bucket_bytes, int device, ct_stream_t compute, const NcclLib *nccl,
+                                 void *nccl_comm) {
     GpuGradSync *s = (GpuGradSync *)ct_zalloc(sizeof *s);
     s->c = c;
     s->nccl = nccl;
@@ -57,9 +58,9 @@ GpuGradSync *gpu_gradsync_create(Comm *c, const ResNet *m, float *dgrads, size_t
     s->dgrads = dgrads;
     s->device = device;
     s->compute = (cudaStream_t)compute;
-    s->b = gradsync_plan_alloc(m, bucket_bytes, &s->nb);
+    s->b = gradsync_plan_alloc(bounds, n_bounds, n_params, bucket_bytes, &s->nb);
     CT_CUDA_CHECK(cudaSetDevice(device));
-    CT_CUDA_CHECK(cudaMallocHost((void **)&s->host, (m->n_params ? m->n_params : 1) * sizeof(float)));
+    CT_CUDA_CHECK(cudaMallocHost((void **)&s->host, (n_params ? n_params : 1) * sizeof(float)));
     CT_CUDA_CHECK(cudaStreamCreateWithFlags(&s->comm, cudaStreamNonBlocking));
     s->ready = (cudaEvent_t *)ct_alloc(s->nb * sizeof(cudaEvent_t));
     for (int i = 0; i < s->nb; i++) CT_CUDA_CHECK(cudaEventCreateWithFlags(&s->ready[i], cudaEventDisableTiming));

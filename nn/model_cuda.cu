@@ -849,7 +849,7 @@ static void backward_ops(GpuExec *e, const ResNet *m, GradReadyFn ready, void *c
         default:
             ct_die("gpu: op %d (%s) has unknown kind %d", i, op->name, op->kind);
         }
-        if (ready && (op->kind == OP_CONV || op->kind == OP_BN || op->kind == OP_FC)) ready(ctx, op->grad_done);
+        if (ready && op->w >= 0) ready(ctx, op->grad_done);  // as resnet_grad_boundaries lists them
     }
     free(init);
 }

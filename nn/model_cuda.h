@@ -36,8 +36,7 @@
 #include <stdint.h>
 
 #include "kernels/kernels.h"
-#include "nn/model_cpu.h"  // GradReadyFn
-#include "nn/resnet.h"
+#include "nn/resnet.h"  // ResNet, GradReadyFn
 #include "nn/sgd.h"
 
 #ifdef __cplusplus

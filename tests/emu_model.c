@@ -279,15 +279,24 @@ static void run_case(const char *arch, int N, int H, int W, CtDtype dt, int full
         struct Ready {
             size_t last;
             int calls, monotone;
-        } rd = {0, 0, 1};
+            size_t *seq;  // every n reported (mg->n_ops at most)
+            int cap;
+        } rd = {0, 0, 1, (size_t *)ct_alloc(mg->n_ops * sizeof(size_t)), mg->n_ops};
         gpu_backward(ge, mg, dz, gg, [](void *ctx, size_t n) {
             Ready *r = (Ready *)ctx;
             if (n < r->last) r->monotone = 0;
             r->last = n;
+            if (r->calls < r->cap) r->seq[r->calls] = n;
             r->calls++;
         }, &rd);
         CHECK(rd.monotone && rd.last == mg->n_params && rd.calls > 0, "%s: ready callbacks not monotone to n_params (%zu of %zu)",
               arch, rd.last, mg->n_params);
+        // The boundaries dist/ cuts buckets at are exactly what the callback reported.
+        size_t nbd, *bd = resnet_grad_boundaries_alloc(mg, &nbd);
+        CHECK(nbd == (size_t)rd.calls && !memcmp(bd, rd.seq, nbd * sizeof(size_t)),
+              "%s: resnet_grad_boundaries (%zu values) differs from the %d ready reports", arch, nbd, rd.calls);
+        free(bd);
+        free(rd.seq);
         free(dz);
     }
     }
