@@ -87,7 +87,9 @@ if [ "$MODE" = clean ]; then rm -rf "${BUILD_DIR:-build}" train packdata; say "c
 # The rules. Sources are discovered, so adding a file never means editing this script:
 #   util/ nn/ loader/ dist/ *.c      -> build/libctrain.a (host library)
 #   trainer/*.c                       -> build/libtrainer.a, and build/libtrainer_cuda.a with -DCTRAIN_CUDA
-#   kernels/*.cu                      -> nvcc (real GPU) and g++ against kernels/emu (emulated GPU)
+#   kernels/*.cu nn/*.cu dist/*.cu    -> nvcc (real GPU) and g++ against kernels/emu (emulated GPU):
+#                                        the kernels, and the GPU twins beside their CPU twins
+#                                        (nn/model_cuda.cu, dist/gradsync_cuda.cu)
 #   kernels/emu/*.cpp                 -> the emulator runtime
 #   main.c -> ./train, tools/packdata.c -> ./packdata, tools/bench_*.c -> build/tools/*
 #   tools/bench_gpu_*.c               -> build/tools/* on the CUDA kernels (nvcc) and build/emu-tools/* (emulated)
@@ -138,7 +140,7 @@ TRAINER_SRC := $(sort $(wildcard trainer/*.c))
 TRAINER_OBJ := $(TRAINER_SRC:%.c=$(B)/obj/%.o)
 TRAINER_CUDA_OBJ := $(TRAINER_SRC:%.c=$(B)/cuda/%.o)
 ASAN_OBJ := $(LIB_SRC:%.c=$(B)/asan/%.o) $(TRAINER_SRC:%.c=$(B)/asan/%.o)
-CU_SRC := $(sort $(wildcard kernels/*.cu))
+CU_SRC := $(sort $(wildcard kernels/*.cu nn/*.cu dist/*.cu))
 CU_OBJ := $(CU_SRC:%.cu=$(B)/cuda/%.o)
 EMU_RT_SRC := $(sort $(wildcard kernels/emu/*.cpp))
 EMU_OBJ := $(CU_SRC:%.cu=$(B)/emu/%.o) $(EMU_RT_SRC:%.cpp=$(B)/emu/%.o)

@@ -1,5 +1,5 @@
 // The communication thread shared by the gradient averagers (dist/gradsync.c for host gradients,
-// kernels/gradsync_cuda.cu for device gradients): it runs fn(ctx, i) for buckets i = 0, 1, ... in
+// dist/gradsync_cuda.cu for device gradients): it runs fn(ctx, i) for buckets i = 0, 1, ... in
 // order, each as soon as the backward thread has released it, so communication overlaps backward.
 // Releasing is monotone within a step; bucketq_wait releases the rest and returns once every
 // bucket is through. After a bucket fails (fn returns -1) the rest of the step is skipped.

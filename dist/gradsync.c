@@ -7,22 +7,24 @@
 #include "dist/bucketq.h"
 #include "util/common.h"
 
-int gradsync_plan(const ResNet *m, size_t bucket_bytes, Bucket *out, int max) {
+int gradsync_plan(const size_t *bounds, size_t n_bounds, size_t n_params, size_t bucket_bytes, Bucket *out,
+                  int max) {
     const size_t cap = CT_MAX(bucket_bytes / sizeof(float), 1);
     size_t lo = 0, last = 0;
     int nb = 0;
-    for (int i = m->n_ops - 1; i >= 0; i--) {
-        const Op *op = &m->ops[i];
-        if (op->w < 0 || op->grad_done <= last) continue;
-        if (op->grad_done - lo > cap && last > lo) {  // adding this op would overflow: close before it
+    for (size_t i = 0; i < n_bounds; i++) {
+        const size_t b = bounds[i];
+        if (b < last) ct_die("gradsync: gradient boundary %zu is %zu, below the previous one (%zu)", i, b, last);
+        if (b == last) continue;
+        if (b - lo > cap && last > lo) {  // going on to b would overflow: close at the previous boundary
             if (nb < max) out[nb] = (Bucket){lo, last};
             nb++;
             lo = last;
         }
-        last = op->grad_done;
+        last = b;
     }
-    if (last != m->n_params)
-        ct_die("gradsync: %s's ops report gradients up to %zu of %zu parameters", m->arch, last, m->n_params);
+    if (last != n_params)
+        ct_die("gradsync: the gradient boundaries reach %zu of %zu parameters", last, n_params);
     if (last > lo) {
         if (nb < max) out[nb] = (Bucket){lo, last};
         nb++;
@@ -52,18 +54,20 @@ static int reduce_bucket(void *ctx, int i) {
     return 0;
 }
 
-Bucket *gradsync_plan_alloc(const ResNet *m, size_t bucket_bytes, int *n) {
-    *n = gradsync_plan(m, bucket_bytes, NULL, 0);
+Bucket *gradsync_plan_alloc(const size_t *bounds, size_t n_bounds, size_t n_params, size_t bucket_bytes,
+                            int *n) {
+    *n = gradsync_plan(bounds, n_bounds, n_params, bucket_bytes, NULL, 0);
     Bucket *b = ct_alloc((size_t)*n * sizeof(Bucket));
-    gradsync_plan(m, bucket_bytes, b, *n);
+    gradsync_plan(bounds, n_bounds, n_params, bucket_bytes, b, *n);
     return b;
 }
 
-GradSync *gradsync_create(Comm *c, const ResNet *m, float *grads, size_t bucket_bytes) {
+GradSync *gradsync_create(Comm *c, const size_t *bounds, size_t n_bounds, size_t n_params, float *grads,
+                          size_t bucket_bytes) {
     GradSync *s = ct_zalloc(sizeof *s);
     s->c = c;
     s->grads = grads;
-    s->b = gradsync_plan_alloc(m, bucket_bytes, &s->nb);
+    s->b = gradsync_plan_alloc(bounds, n_bounds, n_params, bucket_bytes, &s->nb);
     s->q = bucketq_create(s->nb, reduce_bucket, s, NULL);
     return s;
 }

@@ -1,6 +1,7 @@
 // C API of the CUDA kernels: the GPU twins of nn/layers.h. Same argument order as the CPU layer,
-// plus the activation dtype and a stream last. Included by plain C host code (main.c), so it uses
-// no CUDA header: streams are the runtime's opaque struct pointer, bf16 values are uint16_t bits.
+// plus the activation dtype and a stream last. Included by plain C host code (nn/, dist/, the
+// trainer), so it uses no CUDA header: streams are the runtime's opaque struct pointer, bf16
+// values are uint16_t bits. Kernels are leaves: this header includes nothing of ctrain's.
 //
 // Conventions
 // - NHWC activations, KRSC conv weights, as on the CPU.
@@ -13,14 +14,22 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "nn/layers.h"
-
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 typedef struct CUstream_st *ct_stream_t;  // == cudaStream_t
 typedef enum { CT_F32 = 0, CT_BF16 = 1 } CtDtype;
+
+// A convolution's dimensions (groups = 1, no bias, dilation 1), shared with the CPU layers of
+// nn/layers.h; it lives here because kernels include nothing above them. nn/layers.h's
+// conv_shape() builds one with its dimensions checked.
+typedef struct {
+    int N, H, W, C;  // input
+    int K, R, S;     // output channels, kernel rows, kernel columns
+    int stride, pad; // same in both dimensions
+    int P, Q;        // output rows, columns: (H + 2*pad - R) / stride + 1, likewise Q
+} ConvShape;
 
 // ---------------------------------------------------------------------------------------------
 // Convolution and linear as implicit GEMM (kernels/conv.cu, kernels/linear.cu).

@@ -15,19 +15,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels/kernels.h"  // ConvShape
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 // ---------------------------------------------------------------------------------------------
-// Convolution (groups = 1, no bias, dilation 1).
-typedef struct {
-    int N, H, W, C;  // input
-    int K, R, S;     // output channels, kernel rows, kernel columns
-    int stride, pad; // same in both dimensions
-    int P, Q;        // output rows, columns: (H + 2*pad - R) / stride + 1, likewise Q
-} ConvShape;
-
+// Convolution (groups = 1, no bias, dilation 1). ConvShape is defined in kernels/kernels.h: the
+// GPU twins take it too, and kernels may not include nn/. conv_shape checks the dimensions and
+// fills in P and Q.
 ConvShape conv_shape(int N, int H, int W, int C, int K, int R, int S, int stride, int pad);
 
 // out[N,P,Q,K] = conv(in[N,H,W,C], w[K,R,S,C])

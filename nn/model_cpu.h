@@ -37,8 +37,7 @@ const float *cpu_forward_u8(CpuExec *e, ResNet *m, const uint8_t *x, int N, int 
 // Backward of the last training forward, given dlogits[N, num_classes]. OVERWRITES every gradient
 // in grads[m->n_params] (same layout as m->params; conv gradients KRSC). If ready != NULL it is
 // called after each op that produced parameter gradients with n: grads[0, n) are final from then
-// on (n grows to m->n_params; see Op.grad_done).
-typedef void (*GradReadyFn)(void *ctx, size_t n);
+// on (n grows to m->n_params; see Op.grad_done and GradReadyFn in nn/resnet.h).
 void cpu_backward(CpuExec *e, const ResNet *m, const float *dlogits, float *grads, GradReadyFn ready,
                   void *ctx);
 

@@ -363,6 +363,23 @@ int resnet_shapes(const ResNet *m, int H, int W, TensorDim *dims) {
     return 0;
 }
 
+size_t resnet_grad_boundaries(const ResNet *m, size_t *out, size_t max) {
+    size_t n = 0;
+    for (int i = m->n_ops - 1; i >= 0; i--) {
+        if (m->ops[i].w < 0) continue;  // the executors call ready only after ops with parameters
+        if (n < max) out[n] = m->ops[i].grad_done;
+        n++;
+    }
+    return n;
+}
+
+size_t *resnet_grad_boundaries_alloc(const ResNet *m, size_t *n) {
+    *n = resnet_grad_boundaries(m, NULL, 0);
+    size_t *b = ct_alloc(CT_MAX(*n, 1) * sizeof(size_t));
+    resnet_grad_boundaries(m, b, *n);
+    return b;
+}
+
 int resnet_find_entry(const ResNet *m, const char *name) {
     for (int i = 0; i < m->n_entries; i++)
         if (strcmp(m->entries[i].name, name) == 0) return i;

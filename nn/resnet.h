@@ -1,8 +1,8 @@
 // ResNet family as DATA: a flat list of ops over numbered tensor slots, a table of the state
 // entries (torchvision state_dict names and shapes) and the host copy of the state.
 //
-// Both executors walk the same op list: nn/model_cpu.c on the CPU, kernels/ on the GPU. Nothing
-// here computes; this file only describes the network, its shapes and its initialisation.
+// Both executors walk the same op list: nn/model_cpu.c on the CPU, nn/model_cuda.cu on the GPU.
+// Nothing here computes; this file only describes the network, its shapes and its initialisation.
 //
 // Architectures (torchvision-exact names and init):
 //   resnet18/34  BasicBlock [2,2,2,2] / [3,4,6,3], 7x7/2 stem + 3x3/2 maxpool, 64..512 channels
@@ -119,6 +119,20 @@ typedef struct {
     int H, W, C;
 } TensorDim;
 int resnet_shapes(const ResNet *m, int H, int W, TensorDim *dims);
+
+// How backward announces finished gradients: both executors (nn/model_cpu.h, nn/model_cuda.h)
+// call ready(ctx, n) after each op that produced parameter gradients, and from then on
+// grads[0, n) are final (n = that op's grad_done; n grows to m->n_params). dist/ cannot see this
+// type (it may not include nn/): its receivers, gradsync_ready and gpu_gradsync_ready, are plain
+// functions of this shape, and the trainer hands them over.
+typedef void (*GradReadyFn)(void *ctx, size_t n);
+
+// The n values an executor's ready callback reports, in order: the grad_done of every op with
+// parameters, walking the ops backwards. dist/gradsync.h cuts its buckets at these numbers.
+// Writes up to max values to out, returns how many there are (max 0: count only).
+size_t resnet_grad_boundaries(const ResNet *m, size_t *out, size_t max);
+// The same in a new array (free it); *n gets the count.
+size_t *resnet_grad_boundaries_alloc(const ResNet *m, size_t *n);
 
 // Entry lookup by torchvision name; -1 if absent.
 int resnet_find_entry(const ResNet *m, const char *name);

@@ -1,4 +1,4 @@
-// The GPU executor (kernels/model_cuda.h) against the CPU executor (nn/model_cpu.h): a full
+// The GPU executor (nn/model_cuda.h) against the CPU executor (nn/model_cpu.h): a full
 // training step of resnet20 and resnet18 on tiny inputs, in fp32 and bf16: loss, every parameter
 // gradient, BN running statistics, an SGD step, eval logits, the uint8 input path with a
 // prefetched batch, and the round trip of the state through the host (backend-neutral
@@ -18,8 +18,9 @@
 #include <string.h>
 
 #include "kernels/common.cuh"
-#include "kernels/model_cuda.h"
+#include "nn/layers.h"
 #include "nn/model_cpu.h"
+#include "nn/model_cuda.h"
 #include "nn/resnet.h"
 #include "nn/sgd.h"
 #include "tests/test.h"
@@ -278,15 +279,24 @@ static void run_case(const char *arch, int N, int H, int W, CtDtype dt, int full
         struct Ready {
             size_t last;
             int calls, monotone;
-        } rd = {0, 0, 1};
+            size_t *seq;  // every n reported (mg->n_ops at most)
+            int cap;
+        } rd = {0, 0, 1, (size_t *)ct_alloc(mg->n_ops * sizeof(size_t)), mg->n_ops};
         gpu_backward(ge, mg, dz, gg, [](void *ctx, size_t n) {
             Ready *r = (Ready *)ctx;
             if (n < r->last) r->monotone = 0;
             r->last = n;
+            if (r->calls < r->cap) r->seq[r->calls] = n;
             r->calls++;
         }, &rd);
         CHECK(rd.monotone && rd.last == mg->n_params && rd.calls > 0, "%s: ready callbacks not monotone to n_params (%zu of %zu)",
               arch, rd.last, mg->n_params);
+        // The boundaries dist/ cuts buckets at are exactly what the callback reported.
+        size_t nbd, *bd = resnet_grad_boundaries_alloc(mg, &nbd);
+        CHECK(nbd == (size_t)rd.calls && !memcmp(bd, rd.seq, nbd * sizeof(size_t)),
+              "%s: resnet_grad_boundaries (%zu values) differs from the %d ready reports", arch, nbd, rd.calls);
+        free(bd);
+        free(rd.seq);
         free(dz);
     }
     }

@@ -1,6 +1,7 @@
 // test: tsan
-// dist/gradsync.h on a synthetic op list (no model code, so it also runs under ThreadSanitizer):
-// the bucket plan covers the buffer exactly, cuts only at op boundaries and respects the size cap;
+// dist/gradsync.h on synthetic gradient boundaries (no model code, so it also runs under
+// ThreadSanitizer): the bucket plan covers the buffer exactly, cuts only at the boundaries and
+// respects the size cap;
 // with 1-4 rank threads producing gradients op by op (random delays: the communication thread and
 // backward race differently every step), every rank ends with the rank-order mean, bit for bit,
 // and the buckets were really reduced while "backward" was still running. A failing collective
@@ -11,74 +12,74 @@
 #include <time.h>
 
 #include "dist/gradsync.h"
+#include "nn/resnet.h"  // GradReadyFn only: nothing of nn/ is linked
 #include "tests/test.h"
 #include "util/common.h"
 #include "util/rng.h"
 
-// A fake network: n_ops ops, those with parameters ending at increasing grad_done values, in
-// backward (reversed list) order, as nn/resnet.c lays them out.
-static ResNet *fake_model(const size_t *sizes, int n, int with_gaps) {
-    ResNet *m = ct_zalloc(sizeof *m);
-    snprintf(m->arch, sizeof m->arch, "fake");
-    m->n_ops = with_gaps ? 2 * n : n;
-    m->ops = ct_zalloc(m->n_ops * sizeof(Op));
+// dist/ may not include nn/, so the receiver cannot be declared a GradReadyFn: its shape must match.
+_Static_assert(__builtin_types_compatible_p(GradReadyFn, __typeof__(&gradsync_ready)),
+               "gradsync_ready is not a GradReadyFn");
+
+// A fake network: the boundaries its backward reports (what nn/resnet.h's resnet_grad_boundaries
+// gives for a ResNet), ops of the given sizes in backward order. with_gaps repeats every value
+// once: a repeated report is no new boundary.
+typedef struct {
+    size_t *b;
+    size_t n, n_params;
+} Net;
+
+static Net fake_net(const size_t *sizes, int n, int with_gaps) {
+    Net net = {ct_zalloc(2 * n * sizeof(size_t)), 0, 0};
     size_t off = 0;
-    int k = 0;
-    for (int i = m->n_ops - 1; i >= 0; i--) {
-        Op *op = &m->ops[i];
-        if (with_gaps && (i & 1)) {  // a parameterless op (ReLU, add, pool) between
-            op->w = -1;
-            op->grad_done = off;
-            continue;
-        }
-        off += sizes[k++];
-        op->w = 0;
-        op->grad_done = off;
+    for (int k = 0; k < n; k++) {
+        off += sizes[k];
+        net.b[net.n++] = off;
+        if (with_gaps) net.b[net.n++] = off;
     }
-    m->n_params = off;
-    return m;
+    net.n_params = off;
+    return net;
 }
 
 static void test_plan(void) {
     size_t sizes[] = {10, 3000, 5, 5, 5, 20000, 1, 1, 700};
-    ResNet *m = fake_model(sizes, 9, 1);
+    Net m = fake_net(sizes, 9, 1);
     size_t caps[] = {1, 4 * 100, 4 * 3010, 4 * 25000, (size_t)1 << 30};
     for (size_t ci = 0; ci < CT_ARRAY_LEN(caps); ci++) {
-        int nb = gradsync_plan(m, caps[ci], NULL, 0);
+        int nb = gradsync_plan(m.b, m.n, m.n_params, caps[ci], NULL, 0);
         Bucket b[64];
-        CHECK(nb >= 1 && nb <= 64 && gradsync_plan(m, caps[ci], b, 64) == nb, "plan cap %zu: %d buckets", caps[ci], nb);
+        CHECK(nb >= 1 && nb <= 64 && gradsync_plan(m.b, m.n, m.n_params, caps[ci], b, 64) == nb,
+              "plan cap %zu: %d buckets", caps[ci], nb);
         size_t at = 0;
         int bad = 0;
         for (int i = 0; i < nb; i++) {
             bad += b[i].lo != at || b[i].hi <= b[i].lo;
-            int boundary = 0;  // every cut is some op's grad_done
-            for (int o = 0; o < m->n_ops; o++) boundary |= m->ops[o].grad_done == b[i].hi;
+            int boundary = 0;  // every cut is a boundary
+            for (size_t o = 0; o < m.n; o++) boundary |= m.b[o] == b[i].hi;
             bad += !boundary;
             // Over the cap only when the bucket is a single op's gradients.
             size_t bytes = (b[i].hi - b[i].lo) * sizeof(float);
             if (bytes > caps[ci]) {
                 int single = 0;
                 size_t prev = 0;
-                for (int o = m->n_ops - 1; o >= 0; o--) {
-                    if (m->ops[o].w < 0) continue;
-                    single |= prev == b[i].lo && m->ops[o].grad_done == b[i].hi;
-                    prev = m->ops[o].grad_done;
+                for (size_t o = 0; o < m.n; o++) {
+                    single |= prev == b[i].lo && m.b[o] == b[i].hi;
+                    prev = m.b[o];
                 }
                 bad += !single;
             }
             at = b[i].hi;
         }
-        CHECK(!bad && at == m->n_params, "plan cap %zu: %d bad buckets, covers %zu of %zu", caps[ci], bad, at, m->n_params);
+        CHECK(!bad && at == m.n_params, "plan cap %zu: %d bad buckets, covers %zu of %zu", caps[ci], bad, at, m.n_params);
         if (caps[ci] == 1) CHECK(nb == 9, "cap 1 byte: %d buckets, want one per op (9)", nb);
         if (caps[ci] == ((size_t)1 << 30)) CHECK(nb == 1, "huge cap: %d buckets", nb);
     }
-    free(m->ops);
-    free(m);
+    free(m.b);
 }
 
 typedef struct {
     Comm *c;
-    ResNet *m;
+    const Net *m;
     float *grads;      // this rank's buffer
     const float *src;  // [steps][n_params] this rank's "backward" output per step
     int steps, disagree;
@@ -87,34 +88,33 @@ typedef struct {
 } Rank;
 
 // End of the first bucket (the test's own plan, same cap).
-static size_t first_end_of(const ResNet *m, size_t cap) {
+static size_t first_end_of(const Net *m, size_t cap) {
     Bucket b[64];
-    gradsync_plan(m, cap, b, 64);
+    gradsync_plan(m->b, m->n, m->n_params, cap, b, 64);
     return b[0].hi;
 }
 #define gradsync_first_end(s) first_end_of(m, cap)
 
 static void *rank_main(void *arg) {
     Rank *rk = arg;
-    ResNet *m = rk->m;
+    const Net *m = rk->m;
     size_t cap = 4 * 1500;
-    GradSync *s = gradsync_create(rk->c, m, rk->grads, rk->disagree ? cap / 2 : cap);
+    GradSync *s = gradsync_create(rk->c, m->b, m->n, m->n_params, rk->grads, rk->disagree ? cap / 2 : cap);
     Rng rng = rng_make(5, comm_rank(rk->c), 0);
     for (int st = 0; st < rk->steps; st++) {
         gradsync_begin(s);
         const float *g = rk->src + (size_t)st * m->n_params;
         size_t prev = 0;
-        for (int i = m->n_ops - 1; i >= 0; i--) {  // backward: write each op's gradients, report them
-            const Op *op = &m->ops[i];
-            if (op->w < 0) continue;
-            memcpy(rk->grads + prev, g + prev, (op->grad_done - prev) * sizeof(float));
-            prev = op->grad_done;
+        for (size_t i = 0; i < m->n; i++) {  // backward: write each op's gradients, report them
+            const size_t done = m->b[i];
+            memcpy(rk->grads + prev, g + prev, (done - prev) * sizeof(float));
+            prev = done;
             nap_us(rng_below(&rng, 400));
-            gradsync_ready(s, op->grad_done);
+            gradsync_ready(s, done);
             // Overlap: in the first step, once the first bucket is queued, backward goes on only
             // after it has been averaged. An implementation that reduced everything in
             // gradsync_wait would never get there (10 s, then the check fails).
-            if (st == 0 && !rk->disagree && !rk->overlapped && op->grad_done >= gradsync_first_end(s)) {
+            if (st == 0 && !rk->disagree && !rk->overlapped && done >= gradsync_first_end(s)) {
                 double t0 = ct_now();
                 while (gradsync_done(s) < 1 && ct_now() - t0 < 10) nap_us(200);
                 rk->overlapped = gradsync_done(s) >= 1;
@@ -128,7 +128,7 @@ static void *rank_main(void *arg) {
 
 static void test_average(int R, int steps) {
     size_t sizes[] = {10, 3000, 5, 5, 5, 2000, 1, 1, 700, 64, 64, 1000};
-    ResNet *m = fake_model(sizes, 12, 1);
+    Net net = fake_net(sizes, 12, 1), *m = &net;
     size_t n = m->n_params;
     CommGroup *g = comm_group_create(R, 30);
     Rng rng = rng_make(11, R, 0);
@@ -163,14 +163,13 @@ static void test_average(int R, int steps) {
     CHECK(rc == 0 && bad == 0, "%d ranks: rc %d, %d elements differ from the rank-order mean", R, rc, bad);
     comm_group_free(g);
     for (int r = 0; r < R; r++) free(src[r]), free(grads[r]);
-    free(m->ops);
-    free(m);
+    free(net.b);
 }
 
 // Ranks configured with different bucket sizes (a misconfiguration): every rank's wait fails.
 static void test_disagree(void) {
     size_t sizes[] = {500, 500, 500, 500};  // cap 6000 bytes: buckets of 3 ops + 1; 3000: 4 of 1
-    ResNet *m = fake_model(sizes, 4, 0);
+    Net net = fake_net(sizes, 4, 0), *m = &net;
     CommGroup *g = comm_group_create(2, 30);
     comm_group_set_error_mode(g, 1);
     float *src = ct_zalloc(m->n_params * sizeof(float)), *g0 = ct_alloc(m->n_params * 4), *g1 = ct_alloc(m->n_params * 4);
@@ -183,7 +182,7 @@ static void test_disagree(void) {
     CHECK(strstr(comm_error(comm_group_rank(g, 0)), "ranks disagree"), "bucket mismatch says '%s'",
           comm_error(comm_group_rank(g, 0)));
     comm_group_free(g);
-    free(src), free(g0), free(g1), free(m->ops), free(m);
+    free(src), free(g0), free(g1), free(net.b);
 }
 
 int main(void) {

@@ -19,6 +19,7 @@ typedef struct {
     float *snap;      // copy of grads[0, n) at each callback
     size_t last;
     int calls, monotone;
+    size_t *seq;      // every n reported, in order (m->n_ops at most)
 } ReadyCtx;
 
 static void on_ready(void *p, size_t n) {
@@ -26,6 +27,7 @@ static void on_ready(void *p, size_t n) {
     c->monotone &= n >= c->last;
     memcpy(c->snap + c->last, c->grads + c->last, (n - c->last) * sizeof(float));
     c->last = n;
+    if (c->calls < c->m->n_ops) c->seq[c->calls] = n;
     c->calls++;
 }
 
@@ -92,7 +94,7 @@ static void test_arch(const char *arch, int C, int S) {
     const float *lg = cpu_forward_u8(e, m, xu, N, S, S, mean, std, 1);  // re-plans for training
     float *dl = ct_alloc((size_t)N * K * sizeof(float));
     float loss2 = softmax_xent(dl, lg, labels, N, K, 0.0f, 1.0f, NULL);
-    ReadyCtx rc = {m, g2, ct_alloc(m->n_params * sizeof(float)), 0, 0, 1};
+    ReadyCtx rc = {m, g2, ct_alloc(m->n_params * sizeof(float)), 0, 0, 1, ct_alloc(m->n_ops * sizeof(size_t))};
     memset(g2, 0xff, m->n_params * sizeof(float));  // NaN: every gradient must be overwritten
     cpu_backward(e, m, dl, g2, on_ready, &rc);
     CHECK(loss1 == loss2, "%s: loss %g vs %g", arch, loss1, loss2);
@@ -100,6 +102,11 @@ static void test_arch(const char *arch, int C, int S) {
     CHECK(memcmp(bufs1, m->bufs, m->n_bufs * sizeof(float)) == 0, "%s: running stats differ", arch);
     CHECK(rc.monotone && rc.last == m->n_params, "%s: ready callback ended at %zu of %zu", arch, rc.last, m->n_params);
     CHECK(memcmp(rc.snap, g2, m->n_params * sizeof(float)) == 0, "%s: a gradient changed after it was reported ready", arch);
+    // The boundaries dist/ cuts buckets at are exactly what the callback reported.
+    size_t nbd, *bd = resnet_grad_boundaries_alloc(m, &nbd);
+    CHECK(nbd == (size_t)rc.calls && !memcmp(bd, rc.seq, nbd * sizeof(size_t)),
+          "%s: resnet_grad_boundaries (%zu values) differs from the %d ready reports", arch, nbd, rc.calls);
+    free(bd);
     // A second backward after an eval forward is refused (checked by contract, not run: it dies).
     // Eval after training forward with a smaller batch reuses the plan and matches a fresh run.
     omp_set_num_threads(1);
@@ -112,7 +119,7 @@ static void test_arch(const char *arch, int C, int S) {
     CHECK(cpu_exec_arena_bytes(e) == before, "%s: smaller batch re-planned", arch);
     cpu_exec_free(f);
     free(ev_fresh);
-    free(rc.snap);
+    free(rc.snap), free(rc.seq);
     free(dl);
     free(xbig);
     cpu_exec_free(e);

@@ -107,6 +107,20 @@ int main(void) {
     resnet_free(m2);
     resnet_free(m);
 
+    // Gradient boundaries (what dist/ cuts buckets at): one per op with parameters, increasing,
+    // fc's weight and bias first, the last one the whole buffer; max bounds what is written.
+    m = resnet_create("resnet18", 3, 1000);
+    size_t nbd, *bd = resnet_grad_boundaries_alloc(m, &nbd), with_w = 0, up = 1;
+    for (int i = 0; i < m->n_ops; i++) with_w += m->ops[i].w >= 0;
+    for (size_t i = 1; i < nbd; i++) up &= bd[i] > bd[i - 1];
+    CHECK(nbd == with_w && nbd == 41 && up, "resnet18: %zu boundaries (%zu ops with parameters)", nbd, with_w);
+    CHECK(bd[0] == 512 * 1000 + 1000 && bd[nbd - 1] == m->n_params, "resnet18 boundaries %zu .. %zu", bd[0], bd[nbd - 1]);
+    size_t two[3] = {0, 0, 7};
+    CHECK(resnet_grad_boundaries(m, two, 2) == nbd && two[0] == bd[0] && two[1] == bd[1] && two[2] == 7,
+          "resnet_grad_boundaries with max 2");
+    free(bd);
+    resnet_free(m);
+
     // Layout conversion round trip.
     float a[2 * 3 * 2 * 2], b[24], c[24];
     for (int i = 0; i < 24; i++) a[i] = (float)i;

@@ -141,7 +141,7 @@ if [ -n "${CUDA_TRAIN:-}" ]; then
 fi
 
 # Data parallel on the GPU: --ranks 2 on two emulated devices (CTRAIN_EMU_DEVICES), gradients
-# averaged by kernels/gradsync_cuda (bucket events on the compute stream) while backward runs,
+# averaged by dist/gradsync_cuda.cu (bucket events on the compute stream) while backward runs,
 # through NCCL (dist/nccl.c loading the stand-in build/libnccl_emu.so: NCCL itself needs a GPU)
 # and through host staging (--comm host): both give the same bits, within 1e-5 of --ranks 2 on
 # the CPU in the first steps; the replicas are checked equal at every epoch end, and the

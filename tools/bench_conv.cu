@@ -12,7 +12,6 @@
 #include <cuda_runtime.h>
 
 #include "kernels/kernels.h"
-#include "nn/layers.h"
 #include "util/bf16.h"
 #include "util/common.h"
 

@@ -24,8 +24,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/model_cuda.h"
 #include "nn/layers.h"
+#include "nn/model_cuda.h"
 #include "nn/resnet.h"
 #include "nn/sgd.h"
 #include "util/common.h"

@@ -120,7 +120,10 @@ static void cpu_backend_attach_gradsync(Backend *base, BackendGroup *g, Comm *co
     (void)g, (void)local_rank;
     CpuBackend *b = cpu_of(base);
     if (!b->grads) b->grads = ct_alloc(sizeof(float) * base->m->n_params);
-    b->gradsync = gradsync_create(comm, base->m, b->grads, bucket_bytes);
+    size_t n_bounds;
+    size_t *bounds = resnet_grad_boundaries_alloc(base->m, &n_bounds);
+    b->gradsync = gradsync_create(comm, bounds, n_bounds, base->m->n_params, b->grads, bucket_bytes);
+    free(bounds);
 }
 
 static int cpu_backend_gradsync_buckets(const Backend *base) {

@@ -151,8 +151,11 @@ static void cuda_backend_prefetch(Backend *base, const uint8_t *x, int N, int hw
 
 static void cuda_backend_attach_gradsync(Backend *base, BackendGroup *g, Comm *comm, int local_rank, size_t bucket_bytes) {
     CudaBackend *b = cuda_of(base);
-    b->gradsync = gpu_gradsync_create(comm, base->m, gpu_exec_grads(b->exec), bucket_bytes, local_rank,
-                                      gpu_exec_stream(b->exec), g->nccl, g->comms ? g->comms[local_rank] : NULL);
+    size_t n_bounds;
+    size_t *bounds = resnet_grad_boundaries_alloc(base->m, &n_bounds);
+    b->gradsync = gpu_gradsync_create(comm, bounds, n_bounds, base->m->n_params, gpu_exec_grads(b->exec), bucket_bytes,
+                                      local_rank, gpu_exec_stream(b->exec), g->nccl, g->comms ? g->comms[local_rank] : NULL);
+    free(bounds);
 }
 
 static int cuda_backend_gradsync_buckets(const Backend *base) {

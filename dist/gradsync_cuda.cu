@@ -1,12 +1,12 @@
-// Bucketed, overlapped averaging of device gradients over ranks (see kernels/gradsync_cuda.h).
+// Bucketed, overlapped averaging of device gradients over ranks (see dist/gradsync_cuda.h).
 // Host code only (no kernels): the CUDA runtime's events and streams around dist/bucketq.h's
 // communication thread, with NCCL or dist/comm.h as the transport.
 #include <string.h>
 
 #include "dist/bucketq.h"
 #include "dist/gradsync.h"
+#include "dist/gradsync_cuda.h"
 #include "kernels/common.cuh"
-#include "kernels/gradsync_cuda.h"
 
 struct GpuGradSync {
     Comm *c;
@@ -48,8 +48,9 @@ static int reduce_bucket(void *ctx, int i) {
     return 0;
 }
 
-GpuGradSync *gpu_gradsync_create(Comm *c, const ResNet *m, float *dgrads, size_t bucket_bytes, int device,
-                                 ct_stream_t compute, const NcclLib *nccl, void *nccl_comm) {
+GpuGradSync *gpu_gradsync_create(Comm *c, const size_t *bounds, size_t n_bounds, size_t n_params, float *dgrads,
+                                 size_t bucket_bytes, int device, ct_stream_t compute, const NcclLib *nccl,
+                                 void *nccl_comm) {
     GpuGradSync *s = (GpuGradSync *)ct_zalloc(sizeof *s);
     s->c = c;
     s->nccl = nccl;
@@ -57,9 +58,9 @@ GpuGradSync *gpu_gradsync_create(Comm *c, const ResNet *m, float *dgrads, size_t
     s->dgrads = dgrads;
     s->device = device;
     s->compute = (cudaStream_t)compute;
-    s->b = gradsync_plan_alloc(m, bucket_bytes, &s->nb);
+    s->b = gradsync_plan_alloc(bounds, n_bounds, n_params, bucket_bytes, &s->nb);
     CT_CUDA_CHECK(cudaSetDevice(device));
-    CT_CUDA_CHECK(cudaMallocHost((void **)&s->host, (m->n_params ? m->n_params : 1) * sizeof(float)));
+    CT_CUDA_CHECK(cudaMallocHost((void **)&s->host, (n_params ? n_params : 1) * sizeof(float)));
     CT_CUDA_CHECK(cudaStreamCreateWithFlags(&s->comm, cudaStreamNonBlocking));
     s->ready = (cudaEvent_t *)ct_alloc(s->nb * sizeof(cudaEvent_t));
     for (int i = 0; i < s->nb; i++) CT_CUDA_CHECK(cudaEventCreateWithFlags(&s->ready[i], cudaEventDisableTiming));

@@ -1,5 +1,5 @@
 // GPU executor of a ResNet graph: walks nn/resnet.h's op list with the kernels of
-// kernels/kernels.h. API and conventions in kernels/model_cuda.h.
+// kernels/kernels.h. API and conventions in nn/model_cuda.h.
 //
 // Memory plan (per N x H x W, grown when a larger batch or another image size comes):
 // - every activation slot has its own buffer (training keeps them all for backward anyway);
@@ -14,7 +14,8 @@
 #include <string.h>
 
 #include "kernels/common.cuh"
-#include "kernels/model_cuda.h"
+#include "nn/layers.h"  // conv_shape
+#include "nn/model_cuda.h"
 #include "util/common.h"
 
 #define CK(call) CT_CUDA_CHECK(call)
@@ -848,7 +849,7 @@ static void backward_ops(GpuExec *e, const ResNet *m, GradReadyFn ready, void *c
         default:
             ct_die("gpu: op %d (%s) has unknown kind %d", i, op->name, op->kind);
         }
-        if (ready && (op->kind == OP_CONV || op->kind == OP_BN || op->kind == OP_FC)) ready(ctx, op->grad_done);
+        if (ready && op->w >= 0) ready(ctx, op->grad_done);  // as resnet_grad_boundaries lists them
     }
     free(init);
 }

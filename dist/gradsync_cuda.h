@@ -2,7 +2,7 @@
 // bucket while its backward is still running.
 //
 // The executor calls the ready callback after ENQUEUING each op's gradient work on the compute
-// stream (kernels/model_cuda.h), so a finished bucket is marked by an event recorded there. A
+// stream (nn/model_cuda.h), so a finished bucket is marked by an event recorded there. A
 // communication thread per rank makes a communication stream wait for that event and averages the
 // bucket there: with NCCL, an in-place ncclAvg on the device buffer; without it, host staging (a
 // copy to pinned host memory, the rank-order allreduce of dist/comm.h, the mean copied back).
@@ -13,8 +13,7 @@
 
 #include "dist/comm.h"
 #include "dist/nccl.h"
-#include "kernels/kernels.h"
-#include "nn/resnet.h"
+#include "kernels/kernels.h"  // ct_stream_t
 
 #ifdef __cplusplus
 extern "C" {
@@ -22,15 +21,16 @@ extern "C" {
 
 typedef struct GpuGradSync GpuGradSync;
 
-// dgrads: the rank's device gradient buffer (m->n_params floats) on `device`; compute: the stream
-// backward runs on. Buckets as gradsync_plan. Transport: NCCL when nccl_comm is not NULL (an
-// in-place ncclAvg on the communication stream, nothing through the host), else host staging
-// over c. Starts the communication thread.
-GpuGradSync *gpu_gradsync_create(Comm *c, const ResNet *m, float *dgrads, size_t bucket_bytes, int device,
-                                 ct_stream_t compute, const NcclLib *nccl, void *nccl_comm);
+// dgrads: the rank's device gradient buffer (n_params floats) on `device`; compute: the stream
+// backward runs on. Buckets as gradsync_plan over bounds[0..n_bounds) (only read during the
+// call). Transport: NCCL when nccl_comm is not NULL (an in-place ncclAvg on the communication
+// stream, nothing through the host), else host staging over c. Starts the communication thread.
+GpuGradSync *gpu_gradsync_create(Comm *c, const size_t *bounds, size_t n_bounds, size_t n_params, float *dgrads,
+                                 size_t bucket_bytes, int device, ct_stream_t compute, const NcclLib *nccl,
+                                 void *nccl_comm);
 void gpu_gradsync_free(GpuGradSync *s);
 void gpu_gradsync_begin(GpuGradSync *s);
-// The executor's GradReadyFn (ctx = the GpuGradSync).
+// The executor's ready callback (ctx = the GpuGradSync; the shape of nn/resnet.h's GradReadyFn).
 void gpu_gradsync_ready(void *ctx, size_t n);
 // Queues the rest, waits until every bucket is averaged and copied back, and orders the compute
 // stream after those copies. Returns 0, or -1 when a collective failed (comm error mode 1).

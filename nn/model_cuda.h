@@ -1,26 +1,31 @@
-// GPU executor of a ResNet graph (nn/resnet.h) built on the CUDA kernels (kernels/kernels.h).
-// Mirrors nn/model_cpu.h so the trainer drives either backend with the same sequence of calls:
+// GPU executor of a ResNet graph (nn/resnet.h) built on the CUDA kernels (kernels/kernels.h); the
+// twin of nn/model_cpu.h, so the trainer drives either backend with the same sequence of calls:
 //
-//   CPU                                   GPU
-//   cpu_exec_create(m)                    gpu_exec_create(m, dtype)       (uploads m's state)
-//   cpu_forward[_u8](e, m, x, ...)        gpu_forward[_u8](e, m, x, ...)  (host in, host logits out)
-//   cpu_backward(e, m, dlogits, grads,..) gpu_backward(e, m, dlogits, grads, ...)
-//   cpu_train_step(e, m, x, labels, ...)  gpu_train_step[_u8](e, m, x, labels, ...)
-//   sgd_step(cfg, st, m, params, grads)   gpu_sgd_step(e, m, cfg, lr)
+//   CPU                                          GPU
+//   cpu_exec_create(m)                           gpu_exec_create(m, dtype)   (uploads m's state)
+//   cpu_forward[_u8](e, m, x, ...)               gpu_forward[_u8](e, m, x, ...)  (host in, host logits out)
+//   cpu_backward(e, m, dlogits, grads, rdy, ctx) gpu_backward(e, m, dlogits, grads, rdy, ctx)
+//   cpu_train_step(e, m, x, labels, ...)         gpu_train_step[_u8](e, m, x, labels, ...)
+//   sgd_step(cfg, st, m, params, grads, lr)      gpu_sgd_step(e, m, cfg, st, lr)
 //
-// Note to the trainer (main.c):
+// The GPU also has a path with no CPU twin, the one the trainer takes: gpu_forward_u8_dev,
+// gpu_loss_xent (and gpu_loss_kd), gpu_backward_dev keep logits, dlogits and gradients on the
+// device.
+//
+// Notes for the trainer:
 // - State lives on the device between steps. gpu_download_state(e, m, sgd) copies params, BN
 //   running statistics and the momentum buffer into the HOST ResNet/SgdState (before writing a
 //   checkpoint, before a CPU-side eval); gpu_upload_state does the reverse (after loading a
-//   checkpoint). Checkpoints are therefore backend-neutral. num_batches_tracked (m->counts) is host
-//   state that the GPU forward increments in place like the CPU one, so it needs no copy.
+//   checkpoint). Checkpoints are therefore backend-neutral. num_batches_tracked (m->counts) is
+//   host state that the GPU forward increments in place like the CPU one, so it needs no copy.
 // - Gradients stay on the device in one flat fp32 buffer (same layout as m->params, backward
 //   order): gpu_exec_grads(e). Functions taking `float *grads` (host) download them when it is
 //   not NULL (tests, or a CPU all-reduce); pass NULL in the fast path.
-// - Batches: gpu_prefetch_u8(e, x, labels, N, H, W) starts copying the NEXT batch from the
-//   loader's (pinned) ring on the copy stream; a following gpu_train_step_u8/gpu_forward_u8 on the
-//   same pointer uses the staged copy, so the copy overlaps the current step. The host buffer must
-//   stay untouched until gpu_prefetch_wait(e) returns or the step that consumes it has returned.
+// - Batches: gpu_prefetch_u8(e, x, N, H, W) starts copying the NEXT batch from the loader's
+//   (pinned) ring on the copy stream; a following gpu_forward_u8[_dev] or gpu_train_step_u8 with
+//   the same pointer and shape uses the staged copy, so the copy overlaps the current step. The
+//   host buffer must stay untouched until gpu_prefetch_wait(e) has returned or a synchronising
+//   call (gpu_loss_xent, gpu_train_step_u8, ...) has followed the forward that consumed it.
 // - Every function below returns after its device work is complete unless it says otherwise
 //   (the loss must come back to the host each step anyway); dies with a message on CUDA errors.
 // - dtype CT_BF16 (default): bf16 activations and conv/linear operands, fp32 accumulation, fp32
@@ -31,8 +36,7 @@
 #include <stdint.h>
 
 #include "kernels/kernels.h"
-#include "nn/model_cpu.h"  // GradReadyFn
-#include "nn/resnet.h"
+#include "nn/resnet.h"  // ResNet, GradReadyFn
 #include "nn/sgd.h"
 
 #ifdef __cplusplus
