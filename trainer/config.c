@@ -278,7 +278,9 @@ void config_env_defaults(Config *c, ConfigGiven *given) {
             }
     if (!config_given(given, "master")) {
         const char *port = env_nonempty("MASTER_PORT");
-        char host[256] = "", buf[300];
+        // The address outlives every copy of the Config, and the environment is read once a process.
+        static char address[300];
+        char host[256] = "";
         if ((v = env_nonempty("MASTER_ADDR"))) {
             snprintf(host, sizeof host, "%s", v);
             given->master_from = "MASTER_ADDR";
@@ -289,8 +291,8 @@ void config_env_defaults(Config *c, ConfigGiven *given) {
         }
         if (host[0]) {
             if (port) ct_parse_int("MASTER_PORT", port, 1, 65535);
-            snprintf(buf, sizeof buf, "%s:%s", host, port ? port : "29500");
-            c->master = ct_strdup(buf);
+            snprintf(address, sizeof address, "%s:%s", host, port ? port : "29500");
+            c->master = address;
         }
     }
 }
