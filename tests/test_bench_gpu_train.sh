@@ -2,7 +2,7 @@
 # The GPU training benchmark without a GPU: tools/bench_gpu_train.c built against the emulated
 # kernels (build/emu-tools/), tools/bench_gpu_torch.py --dry-run on the CPU, and
 # tools/bench_gpu_train.sh end to end in its BENCH_EMULATED mode (the lines parse, the ratio line
-# appears, losses are finite); the fused step and main.c's trainer sequence must reach the same
+# appears, losses are finite); the fused step and the trainer's step sequence must reach the same
 # loss; bad arguments and a missing GPU must fail with a message. Speeds here mean nothing.
 source "$(dirname "$0")/train_lib.sh"
 cd "$CTRAIN_ROOT"
@@ -34,7 +34,7 @@ check_line "$(grep '^pytorch ' <<<"$out")" "PyTorch dry run (CIFAR model)"
 grep -Eq '^ratio +resnet20 8 2 +ctrain/pytorch: img/s [0-9.]+x, memory held n/a, device used n/a$' <<<"$out" \
   || fail "no ratio line"
 
-# 2. main.c's trainer sequence (BN snapshot, loss read back, finiteness check) computes what the fused step does.
+# 2. The trainer's step sequence (trainer/step.c) (BN snapshot, loss read back, finiteness check) computes what the fused step does.
 trainer=$("$EMU" resnet20 8 2 2 1 --step trainer) || fail "--step trainer failed"
 check_line "$trainer" "emulated bf16 trainer step"
 awk -v a="$(loss_of "$fused")" -v b="$(loss_of "$trainer")" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-2 * a) }' \

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# train --device cuda end to end under the CUDA emulator (build/train-emu: main.c compiled with
+# train --device cuda end to end under the CUDA emulator (build/train-emu: main.c and trainer/ compiled with
 # CTRAIN_CUDA, linked against the emulated kernels), against train --device cpu on the same tiny
 # synthetic dataset:
 #   - fp32: the first epoch's step losses within 1e-5 of the CPU run (later ones 3e-2, see

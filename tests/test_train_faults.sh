@@ -3,7 +3,7 @@
 # same way; SIGTERM finishes the step, checkpoints and exits 143; a loader too slow for the
 # trainer is reported at the end of the epoch.
 # CTRAIN_FAULT_NAN_STEPS="a,b-c" makes those global steps report a NaN loss, and
-# CTRAIN_FAULT_NAN_GRAD_STEPS a finite loss with NaN gradients (test hooks in main.c).
+# CTRAIN_FAULT_NAN_GRAD_STEPS a finite loss with NaN gradients (test hooks in trainer/faults.h).
 source "$(dirname "$0")/train_lib.sh"
 make_synth "$TMP/d" 512 128 16
 F=("${SMALL_FLAGS[@]}" --lr-schedule step -p 4 "$TMP/d")

@@ -9,7 +9,7 @@
 // --graphs (default on, as train's --cuda-graphs): passes replayed as CUDA graphs after the first
 //   step; off launches every kernel from the host (the step is then labelled "...-eager").
 // --step fused (default): gpu_train_step_u8 (loss on the device) + gpu_sgd_step.
-// --step trainer: the sequence main.c's train_step runs for one rank: BN snapshot,
+// --step trainer: the sequence trainer/step.c's step_train runs for one rank: BN snapshot,
 //   gpu_forward_u8_dev, gpu_loss_xent (the loss back to the host), gpu_backward_dev, the device
 //   finiteness check, gpu_sgd_step; it shows what those synchronisations cost.
 // Each step ends synchronised (the loss comes back to the host), so a step's wall time is its cost.
@@ -32,7 +32,7 @@
 #include "util/rng.h"
 
 // Declared here rather than through <cuda_runtime_api.h> so this stays plain C with no CUDA include
-// path, like main.c: the real runtime and the emulator (kernels/emu/runtime.cpp) both export these
+// path, like the trainer: the real runtime and the emulator (kernels/emu/runtime.cpp) both export these
 // C symbols; cudaError_t is an int-sized enum, cudaSuccess is 0.
 int cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes);
 int cudaRuntimeGetVersion(int *version);
@@ -135,7 +135,7 @@ int main(int argc, char **argv) {
             gpu_forward_u8_dev(e, m, x, N, S, S, mean, std, 1);
             loss = gpu_loss_xent(e, m, labels, N, 0.0f, 1.0f, NULL);
             gpu_backward_dev(e, m, NULL, NULL);
-            // As main.c: a non-finite gradient skips the update and restores the BN statistics.
+            // As trainer/step.c: a non-finite gradient skips the update and restores the BN statistics.
             if (gpu_grads_finite(e)) gpu_sgd_step(e, m, &cfg, &st, lr);
             else gpu_bufs_rollback(e);
         } else {
