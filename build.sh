@@ -49,11 +49,12 @@ if [ ${#need_pkgs[@]} -gt 0 ]; then
   fi
 fi
 if [ "$MODE" = test ]; then
-  # Independent readers for ctrain's files: PyPI's safetensors and TensorBoard, on the pip Python.
+  # Independent readers for ctrain's files: PyPI's safetensors, TensorBoard, and onnx/onnxruntime
+  # (exported graphs), on the pip Python.
   PIPPY=${PIPPY:-python3}
-  if ! "$PIPPY" -c 'import safetensors, tensorboard, numpy' 2>/dev/null; then
-    say "installing PyPI packages for the test readers: safetensors tensorboard numpy"
-    "$PIPPY" -m pip install -q safetensors tensorboard numpy || { echo "pip install failed: run '$PIPPY -m pip install safetensors tensorboard numpy'" >&2; exit 1; }
+  if ! "$PIPPY" -c 'import safetensors, tensorboard, numpy, onnx, onnxruntime' 2>/dev/null; then
+    say "installing PyPI packages for the test readers: safetensors tensorboard numpy onnx onnxruntime"
+    "$PIPPY" -m pip install -q safetensors tensorboard numpy onnx onnxruntime || { echo "pip install failed: run '$PIPPY -m pip install safetensors tensorboard numpy onnx onnxruntime'" >&2; exit 1; }
   fi
 fi
 

@@ -5,6 +5,8 @@
 //   ./train [flags] SHARDS/        SHARDS/train.shard and SHARDS/val.shard (made by packdata)
 //   ./train --demo                 Fashion-MNIST, packed on first use, CPU, minutes
 //   ./train --evaluate --weights W.safetensors SHARDS/
+//   ./train export --weights W.safetensors --onnx OUT.onnx     the eval graph as ONNX (trainer/export.h)
+//   ./train predict --weights W.safetensors IMAGES...          top-k classes of images (trainer/predict.h)
 //
 // Determinism: every random choice is keyed on (seed, epoch, index) (util/rng.h) and every CPU
 // reduction has a fixed order, so a run is a pure function of its flags and data, whatever the
@@ -12,10 +14,18 @@
 //
 // Exit status: 0 done; 1 an error (a message naming the flag, file or rank at fault); 128 + the
 // signal when SIGINT/SIGTERM stopped the run after writing a checkpoint to resume from.
+#include <string.h>
+
 #include "trainer/config.h"
+#include "trainer/export.h"
 #include "trainer/job.h"
+#include "trainer/predict.h"
 
 int main(int argc, char **argv) {
+    // Subcommands that use a trained model: each owns its flags.
+    if (argc > 1 && !strcmp(argv[1], "export")) return export_main(argc, argv);
+    if (argc > 1 && !strcmp(argv[1], "predict")) return predict_main(argc, argv);
+
     Config cfg;
     ConfigGiven given;
     config_from_args(&cfg, &given, argc, argv);

@@ -9,6 +9,14 @@
 
 #define DEMO_IDX_DIR "/usr/share/datasets/fashion-mnist"
 
+void dataset_auto_norm(int channels, float *mean, float *std) {
+    static const float im_mean[3] = {0.485f, 0.456f, 0.406f}, im_std[3] = {0.229f, 0.224f, 0.225f};
+    for (int i = 0; i < channels; i++) {
+        mean[i] = channels == 3 ? im_mean[i] : 0.5f;
+        std[i] = channels == 3 ? im_std[i] : 0.25f;
+    }
+}
+
 void dataset_open(Dataset *d, const Config *c) {
     memset(d, 0, sizeof *d);
     char tp[1100], vp[1100], err[SHARD_ERR_LEN];
@@ -38,14 +46,9 @@ void dataset_open(Dataset *d, const Config *c) {
 
     d->mean = ct_alloc(sizeof(float) * d->channels);
     d->std = ct_alloc(sizeof(float) * d->channels);
-    if (!strcmp(c->mean, "auto")) {
-        static const float im_mean[3] = {0.485f, 0.456f, 0.406f};
-        for (int i = 0; i < d->channels; i++) d->mean[i] = d->channels == 3 ? im_mean[i] : 0.5f;
-    } else config_parse_floats("mean", c->mean, d->mean, d->channels);
-    if (!strcmp(c->std, "auto")) {
-        static const float im_std[3] = {0.229f, 0.224f, 0.225f};
-        for (int i = 0; i < d->channels; i++) d->std[i] = d->channels == 3 ? im_std[i] : 0.25f;
-    } else config_parse_floats("std", c->std, d->std, d->channels);
+    dataset_auto_norm(d->channels, d->mean, d->std);
+    if (strcmp(c->mean, "auto")) config_parse_floats("mean", c->mean, d->mean, d->channels);
+    if (strcmp(c->std, "auto")) config_parse_floats("std", c->std, d->std, d->channels);
     for (int i = 0; i < d->channels; i++)
         if (!(d->std[i] > 0)) ct_die("--std: channel %d is %g; must be > 0", i, d->std[i]);
 }

@@ -21,6 +21,9 @@ typedef struct {
 // and the flags; resolves --mean/--std. Dies naming the file or flag at fault.
 void dataset_open(Dataset *d, const Config *c);
 void dataset_close(Dataset *d);
+// --mean/--std "auto": ImageNet's for 3 channels, 0.5/0.25 otherwise (also for model files that
+// do not record their normalisation).
+void dataset_auto_norm(int channels, float *mean, float *std);
 
 // One rank's loaders over its exact share of every epoch.
 typedef struct {

@@ -7,6 +7,7 @@
 #include "nn/safetensors.h"
 #include "trainer/run.h"
 #include "util/common.h"
+#include "util/json_write.h"
 
 // The host structs hold the state the files need (the GPU's live copy comes down first).
 static void state_to_host(Run *r) { backend_download(r->model.backend, r->model.opt.buf ? &r->model.opt : NULL); }
@@ -99,10 +100,28 @@ const char *state_checkpoint_arch(const char *path) {
 void state_save_model(Run *r, char *path, size_t path_len) {
     runlog_path(r->log, path, path_len, "model.safetensors");
     state_to_host(r);
-    char ncls[16], nch[16];
-    snprintf(ncls, sizeof ncls, "%d", r->data->classes);
-    snprintf(nch, sizeof nch, "%d", r->data->channels);
-    const char *keys[] = {"arch", "num_classes", "in_channels"};
-    const char *vals[] = {r->model.net->arch, ncls, nch};
-    st_save_resnet(path, r->model.net, NULL, 0, keys, vals, 3);
+    const Dataset *d = r->data;
+    char ncls[16], nch[16], crop[16], resize[16];
+    snprintf(ncls, sizeof ncls, "%d", d->classes);
+    snprintf(nch, sizeof nch, "%d", d->channels);
+    snprintf(crop, sizeof crop, "%d", r->cfg->crop_size);
+    snprintf(resize, sizeof resize, "%d", r->cfg->val_resize);
+    // What predict and export need to use the model without the run: its eval preprocessing
+    // (mean/std as comma-separated shortest floats) and the class table as a JSON array.
+    char mean[64 * CT_JSON_REAL_MAX] = "", std[64 * CT_JSON_REAL_MAX] = "";
+    for (int i = 0; i < d->channels && i < 64; i++) {
+        char t[CT_JSON_REAL_MAX];
+        ct_json_real_text(ct_json_float(d->mean[i]), t);
+        snprintf(mean + strlen(mean), sizeof mean - strlen(mean), "%s%s", i ? "," : "", t);
+        ct_json_real_text(ct_json_float(d->std[i]), t);
+        snprintf(std + strlen(std), sizeof std - strlen(std), "%s%s", i ? "," : "", t);
+    }
+    json_t *names = json_array();
+    for (uint32_t i = 0; i < d->val.n_classes; i++) json_array_append_new(names, json_string(d->val.class_names[i]));
+    char *classes = ct_json_dumps_flags(names, JSON_COMPACT);
+    json_decref(names);
+    const char *keys[] = {"arch", "num_classes", "in_channels", "mean", "std", "crop_size", "val_resize", "classes"};
+    const char *vals[] = {r->model.net->arch, ncls, nch, mean, std, crop, resize, classes};
+    st_save_resnet(path, r->model.net, NULL, 0, keys, vals, 8);
+    free(classes);
 }

@@ -26,5 +26,6 @@ void state_save_checkpoint(Run *r, const char *name, int64_t global_step);
 void state_load_checkpoint(Run *r, const char *path, int restore_position);
 // The architecture recorded in a checkpoint (--resume without --arch takes it); dies naming path.
 const char *state_checkpoint_arch(const char *path);
-// OUT/model.safetensors: torchvision names, with arch, classes and channels in its metadata.
+// OUT/model.safetensors: torchvision names; its metadata holds arch, num_classes, in_channels, the
+// eval preprocessing (mean, std, crop_size, val_resize) and the class table (classes, a JSON array).
 void state_save_model(Run *r, char *path_out, size_t path_len);

@@ -1,0 +1,110 @@
+// Loading a model file with its preprocessing (trainer/modelfile.h).
+#include "trainer/modelfile.h"
+
+#include <jansson.h>
+#include <string.h>
+
+#include "nn/safetensors.h"
+#include "trainer/config.h"
+#include "trainer/data.h"
+#include "util/common.h"
+
+// A positive integer from the metadata or a flag; dies naming the file.
+static int meta_int(const StFile *f, const char *path, const char *key, int fallback) {
+    const char *v = st_meta(f, key);
+    if (!v) return fallback;
+    char what[1200];
+    snprintf(what, sizeof what, "%s: __metadata__ %s", path, key);
+    return ct_parse_int(what, v, 1, 1 << 20);
+}
+
+static void load_class_file(ModelFile *mf, const char *path) {
+    FILE *fp = fopen(path, "r");
+    if (!fp) ct_die_errno("--classes %s: cannot open (give a text file with one class name per line)", path);
+    int n = 0, K = mf->net->num_classes;
+    char **names = ct_zalloc(sizeof(char *) * (size_t)K);
+    char line[4096];
+    while (fgets(line, sizeof line, fp)) {
+        size_t len = strcspn(line, "\r\n");
+        line[len] = 0;
+        if (n == K) ct_die("--classes %s: more than the model's %d classes", path, K);
+        names[n++] = ct_strdup(line);
+    }
+    fclose(fp);
+    if (n != K) ct_die("--classes %s: %d names, but the model has %d classes", path, n, K);
+    mf->class_names = names;
+    mf->n_classes_named = n;
+}
+
+static void load_class_meta(ModelFile *mf, const char *path, const char *text) {
+    json_error_t jerr;
+    json_t *a = json_loads(text, 0, &jerr);
+    int K = mf->net->num_classes;
+    if (!a || !json_is_array(a) || (int)json_array_size(a) != K)
+        ct_die("%s: __metadata__ classes is not a JSON array of %d names; give --classes FILE", path, K);
+    mf->class_names = ct_zalloc(sizeof(char *) * (size_t)K);
+    for (int i = 0; i < K; i++) {
+        const char *s = json_string_value(json_array_get(a, (size_t)i));
+        if (!s) ct_die("%s: __metadata__ classes[%d] is not a string; give --classes FILE", path, i);
+        mf->class_names[i] = ct_strdup(s);
+    }
+    mf->n_classes_named = K;
+    json_decref(a);
+}
+
+void modelfile_load(ModelFile *mf, const char *path, const ModelFileFlags *fl) {
+    memset(mf, 0, sizeof *mf);
+    StFile f;
+    char *err = st_open(path, &f);
+    if (err) ct_die("--weights %s", err);
+
+    const char *arch = st_meta(&f, "arch");
+    if (fl->arch && arch && strcmp(fl->arch, arch))
+        ct_die("-a %s: %s says it is a %s (leave -a out to take the file's)", fl->arch, path, arch);
+    if (!arch) arch = fl->arch;
+    if (!arch) ct_die("%s names no architecture in its metadata (not written by ctrain): give -a ARCH (%s)", path, resnet_arch_list());
+    if (!resnet_arch_valid(arch)) ct_die("-a %s: unknown architecture; one of %s", arch, resnet_arch_list());
+    // A torchvision file has no metadata: its shapes tell the class and channel counts.
+    const StTensor *fc = st_find(&f, "fc.weight"), *stem = st_find(&f, "conv1.weight");
+    int classes = fc && fc->ndim == 2 ? (int)fc->shape[0] : 0;
+    int channels = stem && stem->ndim == 4 ? (int)stem->shape[1] : 0;
+    classes = meta_int(&f, path, "num_classes", classes);
+    channels = meta_int(&f, path, "in_channels", channels);
+    if (classes < 1 || channels < 1) ct_die("%s: no fc.weight [classes, features] or conv1.weight [K, C, R, S]: not a ResNet state_dict", path);
+    mf->net = resnet_create(arch, channels, classes);
+    err = st_load_resnet_from(&f, mf->net, NULL);
+    if (err) ct_die("%s: does not load into %s with %d classes and %d channels: %s", path, arch, classes, channels, err);
+
+    int C = channels;
+    mf->mean = ct_alloc(sizeof(float) * (size_t)C);
+    mf->std = ct_alloc(sizeof(float) * (size_t)C);
+    dataset_auto_norm(C, mf->mean, mf->std);
+    const char *mean = fl->mean ? fl->mean : st_meta(&f, "mean");
+    const char *std = fl->std ? fl->std : st_meta(&f, "std");
+    if (mean) config_parse_floats("mean", mean, mf->mean, C);
+    if (std) config_parse_floats("std", std, mf->std, C);
+    for (int i = 0; i < C; i++)
+        if (!(mf->std[i] > 0)) ct_die("--std: channel %d is %g; must be > 0", i, mf->std[i]);
+    // Without a record of the training size: torchvision's 224 (256 resize), 32 for CIFAR nets.
+    int cifar = mf->net->cifar;
+    mf->crop = fl->crop ? fl->crop : meta_int(&f, path, "crop_size", cifar ? 32 : 224);
+    // The short side before the crop: the recorded one, unless --crop-size changed the crop;
+    // else torchvision's crop / 0.875 (CIFAR nets: their native 32, no resize).
+    int resize_default = (int)(mf->crop / 0.875);
+    if (cifar && !fl->crop && !st_meta(&f, "crop_size")) resize_default = 32;
+    mf->resize = fl->resize ? fl->resize : fl->crop ? resize_default : meta_int(&f, path, "val_resize", resize_default);
+    if (mf->resize < mf->crop) ct_die("--resize %d: smaller than the crop %d", mf->resize, mf->crop);
+
+    if (fl->classes_path) load_class_file(mf, fl->classes_path);
+    else if (st_meta(&f, "classes")) load_class_meta(mf, path, st_meta(&f, "classes"));
+    st_close(&f);
+}
+
+void modelfile_free(ModelFile *mf) {
+    resnet_free(mf->net);
+    free(mf->mean);
+    free(mf->std);
+    for (int i = 0; i < mf->n_classes_named; i++) free(mf->class_names[i]);
+    free(mf->class_names);
+    memset(mf, 0, sizeof *mf);
+}

@@ -1,0 +1,25 @@
+// A model file for the subcommands that use a trained model (export, predict): a safetensors with
+// torchvision names, its architecture and eval preprocessing from the `__metadata__` that
+// state_save_model writes, or from flags and defaults for a file made elsewhere (torchvision).
+#pragma once
+#include "nn/resnet.h"
+
+typedef struct {
+    ResNet *net;          // weights loaded (strict), owned
+    int crop, resize;     // eval: resize the short side to `resize`, center-crop crop x crop
+    float *mean, *std;    // [net->in_channels]
+    int n_classes_named;  // class names known (0, or net->num_classes)
+    char **class_names;
+} ModelFile;
+
+// Flags that override or supply what the file's metadata says (NULL / 0: not given).
+typedef struct {
+    const char *arch;          // -a: needed when the file does not name its architecture
+    const char *mean, *std;    // comma-separated
+    int crop, resize;
+    const char *classes_path;  // --classes FILE: one class name per line
+} ModelFileFlags;
+
+// Dies with a message naming the file or flag at fault (and what to give instead).
+void modelfile_load(ModelFile *mf, const char *path, const ModelFileFlags *fl);
+void modelfile_free(ModelFile *mf);
