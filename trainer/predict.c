@@ -1,9 +1,250 @@
+// `train predict` (trainer/predict.h): flags, the list of image files (folders walked in name
+// order), decode + eval preprocessing + the CPU eval forward per image, and the report.
 #include "trainer/predict.h"
 
+#include <dirent.h>
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "loader/augment.h"
+#include "loader/image.h"
+#include "nn/model_cpu.h"
+#include "trainer/modelfile.h"
 #include "util/common.h"
+#include "util/json_write.h"
+
+static void predict_usage(FILE *f) {
+    fprintf(f,
+            "usage: train predict --weights W.safetensors [flags] IMAGE|FOLDER...\n"
+            "\n"
+            "Classifies JPEG/PNG files (folders: every file in them, recursively, in name order) on the\n"
+            "CPU with the evaluation's preprocessing: resize the short side to --resize, center-crop\n"
+            "--crop-size, normalise with the model's mean/std. Prints the top-k classes per image.\n"
+            "A file that cannot be read or decoded is reported by name and skipped; the exit status\n"
+            "is then 1.\n"
+            "\n"
+            "  --weights W        model.safetensors from a run (architecture, preprocessing and class\n"
+            "                     names in its metadata) or torchvision-named weights with -a\n"
+            "  -a, --arch ARCH    architecture when W does not name one (%s)\n"
+            "  -k, --top-k K      classes per image (default 5, at most the class count)\n"
+            "  --format table|json  a table (default) or one JSON object per image and line:\n"
+            "                     {\"file\", \"top\": [{\"index\", \"name\", \"prob\"}...]} or {\"file\", \"error\"}\n"
+            "  --logits           json: add the raw logits of every class\n"
+            "  --classes FILE     class names, one per line (default: the model's; else indices only)\n"
+            "  --crop-size PX     default: the model's crop_size, else 224 (32 for resnet20..110)\n"
+            "  --resize PX        short side before the crop (default: the model's, else PX/0.875)\n"
+            "  --mean M,M,M, --std S,S,S  default: the model's, else ImageNet's (RGB) or 0.5/0.25 (gray)\n"
+            "  -h, --help         this text\n",
+            resnet_arch_list());
+}
+
+static const char *value(int argc, char **argv, int *i) {
+    if (*i + 1 >= argc) ct_die("%s: needs a value (see train predict --help)", argv[*i]);
+    return argv[++*i];
+}
+
+typedef struct {
+    char **v;
+    int n, cap;
+} PathList;
+
+static void push(PathList *l, const char *s) {
+    if (l->n == l->cap) {
+        l->cap = l->cap ? 2 * l->cap : 16;
+        l->v = ct_realloc(l->v, sizeof(char *) * (size_t)l->cap);
+    }
+    l->v[l->n++] = ct_strdup(s);
+}
+
+static int by_name(const struct dirent **a, const struct dirent **b) { return strcmp((*a)->d_name, (*b)->d_name); }
+
+// A folder's files, recursively, in byte order of their names (hidden entries skipped); a path
+// that is not a folder is taken as it is (a missing file fails later, by name).
+static void collect(PathList *l, const char *path) {
+    struct stat st;
+    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        push(l, path);
+        return;
+    }
+    struct dirent **ents;
+    int n = scandir(path, &ents, NULL, by_name);
+    if (n < 0) {
+        push(l, path);  // reported as unreadable with the reason
+        return;
+    }
+    for (int i = 0; i < n; i++) {
+        if (ents[i]->d_name[0] != '.') {
+            size_t len = strlen(path) + strlen(ents[i]->d_name) + 2;
+            char *child = ct_alloc(len);
+            snprintf(child, len, "%s%s%s", path, path[strlen(path) - 1] == '/' ? "" : "/", ents[i]->d_name);
+            collect(l, child);
+            free(child);
+        }
+        free(ents[i]);
+    }
+    free(ents);
+}
+
+// The whole file into *data; 0, or -1 with the reason in err.
+static int read_file(const char *path, uint8_t **data, size_t *n, char *err, size_t errlen) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return ct_fail(err, errlen, "cannot open: %s", strerror(errno));
+    size_t cap = 1 << 16, len = 0;
+    uint8_t *buf = ct_alloc(cap);
+    for (;;) {
+        if (len == cap) buf = ct_realloc(buf, cap *= 2);
+        size_t got = fread(buf + len, 1, cap - len, f);
+        len += got;
+        if (got == 0) break;
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (bad) {
+        free(buf);
+        return ct_fail(err, errlen, "read error");
+    }
+    *data = buf;
+    *n = len;
+    return 0;
+}
+
+// Preprocessed crop (uint8 HWC, crop x crop x C) of one file; 0, or -1 with the reason in err.
+static int load_image(const char *path, const ModelFile *mf, uint8_t *crop, ResampleScratch *scratch, char *err,
+                      size_t errlen) {
+    uint8_t *data = NULL, *pix = NULL;
+    size_t n = 0;
+    if (read_file(path, &data, &n, err, errlen) != 0) return -1;
+    uint32_t h = 0, w = 0;
+    int C = mf->net->in_channels;
+    if (C != 1 && C != 3) {
+        free(data);
+        return ct_fail(err, errlen, "the model takes %d channels; images decode to 1 or 3", C);
+    }
+    int rc = image_decode(data, n, C, &pix, &h, &w, err, errlen);
+    free(data);
+    if (rc != 0) return -1;
+    AugmentConfig a = {.crop = mf->crop, .train = 0, .resize = mf->resize};
+    augment_config_defaults(&a);
+    AugmentPlan p;
+    augment_plan(&a, (int)h, (int)w, 0, 0, &p);
+    augment_apply(&a, &p, pix, (int)w, C, crop, scratch);
+    free(pix);
+    return 0;
+}
 
 int predict_main(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    ct_die("predict: not written yet");
+    const char *weights = NULL, *format = "table";
+    int topk = 5, with_logits = 0;
+    ModelFileFlags fl = {0};
+    PathList inputs = {0};
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            predict_usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--weights")) weights = value(argc, argv, &i);
+        else if (!strcmp(a, "-a") || !strcmp(a, "--arch")) fl.arch = value(argc, argv, &i);
+        else if (!strcmp(a, "-k") || !strcmp(a, "--top-k")) topk = ct_parse_int("--top-k", value(argc, argv, &i), 1, 1 << 20);
+        else if (!strcmp(a, "--format")) format = value(argc, argv, &i);
+        else if (!strcmp(a, "--logits")) with_logits = 1;
+        else if (!strcmp(a, "--classes")) fl.classes_path = value(argc, argv, &i);
+        else if (!strcmp(a, "--crop-size")) fl.crop = ct_parse_int("--crop-size", value(argc, argv, &i), 1, 4096);
+        else if (!strcmp(a, "--resize")) fl.resize = ct_parse_int("--resize", value(argc, argv, &i), 1, 8192);
+        else if (!strcmp(a, "--mean")) fl.mean = value(argc, argv, &i);
+        else if (!strcmp(a, "--std")) fl.std = value(argc, argv, &i);
+        else if (a[0] == '-' && a[1]) ct_die("predict: unknown flag '%s' (see train predict --help)", a);
+        else collect(&inputs, a);
+    }
+    if (!weights) ct_die("predict: --weights W.safetensors is required (see train predict --help)");
+    int json = !strcmp(format, "json");
+    if (!json && strcmp(format, "table")) ct_die("--format %s: must be table or json", format);
+    if (!inputs.n) ct_die("predict: no images given (files or folders after the flags; see train predict --help)");
+
+    ModelFile mf;
+    modelfile_load(&mf, weights, &fl);
+    ResNet *m = mf.net;
+    int K = m->num_classes, C = m->in_channels, S = mf.crop;
+    if (topk > K) topk = K;
+    TensorDim *dims = ct_alloc(sizeof(TensorDim) * (size_t)m->n_tensors);
+    if (resnet_shapes(m, S, S, dims) != 0) ct_die("--crop-size %d: too small for %s", S, m->arch);
+    free(dims);
+    CpuExec *e = cpu_exec_create(m);
+    uint8_t *crop = ct_alloc((size_t)S * S * C);
+    ResampleScratch scratch = {0};
+    double *prob = ct_alloc(sizeof(double) * (size_t)K);
+    int *order = ct_alloc(sizeof(int) * (size_t)K);
+    int failed = 0;
+    if (!json) printf("%s: %s, %d classes, %dx%d crop of a %d short side\n", weights, m->arch, K, S, S, mf.resize);
+    for (int f = 0; f < inputs.n; f++) {
+        const char *path = inputs.v[f];
+        char err[512];
+        if (load_image(path, &mf, crop, &scratch, err, sizeof err) != 0) {
+            fprintf(stderr, "predict: %s: %s (skipped)\n", path, err);
+            if (json) {
+                json_t *o = json_pack("{s:s, s:s}", "file", path, "error", err);
+                char *t = ct_json_dumps_flags(o, JSON_COMPACT);
+                printf("%s\n", t);
+                free(t);
+                json_decref(o);
+            }
+            failed++;
+            continue;
+        }
+        const float *logits = cpu_forward_u8(e, m, crop, 1, S, S, mf.mean, mf.std, 0);
+        // Softmax in double, shifted by the largest logit.
+        double mx = logits[0], sum = 0;
+        for (int k = 1; k < K; k++) mx = fmax(mx, logits[k]);
+        for (int k = 0; k < K; k++) sum += (prob[k] = exp((double)logits[k] - mx));
+        for (int k = 0; k < K; k++) prob[k] /= sum;
+        // Partial selection of the top k; ties keep the lower index first.
+        for (int k = 0; k < K; k++) order[k] = k;
+        for (int r = 0; r < topk; r++) {
+            int best = r;
+            for (int k = r + 1; k < K; k++)
+                if (prob[order[k]] > prob[order[best]] || (prob[order[k]] == prob[order[best]] && order[k] < order[best])) best = k;
+            int t = order[r];
+            order[r] = order[best];
+            order[best] = t;
+        }
+        if (json) {
+            json_t *top = json_array();
+            for (int r = 0; r < topk; r++) {
+                int k = order[r];
+                json_t *o = json_pack("{s:i}", "index", k);
+                if (mf.n_classes_named) json_object_set_new(o, "name", json_string(mf.class_names[k]));
+                json_object_set_new(o, "prob", json_real(ct_json_float((float)prob[k])));
+                json_array_append_new(top, o);
+            }
+            json_t *o = json_pack("{s:s, s:o}", "file", path, "top", top);
+            if (with_logits) {
+                json_t *l = json_array();
+                for (int k = 0; k < K; k++) json_array_append_new(l, json_real(ct_json_float(logits[k])));
+                json_object_set_new(o, "logits", l);
+            }
+            char *t = ct_json_dumps_flags(o, JSON_COMPACT);
+            printf("%s\n", t);
+            free(t);
+            json_decref(o);
+        } else {
+            printf("%s\n", path);
+            for (int r = 0; r < topk; r++) {
+                int k = order[r];
+                printf("  %2d. %7.3f%%  %5d  %s\n", r + 1, 100 * prob[k], k, mf.n_classes_named ? mf.class_names[k] : "");
+            }
+        }
+        fflush(stdout);
+    }
+    if (failed) fprintf(stderr, "predict: %d of %d file(s) could not be classified\n", failed, inputs.n);
+    free(prob);
+    free(order);
+    free(crop);
+    resample_scratch_free(&scratch);
+    cpu_exec_free(e);
+    modelfile_free(&mf);
+    for (int i = 0; i < inputs.n; i++) free(inputs.v[i]);
+    free(inputs.v);
+    return failed ? 1 : 0;
 }

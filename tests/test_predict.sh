@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# train predict on a short run's model.safetensors: a folder walked in name order, JPEG/PNG (gray
+# too), an undecodable file reported by name and skipped (exit status 1), class names from the
+# file's metadata and --classes, the table and JSON formats, and the logits of an image already at
+# the crop size equal to ctrain's eval forward on the same normalised pixels (tests/helper_stio).
+source "$(dirname "$0")/train_lib.sh"
+H=$CTRAIN_BUILD/tests/helper_stio
+[ -x "$H" ] || fail "missing $H"
+make_synth "$TMP/d" 64 20 16
+"$TRAIN" "${SMALL_FLAGS[@]}" --epochs 1 --out "$TMP/run" "$TMP/d" > /dev/null 2> "$TMP/stderr" || { cat "$TMP/stderr"; fail "training run failed"; }
+W=$TMP/run/model.safetensors
+
+"$PIPPY" - "$TMP/img" "$TMP/x.safetensors" <<'PY' || fail "making images"
+import os, sys, numpy as np
+from PIL import Image
+from safetensors.numpy import save_file
+d = sys.argv[1]
+os.makedirs(os.path.join(d, "sub"))
+rng = np.random.default_rng(3)
+a = rng.integers(0, 256, (16, 16, 3), dtype=np.uint8)
+Image.fromarray(a).save(os.path.join(d, "a.png"))
+Image.fromarray(rng.integers(0, 256, (30, 40, 3), dtype=np.uint8)).save(os.path.join(d, "b.jpg"), quality=90)
+Image.fromarray(rng.integers(0, 256, (20, 20), dtype=np.uint8)).save(os.path.join(d, "sub", "c.png"))
+open(os.path.join(d, "bad.jpg"), "wb").write(b"\xff\xd8\xff\xe0 not really a jpeg")
+mean, std = np.array([0.485, 0.456, 0.406], np.float32), np.array([0.229, 0.224, 0.225], np.float32)
+x = ((a.astype(np.float32) / np.float32(255) - mean) / std)[None]
+save_file({"x": np.ascontiguousarray(x)}, sys.argv[2])
+PY
+"$H" eval resnet20 3 10 "$W" "$TMP/x.safetensors" "$TMP/ref.safetensors" || fail "ctrain eval"
+
+rc=0; "$TRAIN" predict --weights "$W" --format json --logits "$TMP/img" > "$TMP/out.jsonl" 2> "$TMP/stderr" || rc=$?
+cat "$TMP/stderr"
+[ "$rc" = 1 ] || fail "exit status $rc with an undecodable file (want 1)"
+grep -q "bad.jpg" "$TMP/stderr" || fail "the undecodable file is not named on stderr"
+"$PIPPY" - "$TMP/out.jsonl" "$TMP/ref.safetensors" "$TMP/img" <<'PY' || fail "predict --format json"
+import json, sys, numpy as np
+from safetensors.numpy import load_file
+recs = [json.loads(l) for l in open(sys.argv[1])]
+d = sys.argv[3]
+assert [r["file"] for r in recs] == [d + "/a.png", d + "/b.jpg", d + "/bad.jpg", d + "/sub/c.png"], [r["file"] for r in recs]
+assert "error" in recs[2] and "top" not in recs[2], recs[2]
+for r in recs[:2] + recs[3:]:
+    top = r["top"]
+    assert len(top) == 5 and len(r["logits"]) == 10
+    probs = [t["prob"] for t in top]
+    assert probs == sorted(probs, reverse=True) and 0 < sum(probs) <= 1 + 1e-6, probs
+    assert all(t["name"] == "class%02d" % t["index"] for t in top), top
+    lg = np.array(r["logits"]); p = np.exp(lg - lg.max()); p /= p.sum()
+    assert abs(p[top[0]["index"]] - probs[0]) < 1e-6 and top[0]["index"] == int(lg.argmax())
+ref = load_file(sys.argv[2])["logits"][0]
+got = np.array(recs[0]["logits"], np.float32)
+rel = np.linalg.norm(got - ref) / np.linalg.norm(ref)
+print("a.png (16x16, the crop size): predict vs ctrain eval logits rel. norm %.2e, max abs %.2e" % (rel, np.abs(got - ref).max()))
+assert rel <= 1e-5, rel
+PY
+ok "json: folder order, formats, decode failure, logits"
+
+"$TRAIN" predict --weights "$W" -k 3 "$TMP/img/a.png" "$TMP/img/sub/c.png" > "$TMP/table" 2> "$TMP/stderr" || { cat "$TMP/stderr"; fail "predict table"; }
+cat "$TMP/table"
+[ "$(grep -cE '^ +[123]\. +[0-9.]+%  +[0-9]+  class[0-9]{2}$' "$TMP/table")" = 6 ] || fail "table rows"
+printf 'zero\none\ntwo\nthree\nfour\nfive\nsix\nseven\neight\nnine\n' > "$TMP/names.txt"
+"$TRAIN" predict --weights "$W" --classes "$TMP/names.txt" --format json "$TMP/img/a.png" > "$TMP/named" || fail "--classes"
+"$PIPPY" -c "import json,sys; t=json.load(open(sys.argv[1]))['top']; n='zero one two three four five six seven eight nine'.split(); assert all(x['name']==n[x['index']] for x in t), t" "$TMP/named" || fail "--classes names"
+head -3 "$TMP/names.txt" > "$TMP/short.txt"
+if "$TRAIN" predict --weights "$W" --classes "$TMP/short.txt" "$TMP/img/a.png" > /dev/null 2> "$TMP/stderr"; then fail "3 names for 10 classes accepted"; fi
+grep -q -- "--classes" "$TMP/stderr" || fail "--classes error does not name the flag"
+"$TRAIN" predict --help | grep -q "top-k" || fail "predict --help"
+ok "table, --classes, --help"
