@@ -75,7 +75,9 @@ void config_usage(FILE *f) {
     fprintf(f,
             "usage: train [flags] SHARDS/\n"
             "       train --demo [flags]\n"
-            "       train --evaluate --weights W.safetensors [flags] SHARDS/\n\n"
+            "       train --evaluate --weights W.safetensors [flags] SHARDS/\n"
+            "       train export --weights W.safetensors --onnx OUT.onnx   (train export --help)\n"
+            "       train predict --weights W.safetensors IMAGE|FOLDER...  (train predict --help)\n\n"
             "Trains a ResNet on SHARDS/train.shard, evaluating on SHARDS/val.shard after every epoch\n"
             "(shards are made by ./packdata). Flags take a value as '--flag V' or '--flag=V'.\n\nflags (default in brackets):\n");
     for (int pass = 0; pass < 2; pass++) {

@@ -41,7 +41,10 @@ static void predict_usage(FILE *f) {
             resnet_arch_list());
 }
 
-static const char *value(int argc, char **argv, int *i) {
+// The value of flag argv[*i]: after '=' in "--flag=V", else the next argument (dies naming the
+// flag when there is none).
+static const char *value(int argc, char **argv, int *i, const char *inline_value) {
+    if (inline_value) return inline_value;
     if (*i + 1 >= argc) ct_die("%s: needs a value (see train predict --help)", argv[*i]);
     return argv[++*i];
 }
@@ -141,22 +144,30 @@ int predict_main(int argc, char **argv) {
     ModelFileFlags fl = {0};
     PathList inputs = {0};
     for (int i = 2; i < argc; i++) {
-        const char *a = argv[i];
+        // "--flag=V" as well as "--flag V", like train's own flags.
+        char a[64];
+        const char *eq = NULL;
+        snprintf(a, sizeof a, "%s", argv[i]);
+        char *cut = strncmp(a, "--", 2) ? NULL : strchr(a, '=');
+        if (cut) {
+            *cut = 0;
+            eq = argv[i] + (cut - a) + 1;
+        }
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             predict_usage(stdout);
             return 0;
-        } else if (!strcmp(a, "--weights")) weights = value(argc, argv, &i);
-        else if (!strcmp(a, "-a") || !strcmp(a, "--arch")) fl.arch = value(argc, argv, &i);
-        else if (!strcmp(a, "-k") || !strcmp(a, "--top-k")) topk = ct_parse_int("--top-k", value(argc, argv, &i), 1, 1 << 20);
-        else if (!strcmp(a, "--format")) format = value(argc, argv, &i);
+        } else if (!strcmp(a, "--weights")) weights = value(argc, argv, &i, eq);
+        else if (!strcmp(a, "-a") || !strcmp(a, "--arch")) fl.arch = value(argc, argv, &i, eq);
+        else if (!strcmp(a, "-k") || !strcmp(a, "--top-k")) topk = ct_parse_int("--top-k", value(argc, argv, &i, eq), 1, 1 << 20);
+        else if (!strcmp(a, "--format")) format = value(argc, argv, &i, eq);
         else if (!strcmp(a, "--logits")) with_logits = 1;
-        else if (!strcmp(a, "--classes")) fl.classes_path = value(argc, argv, &i);
-        else if (!strcmp(a, "--crop-size")) fl.crop = ct_parse_int("--crop-size", value(argc, argv, &i), 1, 4096);
-        else if (!strcmp(a, "--resize")) fl.resize = ct_parse_int("--resize", value(argc, argv, &i), 1, 8192);
-        else if (!strcmp(a, "--mean")) fl.mean = value(argc, argv, &i);
-        else if (!strcmp(a, "--std")) fl.std = value(argc, argv, &i);
-        else if (a[0] == '-' && a[1]) ct_die("predict: unknown flag '%s' (see train predict --help)", a);
-        else collect(&inputs, a);
+        else if (!strcmp(a, "--classes")) fl.classes_path = value(argc, argv, &i, eq);
+        else if (!strcmp(a, "--crop-size")) fl.crop = ct_parse_int("--crop-size", value(argc, argv, &i, eq), 1, 4096);
+        else if (!strcmp(a, "--resize")) fl.resize = ct_parse_int("--resize", value(argc, argv, &i, eq), 1, 8192);
+        else if (!strcmp(a, "--mean")) fl.mean = value(argc, argv, &i, eq);
+        else if (!strcmp(a, "--std")) fl.std = value(argc, argv, &i, eq);
+        else if (a[0] == '-' && a[1]) ct_die("predict: unknown flag '%s' (see train predict --help)", argv[i]);
+        else collect(&inputs, argv[i]);
     }
     if (!weights) ct_die("predict: --weights W.safetensors is required (see train predict --help)");
     int json = !strcmp(format, "json");
