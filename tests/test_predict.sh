@@ -55,6 +55,40 @@ assert rel <= 1e-5, rel
 PY
 ok "json: folder order, formats, decode failure, logits"
 
+# The resize path: a 40x30 PNG through predict --resize 20 against the same preprocessing done with
+# PIL as torchvision's eval transforms do it (Resize(20): short side 20, long int(20 * 40 / 30) = 26,
+# bilinear with antialias; CenterCrop(16): offsets round((26 - 16) / 2), round((20 - 16) / 2)).
+# ctrain resamples in float and PIL in fixed point, so about a tenth of the pixels differ by one
+# level or two (tests/test_resample.c bounds that): the logits agree to ~1e-2, and the check is
+# that they are several times closer than those of the crop one pixel lower (the geometry).
+"$PIPPY" - "$TMP/b.png" "$TMP/xb.safetensors" <<'PY' || fail "making the resize input"
+import sys, numpy as np
+from PIL import Image
+from safetensors.numpy import save_file
+rng = np.random.default_rng(8)
+yy, xx = np.mgrid[0:30, 0:40]
+img = np.clip(np.stack([xx * 6, yy * 8, (xx + yy) * 3], -1) + rng.integers(0, 40, (30, 40, 3)), 0, 255).astype(np.uint8)
+Image.fromarray(img).save(sys.argv[1])
+r = np.asarray(Image.fromarray(img).resize((26, 20), Image.BILINEAR))
+c = np.stack([r[2:18, 5:21], r[3:19, 5:21]]).astype(np.float32)
+mean, std = np.array([0.485, 0.456, 0.406], np.float32), np.array([0.229, 0.224, 0.225], np.float32)
+save_file({"x": np.ascontiguousarray((c / np.float32(255) - mean) / std)}, sys.argv[2])
+PY
+"$H" eval resnet20 3 10 "$W" "$TMP/xb.safetensors" "$TMP/refb.safetensors" || fail "ctrain eval (resize input)"
+"$TRAIN" predict --weights "$W" --resize 20 --format json --logits "$TMP/b.png" > "$TMP/b.json" || fail "predict --resize"
+"$PIPPY" - "$TMP/b.json" "$TMP/refb.safetensors" <<'PY' || fail "predict's resize + center crop differ from torchvision's"
+import json, sys, numpy as np
+from safetensors.numpy import load_file
+got = np.array(json.loads(open(sys.argv[1]).read())["logits"], np.float32)
+ref, shifted = load_file(sys.argv[2])["logits"]
+rel = np.linalg.norm(got - ref) / np.linalg.norm(ref)
+rel_shift = np.linalg.norm(got - shifted) / np.linalg.norm(shifted)
+print("40x30 PNG, resize 20, crop 16: predict vs PIL-preprocessed eval logits rel. norm %.2e (crop one pixel lower: %.2e)"
+      % (rel, rel_shift))
+assert rel <= 3e-2 and rel * 3 < rel_shift, (rel, rel_shift)
+PY
+ok "resize + center crop as torchvision's eval transforms"
+
 "$TRAIN" predict --weights "$W" -k 3 "$TMP/img/a.png" "$TMP/img/sub/c.png" > "$TMP/table" 2> "$TMP/stderr" || { cat "$TMP/stderr"; fail "predict table"; }
 cat "$TMP/table"
 [ "$(grep -cE '^ +[123]\. +[0-9.]+%  +[0-9]+  class[0-9]{2}$' "$TMP/table")" = 6 ] || fail "table rows"
