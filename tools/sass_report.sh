@@ -107,10 +107,10 @@ for p in sorted(glob.glob(os.path.join(outd, "*.sass"))):
     finish()
 names = demangle(sorted(res))
 print("sm_90 resources per kernel (nvcc %s; registers per thread, spills and static shared memory in bytes)" % "-O3")
-print("%-14s %4s %6s %6s %6s  %s" % ("file", "regs", "spillS", "spillL", "ssmem", "kernel"))
+print("%-20s %4s %6s %6s %6s  %s" % ("file", "regs", "spillS", "spillL", "ssmem", "kernel"))
 for s in sorted(res, key=lambda k: (res[k][4], names[k])):
     r = res[s]
-    print("%-14s %4d %6d %6d %6d  %s" % (r[4], r[0], r[1], r[2], r[3], names[s][:110]))
+    print("%-20s %4d %6d %6d %6d  %s" % (r[4], r[0], r[1], r[2], r[3], names[s][:110]))
 print()
 print("tensor-core main loops (instructions issued per HMMA.16816.F32.BF16 = per 4096 tensor FLOPs, per warp):")
 print("%5s %6s %6s %9s  %s" % ("HMMA", "loopI", "loopH", "instr/H", "kernel"))
