@@ -45,7 +45,7 @@ for f in kernels/*.cu nn/*.cu dist/*.cu; do
   [ -f "$f" ] || continue
   base=$(echo "${f%.cu}" | tr / _)
   cubin=$OUTD/$base.cubin
-  if [ ! -f "$cubin" ] || [ -n "$(find "$f" kernels -newer "$cubin" -name '*.cu*' 2>/dev/null | head -1)" ]; then
+  if [ ! -f "$cubin" ] || [ -n "$(find "$f" kernels util nn dist -newer "$cubin" \( -name '*.cu*' -o -name '*.h' \) 2>/dev/null | head -1)" ]; then
     "$NVCC" -std=c++17 -O3 -I. -DCTRAIN_CUDA -arch=sm_90 -cubin -Xptxas -v -o "$cubin" "$f" 2>"$OUTD/$base.ptxas"
   fi
   "$NVDISASM" -c "$cubin" >"$OUTD/$base.sass"
