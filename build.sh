@@ -209,8 +209,9 @@ $(B)/tools/%: $(B)/obj/tools/%.o $(B)/libctrain.a
 	@mkdir -p $(dir $@); echo "  LD    $@"; $(CC) -fopenmp -o $@ $^ $(LDLIBS)
 $(B)/tools/bench_gpu_%: $(B)/obj/tools/bench_gpu_%.o $(B)/libctrain_cuda.a $(B)/libctrain.a
 	@mkdir -p $(dir $@); echo "  LD    $@"; $(CC) -fopenmp -o $@ $^ $(LDLIBS) $(CUDALIBS)
+# -rdynamic: the emulator's cost counters name a launched kernel by its symbol (dladdr).
 $(B)/emu-tools/bench_gpu_%: $(B)/obj/tools/bench_gpu_%.o $(B)/libctrain_emu.a $(B)/libctrain.a
-	@mkdir -p $(dir $@); echo "  LD    $@ (emulated GPU)"; $(CXX) -fopenmp -pthread -o $@ $^ $(LDLIBS)
+	@mkdir -p $(dir $@); echo "  LD    $@ (emulated GPU)"; $(CXX) -fopenmp -pthread -rdynamic -o $@ $^ $(LDLIBS)
 # The stand-in NCCL for the emulated GPU ranks (NCCL_LIBRARY=build/libnccl_emu.so).
 $(B)/libnccl_emu.so: dist/emu/nccl_emu.c
 	@echo "  CC    $< (shared)"; $(CC) -std=c11 -O2 -g -shared -fPIC -pthread -D_GNU_SOURCE $(WARN) -o $@ $<

@@ -13,10 +13,34 @@
 #include "kernels/kernels.h"
 #include "util/bf16.h"
 
-__host__ __device__ static inline float ct_ld(const float *p, size_t i) { return p[i]; }
-__host__ __device__ static inline float ct_ld(const uint16_t *p, size_t i) { return ct_bf16_to_f32(p[i]); }
-__host__ __device__ static inline void ct_st(float *p, size_t i, float v) { p[i] = v; }
-__host__ __device__ static inline void ct_st(uint16_t *p, size_t i, float v) { p[i] = ct_f32_to_bf16(v); }
+// Under emulation the element and vector accessors below report each access to the cost counters
+// (tools/bench_gpu_cost.c); the counters keep only addresses inside device allocations, so the
+// same helpers on shared memory or host buffers count nothing. Off, a flag test; nvcc: nothing.
+#if defined(CTRAIN_EMU)
+#define CT_COST_ACCESS(p, bytes, write) \
+    do {                                \
+        if (::emu::g_cost_on) ::emu::cost_access((p), (bytes), (write)); \
+    } while (0)
+#else
+#define CT_COST_ACCESS(p, bytes, write) ((void)0)
+#endif
+
+__host__ __device__ static inline float ct_ld(const float *p, size_t i) {
+    CT_COST_ACCESS(p + i, 4, false);
+    return p[i];
+}
+__host__ __device__ static inline float ct_ld(const uint16_t *p, size_t i) {
+    CT_COST_ACCESS(p + i, 2, false);
+    return ct_bf16_to_f32(p[i]);
+}
+__host__ __device__ static inline void ct_st(float *p, size_t i, float v) {
+    CT_COST_ACCESS(p + i, 4, true);
+    p[i] = v;
+}
+__host__ __device__ static inline void ct_st(uint16_t *p, size_t i, float v) {
+    CT_COST_ACCESS(p + i, 2, true);
+    p[i] = ct_f32_to_bf16(v);
+}
 
 // CT_DISPATCH(dt, T, stmt): runs stmt with T = float (CT_F32) or uint16_t (CT_BF16).
 #define CT_DISPATCH(dt, T, ...)                         \
@@ -60,6 +84,7 @@ template <int V, typename T>
 __device__ static inline void ct_ldv(float (&v)[V], const T *p, size_t i) {
     if (V > 1) ct_check_vec_align(p + i, V * sizeof(T));
     static_assert(V == 1 || V * sizeof(T) == 16 || (V == 4 && sizeof(T) == 2), "1 element, 8 or 16 bytes");
+    if (V > 1) CT_COST_ACCESS(p + i, V * sizeof(T), false);  // V == 1: ct_ld counts it
     if constexpr (V == 1) {
         v[0] = ct_ld(p, i);
     } else if constexpr (sizeof(T) == 2 && V == 4) {
@@ -81,6 +106,7 @@ __device__ static inline void ct_ldv(float (&v)[V], const T *p, size_t i) {
 template <int V, typename T>
 __device__ static inline void ct_stv(T *p, size_t i, const float (&v)[V]) {
     if (V > 1) ct_check_vec_align(p + i, V * sizeof(T));
+    if (V > 1) CT_COST_ACCESS(p + i, V * sizeof(T), true);
     if constexpr (V == 1) {
         ct_st(p, i, v[0]);
     } else if constexpr (sizeof(T) == 2 && V == 4) {

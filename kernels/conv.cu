@@ -40,11 +40,18 @@
 // Two neighbours in one store (i even, the pair aligned).
 __device__ static inline void cv_st2(float *p, size_t i, float v0, float v1) {
     ct_check_vec_align(p + i, sizeof(float2));
+    CT_COST_ACCESS(p + i, sizeof(float2), true);
     *(float2 *)(p + i) = make_float2(v0, v1);
 }
 __device__ static inline void cv_st2(uint16_t *p, size_t i, float v0, float v1) {
     ct_check_vec_align(p + i, sizeof(uint32_t));
+    CT_COST_ACCESS(p + i, sizeof(uint32_t), true);
     *(uint32_t *)(p + i) = ct_f32_to_bf16(v0) | (uint32_t)ct_f32_to_bf16(v1) << 16;
+}
+// One bf16 element of a gathered operand as raw bits (the cost counters see it; kernels/act.cuh).
+__device__ static inline uint16_t cv_ldu(const uint16_t *p, long long i) {
+    CT_COST_ACCESS(p + i, sizeof(uint16_t), false);
+    return p[i];
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -170,7 +177,7 @@ __global__ void __launch_bounds__(GN_THREADS) gemm_generic_k(GemmArgs g) {
             int n = n0 + tx + 16 * j;
             if (n >= g.N) continue;
             float v = acc[i][j];
-            if (g.bias) v += g.bias[n];
+            if (g.bias) v += ct_ld(g.bias, n);
             ct_st(c, (size_t)m * g.N + n, v);
         }
     }
@@ -366,7 +373,7 @@ __global__ void __launch_bounds__(TC_THREADS) gemm_tc_k(GemmArgs g) {
                 } else {
                     uint16_t v[8];
                     CV_UNROLL
-                    for (int e = 0; e < 8; e++) v[e] = j < ke && m + e < g.M ? a[(size_t)j * s.K + m + e] : 0;
+                    for (int e = 0; e < 8; e++) v[e] = j < ke && m + e < g.M ? cv_ldu(a, (long long)j * s.K + m + e) : 0;
                     tc_store8(dst, v);
                 }
             }
@@ -409,7 +416,7 @@ __global__ void __launch_bounds__(TC_THREADS) gemm_tc_k(GemmArgs g) {
                         if (ec[e] >= 0 && a_img[i] >= 0)
                             off = MODE == GEMM_FWD ? fwd_a_off(s, a_img[i], a_y[i], a_x[i], er[e], es[e], ec[e])
                                                    : dgrad1_a_off(s, a_img[i], a_y[i], a_x[i], er[e], es[e], ec[e]);
-                        v[e] = off >= 0 ? a[off] : 0;
+                        v[e] = off >= 0 ? cv_ldu(a, off) : 0;
                     }
                     tc_store8(As + (tid / 4 + 32 * i) * A_LD + kc, v);
                 }
@@ -428,7 +435,7 @@ __global__ void __launch_bounds__(TC_THREADS) gemm_tc_k(GemmArgs g) {
                 } else {
                     uint16_t v[8];
                     CV_UNROLL
-                    for (int e = 0; e < 8; e++) v[e] = n < g.N && k + e < ke ? b[(size_t)n * g.K + k + e] : 0;
+                    for (int e = 0; e < 8; e++) v[e] = n < g.N && k + e < ke ? cv_ldu(b, (long long)n * g.K + k + e) : 0;
                     tc_store8(dst, v);
                 }
             } else if (MODE == GEMM_DGRAD) {
@@ -444,7 +451,7 @@ __global__ void __launch_bounds__(TC_THREADS) gemm_tc_k(GemmArgs g) {
                 } else {
                     uint16_t v[8];
                     CV_UNROLL
-                    for (int e = 0; e < 8; e++) v[e] = k < ke && n + e < g.N ? b[base + e] : 0;
+                    for (int e = 0; e < 8; e++) v[e] = k < ke && n + e < g.N ? cv_ldu(b, base + e) : 0;
                     tc_store8(dst, v);
                 }
             } else {
@@ -461,7 +468,7 @@ __global__ void __launch_bounds__(TC_THREADS) gemm_tc_k(GemmArgs g) {
                     CV_UNROLL
                     for (int e = 0; e < 8; e++) {
                         long long off = j < ke && b_c[e] >= 0 ? fwd_a_off(s, img, y, x, b_r[e], b_s[e], b_c[e]) : -1;
-                        v[e] = off >= 0 ? b[off] : 0;
+                        v[e] = off >= 0 ? cv_ldu(b, off) : 0;
                     }
                     tc_store8(dst, v);
                 }
@@ -551,8 +558,8 @@ __global__ void __launch_bounds__(TC_THREADS) gemm_tc_k(GemmArgs g) {
                 int n = n0 + wn * 32 + ni * 8 + 2 * ti;  // even
                 float v0 = acc[mi][ni][half * 2], v1 = acc[mi][ni][half * 2 + 1];
                 if (g.bias) {
-                    if (n < g.N) v0 += g.bias[n];
-                    if (n + 1 < g.N) v1 += g.bias[n + 1];
+                    if (n < g.N) v0 += ct_ld(g.bias, n);
+                    if (n + 1 < g.N) v1 += ct_ld(g.bias, n + 1);
                 }
                 if (g.c_pairs && n + 1 < g.N) {
                     cv_st2(c, row * g.N + n, v0, v1);
@@ -568,8 +575,8 @@ __global__ void __launch_bounds__(TC_THREADS) gemm_tc_k(GemmArgs g) {
 __global__ void reduce_splits_k(float *dst, const float *part, int splits, size_t n) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         float acc = 0.f;
-        for (int z = 0; z < splits; z++) acc += part[(size_t)z * n + i];
-        dst[i] = acc;
+        for (int z = 0; z < splits; z++) acc += ct_ld(part, (size_t)z * n + i);
+        ct_st(dst, i, acc);
     }
 }
 

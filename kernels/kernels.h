@@ -147,6 +147,30 @@ void sgd_step_gpu(float *params, const float *grads, float *buf, const uint8_t *
                   float lr, float momentum, float wd, int nesterov, int first, uint16_t *params_bf16,
                   ct_stream_t stream);
 
+// ---------------------------------------------------------------------------------------------
+// Cost accounting (tools/bench_gpu_cost.c; kernels/cost.cu). Only the emulated build counts
+// (ct_cost_available() == 1); on a real GPU these do nothing. While enabled, every kernel that runs
+// leaves a record: the warp-level mma.sync m16n8k16 instructions it issued (4096 FLOPs each), the
+// global-memory bytes it requested through cp.async and kernels/act.cuh's accessors (plain
+// pointer dereferences in kernels are NOT seen), and the distinct bytes those requests touched.
+// ct_cost_tag labels the following launches (the GPU executor's profiler marks ops with it).
+typedef struct {
+    char name[160];    // demangled kernel symbol (or the launch site's spelling)
+    char symbol[160];  // mangled symbol, "" when unknown (joins nvcc's per-kernel resources)
+    unsigned grid[3], block[3];
+    size_t dyn_smem;
+    int tag_op, tag_part;  // last ct_cost_tag before the launch (-1, 0 initially)
+    unsigned long long mma;                   // mma.sync m16n8k16 per warp (not per thread)
+    unsigned long long rd_bytes, wr_bytes;    // requested (counted paths)
+    unsigned long long rd_unique, wr_unique;  // distinct bytes of those requests
+    unsigned long long accesses;              // counted requests
+} CtCostLaunch;
+int ct_cost_available(void);
+void ct_cost_enable(int on);  // on: forgets earlier records and starts counting
+void ct_cost_tag(int op, int part);
+size_t ct_cost_count(void);
+int ct_cost_get(size_t i, CtCostLaunch *out);  // 0 when i is out of range
+
 #ifdef __cplusplus
 }
 #endif

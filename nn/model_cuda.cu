@@ -490,6 +490,7 @@ static void plan(GpuExec *e, const ResNet *m, int N, int H, int W) {
 static void prof_mark(GpuExec *e, int op, int part) {
     Prof *p = e->prof;
     if (!p) return;
+    ct_cost_tag(op, part);  // the emulator's cost records (tools/bench_gpu_cost.c) take this label
     if (p->n == p->cap) ct_die("gpu: profiler out of events (%d)", p->cap);
     p->what[p->n] = op < 0 ? -1 : op * PROF_PARTS + part;
     CK(cudaEventRecord(p->ev[p->n++], e->st));

@@ -470,6 +470,13 @@ void launch_kernel(const char *name, void (*k)(P...), dim3 grid, dim3 block, siz
 // barriers, and blocks run in a shuffled order. Also set by env CTRAIN_EMU_JITTER=n.
 void set_jitter(int level);
 int get_jitter();
+// Cost accounting (tools/bench_gpu_cost.c through kernels/cost.cu): while g_cost_on, every launch
+// records its mma.sync count and the global-memory bytes that reach the counting hooks (cp.async,
+// and ct_ld/ct_st/ct_ldv/ct_stv of kernels/act.cuh). A plain flag read by the hooks, so counting
+// off costs one predictable branch here and nothing at all in the nvcc build.
+extern bool g_cost_on;
+void cost_access(const void *p, size_t bytes, bool write);
+void cost_mma();
 // Counters for benchmarks.
 struct Stats {
     unsigned long long launches, blocks, block_barriers, warp_ops;

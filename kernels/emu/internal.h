@@ -20,6 +20,12 @@ int env_int(const char *name, int dflt);
 // Aborts naming the kernel when a device allocation's red zones were written (out of bounds).
 void check_redzones(const char *kernel);
 
+// The device allocations (start, bytes) in address order: the cost counters' map of global memory.
+void dev_alloc_ranges(std::vector<std::pair<uintptr_t, size_t>> &out);
+// Cost accounting around one launch that runs now (kernels/emu/cost.cpp).
+void cost_launch_begin(const char *name, const void *func, dim3 grid, dim3 block, size_t smem);
+void cost_launch_end();
+
 constexpr size_t kDefaultDynSmem = 48 * 1024;
 constexpr size_t kMaxDynSmemOptin = 227 * 1024;  // sm_90: 232448 bytes per block
 }  // namespace emu

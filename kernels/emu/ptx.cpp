@@ -14,6 +14,8 @@ static void mma_fn(const WarpPayload *in, WarpPayload *out, uint32_t group, void
         fprintf(stderr, "emu: mma.sync with lanes 0x%08x: all 32 lanes of the warp must execute it\n", group);
         abort();
     }
+    // Here, once per warp instruction (the last lane to arrive computes for all 32).
+    if (g_cost_on) cost_mma();
     float A[16][16], B[16][8], C[16][8];
     for (int l = 0; l < 32; l++) {
         int g = l >> 2, t = l & 3;

@@ -171,6 +171,12 @@ void emu::check_redzones(const char *kernel) {
 
 namespace emu {
 
+void dev_alloc_ranges(std::vector<std::pair<uintptr_t, size_t>> &out) {
+    std::lock_guard<std::recursive_mutex> lk(g_mu);
+    out.clear();
+    for (auto &a : g_dev) out.push_back({a.first, a.second.bytes});
+}
+
 // The device allocation containing p, or g_dev.end().
 static std::map<uintptr_t, DevAlloc>::iterator find_dev(const void *p) {
     uintptr_t a = (uintptr_t)p;
@@ -885,7 +891,12 @@ void launch(const char *name, const void *func, dim3 grid, dim3 block, size_t sm
             return;
         }
     }
-    auto run = [=] { run_launch(name, grid, block, smem, body); };
+    auto run = [=] {
+        // Under the launch that runs, not the one captured: a graph replay counts again.
+        if (g_cost_on) cost_launch_begin(name, func, grid, block, smem);
+        run_launch(name, grid, block, smem, body);
+        if (g_cost_on) cost_launch_end();
+    };
     if (capture_append(stream, run, &err)) {
         set_error(err);
         return;

@@ -558,6 +558,9 @@ void cp_async(void *dst, const void *src, int bytes, int src_bytes) {
                 src, bytes);
         abort();
     }
+    // Counted at issue: src_bytes is what the instruction asks of global memory (the zero-filled
+    // rest is not read).
+    if (g_cost_on && src_bytes > 0) cost_access(src, (size_t)src_bytes, false);
     f->copies.push_back(PendingCopy{dst, src, bytes, src_bytes});
 }
 void cp_async_commit() {

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Cost accounting without a GPU (tools/bench_gpu_cost.c on the emulated kernels, build/emu-tools/):
+# resnet20 at 8x8, batch 2. The counters must be self-consistent and change nothing:
+# - counting on vs off: the same loss and gradient bits (--verify runs the step both ways);
+# - tensor FLOPs (mma.sync count x 4096) against the analytic 2*N*P*Q*K*R*S*C of every GEMM the
+#   tensor-core engine runs (conv forward, weight gradient, data gradient but the stem's, the
+#   linear forward): the engine computes whole 128x64 block tiles in k steps of 32, so every
+#   GEMM's count must be >= its analytic FLOPs, and every forward GEMM's must EQUAL its FLOPs with
+#   M, N, K padded to 128, 64, 32 (at 8x8 the padding is most of the work: the tool prints the
+#   ratio per GEMM; the gradients' split-K and stride-phase plans are only held to >=);
+# - requested bytes >= compulsory (distinct) bytes > 0;
+# - the build against the real kernels refuses (no counters there) rather than print zeros.
+source "$(dirname "$0")/train_lib.sh"
+cd "$CTRAIN_ROOT"
+EMU=$CTRAIN_BUILD/emu-tools/bench_gpu_cost
+[ -x "$EMU" ] || fail "$EMU is missing (./build.sh test builds it)"
+
+out=$("$EMU" resnet20 8 2 --verify --launches) || { echo "$out"; fail "bench_gpu_cost --verify failed"; }
+echo "$out"
+grep -q '^verify: .* identical$' <<<"$out" || fail "counting changed the step's results"
+ok "counters on vs off: identical loss and gradients"
+sum=$(grep '^summary: ' <<<"$out") || fail "no summary line"
+val() { sed -n "s/.* $1 \([^ ]*\).*/\1/p" <<<"$sum"; }
+tf=$(val tensor_flops) an=$(val analytic_flops) req=$(val req_bytes) uq=$(val uniq_bytes) nl=$(val launches)
+awk -v t="$tf" -v a="$an" 'BEGIN { exit !(a > 0 && t >= a) }' || fail "tensor FLOPs $tf < analytic $an"
+grep -q 'every GEMM counted >= analytic: yes' <<<"$out" || fail "some GEMM counted fewer FLOPs than it must do"
+grep -q 'every forward GEMM == its tile-padded FLOPs: yes' <<<"$out" || fail "a forward GEMM's mma count is not its padded FLOPs"
+ok "tensor FLOPs $tf vs analytic $an"
+awk -v r="$req" -v u="$uq" 'BEGIN { exit !(u > 0 && r >= u) }' || fail "requested $req < compulsory $uq, or nothing counted"
+ok "requested bytes $req >= compulsory $uq > 0"
+# Every launch line has the kernel's grid and block, and the conv GEMMs are named by their symbol.
+[ "$(grep -c '^[0-9]\+ ' <<<"$out")" = "$nl" ] || fail "launch lines do not match the $nl launches"
+grep -q 'gemm_tc_k<' <<<"$out" || fail "the tensor-core conv kernel is not named by its symbol"
+ok "$nl launch lines"
+# The build against the real kernels has no counters: it must refuse, not print zeros.
+if [ -x "$CTRAIN_BUILD/tools/bench_gpu_cost" ]; then
+  err=$(mktemp)
+  if "$CTRAIN_BUILD/tools/bench_gpu_cost" resnet20 8 2 2>"$err"; then rm -f "$err"; fail "the real-kernel build counted"; fi
+  grep -q 'no counters' "$err" || { cat "$err"; rm -f "$err"; fail "the real-kernel build did not say why it refuses"; }
+  rm -f "$err"
+  ok "the real-kernel build refuses with a message"
+fi
+echo "PASS"

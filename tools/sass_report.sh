@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# Per-kernel resources and tensor-core main-loop density of ctrain's CUDA kernels, read from nvcc's
+# sm_90 build (no GPU needed).
+#   tools/sass_report.sh [--table FILE]
+# Compiles kernels/*.cu nn/*.cu dist/*.cu for sm_90 (cubins under build/sass/, the flags of
+# build.sh's NVFLAGS for one architecture) and prints per kernel: registers, spill stores/loads
+# (bytes), static shared memory (bytes) and, for every kernel with HMMA instructions, its main loop:
+# the backward-branch loop (a label branched to from below) that holds the most HMMAs, innermost on
+# a tie, with its instructions per HMMA. One HMMA.16816.F32.BF16 is one mma.sync m16n8k16 = 4096
+# tensor FLOPs, so "instr/HMMA" is the issue cost of feeding the tensor cores. Dynamic shared
+# memory is a launch argument, not in the binary: tools/bench_gpu_cost.c prints it per launch.
+# --table FILE also writes "symbol regs spill_st spill_ld static_smem" lines, which
+# bench_gpu_cost --res joins to its launches.
+# Registers and spills come from ptxas -v; SASS from nvdisasm (cuobjdump/nvdisasm are not in every
+# toolkit install: when missing they are installed from PyPI's nvidia-cuda-nvdisasm into a venv of
+# this script's own, build/sass-venv, never into the test path).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+TABLE=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --table) TABLE=$2; shift 2 ;;
+    *) echo "usage: tools/sass_report.sh [--table FILE]" >&2; exit 2 ;;
+  esac
+done
+NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
+[ -x "$NVCC" ] || { echo "sass_report: nvcc not found (set NVCC)" >&2; exit 1; }
+OUTD=build/sass
+mkdir -p "$OUTD"
+NVDISASM=$(command -v nvdisasm || true)
+[ -z "$NVDISASM" ] && [ -x "$(dirname "$NVCC")/nvdisasm" ] && NVDISASM=$(dirname "$NVCC")/nvdisasm
+if [ -z "$NVDISASM" ]; then
+  VENV=build/sass-venv
+  NVDISASM=$(ls $VENV/lib/python3*/site-packages/nvidia/cu*/bin/nvdisasm 2>/dev/null | head -1 || true)
+  if [ -z "$NVDISASM" ]; then
+    # The toolkit's major version picks the wheel series; any release of it reads that nvcc's cubins.
+    major=$("$NVCC" --version | sed -n 's/.*release \([0-9]*\)\..*/\1/p')
+    echo "sass_report: installing nvdisasm (PyPI nvidia-cuda-nvdisasm==$major.*) into $VENV" >&2
+    python3 -m venv "$VENV"
+    "$VENV/bin/pip" install -q "nvidia-cuda-nvdisasm==$major.*" >&2
+    NVDISASM=$(ls $VENV/lib/python3*/site-packages/nvidia/cu*/bin/nvdisasm | head -1)
+  fi
+fi
+for f in kernels/*.cu nn/*.cu dist/*.cu; do
+  [ -f "$f" ] || continue
+  base=$(echo "${f%.cu}" | tr / _)
+  cubin=$OUTD/$base.cubin
+  if [ ! -f "$cubin" ] || [ -n "$(find "$f" kernels util nn dist -newer "$cubin" \( -name '*.cu*' -o -name '*.h' \) 2>/dev/null | head -1)" ]; then
+    "$NVCC" -std=c++17 -O3 -I. -DCTRAIN_CUDA -arch=sm_90 -cubin -Xptxas -v -o "$cubin" "$f" 2>"$OUTD/$base.ptxas"
+  fi
+  "$NVDISASM" -c "$cubin" >"$OUTD/$base.sass"
+done
+python3 - "$OUTD" "$TABLE" <<'PY'
+import glob, os, re, subprocess, sys
+outd, table = sys.argv[1], sys.argv[2]
+def demangle(names):
+    try:
+        out = subprocess.run(["c++filt"], input="\n".join(names), capture_output=True, text=True).stdout.split("\n")
+        return dict(zip(names, out))
+    except OSError:
+        return {n: n for n in names}
+res = {}   # symbol -> [regs, spill_st, spill_ld, smem, file]
+loops = {} # symbol -> (hmma total, loop instr, loop hmma)
+for p in sorted(glob.glob(os.path.join(outd, "*.ptxas"))):
+    src = os.path.basename(p)[:-6]
+    cur = None
+    for line in open(p):
+        m = re.search(r"Compiling entry function '([^']+)' for 'sm_90'", line)
+        if m: cur = m.group(1); res[cur] = [0, 0, 0, 0, src]; continue
+        if cur is None: continue
+        m = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", line)
+        if m: res[cur][1], res[cur][2] = int(m.group(1)), int(m.group(2))
+        m = re.search(r"Used (\d+) registers", line)
+        if m:
+            res[cur][0] = int(m.group(1))
+            m2 = re.search(r"(\d+) bytes smem", line)
+            res[cur][3] = int(m2.group(1)) if m2 else 0
+insn = re.compile(r"^\s*/\*([0-9a-f]+)\*/\s+(.*?);")
+for p in sorted(glob.glob(os.path.join(outd, "*.sass"))):
+    fn, body = None, []
+    def finish():
+        if fn is None: return
+        labels, ins = {}, []
+        for kind, a, b in body:
+            if kind == "L": labels[a] = len(ins)
+            else: ins.append(b)
+        nh = sum(1 for t in ins if "HMMA" in t)
+        if not nh: return
+        best = None
+        for j, t in enumerate(ins):
+            m = re.search(r"\bBRA\b.*`\((\.L_x_\d+)\)", t)
+            if not m or m.group(1) not in labels: continue
+            s = labels[m.group(1)]
+            if s > j: continue
+            h = sum(1 for t2 in ins[s:j + 1] if "HMMA" in t2)
+            n = j + 1 - s
+            if h and (best is None or h > best[1] or (h == best[1] and n < best[0])): best = (n, h)
+        loops[fn] = (nh, best)
+    for line in open(p):
+        m = re.match(r"^//-+ \.text\.(\S+) -+", line)
+        if m: finish(); fn, body = m.group(1), []; continue
+        if fn is None: continue
+        m = re.match(r"^(\.L_x_\d+):", line)
+        if m: body.append(("L", m.group(1), None)); continue
+        m = insn.match(line)
+        if m: body.append(("I", m.group(1), m.group(2)))
+    finish()
+names = demangle(sorted(res))
+print("sm_90 resources per kernel (nvcc %s; registers per thread, spills and static shared memory in bytes)" % "-O3")
+print("%-20s %4s %6s %6s %6s  %s" % ("file", "regs", "spillS", "spillL", "ssmem", "kernel"))
+for s in sorted(res, key=lambda k: (res[k][4], names[k])):
+    r = res[s]
+    print("%-20s %4d %6d %6d %6d  %s" % (r[4], r[0], r[1], r[2], r[3], names[s][:110]))
+print()
+print("tensor-core main loops (instructions issued per HMMA.16816.F32.BF16 = per 4096 tensor FLOPs, per warp):")
+print("%5s %6s %6s %9s  %s" % ("HMMA", "loopI", "loopH", "instr/H", "kernel"))
+for s in sorted(loops, key=lambda k: names.get(k, k)):
+    nh, best = loops[s]
+    if best: print("%5d %6d %6d %9.2f  %s" % (nh, best[0], best[1], best[0] / best[1], names.get(s, s)[:110]))
+    else: print("%5d %6s %6s %9s  %s" % (nh, "-", "-", "-", names.get(s, s)[:110]))
+if table:
+    with open(table, "w") as f:
+        f.write("# symbol regs spill_st spill_ld static_smem (tools/sass_report.sh, sm_90)\n")
+        for s in sorted(res): f.write("%s %d %d %d %d\n" % (s, *res[s][:4]))
+PY
