@@ -14,8 +14,10 @@
 // signal when SIGINT/SIGTERM stopped the run after writing a checkpoint to resume from.
 #include "trainer/config.h"
 #include "trainer/job.h"
+#include "util/common.h"
 
 int main(int argc, char **argv) {
+    ct_set_program("train");  // errors read "train: error: ...", whatever the binary is called
     Config cfg;
     ConfigGiven given;
     config_from_args(&cfg, &given, argc, argv);
