@@ -27,7 +27,7 @@ const Flag CONFIG_FLAGS[] = {
     {"lr-gamma", 0, F_DBL, OFF(lr_gamma), "0.1", "G", "step schedule: decay factor", 0},
     {"label-smoothing", 0, F_DBL, OFF(label_smoothing), "0", "EPS", "label smoothing of the cross-entropy (PyTorch's definition)", 0},
     {"crop-size", 0, F_INT, OFF(crop_size), "224", "PX", "training and evaluation image size", 0},
-    {"val-resize", 0, F_INT, OFF(val_resize), "auto", "PX", "eval: resize the short side to PX, then center-crop --crop-size; auto (crop/0.875): int(crop/0.875), 224 -> 256, 32 -> 36", 0},
+    {"val-resize", 0, F_INT, OFF(val_resize), "auto", "PX", "eval: resize the short side to PX, then center-crop --crop-size; auto (crop/0.875), rounded down: 224 -> 256, 32 -> 36", 0},
     {"min-scale", 0, F_DBL, OFF(min_scale), "0.08", "S", "training RandomResizedCrop: smallest crop area as a fraction of the image (1: whole image)", 0},
     {"no-flip", 0, F_BOOL, OFF(no_flip), "0", NULL, "no random horizontal flip", 0},
     {"mean", 0, F_STR, OFF(mean), "auto", "M[,M,M]", "per-channel mean for normalisation (auto: ImageNet's for 3 channels, 0.5 for 1)", 0},
