@@ -20,8 +20,10 @@
 #include "trainer/export.h"
 #include "trainer/job.h"
 #include "trainer/predict.h"
+#include "util/common.h"
 
 int main(int argc, char **argv) {
+    ct_set_program("train");  // errors read "train: error: ...", whatever the binary is called
     // Subcommands that use a trained model: each owns its flags.
     if (argc > 1 && !strcmp(argv[1], "export")) return export_main(argc, argv);
     if (argc > 1 && !strcmp(argv[1], "predict")) return predict_main(argc, argv);

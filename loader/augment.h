@@ -43,6 +43,7 @@ typedef struct {
     int bx, by, bw, bh;
     double x0, y0, cw, ch;  // relative to (bx, by)
     int flip;
+    int copy;               // eval at scale 1: the region is whole pixels, copied (what resampling gives)
     int rows_needed;        // source rows [0, rows_needed) suffice (lets the decoder stop early)
 } AugmentPlan;
 

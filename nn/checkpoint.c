@@ -142,3 +142,12 @@ void checkpoint_free(Checkpoint *c) {
     c->params = c->momentum = c->buffers = NULL;
     c->counts = NULL;
 }
+
+int checkpoint_is(const char *path) {
+    char head[8];
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    int is = fread(head, 1, 8, f) == 8 && memcmp(head, CKPT_MAGIC, 8) == 0;
+    fclose(f);
+    return is;
+}

@@ -61,6 +61,9 @@ void checkpoint_save(const char *path, const CheckpointMeta *meta, const float *
 // success, else a static error message (the caller names the path). Free with checkpoint_free.
 const char *checkpoint_load(const char *path, Checkpoint *out);
 void checkpoint_free(Checkpoint *c);
+// 1 when path starts with the checkpoint magic (so --weights can tell a checkpoint from a
+// safetensors file before parsing either); 0 for any other file or one that cannot be read.
+int checkpoint_is(const char *path);
 
 #ifdef __cplusplus
 }

@@ -508,15 +508,26 @@ void st_save_resnet(const char *path, const ResNet *m, const StWrite *extra, int
     free(ts);
 }
 
+static int has_prefix(const char *name, const char *prefix) {
+    return prefix && prefix[0] && strncmp(name, prefix, strlen(prefix)) == 0;
+}
+
 char *st_load_resnet_from(const StFile *f, ResNet *m, const char *allow_prefix) {
+    return st_load_resnet_except(f, m, allow_prefix, NULL);
+}
+
+char *st_load_resnet_except(const StFile *f, ResNet *m, const char *allow_prefix, const char *keep_prefix) {
     const StTensor **found = ct_zalloc((m->n_entries + 1) * sizeof(StTensor *));
     char *err = NULL;
     for (int i = 0; i < m->n_entries && !err; i++) {
         const StateEntry *e = &m->entries[i];
+        if (has_prefix(e->name, keep_prefix)) continue;
         const StTensor *t = st_find(f, e->name);
         int want = e->kind == ENTRY_COUNT ? ST_I64 : ST_F32;
         char a[200], b[200];
-        if (!t) {
+        if (!t && e->kind == ENTRY_COUNT) {
+            // torch's BatchNorm loads a state_dict without num_batches_tracked; so do we (as 0).
+        } else if (!t) {
             err = errf("missing tensor '%s' (%s needs it)", e->name, m->arch);
         } else if (t->dtype != want) {
             err = errf("tensor '%s' has dtype %s, expected %s", e->name, st_dtype_name(t->dtype), st_dtype_name(want));
@@ -534,14 +545,16 @@ char *st_load_resnet_from(const StFile *f, ResNet *m, const char *allow_prefix) 
     }
     for (int i = 0; i < f->n && !err; i++) {
         const char *name = f->t[i].name;
-        if (allow_prefix && allow_prefix[0] && strncmp(name, allow_prefix, strlen(allow_prefix)) == 0) continue;
+        if (has_prefix(name, allow_prefix) || has_prefix(name, keep_prefix)) continue;
         if (resnet_find_entry(m, name) < 0) err = errf("unexpected tensor '%s' (not in %s)", name, m->arch);
     }
     if (!err) {
         for (int i = 0; i < m->n_entries; i++) {
             const StateEntry *e = &m->entries[i];
             const StTensor *t = found[i];
-            if (e->kind == ENTRY_COUNT) memcpy(m->counts + e->offset, t->data, e->count * sizeof(int64_t));
+            if (has_prefix(e->name, keep_prefix)) continue;
+            if (e->kind == ENTRY_COUNT && !t) memset(m->counts + e->offset, 0, e->count * sizeof(int64_t));
+            else if (e->kind == ENTRY_COUNT) memcpy(m->counts + e->offset, t->data, e->count * sizeof(int64_t));
             else if (e->kind == ENTRY_BUF) memcpy(m->bufs + e->offset, t->data, e->count * sizeof(float));
             else if (e->is_conv) {
                 float *tmp = ct_alloc(e->count * sizeof(float));

@@ -77,12 +77,18 @@ void st_write(const char *path, const StWrite *ts, int n, const char *const *met
 // layout, running stats F32, num_batches_tracked I64 scalar); extra tensors (e.g. optimizer state
 // of a checkpoint) may be appended. Load is strict: every entry of m present with the exact dtype
 // and shape, no tensor that m does not have (besides names starting with one of allow_prefix,
-// e.g. "optim." for checkpoints; may be NULL).
+// e.g. "optim." for checkpoints; may be NULL). The one exception is torch's own: a missing
+// num_batches_tracked loads as 0, as BatchNorm's load_state_dict accepts state_dicts saved before
+// the counter existed (older torchvision weights).
 void st_save_resnet(const char *path, const ResNet *m, const StWrite *extra, int n_extra,
                     const char *const *meta_keys, const char *const *meta_vals, int n_meta);
 // Non-exiting: NULL on success, else a malloc'd message naming the tensor. m is only modified
 // when the whole file checks out.
 char *st_load_resnet_from(const StFile *f, ResNet *m, const char *allow_prefix);
+// The same, except that m's entries whose names start with keep_prefix (e.g. "fc." to fine-tune
+// on other classes) are neither required nor loaded: m keeps its own values, whatever the file
+// holds under those names.
+char *st_load_resnet_except(const StFile *f, ResNet *m, const char *allow_prefix, const char *keep_prefix);
 // Convenience: open + load; dies with "PATH: message" on any error.
 void st_load_resnet(const char *path, ResNet *m);
 

@@ -10,8 +10,8 @@ expect_err() {
   [ $rc -ne 0 ] || fail "train $* exited 0; expected an error matching '$re'"
   [ $rc -lt 124 ] || fail "train $* exited $rc (timeout or crash); expected a clean error"
   grep -qE -- "$re" <<<"$out" || fail "train $*: error does not match '$re': $out"
-  grep -q "ctrain: error:" <<<"$out" || fail "train $*: no 'ctrain: error:' line: $out"
-  ok "train $* -> $(echo "$out" | grep 'ctrain: error' | head -1)"
+  grep -q "^train: error:" <<<"$out" || fail "train $*: no 'train: error:' line: $out"
+  ok "train $* -> $(echo "$out" | grep '^train: error' | head -1)"
 }
 
 help=$("$TRAIN" --help)
@@ -59,7 +59,12 @@ expect_err "flag --lr needs a value" "$TMP/d" --lr
 expect_err "--nesterov: 'maybe' is not a boolean" --nesterov=maybe "$TMP/d"
 expect_err "--val-resize: must be in --crop-size" --crop-size 32 --val-resize 16 "$TMP/d"
 expect_err "unexpected extra argument" "$TMP/d" "$TMP/d"
-expect_err "missing SHARDS" --epochs 1
+expect_err "missing SHARDS directory \(or --demo\); see train --help" --epochs 1
+out=$("$TRAIN" --epochs 1 2>&1) || true
+[ "$(wc -l <<<"$out")" = 1 ] || fail "a missing SHARDS prints more than its error: $out"
+grep -q "auto (crop/0.875)" <<<"$help" || fail "--help does not say --val-resize defaults to auto (crop/0.875)"
+grep -qE -- "--overwrite .*\[off\]" <<<"$help" && grep -qE -- "--reset-head .*\[off\]" <<<"$help" || fail "--help lacks --overwrite or --reset-head"
+expect_err "--reset-head needs --weights" --reset-head "$TMP/d"
 expect_err "is not a directory" /nonexistent/shards
 expect_err "train.shard: missing" "$TMP/onlyval"
 mkdir -p "$TMP/none"
@@ -91,6 +96,45 @@ expect_err "checkpoint is a resnet20, this run is a resnet32" "${SMALL_FLAGS[@]}
 expect_err "checkpoint has 10 classes, the shards have 5" "${SMALL_FLAGS[@]}" --epochs 2 --resume "$TMP/run/last.ckpt" "$TMP/five"
 expect_err "checkpoint has 3 input channels, the shards have 1" "${SMALL_FLAGS[@]}" --epochs 2 --resume "$TMP/run/last.ckpt" "$TMP/gray"
 expect_err "finished epoch 1 already" "${SMALL_FLAGS[@]}" --epochs 1 --resume "$TMP/run/last.ckpt" "$TMP/d"
+
+# An --out that holds a run is refused before any work, touching nothing, unless --resume continues
+# it or --overwrite replaces it; paths join without doubled slashes when SHARDS and --out end in '/'.
+touch "$TMP/run/notes.txt"
+before=$(cd "$TMP/run" && ls -l --full-time && md5sum *)
+expect_err "--out $TMP/run: already holds a run \(config.json\); add --overwrite to replace it, --resume $TMP/run/last.ckpt to continue it, or choose another --out" \
+  "${SMALL_FLAGS[@]}" --epochs 1 --out "$TMP/run" "$TMP/d"
+[ "$before" = "$(cd "$TMP/run" && ls -l --full-time && md5sum *)" ] || fail "a refused --out was touched"
+expect_err "--overwrite would delete $TMP/run/ while --resume $TMP/run/last.ckpt continues from it" \
+  "${SMALL_FLAGS[@]}" --epochs 2 --overwrite --resume "$TMP/run/last.ckpt" --out "$TMP/run" "$TMP/d"
+mkdir -p "$TMP/evonly" && touch "$TMP/evonly/events.out.tfevents.1.host.ctrain"
+expect_err "--out $TMP/evonly: already holds a run \(events.out.tfevents.1.host.ctrain\)" "${SMALL_FLAGS[@]}" --epochs 1 --out "$TMP/evonly" "$TMP/d"
+cp -r "$TMP/run" "$TMP/again"
+sleep 1  # a new TensorBoard file name (it holds the start second)
+"$TRAIN" "${SMALL_FLAGS[@]}" --epochs 1 --overwrite --out "$TMP/again/" "$TMP/d/" >/dev/null 2>"$TMP/again.log" \
+  || { cat "$TMP/again.log"; fail "--overwrite run failed"; }
+[ "$(ls "$TMP/again"/events.out.tfevents.* | wc -l)" = 1 ] || fail "--overwrite left the old TensorBoard file: $(ls "$TMP/again")"
+[ -f "$TMP/again/notes.txt" ] || fail "--overwrite removed a file ctrain does not write"
+[ "$(grep -c '"type":"epoch"' "$TMP/again/metrics.jsonl")" = 1 ] || fail "--overwrite kept old metrics"
+grep -q "//" "$TMP/again.log" && fail "a path with a doubled slash: $(grep "//" "$TMP/again.log")"
+grep -q "from $TMP/d/; " "$TMP/again.log" && grep -q "out $TMP/again/$" "$TMP/again.log" || fail "paths in the banner: $(cat "$TMP/again.log")"
+ok "--out holding a run: refused untouched, --overwrite replaces only ctrain's files, no doubled slashes"
+# The default runs/DATE-ARCH takes a suffix when that name holds a run.
+now=$(date +%s)
+for s in $(seq -1 20); do
+  mkdir -p "$TMP/cwd/runs/$(date -d @$((now + s)) +%Y%m%d-%H%M%S)-resnet20" && touch "$TMP/cwd/runs/$(date -d @$((now + s)) +%Y%m%d-%H%M%S)-resnet20/config.json"
+done
+(cd "$TMP/cwd" && "$TRAIN" "${SMALL_FLAGS[@]}" --epochs 1 "$TMP/d" >/dev/null 2>"$TMP/cwd.log") || { cat "$TMP/cwd.log"; fail "default --out run failed"; }
+[ "$(ls -d "$TMP"/cwd/runs/*-resnet20-2 | wc -l)" = 1 ] && [ -f "$(ls -d "$TMP"/cwd/runs/*-resnet20-2)/model.safetensors" ] \
+  || fail "the default run name did not take a suffix: $(ls "$TMP/cwd/runs"; cat "$TMP/cwd.log")"
+ok "the default output directory takes a suffix instead of overwriting a run"
+# A crop larger than the stored images (16 px) is a warning naming both, not an error; a checkpoint
+# serves as --weights.
+out=$("$TRAIN" --evaluate --crop-size 32 -b 50 --weights "$TMP/run/last.ckpt" "$TMP/d/" 2>&1) || { echo "$out"; fail "--evaluate --weights CKPT"; }
+grep -q "^train: warning: --crop-size 32 is larger than the images stored in $TMP/d/val.shard (short side 16 px, the smallest of 50 sampled records)" <<<"$out" \
+  || fail "no warning for a crop larger than the images: $out"
+grep -q "^train: --weights $TMP/run/last.ckpt is a ctrain checkpoint: loaded its weights and BN statistics, not its momentum or position$" <<<"$out" \
+  && grep -q "evaluate $TMP/run/last.ckpt on $TMP/d/val.shard: 50 images" <<<"$out" || fail "--weights CKPT: $out"
+ok "crop larger than the images: warning; --weights takes a checkpoint"
 # Same class count and channels, other class names: the class table hash tells them apart.
 # Packing the renamed tree: same images, class folders renamed.
 mkdir -p "$TMP/rt/train"

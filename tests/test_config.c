@@ -47,6 +47,25 @@ int main(void) {
     CHECK(!strcmp(c.arch, "resnet20") && c.epochs == 1 && c.batch == 128 && c.lr == 0.2, "demo recipe under a flag");
     CHECK(!strcmp(c.shards, DEMO_SHARDS) && !strcmp(c.device, "cpu") && c.crop_size == 28, "demo data and device");
 
+    // --val-resize auto is int(crop / 0.875), resolved once --crop-size is known; a value given stays.
+    const char *vr_default[] = {"train", "s/", NULL};
+    config_from_args(&c, &g, 2, (char **)vr_default);
+    CHECK(c.val_resize == 256 && !strcmp(config_flag("val-resize")->def, "auto"), "--val-resize auto at 224: %d", c.val_resize);
+    const char *vr_32[] = {"train", "--crop-size", "32", "s/", NULL};
+    config_from_args(&c, &g, 4, (char **)vr_32);
+    CHECK(c.val_resize == 36, "--val-resize auto at 32: %d", c.val_resize);
+    const char *vr_given[] = {"train", "--crop-size", "32", "--val-resize", "40", "s/", NULL};
+    config_from_args(&c, &g, 6, (char **)vr_given);
+    CHECK(c.val_resize == 40, "--val-resize 40 given: %d", c.val_resize);
+    const char *vr_auto[] = {"train", "--crop-size", "64", "--val-resize=auto", "s/", NULL};
+    config_from_args(&c, &g, 5, (char **)vr_auto);
+    CHECK(c.val_resize == 73, "--val-resize auto given at 64: %d", c.val_resize);
+    CHECK(c.val_resize == config_auto_val_resize(64), "config_auto_val_resize");
+    // SHARDS and --out lose trailing slashes, so SHARDS/val.shard never reads SHARDS//val.shard.
+    const char *slashes[] = {"train", "--out", "o//", "sh/", NULL};
+    config_from_args(&c, &g, 4, (char **)slashes);
+    CHECK(!strcmp(c.shards, "sh") && !strcmp(c.out, "o"), "trailing slashes: '%s' '%s'", c.shards, c.out);
+
     // --gpus N is --device cuda --ranks N.
     const char *gpus[] = {"train", "--gpus", "4", "s/", NULL};
     config_from_args(&c, &g, 4, (char **)gpus);

@@ -285,6 +285,9 @@ expect_fail "bad --channels" "--channels" "$PD" --channels 2 "$T/src" "$T/o7"
 expect_fail "bad --max-short" "--max-short" "$PD" --max-short abc "$T/src" "$T/o7"
 expect_fail "bad --codec" "--codec" "$PD" --codec webp "$T/src" "$T/o7"
 expect_fail "missing DST" "DST" "$PD" "$T/src"
+# packdata's errors carry its own name, and a missing argument is one line, not the whole --help.
+expect_fail "errors say packdata" "packdata: error: expected SRC/ and DST/ (got 1 path); see packdata --help" "$PD" "$T/src"
+grep -q "usage" "$T/err.log" && bad "a missing DST prints the usage" || ok "a missing DST prints only the error"
 expect_fail "missing SRC directory" "not a directory" "$PD" "$T/nope" "$T/o7"
 
 echo "$fails failed"

@@ -243,6 +243,62 @@ static void test_resnet_files(void) {
     resnet_free(m3);
     st_close(&f);
 
+    // Fine-tuning: a 5-class model keeps its own fc ("fc." kept) and takes everything else; the
+    // file's 10-class fc is neither loaded nor an error. Without the exception it is one.
+    ResNet *m5 = resnet_create("resnet20", 3, 5);
+    resnet_init(m5, 3, 0);
+    int fw = resnet_find_entry(m5, "fc.weight");
+    float *fc_before = malloc(m5->entries[fw].count * 4);
+    memcpy(fc_before, m5->params + m5->entries[fw].offset, m5->entries[fw].count * 4);
+    CHECK(st_open(path, &f) == NULL, "reopen");
+    err = st_load_resnet_from(&f, m5, "optim.");
+    CHECK(err && strstr(err, "'fc.weight' has shape [10, 64]"), "fc of 10 classes into 5: %s", err ? err : "(accepted)");
+    free(err);
+    err = st_load_resnet_except(&f, m5, "optim.", "fc.");
+    CHECK(err == NULL, "load all but fc: %s", err ? err : "");
+    free(err);
+    int c1e = resnet_find_entry(m5, "conv1.weight");
+    CHECK(!memcmp(m5->params + m5->entries[c1e].offset, m->params + m->entries[c1e].offset, m5->entries[c1e].count * 4),
+          "conv1 loaded next to a kept fc");
+    CHECK(!memcmp(m5->params + m5->entries[fw].offset, fc_before, m5->entries[fw].count * 4), "fc kept its own values");
+    CHECK(!memcmp(m5->counts, m->counts, m->n_counts * 8), "counts loaded");
+    free(fc_before);
+    resnet_free(m5);
+    st_close(&f);
+
+    // A state_dict without num_batches_tracked (older torchvision weights) loads like torch's
+    // load_state_dict does: every counter starts at 0.
+    {
+        StWrite *ws = calloc((size_t)m->n_entries, sizeof *ws);
+        int nw = 0;
+        StFile g;
+        CHECK(st_open(path, &g) == NULL, "reopen");
+        for (int i = 0; i < g.n; i++) {
+            if (strstr(g.t[i].name, "num_batches_tracked") || !strncmp(g.t[i].name, "optim.", 6)) continue;
+            ws[nw] = (StWrite){g.t[i].name, g.t[i].dtype, g.t[i].ndim, {0}, g.t[i].data};
+            memcpy(ws[nw].shape, g.t[i].shape, sizeof ws[nw].shape);
+            nw++;
+        }
+        char p2[512];
+        snprintf(p2, sizeof p2, "%s.nocounts", path);
+        st_write(p2, ws, nw, NULL, NULL, 0);
+        st_close(&g);
+        free(ws);
+        ResNet *m6 = resnet_create("resnet20", 3, 10);
+        for (size_t i = 0; i < m6->n_counts; i++) m6->counts[i] = 5;
+        CHECK(st_open(p2, &g) == NULL, "open without counts");
+        err = st_load_resnet_from(&g, m6, NULL);
+        CHECK(err == NULL, "a state_dict without num_batches_tracked: %s", err ? err : "");
+        free(err);
+        int zero = 1;
+        for (size_t i = 0; i < m6->n_counts; i++) zero &= m6->counts[i] == 0;
+        CHECK(zero, "missing num_batches_tracked loads as 0");
+        CHECK(!memcmp(m6->params, m->params, m->n_params * 4), "params still load");
+        st_close(&g);
+        resnet_free(m6);
+        remove(p2);
+    }
+
     // Wrong dtype for a param and for num_batches_tracked, built by the generic writer.
     float w = 0;
     StWrite bad1 = {"conv1.weight", ST_F64, 4, {16, 3, 3, 3}, NULL};

@@ -51,7 +51,7 @@ fi
 rc=0
 CTRAIN_FAULT_NAN_STEPS=20-30 "$TRAIN" "${F[@]}" --epochs 2 --out "$TMP/many" 2>"$TMP/many.log" || rc=$?
 [ $rc = 1 ] || { cat "$TMP/many.log"; fail "repeated NaN steps: exit status $rc, expected 1"; }
-grep -q "ctrain: error: 5 consecutive steps with a non-finite loss or gradient (epoch 2, step 24" "$TMP/many.log" \
+grep -q "^train: error: 5 consecutive steps with a non-finite loss or gradient (epoch 2, step 24" "$TMP/many.log" \
   || { cat "$TMP/many.log"; fail "no clear stop message"; }
 grep -q "last good checkpoint is kept" "$TMP/many.log" || fail "message does not mention the kept checkpoint"
 [ -f "$TMP/many/model.safetensors" ] && fail "a stopped run wrote model.safetensors"

@@ -17,6 +17,8 @@ cmp -s <(strip_timing "$TMP/plain/metrics.jsonl") <(strip_timing "$TMP/a0/metric
   || { diff <(strip_timing "$TMP/plain/metrics.jsonl") <(strip_timing "$TMP/a0/metrics.jsonl") | head; fail "alpha 0 differs from no teacher"; }
 cmp -s "$TMP/plain/model.safetensors" "$TMP/a0/model.safetensors" || fail "alpha 0 weights differ from no teacher"
 grep -q '"teacher": "resnet32:' "$TMP/a0/config.json" || fail "config.json does not record the teacher"
+n=$(grep -o "^train: resnet32 ([0-9]* parameters)" "$TMP/t.log" | grep -o "[0-9]* parameters")
+grep -q "^train: teacher resnet32 ($n) from $TMP/teacher/model.safetensors$" "$TMP/a0.log" || { cat "$TMP/a0.log"; fail "the banner does not confirm the teacher"; }
 ok "--kd-alpha 0 is bit-identical to training without a teacher"
 
 "$TRAIN" "${F[@]}" --epochs 1 --teacher "$T" --kd-alpha 0.7 --kd-temperature 3 --out "$TMP/a7" 2>"$TMP/a7.log" \
@@ -34,9 +36,9 @@ ok "--kd-alpha 0.7 trains (finite, different from no teacher)"
 
 # A teacher of the wrong architecture for its file, or with another class count.
 out=$("$TRAIN" "${F[@]}" --epochs 1 --teacher "resnet20:$TMP/teacher/model.safetensors" --out "$TMP/x" 2>&1) && fail "wrong teacher arch accepted"
-echo "$out" | grep -q "ctrain: error: .*teacher/model.safetensors" || fail "wrong teacher arch: unclear error: $out"
+echo "$out" | grep -q "^train: error: .*teacher/model.safetensors" || fail "wrong teacher arch: unclear error: $out"
 make_synth "$TMP/five" 200 50 16 5
 out=$("$TRAIN" "${SMALL_FLAGS[@]}" --epochs 1 --teacher "$T" --out "$TMP/y" "$TMP/five" 2>&1) && fail "teacher with 10 classes accepted on 5-class data"
-echo "$out" | grep -q "ctrain: error: .*fc" || fail "teacher class mismatch: unclear error: $out"
+echo "$out" | grep -q "^train: error: .*fc" || fail "teacher class mismatch: unclear error: $out"
 ok "mismatched teachers are clear errors"
 echo "test_train_kd: all passed"

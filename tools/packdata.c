@@ -439,8 +439,8 @@ static int do_verify(const char *path) {
         free(buf);
     }
     if (bad) {
-        fprintf(stderr, "ctrain: error: %s\n", first_err);
-        fprintf(stderr, "ctrain: error: %s: %llu of %llu records failed verification (first: record %llu)\n", path,
+        fprintf(stderr, "%s: error: %s\n", ct_program(), first_err);
+        fprintf(stderr, "%s: error: %s: %llu of %llu records failed verification (first: record %llu)\n", ct_program(), path,
                 (unsigned long long)bad, (unsigned long long)s.n_records, (unsigned long long)first_bad);
         shard_close(&s);
         return 1;
@@ -460,6 +460,7 @@ static void on_signal(int sig) {
 }
 
 int main(int argc, char **argv) {
+    ct_set_program("packdata");
     Options o = {.max_short = 256, .channels = 3, .codec = SHARD_CODEC_LZ4, .quality = 90, .split = "train"};
     const char *idx_dir = NULL, *info = NULL, *verify = NULL;
     const char *pos[2];
@@ -526,10 +527,7 @@ int main(int argc, char **argv) {
                 ct_now() - t0);
         return 0;
     }
-    if (npos != 2) {
-        usage(stderr);
-        ct_die("expected SRC/ and DST/ (got %d path%s)", npos, npos == 1 ? "" : "s");
-    }
+    if (npos != 2) ct_die("expected SRC/ and DST/ (got %d path%s); see packdata --help", npos, npos == 1 ? "" : "s");
     const char *src = pos[0], *dst = pos[1];
     if (!is_dir(src)) ct_die("%s: not a directory", src);
     ct_mkdir_p(dst);

@@ -27,7 +27,7 @@ const Flag CONFIG_FLAGS[] = {
     {"lr-gamma", 0, F_DBL, OFF(lr_gamma), "0.1", "G", "step schedule: decay factor", 0},
     {"label-smoothing", 0, F_DBL, OFF(label_smoothing), "0", "EPS", "label smoothing of the cross-entropy (PyTorch's definition)", 0},
     {"crop-size", 0, F_INT, OFF(crop_size), "224", "PX", "training and evaluation image size", 0},
-    {"val-resize", 0, F_INT, OFF(val_resize), "256", "PX", "eval: resize the short side to PX, then center-crop --crop-size", 0},
+    {"val-resize", 0, F_INT, OFF(val_resize), "auto", "PX", "eval: resize the short side to PX, then center-crop --crop-size; auto (crop/0.875), rounded down: 224 -> 256, 32 -> 36", 0},
     {"min-scale", 0, F_DBL, OFF(min_scale), "0.08", "S", "training RandomResizedCrop: smallest crop area as a fraction of the image (1: whole image)", 0},
     {"no-flip", 0, F_BOOL, OFF(no_flip), "0", NULL, "no random horizontal flip", 0},
     {"mean", 0, F_STR, OFF(mean), "auto", "M[,M,M]", "per-channel mean for normalisation (auto: ImageNet's for 3 channels, 0.5 for 1)", 0},
@@ -36,9 +36,11 @@ const Flag CONFIG_FLAGS[] = {
     {"seed", 0, F_LL, OFF(seed), "0", "S", "seed of initialisation, sampling and augmentation", 0},
     {"deterministic", 0, F_BOOL, OFF(deterministic), "1", NULL, "bit-reproducible runs (always true on the CPU backend)", 0},
     {"resume", 0, F_STR, OFF(resume), "", "PATH", "continue from a checkpoint (OUT/last.ckpt or best.ckpt)", 0},
-    {"weights", 0, F_STR, OFF(weights), "", "PATH", "initial weights from a .safetensors file (torchvision names)", 0},
+    {"weights", 0, F_STR, OFF(weights), "", "PATH", "initial weights: a .safetensors file (torchvision names) or a ctrain checkpoint (its weights and BN statistics; --resume continues a run)", 0},
     {"evaluate", 'e', F_BOOL, OFF(evaluate), "0", NULL, "only evaluate (--weights or --resume) on the val shard: prints top-1/top-5", 0},
     {"out", 'o', F_STR, OFF(out), "runs/<date>-<arch>", "DIR", "output directory: config.json, metrics.jsonl, events, checkpoints, model.safetensors", 0},
+    {"overwrite", 0, F_BOOL, OFF(overwrite), "0", NULL, "replace the run in --out: delete its config.json, metrics.jsonl, events, checkpoints and model.safetensors first (without it an --out holding a run is refused, unless --resume continues from it)", 0},
+    {"reset-head", 0, F_BOOL, OFF(reset_head), "0", NULL, "fine-tuning: with --weights, start the classifier (fc.weight, fc.bias) fresh instead of loading it, as needed when the weights have another class count (without it such weights are an error)", 0},
     {"device", 0, F_STR, OFF(device), "auto", "auto|cpu|cuda", "compute backend (auto: cuda when a GPU is found, else cpu)", 0},
     {"print-freq", 'p', F_INT, OFF(print_freq), "10", "N", "steps between progress updates and metrics.jsonl step records", 0},
     {"teacher", 0, F_STR, OFF(teacher), "", "ARCH:PATH", "distill from a teacher (eval mode, no gradients) loaded from a .safetensors file", 0},
@@ -75,7 +77,8 @@ void config_usage(FILE *f) {
     fprintf(f,
             "usage: train [flags] SHARDS/\n"
             "       train --demo [flags]\n"
-            "       train --evaluate --weights W.safetensors [flags] SHARDS/\n"
+            "       train --evaluate --weights W.safetensors|W.ckpt [flags] SHARDS/\n"
+            "       train --weights torchvision.safetensors --reset-head [flags] SHARDS/   (fine-tuning)\n"
             "       train export --weights W.safetensors --onnx OUT.onnx   (train export --help)\n"
             "       train predict --weights W.safetensors IMAGE|FOLDER...  (train predict --help)\n\n"
             "Trains a ResNet on SHARDS/train.shard, evaluating on SHARDS/val.shard after every epoch\n"
@@ -98,6 +101,8 @@ void config_usage(FILE *f) {
                "--demo uses: -a resnet20 --epochs 4 -b 128 --lr 0.2 --lr-schedule cosine --warmup-epochs 0.2\n"
                "  --wd 5e-4 --nesterov --label-smoothing 0.1 --crop-size 28 --val-resize 28 --min-scale 0.75\n"
                "  --mean 0.286 --std 0.353 --out runs/demo; flags given with --demo override these.\n"
+               "Without --out a run goes to runs/DATE-ARCH (runs/demo for --demo), with a -2, -3... suffix when\n"
+               "that holds a run already.\n"
                "Multi-node runs also read torchrun's WORLD_SIZE, NODE_RANK/RANK, MASTER_ADDR, MASTER_PORT and\n"
                "SLURM's SLURM_NNODES, SLURM_NODEID, SLURM_JOB_NODELIST when the flags are not given.\n"
                "Exit status: 0 done, 1 error, 128+signal after a checkpoint on SIGINT/SIGTERM.\n");
@@ -130,6 +135,10 @@ static void set_flag(Config *c, const Flag *fl, const char *v) {
     errno = 0;
     switch (fl->type) {
     case F_INT: {
+        if (!strcmp(fl->def, "auto") && !strcmp(v, "auto")) {  // resolved once the flags it depends on are known
+            *(int *)p = 0;
+            break;
+        }
         long x = strtol(v, &end, 10);
         if (!*v || *end || errno || x < -2147483647L || x > 2147483647L)
             ct_die("--%s: '%s' is not an integer", fl->name, v);
@@ -324,7 +333,8 @@ void config_validate(const Config *c, const ConfigGiven *given) {
     if (!(c->lr_gamma > 0) || c->lr_gamma > 1) ct_die("--lr-gamma: must be in (0, 1] (got %g)", c->lr_gamma);
     if (c->label_smoothing < 0 || c->label_smoothing >= 1) ct_die("--label-smoothing: must be in [0, 1) (got %g)", c->label_smoothing);
     if (c->crop_size < 1 || c->crop_size > 4096) ct_die("--crop-size: must be in 1..4096 (got %d)", c->crop_size);
-    if (c->val_resize < c->crop_size || c->val_resize > 8192) ct_die("--val-resize: must be in --crop-size (%d)..8192 (got %d)", c->crop_size, c->val_resize);
+    if (c->val_resize != 0 && (c->val_resize < c->crop_size || c->val_resize > 8192))
+        ct_die("--val-resize: must be in --crop-size (%d)..8192 or auto (got %d)", c->crop_size, c->val_resize);
     if (!(c->min_scale > 0) || c->min_scale > 1) ct_die("--min-scale: must be in (0, 1] (got %g)", c->min_scale);
     if (c->workers < 1 || c->workers > 256) ct_die("--workers: must be in 1..256 (got %d)", c->workers);
     if (c->seed < 0) ct_die("--seed: must be >= 0 (got %lld)", c->seed);
@@ -362,9 +372,25 @@ void config_validate(const Config *c, const ConfigGiven *given) {
         if (!ct_file_exists(colon + 1)) ct_die("--teacher: no such file '%s'", colon + 1);
     }
     if (c->evaluate && !c->weights[0] && !c->resume[0]) ct_die("--evaluate needs --weights PATH.safetensors or --resume PATH");
+    if (c->reset_head && !c->weights[0]) ct_die("--reset-head needs --weights PATH (it says how to load them)");
+    if (c->overwrite && c->evaluate) ct_die("--overwrite with --evaluate: an evaluation writes no run; drop --overwrite");
     if (c->weights[0] && c->resume[0]) ct_die("--weights and --resume exclude each other (a checkpoint carries its weights)");
     if (c->weights[0] && !ct_file_exists(c->weights)) ct_die("--weights: no such file '%s'", c->weights);
     if (c->resume[0] && !ct_file_exists(c->resume)) ct_die("--resume: no such file '%s'", c->resume);
+}
+
+int config_auto_val_resize(int crop) { return (int)floor(crop / 0.875); }
+
+// p without trailing slashes ("/" stays "/"), in buf when one is dropped: static storage, like
+// the --master address, since the path outlives every copy of the Config (argv may be read-only).
+static const char *trim_slashes(const char *p, char *buf, size_t cap, const char *what) {
+    size_t n = strlen(p);
+    if (n < 2 || p[n - 1] != '/') return p;
+    while (n > 1 && p[n - 1] == '/') n--;
+    if (n >= cap) ct_die("%s: path longer than %zu bytes", what, cap - 1);
+    memcpy(buf, p, n);
+    buf[n] = 0;
+    return buf;
 }
 
 void config_from_args(Config *c, ConfigGiven *given, int argc, char **argv) {
@@ -372,10 +398,16 @@ void config_from_args(Config *c, ConfigGiven *given, int argc, char **argv) {
     memset(given, 0, sizeof *given);
     config_parse_args(c, given, argc, argv);
     if (c->demo) apply_demo(c, given, argv[0]);
-    if (!c->shards[0]) { config_usage(stderr); ct_die("missing SHARDS directory (or --demo)"); }
+    if (!c->shards[0]) ct_die("missing SHARDS directory (or --demo); see train --help");
     apply_gpus(c, given);
     config_env_defaults(c, given);
     config_validate(c, given);
+    if (c->val_resize == 0) c->val_resize = config_auto_val_resize(c->crop_size);
+    // Paths are joined as DIR/name everywhere; a trailing slash would print as DIR//name.
+    static char shards[4096], out[4096], dump[4096];
+    c->shards = trim_slashes(c->shards, shards, sizeof shards, "SHARDS");
+    c->out = trim_slashes(c->out, out, sizeof out, "--out");
+    c->dump_batches = trim_slashes(c->dump_batches, dump, sizeof dump, "--dump-batches");
     if (!c->deterministic) ct_warn("--no-deterministic: the CPU backend is deterministic anyway");
 }
 
@@ -398,8 +430,8 @@ void config_parse_floats(const char *flag, const char *s, float *out, int n) {
 }
 
 uint64_t config_fingerprint(const Config *c, const void *data, size_t data_bytes) {
-    static const char *local_flags[] = {"out",     "workers", "print-freq",   "node-rank",
-                                        "master",  "timeout", "dump-batches", "cuda-graphs"};
+    static const char *local_flags[] = {"out",     "workers", "print-freq",   "node-rank",   "master",
+                                        "timeout", "dump-batches", "cuda-graphs", "overwrite"};
     uint64_t h = 1469598103934665603ull;  // FNV-1a
 #define FP_MIX(p, n)                                                       \
     for (size_t i_ = 0; i_ < (n); i_++) h = (h ^ ((const uint8_t *)(p))[i_]) * 1099511628211ull

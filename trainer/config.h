@@ -21,7 +21,7 @@ typedef struct {
     int lr_step_size;
     double lr_gamma;
     double label_smoothing;
-    int crop_size, val_resize;
+    int crop_size, val_resize;  // val_resize 0 while parsing: auto, resolved by config_from_args
     double min_scale;  // RandomResizedCrop's lower scale bound
     int no_flip;
     const char *mean, *std;  // per-channel normalisation, comma-separated ("auto": by channels)
@@ -31,6 +31,8 @@ typedef struct {
     const char *resume, *weights;
     int evaluate;
     const char *out;
+    int overwrite;   // replace the run already in out
+    int reset_head;  // --weights: the classifier starts fresh
     const char *device;
     int print_freq;
     const char *teacher;
@@ -90,6 +92,8 @@ void config_parse_args(Config *c, ConfigGiven *given, int argc, char **argv);
 void config_env_defaults(Config *c, ConfigGiven *given);
 void config_validate(const Config *c, const ConfigGiven *given);
 
+// --val-resize auto: torchvision's resize for a center crop, int(crop / 0.875) (224 -> 256).
+int config_auto_val_resize(int crop);
 // "a,b,c" into exactly n floats (one value is broadcast to n); dies naming --flag.
 void config_parse_floats(const char *flag, const char *s, float *out, int n);
 // HOST:PORT of --master; dies naming where the address came from when the port is not 1..65535.
@@ -97,6 +101,6 @@ void config_master(const Config *c, const ConfigGiven *given, char *host, size_t
 
 // Hash of every flag that all nodes must agree on (all but the node-local ones: output
 // directory, loader workers, print frequency, node number, rendezvous address, timeout, batch
-// dump, CUDA graphs), and data_bytes of the caller's description of the data as this node sees
+// dump, CUDA graphs, --overwrite), and data_bytes of the caller's description of the data as this node sees
 // it (record counts, class table).
 uint64_t config_fingerprint(const Config *c, const void *data, size_t data_bytes);

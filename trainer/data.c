@@ -17,6 +17,29 @@ void dataset_auto_norm(int channels, float *mean, float *std) {
     }
 }
 
+// The smallest short side among up to 1000 records spread evenly over the shard: enough to catch
+// a dataset stored smaller than the crop, without reading a large index on every start.
+static uint32_t sampled_min_short(const Shard *s, uint64_t *sampled) {
+    uint64_t n = CT_MIN(s->n_records, 1000);
+    uint32_t m = UINT32_MAX;
+    for (uint64_t i = 0; i < n; i++) {
+        const ShardRecord *rec = &s->records[i * s->n_records / n];
+        m = CT_MIN(m, CT_MIN(rec->height, rec->width));
+    }
+    *sampled = n;
+    return m;
+}
+
+// A crop larger than the stored images is upsampled: legal, but rarely what was meant.
+static void warn_small_images(const Shard *s, const Config *c) {
+    uint64_t n;
+    uint32_t m = sampled_min_short(s, &n);
+    if (n && m < (uint32_t)c->crop_size)
+        ct_warn("--crop-size %d is larger than the images stored in %s (short side %u px, the smallest of %llu "
+                "sampled records): crops are upsampled; lower --crop-size, or repack the images larger "
+                "(packdata --max-short)", c->crop_size, s->path, m, (unsigned long long)n);
+}
+
 void dataset_open(Dataset *d, const Config *c) {
     memset(d, 0, sizeof *d);
     char tp[1100], vp[1100], err[SHARD_ERR_LEN];
@@ -43,6 +66,7 @@ void dataset_open(Dataset *d, const Config *c) {
     d->classes = (int)d->val.n_classes;
     d->class_hash = d->val.class_hash;
     if (d->classes < 2) ct_die("%s: %d class(es); training needs at least 2", vp, d->classes);
+    warn_small_images(d->have_train ? &d->train : &d->val, c);
 
     d->mean = ct_alloc(sizeof(float) * d->channels);
     d->std = ct_alloc(sizeof(float) * d->channels);

@@ -1,13 +1,105 @@
 // A train process from its settings to its exit status (trainer/job.h).
 #include "trainer/job.h"
 
+#include <dirent.h>
+#include <errno.h>
+#include <libgen.h>
+#include <limits.h>
 #include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "nn/safetensors.h"
 #include "trainer/loop.h"
 #include "util/common.h"
+
+// The files a run writes into its directory (trainer/runlog.c, trainer/state.c); TensorBoard's
+// event files are matched by prefix. One of them marks the directory as holding a run.
+static const char *RUN_FILES[] = {"config.json", "metrics.jsonl", "last.ckpt", "best.ckpt", "model.safetensors"};
+#define TFEVENTS_PREFIX "events.out.tfevents."
+
+// The first file of a run in dir (written into name), or 0 when it holds none.
+static int find_run_file(const char *dir, char *name, size_t n) {
+    for (size_t i = 0; i < CT_ARRAY_LEN(RUN_FILES); i++) {
+        char p[PATH_MAX + 64];
+        snprintf(p, sizeof p, "%s/%s", dir, RUN_FILES[i]);
+        if (ct_file_exists(p)) { snprintf(name, n, "%s", RUN_FILES[i]); return 1; }
+    }
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int found = 0;
+    for (struct dirent *e; !found && (e = readdir(d));)
+        if (!strncmp(e->d_name, TFEVENTS_PREFIX, strlen(TFEVENTS_PREFIX))) {
+            snprintf(name, n, "%s", e->d_name);
+            found = 1;
+        }
+    closedir(d);
+    return found;
+}
+
+// Whether the checkpoint at path lies in directory dir (the same directory, by inode).
+static int resume_is_in(const char *path, const char *dir) {
+    char *copy = ct_strdup(path);
+    struct stat a, b;
+    int same = stat(dirname(copy), &a) == 0 && stat(dir, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+    free(copy);
+    return same;
+}
+
+// --overwrite: remove what a run writes into dir (nothing else), so no old TensorBoard file or
+// stale checkpoint sits beside the new run's.
+static void remove_run_files(const char *dir) {
+    char p[PATH_MAX + 300];
+    for (size_t i = 0; i < CT_ARRAY_LEN(RUN_FILES); i++) {
+        snprintf(p, sizeof p, "%s/%s", dir, RUN_FILES[i]);
+        if (unlink(p) != 0 && errno != ENOENT) ct_die_errno("--overwrite: cannot remove %s", p);
+    }
+    DIR *d = opendir(dir);
+    if (!d) return;
+    for (struct dirent *e; (e = readdir(d));)
+        if (!strncmp(e->d_name, TFEVENTS_PREFIX, strlen(TFEVENTS_PREFIX))) {
+            snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+            if (unlink(p) != 0 && errno != ENOENT) ct_die_errno("--overwrite: cannot remove %s", p);
+        }
+    closedir(d);
+}
+
+// The output directory, settled before any work: runs/DATE-ARCH (or the demo's runs/demo) with a
+// suffix when that already holds a run; a --out given that holds a run is refused unless --resume
+// continues from it or --overwrite replaces it. Only node 0 writes files, so only it checks.
+static void choose_out_dir(Config *c, const ConfigGiven *given) {
+    char name[300];
+    int writes = c->node_rank == 0;
+    if (!c->out[0] || (c->demo && !config_given(given, "out"))) {
+        char base[256];
+        if (c->out[0]) snprintf(base, sizeof base, "%s", c->out);
+        else {
+            char when[64];
+            time_t now = time(NULL);
+            strftime(when, sizeof when, "%Y%m%d-%H%M%S", localtime(&now));
+            snprintf(base, sizeof base, "runs/%s-%s", when, c->arch);
+        }
+        char buf[300];
+        snprintf(buf, sizeof buf, "%s", base);
+        for (int k = 2; writes && find_run_file(buf, name, sizeof name); k++) snprintf(buf, sizeof buf, "%s-%d", base, k);
+        c->out = ct_strdup(buf);
+        return;
+    }
+    if (!writes || !find_run_file(c->out, name, sizeof name)) return;
+    if (c->resume[0] && resume_is_in(c->resume, c->out)) {
+        if (c->overwrite)
+            ct_die("--overwrite would delete %s/ while --resume %s continues from it; drop --overwrite to continue the run",
+                   c->out, c->resume);
+        return;
+    }
+    if (!c->overwrite)
+        ct_die("--out %s: already holds a run (%s); add --overwrite to replace it, --resume %s/last.ckpt to continue it, "
+               "or choose another --out", c->out, name, c->out);
+}
 
 void job_create(Job *job, const Config *c, const ConfigGiven *given) {
     memset(job, 0, sizeof *job);
@@ -18,10 +110,13 @@ void job_create(Job *job, const Config *c, const ConfigGiven *given) {
     cfg->device = backend_name(job->backend);
     if (!strcmp(cfg->precision, "auto")) cfg->precision = job->backend == BACKEND_CUDA ? "bf16" : "fp32";
     job->t_start = ct_now();
+    // An explicit --arch must match a checkpoint being resumed; without one, the checkpoint's is used.
+    if (cfg->resume[0] && !config_given(given, "arch") && !cfg->demo) cfg->arch = state_checkpoint_arch(cfg->resume, "--resume");
+    if (cfg->weights[0] && !config_given(given, "arch") && !cfg->demo && state_is_checkpoint(cfg->weights))
+        cfg->arch = state_checkpoint_arch(cfg->weights, "--weights");
+    if (!cfg->evaluate) choose_out_dir(cfg, given);
     if (cfg->demo) demo_prepare();
     dataset_open(&job->data, cfg);
-    // An explicit --arch must match a checkpoint being resumed; without one, the checkpoint's is used.
-    if (cfg->resume[0] && !config_given(given, "arch") && !cfg->demo) cfg->arch = state_checkpoint_arch(cfg->resume);
     ranks_create(&job->ranks, cfg, &job->given, &job->data, job->backend);
 }
 
@@ -43,22 +138,12 @@ int job_evaluate(Job *job) {
     return 0;
 }
 
-// runs/DATE-ARCH unless --out names one.
-static void choose_out_dir(Config *c) {
-    if (c->out[0]) return;
-    char buf[256], when[64];
-    time_t now = time(NULL);
-    strftime(when, sizeof when, "%Y%m%d-%H%M%S", localtime(&now));
-    snprintf(buf, sizeof buf, "runs/%s-%s", when, c->arch);
-    c->out = ct_strdup(buf);
-}
-
 int job_train(Job *job, int argc, char **argv) {
     Config *c = &job->cfg;
     Ranks *rs = &job->ranks;
     Run *r = &rs->runs[0];
     const int lead = ranks_lead(rs);
-    choose_out_dir(c);
+    if (lead && c->overwrite) remove_run_files(c->out);
     if (lead) {
         int64_t start_step = (int64_t)r->pos.epoch * r->loaders.steps_per_epoch + r->pos.step_in_epoch;
         r->log = runlog_open(c->out, c->resume[0] ? start_step : -1);

@@ -13,7 +13,7 @@ static volatile sig_atomic_t g_stop_signal;
 
 static void on_signal(int sig) {
     if (g_stop_signal) {
-        static const char msg[] = "\nctrain: second signal: exiting without a checkpoint\n";
+        static const char msg[] = "\ntrain: second signal: exiting without a checkpoint\n";
         ssize_t r = write(2, msg, sizeof msg - 1);
         (void)r;
         _exit(128 + sig);

@@ -14,7 +14,6 @@ static ResNet *create_model(const Config *c, const Dataset *d) {
     if (resnet_shapes(m, c->crop_size, c->crop_size, dims) != 0)
         ct_die("--crop-size %d: too small for %s (some layer would have no pixels left)", c->crop_size, c->arch);
     free(dims);
-    if (c->weights[0]) st_load_resnet(c->weights, m);
     return m;
 }
 
@@ -46,7 +45,7 @@ static void setup_training(Run *r, BackendKind kind, int bf16) {
         st_load_resnet(colon + 1, mo->teacher);
     }
     faults_init(&r->faults, r->rank.rank, r->rank.world, mo->net);
-    if (c->resume[0]) state_load_checkpoint(r, c->resume, 1);
+    if (c->resume[0]) state_load_checkpoint(r, "--resume", c->resume, 1);
     backend_upload(mo->backend, &mo->opt);
     if (mo->teacher) mo->teacher_backend = backend_create(kind, mo->teacher, bf16, r->rank.local_rank, 0);
     if (r->pos.epoch >= c->epochs && r->pos.step_in_epoch == 0)
@@ -63,11 +62,12 @@ void run_setup(Run *r, const Config *c, const Dataset *d, BackendKind kind, int 
     r->faults.stall_rank = -1;
     int bf16 = !strcmp(c->precision, "bf16");
     r->model.net = create_model(c, d);
+    if (c->weights[0]) state_load_weights(r, c->weights, c->reset_head);
     r->model.eval_dlogits = ct_alloc(sizeof(float) * (size_t)c->batch * d->classes);
     loaders_create(&r->loaders, d, c, kind, rank, world);
     r->model.backend = backend_create(kind, r->model.net, bf16, local_rank, !strcmp(c->cuda_graphs, "on"));
     if (c->evaluate) {
-        if (c->resume[0]) state_load_checkpoint(r, c->resume, 0);
+        if (c->resume[0]) state_load_checkpoint(r, "--resume", c->resume, 0);
         backend_upload(r->model.backend, NULL);
         return;
     }

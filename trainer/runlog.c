@@ -190,6 +190,9 @@ void runlog_banner(const Run *r) {
             cuda ? (bf16 ? "cuda, bf16" : "cuda, fp32") : (bf16 ? "cpu, bf16 rounding" : "cpu"),
             cuda && !strcmp(c->cuda_graphs, "on") ? ", CUDA graphs" : "", omp_get_max_threads(), c->workers, c->lr,
             c->lr_schedule, c->epochs, r->log->out, c->resume[0] ? " (resumed)" : "");
+    if (r->model.teacher)
+        fprintf(stderr, "train: teacher %s (%zu parameters) from %s\n", r->model.teacher->arch, r->model.teacher->n_params,
+                strchr(c->teacher, ':') + 1);
     if (c->resume[0])
         fprintf(stderr, "train: resuming %s at epoch %d step %lld/%lld\n", c->resume, r->pos.epoch + 1,
                 (long long)r->pos.step_in_epoch, (long long)spe);

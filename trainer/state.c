@@ -41,23 +41,23 @@ void state_save_checkpoint(Run *r, const char *name, int64_t global_step) {
     checkpoint_save(path, &meta, m->params, r->cfg->momentum > 0 ? r->model.opt.buf : NULL, m->bufs, m->counts);
 }
 
-void state_load_checkpoint(Run *r, const char *path, int restore_position) {
+void state_load_checkpoint(Run *r, const char *flag, const char *path, int restore_position) {
     ResNet *net = r->model.net;
     Checkpoint ck;
     const char *err = checkpoint_load(path, &ck);
-    if (err) ct_die("--resume %s: %s", path, err);
+    if (err) ct_die("%s %s: %s", flag, path, err);
     const CheckpointMeta *m = &ck.meta;
     if (strcmp(m->arch, net->arch))
-        ct_die("--resume %s: checkpoint is a %s, this run is a %s (--arch)", path, m->arch, net->arch);
+        ct_die("%s %s: checkpoint is a %s, this run is a %s (--arch)", flag, path, m->arch, net->arch);
     if ((int)m->in_channels != r->data->channels)
-        ct_die("--resume %s: checkpoint has %u input channels, the shards have %d", path, m->in_channels, r->data->channels);
+        ct_die("%s %s: checkpoint has %u input channels, the shards have %d", flag, path, m->in_channels, r->data->channels);
     if ((int)m->num_classes != r->data->classes)
-        ct_die("--resume %s: checkpoint has %u classes, the shards have %d", path, m->num_classes, r->data->classes);
+        ct_die("%s %s: checkpoint has %u classes, the shards have %d", flag, path, m->num_classes, r->data->classes);
     if (m->class_hash != r->data->class_hash)
-        ct_die("--resume %s: class table differs from the shards' (hash %016llx vs %016llx): trained on another dataset",
-               path, (unsigned long long)m->class_hash, (unsigned long long)r->data->class_hash);
+        ct_die("%s %s: class table differs from the shards' (hash %016llx vs %016llx): trained on another dataset",
+               flag, path, (unsigned long long)m->class_hash, (unsigned long long)r->data->class_hash);
     if (m->n_params != net->n_params || m->n_buffers != net->n_bufs || m->n_counts != net->n_counts)
-        ct_die("--resume %s: tensor sizes differ from a %s (%llu/%llu/%llu vs %zu/%zu/%zu)", path, net->arch,
+        ct_die("%s %s: tensor sizes differ from a %s (%llu/%llu/%llu vs %zu/%zu/%zu)", flag, path, net->arch,
                (unsigned long long)m->n_params, (unsigned long long)m->n_buffers, (unsigned long long)m->n_counts,
                net->n_params, net->n_bufs, net->n_counts);
     memcpy(net->params, ck.params, m->n_params * sizeof(float));
@@ -88,13 +88,62 @@ void state_load_checkpoint(Run *r, const char *path, int restore_position) {
     checkpoint_free(&ck);
 }
 
-const char *state_checkpoint_arch(const char *path) {
+const char *state_checkpoint_arch(const char *path, const char *flag) {
     Checkpoint peek;
     const char *err = checkpoint_load(path, &peek);
-    if (err) ct_die("--resume %s: %s", path, err);
+    if (err) ct_die("%s %s: %s", flag, path, err);
     const char *arch = ct_strdup(peek.meta.arch);
     checkpoint_free(&peek);
     return arch;
+}
+
+int state_is_checkpoint(const char *path) { return checkpoint_is(path); }
+
+static void fmt_shape(char *buf, size_t n, const int64_t *shape, int ndim) {
+    size_t k = (size_t)snprintf(buf, n, "[");
+    for (int d = 0; d < ndim && k < n; d++) k += (size_t)snprintf(buf + k, n - k, "%s%lld", d ? ", " : "", (long long)shape[d]);
+    if (k < n) snprintf(buf + k, n - k, "]");
+}
+
+// The classifier's shapes in the file and in the model, for the --reset-head note and error.
+static int head_differs(const StFile *f, const ResNet *net, const char *name, char *file_shape, char *model_shape, size_t n) {
+    const StateEntry *e = &net->entries[resnet_find_entry(net, name)];
+    fmt_shape(model_shape, n, e->shape, e->ndim);
+    const StTensor *t = st_find(f, name);
+    if (!t) { snprintf(file_shape, n, "(absent)"); return 1; }
+    fmt_shape(file_shape, n, t->shape, t->ndim);
+    return strcmp(file_shape, model_shape) != 0;
+}
+
+void state_load_weights(Run *r, const char *path, int reset_head) {
+    ResNet *net = r->model.net;
+    const int say = r->rank.rank == 0;
+    if (checkpoint_is(path)) {
+        if (reset_head)
+            ct_die("--reset-head: --weights %s is a checkpoint; --reset-head takes a .safetensors file (a run's "
+                   "model.safetensors, or torchvision's weights)", path);
+        state_load_checkpoint(r, "--weights", path, 0);
+        if (say)
+            fprintf(stderr, "train: --weights %s is a ctrain checkpoint: loaded its weights and BN statistics, not its "
+                            "momentum or position%s\n", path, r->cfg->evaluate ? "" : " (training starts at epoch 1; --resume continues it)");
+        return;
+    }
+    StFile f;
+    char *err = st_open(path, &f);
+    if (err) ct_die("--weights %s", err);
+    char fw[64], mw[64], fb[64], mb[64];
+    int differs = head_differs(&f, net, "fc.weight", fw, mw, sizeof fw);
+    differs |= head_differs(&f, net, "fc.bias", fb, mb, sizeof fb);
+    if (differs && !reset_head)
+        ct_die("--weights %s: its classifier fc.weight is %s, fc.bias %s, but %s on these shards (%d classes) needs %s "
+               "and %s; to fine-tune, add --reset-head (the classifier starts fresh)", path, fw, fb, net->arch,
+               r->data->classes, mw, mb);
+    err = st_load_resnet_except(&f, net, NULL, reset_head ? "fc." : NULL);
+    if (err) ct_die("--weights %s: %s", path, err);
+    st_close(&f);
+    if (reset_head && say)
+        fprintf(stderr, "train: --reset-head: the classifier starts fresh (seed %lld): fc.weight %s -> %s, fc.bias %s -> %s\n",
+                r->cfg->seed, fw, mw, fb, mb);
 }
 
 void state_save_model(Run *r, char *path, size_t path_len) {

@@ -9,9 +9,14 @@
 #include <time.h>
 #include <unistd.h>
 
+static const char *g_program = "ctrain";
+
+void ct_set_program(const char *name) { g_program = name; }
+const char *ct_program(void) { return g_program; }
+
 static void vreport(const char *kind, const char *fmt, va_list ap, int with_errno, int err) {
     fflush(stdout);
-    fprintf(stderr, "ctrain: %s: ", kind);
+    fprintf(stderr, "%s: %s: ", g_program, kind);
     vfprintf(stderr, fmt, ap);
     if (with_errno) fprintf(stderr, ": %s", strerror(err));
     fputc('\n', stderr);

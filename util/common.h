@@ -10,7 +10,11 @@
 extern "C" {
 #endif
 
-// Print "ctrain: error: ..." to stderr and exit(1). Use for bad input and unrecoverable state;
+// The program name that starts every error and warning line ("ctrain" until a program's main
+// sets its own, e.g. "train", "packdata"), so a user sees which command complained. name is kept.
+void ct_set_program(const char *name);
+const char *ct_program(void);
+// Print "PROGRAM: error: ..." to stderr and exit(1). Use for bad input and unrecoverable state;
 // the message must name the file, record, tensor or flag at fault.
 __attribute__((noreturn, format(printf, 1, 2))) void ct_die(const char *fmt, ...);
 // Same as ct_die, with ": strerror(errno)" appended.
