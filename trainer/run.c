@@ -33,6 +33,8 @@ static void setup_training(Run *r, BackendKind kind, int bf16) {
     mo->schedule.warmup_epochs = c->warmup_epochs;
     mo->schedule.step_size = c->lr_step_size;
     mo->schedule.gamma = c->lr_gamma;
+    mo->schedule.power = c->lr_power;
+    mo->schedule.end_lr = c->lr_end;
     mo->loss.smoothing = c->label_smoothing;
     mo->loss.kd_alpha = c->kd_alpha;
     mo->loss.kd_temperature = c->kd_temperature;
