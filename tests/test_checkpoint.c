@@ -122,7 +122,7 @@ static void test_checkpoint(const char *dir) {
 }
 
 static void test_schedule(void) {
-    LrSchedule s = {LR_COSINE, 0.4, 10, 100, 0, 30, 0.1};
+    LrSchedule s = {LR_COSINE, 0.4, 10, 100, 0, 30, 0.1, 2, 0};
     CHECK(lr_at(&s, 0) == 0.4, "cosine start %g", lr_at(&s, 0));
     CHECK(fabs(lr_at(&s, 500) - 0.2) < 1e-12, "cosine middle %g", lr_at(&s, 500));
     CHECK(fabs(lr_at(&s, 999) - 0.4 * 0.5 * (1 + cos(M_PI * 999 / 1000))) < 1e-15, "cosine end %g", lr_at(&s, 999));
@@ -133,7 +133,7 @@ static void test_schedule(void) {
     CHECK(fabs(lr_at(&s, 600) - 0.2) < 1e-12, "cosine after warmup %g", lr_at(&s, 600));
     s.warmup_epochs = 0.5;  // fractional: 50 steps
     CHECK(fabs(lr_at(&s, 49) - 0.4) < 1e-15 && lr_at(&s, 48) < 0.4, "fractional warmup %g", lr_at(&s, 49));
-    LrSchedule st = {LR_STEP, 0.1, 90, 10, 0, 30, 0.1};
+    LrSchedule st = {LR_STEP, 0.1, 90, 10, 0, 30, 0.1, 2, 0};
     CHECK(lr_at(&st, 0) == 0.1 && lr_at(&st, 299) == 0.1, "step first span");
     CHECK(fabs(lr_at(&st, 300) - 0.01) < 1e-15 && fabs(lr_at(&st, 599) - 0.01) < 1e-15, "step second span %g", lr_at(&st, 300));
     CHECK(fabs(lr_at(&st, 600) - 0.001) < 1e-15, "step third span %g", lr_at(&st, 600));

@@ -17,6 +17,10 @@ void job_create(Job *job, const Config *c, const ConfigGiven *given) {
     job->backend = backend_resolve(cfg->device, cfg->ranks);
     cfg->device = backend_name(job->backend);
     if (!strcmp(cfg->precision, "auto")) cfg->precision = job->backend == BACKEND_CUDA ? "bf16" : "fp32";
+    if (cfg->workers == 0) {
+        cfg->workers = config_workers_auto(config_cpus_available(), cfg->ranks, job->backend == BACKEND_CUDA);
+        cfg->workers_auto = 1;
+    }
     job->t_start = ct_now();
     if (cfg->demo) demo_prepare();
     dataset_open(&job->data, cfg);

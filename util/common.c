@@ -9,9 +9,22 @@
 #include <time.h>
 #include <unistd.h>
 
+static CtErrorContext g_error_context;
+
+void ct_set_error_context(CtErrorContext fn) { g_error_context = fn; }
+
 static void vreport(const char *kind, const char *fmt, va_list ap, int with_errno, int err) {
     fflush(stdout);
     fprintf(stderr, "ctrain: %s: ", kind);
+    if (g_error_context) {
+        char msg[1024];
+        va_list aq;
+        va_copy(aq, ap);
+        vsnprintf(msg, sizeof msg, fmt, aq);
+        va_end(aq);
+        const char *where = g_error_context(msg);
+        if (where && *where) fprintf(stderr, "%s: ", where);
+    }
     vfprintf(stderr, fmt, ap);
     if (with_errno) fprintf(stderr, ": %s", strerror(err));
     fputc('\n', stderr);
