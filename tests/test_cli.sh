@@ -84,6 +84,11 @@ WORLD_SIZE=2 RANK=-1 expect_err "RANK: '-1' is not an integer in 0..4095" "$TMP/
 WORLD_SIZE=2 NODE_RANK=1 MASTER_ADDR=localhost MASTER_PORT=70000 expect_err "MASTER_PORT: '70000' is not an integer in 1..65535" "$TMP/d"
 expect_err "--master port: '0' is not an integer in 1..65535" --nodes 2 --master localhost:0 "$TMP/d"
 expect_err "--master port: 'http' is not an integer" --nodes 2 --master localhost:http "$TMP/d"
+expect_err "--optimizer: 'adam' is not one of sgd, lars" --optimizer adam "$TMP/d"
+expect_err "--optimizer lars: --nesterov is not part of LARS" --optimizer lars --nesterov "$TMP/d"
+expect_err "--optimizer lars is CPU-only for now" --optimizer lars --device cuda "$TMP/d"
+expect_err "--optimizer lars is CPU-only for now" --optimizer lars --gpus 2 "$TMP/d"
+expect_err "--lars-eta: must be in" --optimizer lars --lars-eta 0 "$TMP/d"
 # --workers: a count >= 1 or auto.
 expect_err "--workers: '0' is not a count >= 1 or auto" -j 0 "$TMP/d"
 expect_err "--workers: 'many' is not a count >= 1 or auto" --workers many "$TMP/d"
@@ -112,6 +117,11 @@ grep -Eq "train: device cpu \([0-9]+ CPU threads, [0-9]+ loader workers, auto\)"
   || fail "the banner does not show the automatic worker count: $(grep 'train: device' "$TMP/run.log")"
 grep -q '"label_smoothing": *0.1' "$TMP/run/config.json" || grep -q '"label-smoothing": *0.1' "$TMP/run/config.json" \
   || fail "config.json does not record the recipe file's value"
+# LARS on the CPU trains (finite losses) at a rate plain SGD would not survive.
+"$TRAIN" "${SMALL_FLAGS[@]}" --optimizer lars --lr 5 --lr-schedule poly --warmup-epochs 0.2 --epochs 1 --out "$TMP/lars" "$TMP/d" \
+  >/dev/null 2>"$TMP/lars.log" || { cat "$TMP/lars.log"; fail "LARS run failed"; }
+grep -q '"type":"epoch"' "$TMP/lars/metrics.jsonl" && ! grep -q '"type":"skip"' "$TMP/lars/metrics.jsonl" \
+  || fail "LARS run: no epoch record, or skipped steps"
 ok "a run from a recipe file; -j auto chose $(grep -o '[0-9]* loader workers' "$TMP/run.log")"
 [ -f "$TMP/run/last.ckpt" ] || fail "no last.ckpt"
 expect_err "checkpoint is a resnet20, this run is a resnet32" "${SMALL_FLAGS[@]}" -a resnet32 --epochs 2 --resume "$TMP/run/last.ckpt" "$TMP/d"

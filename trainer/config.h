@@ -18,6 +18,8 @@ typedef struct {
     int batch;  // per rank
     double lr, momentum, wd;
     int nesterov;
+    const char *optimizer;  // sgd | lars
+    double lars_eta;
     const char *lr_schedule;
     double warmup_epochs;
     int lr_step_size;

@@ -25,6 +25,8 @@ static void setup_training(Run *r, BackendKind kind, int bf16) {
     mo->sgd.weight_decay = (float)c->wd;
     mo->sgd.nesterov = c->nesterov;
     mo->sgd.wd_exclude_bn_bias = c->no_wd_bn;
+    mo->sgd.lars = !strcmp(c->optimizer, "lars");
+    mo->sgd.lars_eta = (float)c->lars_eta;
     sgd_init(&mo->opt, mo->net->n_params);
     lr_kind_parse(c->lr_schedule, &mo->schedule.kind);
     mo->schedule.base_lr = c->lr;
