@@ -12,6 +12,7 @@
 #pragma once
 #include <stddef.h>
 
+#include "kernels/kernels.h"
 #include "nn/resnet.h"
 #include "nn/sgd.h"
 
@@ -22,8 +23,17 @@ extern "C" {
 // The trust ratio of one tensor from its norms (the rule above, exposed for tests).
 double lars_trust(double w_norm, double g_norm, double eta, double wd);
 
+// The update over tensors given as ranges of the flat buffers (the GPU kernel's contract,
+// kernels.h: norms summed in CT_LARS_CHUNKS chunks, so both backends agree bit for bit).
+void lars_update(const CtLarsTensor *t, int n_tensors, float *params, const float *grads, float *buf, float lr,
+                 float momentum, float wd, float eta);
+// m's parameter tensors as ranges, BN parameters and biases marked skip; returns their count
+// (out may be NULL to count).
+int lars_tensors(const ResNet *m, CtLarsTensor *out);
+
 // One step over all params of m (cfg: momentum, weight_decay, lars_eta; nesterov is refused by
 // the trainer's flags). Norms are summed in double in a fixed order: bit-reproducible.
+// The GPU twin is gpu_lars_step (nn/model_cuda.h).
 void lars_step(const SgdConfig *cfg, SgdState *st, const ResNet *m, float *params, const float *grads, float lr);
 
 #ifdef __cplusplus

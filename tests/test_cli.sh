@@ -86,8 +86,6 @@ expect_err "--master port: '0' is not an integer in 1..65535" --nodes 2 --master
 expect_err "--master port: 'http' is not an integer" --nodes 2 --master localhost:http "$TMP/d"
 expect_err "--optimizer: 'adam' is not one of sgd, lars" --optimizer adam "$TMP/d"
 expect_err "--optimizer lars: --nesterov is not part of LARS" --optimizer lars --nesterov "$TMP/d"
-expect_err "--optimizer lars is CPU-only for now" --optimizer lars --device cuda "$TMP/d"
-expect_err "--optimizer lars is CPU-only for now" --optimizer lars --gpus 2 "$TMP/d"
 expect_err "--lars-eta: must be in" --optimizer lars --lars-eta 0 "$TMP/d"
 # --workers: a count >= 1 or auto.
 expect_err "--workers: '0' is not a count >= 1 or auto" -j 0 "$TMP/d"

@@ -23,7 +23,7 @@ const Flag CONFIG_FLAGS[] = {
     {"momentum", 0, F_DBL, OFF(momentum), "0.9", "M", "SGD momentum (0 disables)", 0},
     {"wd", 0, F_DBL, OFF(wd), "1e-4", "WD", "weight decay (L2, PyTorch SGD semantics)", 0},
     {"nesterov", 0, F_BOOL, OFF(nesterov), "0", NULL, "Nesterov momentum", 0},
-    {"optimizer", 0, F_STR, OFF(optimizer), "sgd", "sgd|lars", "sgd: torch.optim.SGD; lars: MLPerf's LARS (per-tensor trust ratio eta |w| / (|g| + wd |w|) on the rate; BN parameters and biases neither adapted nor decayed; CPU only for now)", 0},
+    {"optimizer", 0, F_STR, OFF(optimizer), "sgd", "sgd|lars", "sgd: torch.optim.SGD; lars: MLPerf's LARS (per-tensor trust ratio eta |w| / (|g| + wd |w|) on the rate; BN parameters and biases neither adapted nor decayed)", 0},
     {"lars-eta", 0, F_DBL, OFF(lars_eta), "0.001", "ETA", "LARS trust coefficient", 0},
     {"lr-schedule", 0, F_STR, OFF(lr_schedule), "step", "step|cosine|linear|poly", "learning-rate schedule, set per step: step (x gamma every --lr-step-size epochs), cosine to 0, linear to 0 at the end (FFCV's), poly (MLPerf's: (lr - end) * (1 - progress)^power + end)", 0},
     {"warmup-epochs", 0, F_DBL, OFF(warmup_epochs), "0", "E", "linear warmup from 0 over E epochs (fractions allowed)", 0},
@@ -441,8 +441,6 @@ void config_validate(const Config *c, const ConfigGiven *given) {
     if (strcmp(c->optimizer, "sgd") && strcmp(c->optimizer, "lars")) ct_die("--optimizer: '%s' is not one of sgd, lars", c->optimizer);
     if (!strcmp(c->optimizer, "lars") && c->nesterov) ct_die("--optimizer lars: --nesterov is not part of LARS here (MLPerf's has none)");
     if (!(c->lars_eta > 0) || c->lars_eta > 1) ct_die("--lars-eta: must be in (0, 1] (got %g)", c->lars_eta);
-    if (!strcmp(c->optimizer, "lars") && !strcmp(c->device, "cuda"))
-        ct_die("--optimizer lars is CPU-only for now (no GPU kernel yet): use --device cpu");
     LrKind k;
     if (!lr_kind_parse(c->lr_schedule, &k)) ct_die("--lr-schedule: '%s' is not one of " LR_KIND_LIST, c->lr_schedule);
     if (c->warmup_epochs < 0 || c->warmup_epochs > c->epochs) ct_die("--warmup-epochs: must be in [0, --epochs] (got %g)", c->warmup_epochs);

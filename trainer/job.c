@@ -16,9 +16,6 @@ void job_create(Job *job, const Config *c, const ConfigGiven *given) {
     Config *cfg = &job->cfg;
     job->backend = backend_resolve(cfg->device, cfg->ranks);
     cfg->device = backend_name(job->backend);
-    if (!strcmp(cfg->optimizer, "lars") && job->backend == BACKEND_CUDA)
-        ct_die("--optimizer lars is CPU-only for now (no GPU kernel yet): use --device cpu%s",
-               config_given(given, "device") || config_given(given, "gpus") ? "" : " (--device auto chose cuda)");
     if (!strcmp(cfg->precision, "auto")) cfg->precision = job->backend == BACKEND_CUDA ? "bf16" : "fp32";
     if (cfg->workers == 0) {
         cfg->workers = config_workers_auto(config_cpus_available(), cfg->ranks, job->backend == BACKEND_CUDA);
