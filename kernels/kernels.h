@@ -147,6 +147,21 @@ void sgd_step_gpu(float *params, const float *grads, float *buf, const uint8_t *
                   float lr, float momentum, float wd, int nesterov, int first, uint16_t *params_bf16,
                   ct_stream_t stream);
 
+// LARS (nn/lars.h) over parameter tensors given as ranges of the flat buffers. A tensor's squared
+// norm is summed in double over CT_LARS_CHUNKS contiguous chunks of ceil(count / CT_LARS_CHUNKS)
+// elements, each in element order, then the chunks in order: the CPU (nn/lars.c) sums the same
+// way, so both backends take bit-identical steps.
+#define CT_LARS_CHUNKS 256
+typedef struct {
+    size_t offset, count;
+    int skip;  // BN parameter or bias: no trust ratio, no weight decay
+} CtLarsTensor;
+// norms[2 t] = |w_t|, norms[2 t + 1] = |g_t| (device memory, 2 * n_tensors doubles); then
+// v = momentum v + lr trust (g + wd w) (skipped tensors: v = momentum v + lr g), w -= v.
+void lars_step_gpu(float *params, const float *grads, float *buf, const CtLarsTensor *tensors, int n_tensors,
+                   double *norms, float lr, float momentum, float wd, float eta, uint16_t *params_bf16,
+                   ct_stream_t stream);
+
 // ---------------------------------------------------------------------------------------------
 // Cost accounting (tools/bench_gpu_cost.c; kernels/cost.cu). Only the emulated build counts
 // (ct_cost_available() == 1); on a real GPU these do nothing. While enabled, every kernel that runs

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "kernels/common.cuh"
+#include "nn/lars.h"
 #include "nn/layers.h"  // conv_shape
 #include "nn/model_cuda.h"
 #include "util/common.h"
@@ -62,6 +63,9 @@ struct GpuExec {
     uint16_t *wbf;     // bf16 copy of params (dt == CT_BF16), refreshed by every SGD step
     uint8_t *decay;    // weight-decay mask for the last SgdConfig seen
     int decay_mode;    // -1: mask not built; else cfg->wd_exclude_bn_bias it was built for
+    CtLarsTensor *lars_t;  // LARS: the parameter tensors (built on its first step)
+    double *lars_norms;    // LARS: 2 norms a tensor
+    int lars_n;
 
     // Plan.
     int pN, pH, pW;
@@ -324,6 +328,8 @@ void gpu_exec_free(GpuExec *e) {
     dfree(e->bufs_snap);
     dfree(e->wbf);
     dfree(e->decay);
+    dfree(e->lars_t);
+    dfree(e->lars_norms);
     dfree(e->scalars);
     dfree(e->meanstd);
     dfree(e->xf);
@@ -913,6 +919,26 @@ float gpu_train_step_u8(GpuExec *e, ResNet *m, const uint8_t *x, const int32_t *
     input_from_u8(e, m, x, N, H, W, mean, std);
     run_forward(e, m, N, 1);
     return loss_and_backward(e, m, labels, N, smoothing, grads, correct);
+}
+
+void gpu_lars_step(GpuExec *e, const ResNet *m, const SgdConfig *cfg, SgdState *st, float lr) {
+    if (st->n != m->n_params) ct_die("lars: state has %zu elements, model %s has %zu params", st->n, m->arch, m->n_params);
+    if (!e->lars_t) {
+        e->lars_n = lars_tensors(m, NULL);
+        CtLarsTensor *h = (CtLarsTensor *)ct_alloc(sizeof(CtLarsTensor) * (size_t)(e->lars_n ? e->lars_n : 1));
+        lars_tensors(m, h);
+        e->lars_t = (CtLarsTensor *)dmalloc(e, sizeof(CtLarsTensor) * (size_t)(e->lars_n ? e->lars_n : 1));
+        e->lars_norms = (double *)dmalloc(e, sizeof(double) * 2 * (size_t)(e->lars_n ? e->lars_n : 1));
+        CK(cudaMemcpyAsync(e->lars_t, h, sizeof(CtLarsTensor) * (size_t)e->lars_n, cudaMemcpyHostToDevice, e->st));
+        CK(cudaStreamSynchronize(e->st));
+        free(h);
+    }
+    prof_mark(e, m->n_ops, PROF_FWD);
+    lars_step_gpu(e->params, e->grads, e->mom, e->lars_t, e->lars_n, e->lars_norms, lr, cfg->momentum, cfg->weight_decay,
+                  cfg->lars_eta, e->wbf, e->st);
+    prof_pass_done(e, 2);
+    CK(cudaStreamSynchronize(e->st));
+    st->steps++;
 }
 
 void gpu_sgd_step(GpuExec *e, const ResNet *m, const SgdConfig *cfg, SgdState *st, float lr) {

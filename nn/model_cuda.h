@@ -120,6 +120,8 @@ void gpu_prefetch_wait(GpuExec *e);
 // SGD step on the device over all params (nn/sgd.h semantics; st->steps is advanced like
 // sgd_step, st->buf is NOT touched: the momentum lives on the device until gpu_download_state).
 void gpu_sgd_step(GpuExec *e, const ResNet *m, const SgdConfig *cfg, SgdState *st, float lr);
+// LARS (nn/lars.h), bit-identical to lars_step on the same inputs.
+void gpu_lars_step(GpuExec *e, const ResNet *m, const SgdConfig *cfg, SgdState *st, float lr);
 
 // Pinned host memory for the loader's batch ring (LoaderConfig.alloc / .free take these as is),
 // so the copy stream's transfers are truly asynchronous. Dies naming the size on failure.

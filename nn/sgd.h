@@ -19,6 +19,8 @@ typedef struct {
     float weight_decay;
     int nesterov;
     int wd_exclude_bn_bias;  // 1: no weight decay on BN weight/bias and on biases (entry.no_decay)
+    int lars;                // 1: LARS (nn/lars.h) instead of SGD: same state, other update
+    float lars_eta;          // LARS's trust coefficient
 } SgdConfig;
 
 typedef struct {

@@ -13,6 +13,7 @@
 #include "kernels/common.cuh"
 #include "kernels/kernels.h"
 #include "nn/layers.h"
+#include "nn/lars.h"
 #include "nn/sgd.h"
 #include "tests/test.h"
 #include "util/bf16.h"
@@ -451,6 +452,47 @@ static void test_losses(int N, int K, float smoothing, float T) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// LARS: three steps over tensors of awkward sizes (fewer elements than chunks, not a multiple of
+// them, one all-zero gradient, skipped BN-like ones) against the CPU's lars_update: the same bits.
+static void test_lars(void) {
+    const size_t sizes[] = {1, 7, 255, 256, 1000, 4099, 16};
+    const int skip[] = {1, 0, 0, 1, 0, 0, 0};
+    const int nt = (int)CT_ARRAY_LEN(sizes);
+    CtLarsTensor t[CT_ARRAY_LEN(sizes)];
+    size_t n = 0;
+    for (int i = 0; i < nt; i++) t[i] = (CtLarsTensor){n, sizes[i], skip[i]}, n += sizes[i];
+    float *p = rand_vec(n, -1.f, 1.f, CT_F32), *buf = (float *)ct_zalloc(n * 4);
+    float *dp = dev_f32(p, n), *dbuf = dev_f32(buf, n), *dgr = dev_f32(NULL, n);
+    CtLarsTensor *dt = NULL;
+    double *dnorms = NULL;
+    uint16_t *dbf = NULL;
+    CKC(cudaMalloc(&dt, sizeof t));
+    CKC(cudaMalloc(&dnorms, 2 * sizeof(double) * nt));
+    CKC(cudaMalloc(&dbf, n * 2));
+    CKC(cudaMemcpy(dt, t, sizeof t, cudaMemcpyHostToDevice));
+    for (int step = 0; step < 3; step++) {
+        float *g = rand_vec(n, -0.5f, 0.5f, CT_F32);
+        for (size_t i = 0; i < sizes[5]; i++) g[t[5].offset + i] = 0;  // trust 1: decay alone
+        CKC(cudaMemcpy(dgr, g, n * 4, cudaMemcpyHostToDevice));
+        float lr = 10.f / (step + 1);
+        lars_update(t, nt, p, g, buf, lr, 0.9f, 5e-5f, 0.001f);
+        lars_step_gpu(dp, dgr, dbuf, dt, nt, dnorms, lr, 0.9f, 5e-5f, 0.001f, dbf, 0);
+        free(g);
+    }
+    float *gp = host_f32(dp, n), *gb = host_f32(dbuf, n);
+    expect_close("lars: params", gp, p, n, 1e-6, CT_F32);
+    CHECK(!memcmp(gp, p, n * 4), "lars: params not bit-identical to the CPU update");
+    CHECK(!memcmp(gb, buf, n * 4), "lars: momentum not bit-identical to the CPU update");
+    uint16_t *hb = (uint16_t *)ct_alloc(n * 2);
+    CKC(cudaMemcpy(hb, dbf, n * 2, cudaMemcpyDeviceToHost));
+    int bad = 0;
+    for (size_t i = 0; i < n; i++) bad += hb[i] != ct_f32_to_bf16(gp[i]);
+    CHECK(bad == 0, "lars: bf16 weight copy differs from the rounded params in %d places", bad);
+    cudaFree(dp), cudaFree(dbuf), cudaFree(dgr), cudaFree(dt), cudaFree(dnorms), cudaFree(dbf);
+    free(p), free(buf), free(gp), free(gb), free(hb);
+}
+
+// ---------------------------------------------------------------------------------------------
 // SGD: three steps (the first initialises the momentum buffer) over a buffer where every third
 // element is excluded from weight decay, against sgd_update_range on the same ranges.
 static void test_sgd(size_t n, float momentum, float wd, int nesterov) {
@@ -529,6 +571,7 @@ int main(void) {
     test_losses(3, 10, 0.1f, 4.f);
     test_losses(5, 300, 0.f, 2.f);
     test_losses(2, 1000, 0.2f, 1.5f);
+    test_lars();
     test_sgd(1, 0.9f, 1e-4f, 0);
     test_sgd(1000, 0.9f, 5e-4f, 1);
     test_sgd(777, 0.f, 1e-3f, 0);

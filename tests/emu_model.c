@@ -159,7 +159,7 @@ static void run_case(const char *arch, int N, int H, int W, CtDtype dt, int full
     }
 
     // SGD step on both; compare params, running statistics and momentum.
-    SgdConfig cfg = {0.9f, 5e-4f, 1, 1};
+    SgdConfig cfg = {0.9f, 5e-4f, 1, 1, 0, 0};
     SgdState sc, sg;
     sgd_init(&sc, mc->n_params);
     sgd_init(&sg, mg->n_params);
@@ -330,7 +330,7 @@ static void graph_case(const char *arch, int N, int H, int W, CtDtype dt) {
     resnet_init(mb, 7, 0);
     GpuExec *ea = gpu_exec_create(ma, dt), *eb = gpu_exec_create(mb, dt);
     gpu_exec_use_graphs(eb, 1);
-    SgdConfig cfg = {0.9f, 5e-4f, 1, 1};
+    SgdConfig cfg = {0.9f, 5e-4f, 1, 1, 0, 0};
     SgdState sa, sb;
     sgd_init(&sa, ma->n_params);
     sgd_init(&sb, mb->n_params);

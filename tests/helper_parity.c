@@ -127,7 +127,7 @@ int main(int argc, char **argv) {
     int S = (int)meta_num("size");
     float smoothing = (float)meta_num("smoothing"), lr = (float)meta_num("lr");
     SgdConfig sc = {(float)meta_num("momentum"), (float)meta_num("wd"), (int)meta_num("nesterov"),
-                    (int)meta_num("wd_exclude")};
+                    (int)meta_num("wd_exclude"), 0, 0};
 
     ResNet *m = resnet_create(arch, in_ch, classes);
     if (!m) ct_die("unknown arch %s", arch);

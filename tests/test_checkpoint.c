@@ -122,7 +122,7 @@ static void test_checkpoint(const char *dir) {
 }
 
 static void test_schedule(void) {
-    LrSchedule s = {LR_COSINE, 0.4, 10, 100, 0, 30, 0.1};
+    LrSchedule s = {LR_COSINE, 0.4, 10, 100, 0, 30, 0.1, 2, 0};
     CHECK(lr_at(&s, 0) == 0.4, "cosine start %g", lr_at(&s, 0));
     CHECK(fabs(lr_at(&s, 500) - 0.2) < 1e-12, "cosine middle %g", lr_at(&s, 500));
     CHECK(fabs(lr_at(&s, 999) - 0.4 * 0.5 * (1 + cos(M_PI * 999 / 1000))) < 1e-15, "cosine end %g", lr_at(&s, 999));
@@ -133,7 +133,7 @@ static void test_schedule(void) {
     CHECK(fabs(lr_at(&s, 600) - 0.2) < 1e-12, "cosine after warmup %g", lr_at(&s, 600));
     s.warmup_epochs = 0.5;  // fractional: 50 steps
     CHECK(fabs(lr_at(&s, 49) - 0.4) < 1e-15 && lr_at(&s, 48) < 0.4, "fractional warmup %g", lr_at(&s, 49));
-    LrSchedule st = {LR_STEP, 0.1, 90, 10, 0, 30, 0.1};
+    LrSchedule st = {LR_STEP, 0.1, 90, 10, 0, 30, 0.1, 2, 0};
     CHECK(lr_at(&st, 0) == 0.1 && lr_at(&st, 299) == 0.1, "step first span");
     CHECK(fabs(lr_at(&st, 300) - 0.01) < 1e-15 && fabs(lr_at(&st, 599) - 0.01) < 1e-15, "step second span %g", lr_at(&st, 300));
     CHECK(fabs(lr_at(&st, 600) - 0.001) < 1e-15, "step third span %g", lr_at(&st, 600));
@@ -144,7 +144,55 @@ static void test_schedule(void) {
     CHECK(mono, "cosine not monotone/positive");
     LrKind k;
     CHECK(lr_kind_parse("cosine", &k) && k == LR_COSINE && lr_kind_parse("step", &k) && k == LR_STEP, "parse");
-    CHECK(!lr_kind_parse("linear", &k), "unknown schedule accepted");
+    CHECK(lr_kind_parse("linear", &k) && k == LR_LINEAR && lr_kind_parse("poly", &k) && k == LR_POLY, "parse linear, poly");
+    CHECK(!lr_kind_parse("exp", &k) && !strcmp(lr_kind_name(LR_POLY), "poly"), "unknown schedule accepted");
+
+    // linear (FFCV's): warmup to the peak, then straight down to 0 one step past the last.
+    LrSchedule li = {LR_LINEAR, 0.4, 10, 100, 2, 30, 0.1, 2, 0};
+    CHECK(fabs(lr_at(&li, 199) - 0.4) < 1e-15 && lr_at(&li, 200) == 0.4, "linear at warmup end %g %g", lr_at(&li, 199),
+          lr_at(&li, 200));
+    CHECK(fabs(lr_at(&li, 600) - 0.2) < 1e-15, "linear middle %g", lr_at(&li, 600));
+    CHECK(fabs(lr_at(&li, 999) - 0.4 / 800) < 1e-17 && lr_at(&li, 1000) == 0 && lr_at(&li, 5000) == 0, "linear last step %g",
+          lr_at(&li, 999));
+    // FFCV interpolates [0, peak, epochs] -> [1e-4 lr, lr, 0] at x = epoch + iteration / iterations.
+    int ffcv_same = 1;
+    for (int64_t t = 200; t < 1000; t++) {
+        double x = (double)t / 100, ffcv = 0.4 + (x - 2) * (0 - 0.4) / (10 - 2);
+        ffcv_same &= fabs(lr_at(&li, t) - ffcv) < 1e-15;
+    }
+    CHECK(ffcv_same, "linear decay differs from FFCV's interpolation");
+    li.warmup_epochs = 0;
+    CHECK(lr_at(&li, 0) == 0.4 && fabs(lr_at(&li, 999) - 0.4 / 1000) < 1e-17, "linear without warmup");
+
+    // poly (MLPerf's): warmup, then (lr - end) (1 - (t + 1 - W) / (T - W + 1))^p + end.
+    LrSchedule po = {LR_POLY, 10.5, 37, 100, 2, 30, 0.1, 2, 1e-4};
+    CHECK(fabs(lr_at(&po, 0) - 10.5 / 200) < 1e-14 && fabs(lr_at(&po, 199) - 10.5) < 1e-14, "poly warmup %g", lr_at(&po, 199));
+    double d = 3700 - 200 + 1;
+    CHECK(fabs(lr_at(&po, 200) - ((10.5 - 1e-4) * pow(1 - 1 / d, 2) + 1e-4)) < 1e-14, "poly first decay step %.17g",
+          lr_at(&po, 200));
+    CHECK(fabs(lr_at(&po, 3699) - ((10.5 - 1e-4) * pow(1 / d, 2) + 1e-4)) < 1e-14 && lr_at(&po, 3699) > 1e-4,
+          "poly last step %.17g", lr_at(&po, 3699));
+    CHECK(lr_at(&po, 3700) == 1e-4 && lr_at(&po, 9999) == 1e-4, "poly ends at --lr-end");
+    po.power = 1;
+    CHECK(fabs(lr_at(&po, 1950) - ((10.5 - 1e-4) * (1 - 1751 / d) + 1e-4)) < 1e-13, "poly power 1 %g", lr_at(&po, 1950));
+    // The same curve in MLPerf's own step count s = t + 1 (lr 0 at its step 0, warmup s * lr / W
+    // up to s = W, then the decay over max(s - W, 1) of decay_steps = T - W + 1).
+    po.power = 2;
+    int mlperf_same = 1;
+    for (int64_t s = 1; s <= 3700; s++) {
+        double ref = s <= 200 ? 10.5 * (double)s / 200
+                              : (10.5 - 1e-4) * pow(1 - fmin((double)(s - 200), d) / d, 2) + 1e-4;
+        mlperf_same &= fabs(lr_at(&po, s - 1) - ref) < 1e-13;
+    }
+    CHECK(mlperf_same, "poly differs from MLPerf's PolynomialDecayWithWarmup");
+
+    // Resuming mid-epoch rebuilds the schedule from the flags and the checkpoint's (epoch, step):
+    // the same global step gives the same bits whatever the schedule.
+    for (int kind = 0; kind < 4; kind++) {
+        LrSchedule a = {(LrKind)kind, 0.8, 16, 1251, 2, 5, 0.1, 2, 1e-4}, b = a;
+        int64_t t = 7 * a.steps_per_epoch + 613;  // epoch 7, step 613 of the resumed run
+        CHECK(lr_at(&a, t) == lr_at(&b, 7 * b.steps_per_epoch + 613) && lr_at(&a, t) > 0, "%s resume", lr_kind_name(a.kind));
+    }
 }
 
 int main(void) {

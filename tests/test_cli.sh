@@ -17,7 +17,7 @@ expect_err() {
 help=$("$TRAIN" --help)
 for flag in arch epochs batch-size lr momentum wd nesterov lr-schedule warmup-epochs label-smoothing crop-size \
             val-resize workers seed deterministic resume weights evaluate out device print-freq teacher kd-alpha \
-            kd-temperature precision demo; do
+            kd-temperature precision demo config lr-power lr-end; do
   grep -qE -- "--$flag( |$)" <<<"$help" || fail "--help does not document --$flag"
 done
 # Every documented flag shows its default in brackets.
@@ -47,7 +47,9 @@ expect_err "--lr: 'abc' is not a number" --lr abc "$TMP/d"
 expect_err "--lr: must be > 0" --lr=-1 "$TMP/d"
 expect_err "--batch-size: must be in" -b 0 "$TMP/d"
 expect_err "--momentum: must be in" --momentum 1.5 "$TMP/d"
-expect_err "--lr-schedule: 'linear' is not one of step, cosine" --lr-schedule linear "$TMP/d"
+expect_err "--lr-schedule: 'exp' is not one of step, cosine, linear, poly" --lr-schedule exp "$TMP/d"
+expect_err "--lr-power: must be in" --lr-schedule poly --lr-power 0 "$TMP/d"
+expect_err "--lr-end: must be in" --lr 0.1 --lr-end 0.5 "$TMP/d"
 expect_err "--arch: unknown architecture 'resnet7'" -a resnet7 "$TMP/d"
 expect_err "--device: 'tpu' is not one of auto, cpu, cuda" --device tpu "$TMP/d"
 expect_err "--precision: 'fp8'" --precision fp8 "$TMP/d"
@@ -87,10 +89,43 @@ WORLD_SIZE=2 RANK=-1 expect_err "RANK: '-1' is not an integer in 0..4095" "$TMP/
 WORLD_SIZE=2 NODE_RANK=1 MASTER_ADDR=localhost MASTER_PORT=70000 expect_err "MASTER_PORT: '70000' is not an integer in 1..65535" "$TMP/d"
 expect_err "--master port: '0' is not an integer in 1..65535" --nodes 2 --master localhost:0 "$TMP/d"
 expect_err "--master port: 'http' is not an integer" --nodes 2 --master localhost:http "$TMP/d"
+expect_err "--optimizer: 'adam' is not one of sgd, lars" --optimizer adam "$TMP/d"
+expect_err "--optimizer lars: --nesterov is not part of LARS" --optimizer lars --nesterov "$TMP/d"
+expect_err "--lars-eta: must be in" --optimizer lars --lars-eta 0 "$TMP/d"
+# --workers: a count >= 1 or auto.
+expect_err "--workers: '0' is not a count >= 1 or auto" -j 0 "$TMP/d"
+expect_err "--workers: 'many' is not a count >= 1 or auto" --workers many "$TMP/d"
+# --config FILE: errors name FILE:LINE; the command line's value is checked, not the file's.
+printf -- '# recipe\n--epochs 2\n--bogus 1\n' > "$TMP/unknown.conf"
+expect_err "unknown.conf:3: unknown flag '--bogus'" --config "$TMP/unknown.conf" "$TMP/d"
+printf -- '\n--lr abc\n' > "$TMP/badval.conf"
+expect_err "badval.conf:2: --lr: 'abc' is not a number" --config "$TMP/badval.conf" "$TMP/d"
+printf -- '--epochs 2\n--momentum 1.5\n' > "$TMP/range.conf"
+expect_err "range.conf:2: --momentum: must be in" --config "$TMP/range.conf" "$TMP/d"
+printf -- 'epochs 3\n' > "$TMP/noflag.conf"
+expect_err "noflag.conf:1: expected '--flag value'" --config "$TMP/noflag.conf" "$TMP/d"
+printf -- '--config other.conf\n' > "$TMP/nested.conf"
+expect_err "nested.conf:1: --config cannot be used in a recipe file" --config "$TMP/nested.conf" "$TMP/d"
+expect_err "--config $TMP/none.conf: cannot read" --config "$TMP/none.conf" "$TMP/d"
+out=$(timeout 60 "$TRAIN" --config "$TMP/range.conf" --momentum 0.5 --epochs 0 "$TMP/d" 2>&1) && fail "--epochs 0 accepted"
+grep -q "ctrain: error: --epochs: must be >= 1" <<<"$out" || fail "a command-line value blamed on the file: $out"
+ok "--config: a command-line value's error names no file line"
 [ ! -e "$TMP/o" ] || fail "an invalid run created its output directory"
 
 # Resume mismatches: a resnet20 checkpoint on 10 classes.
-"$TRAIN" "${SMALL_FLAGS[@]}" --epochs 1 --out "$TMP/run" "$TMP/d" >/dev/null 2>&1 || fail "small training run failed"
+printf -- '--epochs 1   # from a recipe file\n--label-smoothing=0.1\n' > "$TMP/small.conf"
+"$TRAIN" "${SMALL_FLAGS[@]}" --config "$TMP/small.conf" --out "$TMP/run" "$TMP/d" >/dev/null 2>"$TMP/run.log" \
+  || { cat "$TMP/run.log"; fail "small training run failed"; }
+grep -Eq "train: device cpu \([0-9]+ CPU threads, [0-9]+ loader workers, auto\)" "$TMP/run.log" \
+  || fail "the banner does not show the automatic worker count: $(grep 'train: device' "$TMP/run.log")"
+grep -q '"label_smoothing": *0.1' "$TMP/run/config.json" || grep -q '"label-smoothing": *0.1' "$TMP/run/config.json" \
+  || fail "config.json does not record the recipe file's value"
+# LARS on the CPU trains (finite losses) at a rate plain SGD would not survive.
+"$TRAIN" "${SMALL_FLAGS[@]}" --optimizer lars --lr 5 --lr-schedule poly --warmup-epochs 0.2 --epochs 1 --out "$TMP/lars" "$TMP/d" \
+  >/dev/null 2>"$TMP/lars.log" || { cat "$TMP/lars.log"; fail "LARS run failed"; }
+grep -q '"type":"epoch"' "$TMP/lars/metrics.jsonl" && ! grep -q '"type":"skip"' "$TMP/lars/metrics.jsonl" \
+  || fail "LARS run: no epoch record, or skipped steps"
+ok "a run from a recipe file; -j auto chose $(grep -o '[0-9]* loader workers' "$TMP/run.log")"
 [ -f "$TMP/run/last.ckpt" ] || fail "no last.ckpt"
 expect_err "checkpoint is a resnet20, this run is a resnet32" "${SMALL_FLAGS[@]}" -a resnet32 --epochs 2 --resume "$TMP/run/last.ckpt" "$TMP/d"
 expect_err "checkpoint has 10 classes, the shards have 5" "${SMALL_FLAGS[@]}" --epochs 2 --resume "$TMP/run/last.ckpt" "$TMP/five"

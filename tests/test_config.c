@@ -2,7 +2,11 @@
 // --gpus expands, the launchers' environment fills only what flags left open and records where
 // each value came from, and the nodes' fingerprint ignores exactly the node-local flags.
 // (Bad values die; tests/test_cli.sh checks those messages end to end.)
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "tests/test.h"
 #include "trainer/config.h"
@@ -111,6 +115,66 @@ int main(void) {
     parse(&c, &g, (const char *[]){"s/", NULL});
     data = 43;
     CHECK(config_fingerprint(&c, &data, sizeof data) != h0, "the data did not change the fingerprint");
+
+    // --workers: "auto" (stored as 0 until the backend is known) or a count.
+    parse(&c, &g, (const char *[]){"s/", NULL});
+    CHECK(c.workers == 0 && !strcmp(config_flag("workers")->def, "auto"), "--workers defaults to auto");
+    parse(&c, &g, (const char *[]){"-j", "auto", "-j3", "s/", NULL});
+    CHECK(c.workers == 3, "-j 3 after -j auto");
+    // The rule: on cuda the cores less a launching thread per rank, shared by the ranks; on the
+    // cpu, OpenMP owns the cores and the loader takes 1 or 2 a rank.
+    CHECK(config_workers_auto(16, 1, 1) == 15 && config_workers_auto(16, 4, 1) == 3 && config_workers_auto(16, 8, 1) == 1,
+          "auto on cuda");
+    CHECK(config_workers_auto(2, 8, 1) == 1 && config_workers_auto(256, 1, 1) == 32, "auto on cuda: at least 1, at most 32");
+    CHECK(config_workers_auto(16, 1, 0) == 2 && config_workers_auto(16, 4, 0) == 1 && config_workers_auto(2, 1, 0) == 1,
+          "auto on cpu");
+    CHECK(config_cpus_available() >= 1, "cpus available");
+
+    // --config FILE: defaults < demo < file < command line; every spelling; comments.
+    char dir[] = "/tmp/ctrain_config_XXXXXX";
+    CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+    char rp[256];
+    snprintf(rp, sizeof rp, "%s/r.conf", dir);
+    const char *recipe = "# a recipe\n\n--epochs 16\n--lr=0.7   # peak\n  --nesterov\n--no-flip off\n"
+                         "--out runs/#1\n--label-smoothing 0.1\r\n--batch-size 64\n";
+    test_write_file(rp, recipe, strlen(recipe));
+    const char *withfile[] = {"train", "--config", rp, "-b", "32", "s/", NULL};
+    config_from_args(&c, &g, 6, (char **)withfile);
+    CHECK(c.epochs == 16 && c.lr == 0.7 && c.nesterov == 1 && c.no_flip == 0 && c.label_smoothing == 0.1, "file values");
+    CHECK(!strcmp(c.out, "runs/#1"), "a '#' inside a value is not a comment: %s", c.out);
+    CHECK(c.batch == 32, "the command line wins over the file: %d", c.batch);
+    CHECK(config_given(&g, "epochs") && g.config_line[config_flag("epochs") - CONFIG_FLAGS] == 3 &&
+              g.config_line[config_flag("lr") - CONFIG_FLAGS] == 4 && g.config_line[config_flag("batch-size") - CONFIG_FLAGS] == 0,
+          "file lines recorded (a command-line flag has none)");
+    CHECK(!strcmp(g.config_file, rp) && c.wd == 1e-4, "file named; defaults kept");
+    const char *demofile[] = {"train", "--demo", "--config", rp, "--lr", "0.05", NULL};
+    config_from_args(&c, &g, 6, (char **)demofile);
+    CHECK(c.epochs == 16 && c.batch == 64 && c.lr == 0.05 && !strcmp(c.arch, "resnet20") && c.crop_size == 28,
+          "demo < file < command line: %d %d %g %s", c.epochs, c.batch, c.lr, c.arch);
+
+    // Every shipped recipe parses and validates, so none rots when flags change.
+    const char *root = getenv("CTRAIN_ROOT");
+    char rdir[1024];
+    snprintf(rdir, sizeof rdir, "%s/recipes", root && *root ? root : ".");
+    DIR *d = opendir(rdir);
+    CHECK(d != NULL, "no %s", rdir);
+    int nrecipes = 0;
+    for (struct dirent *e; d && (e = readdir(d));) {
+        size_t n = strlen(e->d_name);
+        if (n < 6 || strcmp(e->d_name + n - 5, ".conf")) continue;
+        char path[1300];
+        snprintf(path, sizeof path, "%s/%s", rdir, e->d_name);
+        const char *args[] = {"train", "--config", path, "s/", NULL};
+        config_from_args(&c, &g, 4, (char **)args);  // dies naming FILE:LINE on a stale flag
+        CHECK(config_given(&g, "arch") && config_given(&g, "epochs") && config_given(&g, "lr") &&
+                  config_given(&g, "lr-schedule") && config_given(&g, "batch-size"),
+              "%s: a recipe names its architecture, epochs, batch and schedule", e->d_name);
+        nrecipes++;
+    }
+    if (d) closedir(d);
+    CHECK(nrecipes >= 13, "found %d recipes in %s", nrecipes, rdir);
+    unlink(rp);
+    rmdir(dir);
 
     // Per-channel lists: one value broadcasts, n values fill n channels.
     float v[3];

@@ -8,6 +8,7 @@
 #include "nn/layers.h"
 #include "nn/model_cpu.h"
 #include "nn/resnet.h"
+#include "nn/lars.h"
 #include "nn/sgd.h"
 #include "tests/test.h"
 #include "util/common.h"
@@ -222,6 +223,42 @@ static void test_bf16_mode(const char *arch, int C, int S) {
     resnet_free(m);
 }
 
+static void test_lars(void) {
+    // The trust ratio on a 3-4-5 tensor: |w| = 5, |g| = 1.
+    CHECK(fabs(lars_trust(5, 1, 0.001, 5e-5) - 0.005 / (1 + 2.5e-4)) < 1e-18, "trust %g", lars_trust(5, 1, 0.001, 5e-5));
+    CHECK(lars_trust(0, 1, 0.001, 5e-5) == 1 && lars_trust(5, 0, 0.001, 5e-5) == 1, "trust without a norm is 1");
+    // Hand-computed steps on resnet20's table (MLPerf's lr 10.5-like scale: lr 10, eta 1e-3, wd 5e-5):
+    // with w = 1 and g = 0.5 throughout a tensor, trust = eta / (0.5 + wd) and the step is
+    // lr * trust * (0.5 + wd) = lr * eta = 0.01 whatever its size.
+    ResNet *m = resnet_create("resnet20", 3, 10);
+    size_t n = m->n_params;
+    float *p = ct_alloc(n * 4), *g = ct_alloc(n * 4);
+    for (size_t i = 0; i < n; i++) p[i] = 1.0f, g[i] = 0.5f;
+    const StateEntry *conv = &m->entries[resnet_find_entry(m, "conv1.weight")];
+    const StateEntry *zero = &m->entries[resnet_find_entry(m, "layer1.0.conv1.weight")];
+    const StateEntry *bn = &m->entries[resnet_find_entry(m, "bn1.bias")];
+    for (size_t i = 0; i < zero->count; i++) g[zero->offset + i] = 0;
+    SgdConfig c = {0.9f, 5e-5f, 0, 0, 1, 0.001f};
+    SgdState st;
+    sgd_init(&st, n);
+    lars_step(&c, &st, m, p, g, 10.0f);
+    CHECK(fabsf(p[conv->offset] - 0.99f) < 1e-6f && p[conv->offset + conv->count - 1] == p[conv->offset], "lars conv step 1: %.7f",
+          p[conv->offset]);
+    // A zero gradient: trust 1, so only the decay moves it: 10 * 5e-5 * 1.
+    CHECK(fabsf(p[zero->offset] - (1.0f - 5e-4f)) < 1e-7f, "lars zero-gradient step: %.7f", p[zero->offset]);
+    // BN (skipped): plain momentum with the rate inside, no decay: v = 10 * 0.5 = 5.
+    CHECK(fabsf(p[bn->offset] - (1.0f - 5.0f)) < 1e-6f, "lars bn step 1: %.7f", p[bn->offset]);
+    lars_step(&c, &st, m, p, g, 10.0f);
+    // Step 2: w = 0.99: the new step is lr * eta * 0.99 = 0.0099, v = 0.9 * 0.01 + 0.0099 = 0.0189.
+    CHECK(fabsf(p[conv->offset] - (0.99f - 0.0189f)) < 1e-6f, "lars conv step 2: %.7f", p[conv->offset]);
+    CHECK(fabsf(p[bn->offset] - (-4.0f - 9.5f)) < 1e-5f, "lars bn step 2: %.7f", p[bn->offset]);
+    CHECK(st.steps == 2, "steps counted");
+    sgd_free(&st);
+    free(p);
+    free(g);
+    resnet_free(m);
+}
+
 static void test_sgd(void) {
     // One parameter tensor per kind through a tiny fake model: resnet20's table, hand-computed.
     ResNet *m = resnet_create("resnet20", 3, 10);
@@ -231,7 +268,7 @@ static void test_sgd(void) {
         p[i] = 1.0f;
         g[i] = 0.5f;
     }
-    SgdConfig c = {0.9f, 0.1f, 1, 1};
+    SgdConfig c = {0.9f, 0.1f, 1, 1, 0, 0};
     SgdState st;
     sgd_init(&st, n);
     sgd_step(&c, &st, m, p, g, 0.1f);
@@ -265,5 +302,6 @@ int main(void) {
     test_bf16_mode("resnet20", 3, 16);
     test_bf16_mode("resnet18", 3, 36);
     test_sgd();
+    test_lars();
     return test_summary("test_model_cpu");
 }

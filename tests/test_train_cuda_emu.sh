@@ -85,6 +85,14 @@ KD=(--teacher "resnet20:$TMP/cpu/model.safetensors" --kd-alpha 0.6 --kd-temperat
   || { cat "$TMP/kdg.log"; fail "cuda (emulated) KD run"; }
 out=$(compare_metrics "$TMP/kdc/metrics.jsonl" "$TMP/kdg/metrics.jsonl" 3e-2 4 1e-5) || fail "KD fp32 cuda vs cpu metrics: $out"
 ok "distillation, fp32 cuda (emulated) vs cpu: $out"
+# LARS on the device (lars_step_gpu) against the CPU's: the update is bit-identical on the same
+# gradients, so the steps agree as tightly as SGD's do.
+LARS=(${ARGS/--nesterov/} --optimizer lars --lr 2 --lr-schedule poly --warmup-epochs 0.5 --epochs 1)
+"$TRAIN" "$TMP/d" "${LARS[@]}" --device cpu --out "$TMP/larsc" >"$TMP/larsc.log" 2>&1 || { cat "$TMP/larsc.log"; fail "cpu LARS run"; }
+"$EMU" "$TMP/d" "${LARS[@]}" --device cuda --precision fp32 --out "$TMP/larsg" >"$TMP/larsg.log" 2>&1 \
+  || { cat "$TMP/larsg.log"; fail "cuda (emulated) LARS run"; }
+out=$(compare_metrics "$TMP/larsc/metrics.jsonl" "$TMP/larsg/metrics.jsonl" 3e-2 4 1e-5) || fail "LARS fp32 cuda vs cpu metrics: $out"
+ok "LARS, fp32 cuda (emulated) vs cpu: $out"
 out=$(compare_models "$TMP/cpu/model.safetensors" "$TMP/gpu/model.safetensors" "$REF" 0.2) || fail "fp32 models differ: $out"
 ok "final models: $out"
 

@@ -35,4 +35,25 @@ grep -q "SIGINT: checkpoint saved to $TMP/e/last.ckpt at epoch 1 step" "$TMP/e.l
 grep -q "resuming" "$TMP/e2.log" || fail "no resume message"
 "$TRAIN" "${F[@]}" --epochs 2 -p 1 --out "$TMP/f" 2>"$TMP/f.log" || fail "run f failed"
 same "$TMP/f" "$TMP/e" "SIGINT mid-epoch + resume vs straight"
+
+# The per-step schedules depend on --epochs and the step within the epoch: a poly run (MLPerf's
+# formula) interrupted mid-epoch resumes on the same curve, and its logged rates are the formula's.
+P=("${SMALL_FLAGS[@]}" --lr-schedule poly --lr-power 2 --lr-end 0.001 --warmup-epochs 0.5 -p 1 --epochs 2 "$TMP/d")
+"$TRAIN" "${P[@]}" --out "$TMP/g" 2>"$TMP/g.log" || { cat "$TMP/g.log"; fail "poly run g failed"; }
+"$TRAIN" "${P[@]}" --out "$TMP/h" 2>"$TMP/h.log" &
+signal_after_steps INT $! "$TMP/h" 11
+[ $rc = 130 ] || { cat "$TMP/h.log"; fail "poly SIGINT: exit status $rc, expected 130"; }
+"$TRAIN" "${P[@]}" --resume "$TMP/h/last.ckpt" --out "$TMP/h" 2>"$TMP/h2.log" || { cat "$TMP/h2.log"; fail "poly resume failed"; }
+same "$TMP/g" "$TMP/h" "poly schedule: SIGINT mid-epoch + resume vs straight"
+python3 - "$TMP/g/metrics.jsonl" <<'PY' || fail "poly: logged lr differs from MLPerf's formula"
+import json, sys
+T, W, lr, end = 32, 8, 0.05, 0.001  # 16 steps an epoch, 2 epochs, warmup 0.5 epoch
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    if r.get("type") != "step": continue
+    t = r["step"] - 1
+    want = lr * (t + 1) / W if t < W else (lr - end) * (1 - (t + 1 - W) / (T - W + 1)) ** 2 + end
+    assert abs(r["lr"] - want) < 1e-7 * want, (t, r["lr"], want)
+PY
+ok "poly: logged learning rates follow MLPerf's formula"
 echo "test_train_resume: all passed"

@@ -51,7 +51,7 @@ int main(int argc, char **argv) {
     float *grads = ct_alloc(m->n_params * sizeof(float));
     SgdState st;
     sgd_init(&st, m->n_params);
-    const SgdConfig cfg = {0.9f, 5e-4f, 0, 0};
+    const SgdConfig cfg = {0.9f, 5e-4f, 0, 0, 0, 0};
     double *wall = ct_alloc((size_t)steps * sizeof(double));
     double cpu_total = 0;
     float loss = 0;

@@ -153,7 +153,7 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < nbytes; i++) x[i] = (uint8_t)(rng_u32(&r) & 0xff);
     for (int i = 0; i < N; i++) labels[i] = (int32_t)rng_below(&r, (uint32_t)classes);
     static const float mean[3] = {0.485f, 0.456f, 0.406f}, stdv[3] = {0.229f, 0.224f, 0.225f};
-    const SgdConfig cfg = {0.9f, 1e-4f, 0, 0};
+    const SgdConfig cfg = {.momentum = 0.9f, .weight_decay = 1e-4f};
 
     float loss_off = 0, *grads_off = NULL, *grads_on = NULL;
     if (verify) {

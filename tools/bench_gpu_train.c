@@ -124,7 +124,7 @@ int main(int argc, char **argv) {
     if (profile) gpu_exec_profile(e, m, 1);
     SgdState st;
     sgd_init(&st, m->n_params);
-    const SgdConfig cfg = {0.9f, 1e-4f, 0, 0};
+    const SgdConfig cfg = {0.9f, 1e-4f, 0, 0, 0, 0};
     const float lr = 0.1f;
     double *wall = ct_alloc((size_t)steps * sizeof(double));
     float loss = 0;

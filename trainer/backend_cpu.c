@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "dist/gradsync.h"
+#include "nn/lars.h"
 #include "nn/layers.h"
 #include "nn/model_cpu.h"
 #include "trainer/backend_impl.h"
@@ -94,7 +95,8 @@ static void cpu_backend_backward(Backend *base) {
 static int cpu_backend_grads_finite(Backend *base) { return all_finite(cpu_of(base)->grads, base->m->n_params); }
 
 static void cpu_backend_sgd(Backend *base, const SgdConfig *cfg, SgdState *st, float lr) {
-    sgd_step(cfg, st, base->m, base->m->params, cpu_of(base)->grads, lr);
+    if (cfg->lars) lars_step(cfg, st, base->m, base->m->params, cpu_of(base)->grads, lr);
+    else sgd_step(cfg, st, base->m, base->m->params, cpu_of(base)->grads, lr);
 }
 
 static void cpu_backend_bn_snapshot(Backend *base) {

@@ -128,7 +128,8 @@ static void cuda_backend_backward(Backend *base) {
 static int cuda_backend_grads_finite(Backend *base) { return gpu_grads_finite(cuda_of(base)->exec); }
 
 static void cuda_backend_sgd(Backend *base, const SgdConfig *cfg, SgdState *st, float lr) {
-    gpu_sgd_step(cuda_of(base)->exec, base->m, cfg, st, lr);
+    if (cfg->lars) gpu_lars_step(cuda_of(base)->exec, base->m, cfg, st, lr);
+    else gpu_sgd_step(cuda_of(base)->exec, base->m, cfg, st, lr);
 }
 
 // On the device, without a host round trip.

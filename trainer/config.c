@@ -4,8 +4,10 @@
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "dist/net.h"
 #include "nn/resnet.h"
@@ -21,10 +23,14 @@ const Flag CONFIG_FLAGS[] = {
     {"momentum", 0, F_DBL, OFF(momentum), "0.9", "M", "SGD momentum (0 disables)", 0},
     {"wd", 0, F_DBL, OFF(wd), "1e-4", "WD", "weight decay (L2, PyTorch SGD semantics)", 0},
     {"nesterov", 0, F_BOOL, OFF(nesterov), "0", NULL, "Nesterov momentum", 0},
-    {"lr-schedule", 0, F_STR, OFF(lr_schedule), "step", "step|cosine", "learning-rate schedule: step (x gamma every --lr-step-size epochs) or cosine to 0", 0},
+    {"optimizer", 0, F_STR, OFF(optimizer), "sgd", "sgd|lars", "sgd: torch.optim.SGD; lars: MLPerf's LARS (per-tensor trust ratio eta |w| / (|g| + wd |w|) on the rate; BN parameters and biases neither adapted nor decayed)", 0},
+    {"lars-eta", 0, F_DBL, OFF(lars_eta), "0.001", "ETA", "LARS trust coefficient", 0},
+    {"lr-schedule", 0, F_STR, OFF(lr_schedule), "step", "step|cosine|linear|poly", "learning-rate schedule, set per step: step (x gamma every --lr-step-size epochs), cosine to 0, linear to 0 at the end (FFCV's), poly (MLPerf's: (lr - end) * (1 - progress)^power + end)", 0},
     {"warmup-epochs", 0, F_DBL, OFF(warmup_epochs), "0", "E", "linear warmup from 0 over E epochs (fractions allowed)", 0},
     {"lr-step-size", 0, F_INT, OFF(lr_step_size), "30", "N", "step schedule: epochs between decays", 0},
     {"lr-gamma", 0, F_DBL, OFF(lr_gamma), "0.1", "G", "step schedule: decay factor", 0},
+    {"lr-power", 0, F_DBL, OFF(lr_power), "2", "P", "poly schedule: exponent of the decay (MLPerf ResNet: 2)", 0},
+    {"lr-end", 0, F_DBL, OFF(lr_end), "0", "LR", "poly schedule: the rate the decay ends at (MLPerf ResNet: 1e-4)", 0},
     {"label-smoothing", 0, F_DBL, OFF(label_smoothing), "0", "EPS", "label smoothing of the cross-entropy (PyTorch's definition)", 0},
     {"crop-size", 0, F_INT, OFF(crop_size), "224", "PX", "training and evaluation image size", 0},
     {"val-resize", 0, F_INT, OFF(val_resize), "auto", "PX", "eval: resize the short side to PX, then center-crop --crop-size; auto (crop/0.875), rounded down: 224 -> 256, 32 -> 36", 0},
@@ -32,7 +38,7 @@ const Flag CONFIG_FLAGS[] = {
     {"no-flip", 0, F_BOOL, OFF(no_flip), "0", NULL, "no random horizontal flip", 0},
     {"mean", 0, F_STR, OFF(mean), "auto", "M[,M,M]", "per-channel mean for normalisation (auto: ImageNet's for 3 channels, 0.5 for 1)", 0},
     {"std", 0, F_STR, OFF(std), "auto", "S[,S,S]", "per-channel std for normalisation (auto: ImageNet's for 3 channels, 0.25 for 1)", 0},
-    {"workers", 'j', F_INT, OFF(workers), "2", "N", "data loader threads (results do not depend on it)", 0},
+    {"workers", 'j', F_INT, OFF(workers), "auto", "N|auto", "data loader threads per rank (results do not depend on it); auto: on cuda, the cores this process may use less one per rank, shared by the ranks; on cpu, where OpenMP compute owns the cores, 2 per rank with >= 8 cores per rank, else 1", 0},
     {"seed", 0, F_LL, OFF(seed), "0", "S", "seed of initialisation, sampling and augmentation", 0},
     {"deterministic", 0, F_BOOL, OFF(deterministic), "1", NULL, "bit-reproducible runs (always true on the CPU backend)", 0},
     {"resume", 0, F_STR, OFF(resume), "", "PATH", "continue from a checkpoint (OUT/last.ckpt or best.ckpt)", 0},
@@ -48,6 +54,7 @@ const Flag CONFIG_FLAGS[] = {
     {"kd-temperature", 0, F_DBL, OFF(kd_temperature), "4", "T", "distillation temperature", 0},
     {"precision", 0, F_STR, OFF(precision), "auto", "auto|bf16|fp32", "math precision (auto: bf16 on cuda, fp32 on cpu); bf16 on the CPU rounds exactly where the GPU does (slower: for checking GPU runs)", 0},
     {"demo", 0, F_BOOL, OFF(demo), "0", NULL, "Fashion-MNIST demo: packs " DEMO_SHARDS "/ when absent, trains a CIFAR-style ResNet on the CPU, evaluates", 0},
+    {"config", 0, F_STR, OFF(config_file), "", "FILE", "read flags from a recipe file (see recipes/): one '--flag value', '--flag=value' or bare '--flag' a line, '#' comments; flags on the command line win over the file's, the file's over --demo's", 0},
     {"zero-init-residual", 0, F_BOOL, OFF(zero_init_residual), "0", NULL, "zero-initialise the last BN of each residual block", 0},
     {"no-wd-bn", 0, F_BOOL, OFF(no_wd_bn), "0", NULL, "no weight decay on BN weights/biases and the fc bias", 0},
     {"max-nonfinite", 0, F_INT, OFF(max_nonfinite), "5", "N", "stop after N consecutive steps with a non-finite loss or gradient", 0},
@@ -103,6 +110,7 @@ void config_usage(FILE *f) {
                "  --mean 0.286 --std 0.353 --out runs/demo; flags given with --demo override these.\n"
                "Without --out a run goes to runs/DATE-ARCH (runs/demo for --demo), with a -2, -3... suffix when\n"
                "that holds a run already.\n"
+               "Precedence: defaults < --demo's recipe < launchers' environment < --config FILE < command line.\n"
                "Multi-node runs also read torchrun's WORLD_SIZE, NODE_RANK/RANK, MASTER_ADDR, MASTER_PORT and\n"
                "SLURM's SLURM_NNODES, SLURM_NODEID, SLURM_JOB_NODELIST when the flags are not given.\n"
                "Exit status: 0 done, 1 error, 128+signal after a checkpoint on SIGINT/SIGTERM.\n");
@@ -135,13 +143,14 @@ static void set_flag(Config *c, const Flag *fl, const char *v) {
     errno = 0;
     switch (fl->type) {
     case F_INT: {
-        if (!strcmp(fl->def, "auto") && !strcmp(v, "auto")) {  // resolved once the flags it depends on are known
-            *(int *)p = 0;
-            break;
-        }
+        // An int flag whose default is "auto" takes "auto" (stored as 0, resolved once the
+        // backend is known) or a count >= 1, so 0 cannot be mistaken for "auto".
+        int autoable = !strcmp(fl->def, "auto");
+        if (autoable && !strcmp(v, "auto")) { *(int *)p = 0; break; }
         long x = strtol(v, &end, 10);
         if (!*v || *end || errno || x < -2147483647L || x > 2147483647L)
-            ct_die("--%s: '%s' is not an integer", fl->name, v);
+            ct_die("--%s: '%s' is not %s", fl->name, v, autoable ? "a count >= 1 or auto" : "an integer");
+        if (autoable && x < 1) ct_die("--%s: '%s' is not a count >= 1 or auto", fl->name, v);
         *(int *)p = (int)x;
         break;
     }
@@ -244,6 +253,116 @@ static void apply_demo(Config *c, const ConfigGiven *given, const char *argv0) {
     if (!config_given(given, "device")) c->device = "cpu";  // the demo is the CPU showcase
 }
 
+// --config FILE: where each value came from, so that a message printed by the flag parser or the
+// validator names FILE:LINE (through ct_set_error_context; a message about --X names X's line).
+static struct {
+    const char *file;
+    int line;                 // the line being parsed, 0 when none
+    const ConfigGiven *given; // after parsing: per-flag lines
+} g_src;
+
+static const char *config_error_context(const char *msg) {
+    static char where[1100];
+    int line = g_src.line;
+    if (!line && g_src.given && msg[0] == '-' && msg[1] == '-') {
+        const Flag *fl = find_flag_long(msg + 2, strcspn(msg + 2, ": ="));
+        if (fl) line = g_src.given->config_line[fl - CONFIG_FLAGS];
+    }
+    if (!line || !g_src.file) return NULL;
+    snprintf(where, sizeof where, "%s:%d", g_src.file, line);
+    return where;
+}
+
+// Config strings point into the files' text for the life of the process (as into argv); the list
+// keeps every text reachable.
+static char **g_texts;
+static int g_n_texts;
+static char *keep_text(char *t) {
+    g_texts = ct_realloc(g_texts, sizeof *g_texts * (size_t)(g_n_texts + 1));
+    return g_texts[g_n_texts++] = t;
+}
+
+static char *read_config_text(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) ct_die_errno("--config %s: cannot read", path);
+    size_t n = 0, cap = 4096;
+    char *buf = ct_alloc(cap);
+    for (;;) {
+        n += fread(buf + n, 1, cap - 1 - n, f);
+        if (ferror(f)) ct_die_errno("--config %s: cannot read", path);
+        if (feof(f)) break;
+        if (n + 1 >= cap) buf = ct_realloc(buf, cap *= 2);
+        if (cap > (64u << 20)) ct_die("--config %s: larger than 64 MB; not a recipe file", path);
+    }
+    fclose(f);
+    buf[n] = 0;
+    if (strlen(buf) != n) ct_die("--config %s: contains a NUL byte; not a text file", path);
+    return keep_text(buf);
+}
+
+void config_read_file(Config *c, ConfigGiven *given, const char *path) {
+    Config user = *c;
+    ConfigGiven file_given;
+    memset(&file_given, 0, sizeof file_given);
+    char *text = read_config_text(path);
+    g_src.file = path;
+    g_src.given = NULL;
+    ct_set_error_context(config_error_context);
+    int line = 0;
+    for (char *p = text; *p;) {
+        char *nl = strchr(p, '\n');
+        char *end = nl ? nl : p + strlen(p);
+        char *next = nl ? nl + 1 : end;
+        *end = 0;
+        line++;
+        g_src.line = line;
+        // A comment starts at '#' at the start of the line or after a blank, so a value may
+        // still hold one (a path such as runs/#3).
+        for (char *h = p; (h = strchr(h, '#')); h++)
+            if (h == p || h[-1] == ' ' || h[-1] == '\t') { *h = 0; break; }
+        while (*p == ' ' || *p == '\t') p++;
+        size_t len = strlen(p);
+        while (len && (p[len - 1] == ' ' || p[len - 1] == '\t' || p[len - 1] == '\r')) p[--len] = 0;
+        if (!len) { p = next; continue; }
+        if (strncmp(p, "--", 2) || !p[2] || p[2] == '-' || p[2] == '=')
+            ct_die("expected '--flag value', '--flag=value' or '--flag' (got '%s')", p);
+        char *val = p + strcspn(p, " \t");
+        if (*val) {
+            *val++ = 0;
+            while (*val == ' ' || *val == '\t') val++;
+            if (strchr(p, '=')) ct_die("'%s %s': one flag a line, its value after ' ' or '='", p, val);
+        }
+        size_t nlen = strcspn(p + 2, "=");
+        if ((nlen == 6 && !strncmp(p + 2, "config", 6)) || (nlen == 4 && !strncmp(p + 2, "help", 4)))
+            ct_die("--%.*s cannot be used in a recipe file", (int)nlen, p + 2);
+        // '--flag value' becomes '--flag=value', so a boolean may take a value here too.
+        char *tok = p;
+        if (*val) {
+            tok = keep_text(ct_alloc(strlen(p) + strlen(val) + 2));
+            sprintf(tok, "%s=%s", p, val);
+        }
+        char *args[2] = {"train", tok};
+        ConfigGiven one;
+        memset(&one, 0, sizeof one);
+        config_parse_args(c, &one, 2, args);
+        for (int i = 0; i < CONFIG_N_FLAGS; i++)
+            if (one.flag[i]) { file_given.flag[i] = 1; file_given.config_line[i] = line; }
+        p = next;
+    }
+    g_src.line = 0;
+    ct_set_error_context(NULL);
+    // The command line wins: its values go back over the file's.
+    for (int i = 0; i < CONFIG_N_FLAGS; i++) {
+        if (given->flag[i]) {
+            memcpy((char *)c + CONFIG_FLAGS[i].offset, (char *)&user + CONFIG_FLAGS[i].offset, flag_value_size(&CONFIG_FLAGS[i]));
+        } else if (file_given.flag[i]) {
+            given->flag[i] = 1;
+            given->config_line[i] = file_given.config_line[i];
+        }
+    }
+    given->config_file = path;
+}
+
 // --gpus N is --device cuda --ranks N.
 static void apply_gpus(Config *c, const ConfigGiven *given) {
     if (!config_given(given, "gpus")) return;
@@ -326,17 +445,22 @@ void config_validate(const Config *c, const ConfigGiven *given) {
     if (c->momentum < 0 || c->momentum >= 1) ct_die("--momentum: must be in [0, 1) (got %g)", c->momentum);
     if (c->wd < 0) ct_die("--wd: must be >= 0 (got %g)", c->wd);
     if (c->nesterov && c->momentum == 0) ct_die("--nesterov needs --momentum > 0");
+    if (strcmp(c->optimizer, "sgd") && strcmp(c->optimizer, "lars")) ct_die("--optimizer: '%s' is not one of sgd, lars", c->optimizer);
+    if (!strcmp(c->optimizer, "lars") && c->nesterov) ct_die("--optimizer lars: --nesterov is not part of LARS here (MLPerf's has none)");
+    if (!(c->lars_eta > 0) || c->lars_eta > 1) ct_die("--lars-eta: must be in (0, 1] (got %g)", c->lars_eta);
     LrKind k;
-    if (!lr_kind_parse(c->lr_schedule, &k)) ct_die("--lr-schedule: '%s' is not one of step, cosine", c->lr_schedule);
+    if (!lr_kind_parse(c->lr_schedule, &k)) ct_die("--lr-schedule: '%s' is not one of " LR_KIND_LIST, c->lr_schedule);
     if (c->warmup_epochs < 0 || c->warmup_epochs > c->epochs) ct_die("--warmup-epochs: must be in [0, --epochs] (got %g)", c->warmup_epochs);
     if (c->lr_step_size < 1) ct_die("--lr-step-size: must be >= 1 (got %d)", c->lr_step_size);
     if (!(c->lr_gamma > 0) || c->lr_gamma > 1) ct_die("--lr-gamma: must be in (0, 1] (got %g)", c->lr_gamma);
+    if (!(c->lr_power > 0) || c->lr_power > 100) ct_die("--lr-power: must be in (0, 100] (got %g)", c->lr_power);
+    if (c->lr_end < 0 || c->lr_end >= c->lr) ct_die("--lr-end: must be in [0, --lr %g) (got %g)", c->lr, c->lr_end);
     if (c->label_smoothing < 0 || c->label_smoothing >= 1) ct_die("--label-smoothing: must be in [0, 1) (got %g)", c->label_smoothing);
     if (c->crop_size < 1 || c->crop_size > 4096) ct_die("--crop-size: must be in 1..4096 (got %d)", c->crop_size);
     if (c->val_resize != 0 && (c->val_resize < c->crop_size || c->val_resize > 8192))
         ct_die("--val-resize: must be in --crop-size (%d)..8192 or auto (got %d)", c->crop_size, c->val_resize);
     if (!(c->min_scale > 0) || c->min_scale > 1) ct_die("--min-scale: must be in (0, 1] (got %g)", c->min_scale);
-    if (c->workers < 1 || c->workers > 256) ct_die("--workers: must be in 1..256 (got %d)", c->workers);
+    if (c->workers < 0 || c->workers > 256) ct_die("--workers: must be in 1..256 or auto (got %d)", c->workers);
     if (c->seed < 0) ct_die("--seed: must be >= 0 (got %lld)", c->seed);
     if (strcmp(c->device, "auto") && strcmp(c->device, "cpu") && strcmp(c->device, "cuda")) ct_die("--device: '%s' is not one of auto, cpu, cuda", c->device);
     if (c->print_freq < 1) ct_die("--print-freq: must be >= 1 (got %d)", c->print_freq);
@@ -397,11 +521,17 @@ void config_from_args(Config *c, ConfigGiven *given, int argc, char **argv) {
     config_defaults(c);
     memset(given, 0, sizeof *given);
     config_parse_args(c, given, argc, argv);
+    if (c->config_file[0]) config_read_file(c, given, c->config_file);
     if (c->demo) apply_demo(c, given, argv[0]);
     if (!c->shards[0]) ct_die("missing SHARDS directory (or --demo); see train --help");
+    if (given->config_file) {
+        g_src.given = given;
+        ct_set_error_context(config_error_context);
+    }
     apply_gpus(c, given);
     config_env_defaults(c, given);
     config_validate(c, given);
+    ct_set_error_context(NULL);
     if (c->val_resize == 0) c->val_resize = config_auto_val_resize(c->crop_size);
     // Paths are joined as DIR/name everywhere; a trailing slash would print as DIR//name.
     static char shards[4096], out[4096], dump[4096];
@@ -409,6 +539,31 @@ void config_from_args(Config *c, ConfigGiven *given, int argc, char **argv) {
     c->out = trim_slashes(c->out, out, sizeof out, "--out");
     c->dump_batches = trim_slashes(c->dump_batches, dump, sizeof dump, "--dump-batches");
     if (!c->deterministic) ct_warn("--no-deterministic: the CPU backend is deterministic anyway");
+}
+
+int config_cpus_available(void) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+int config_workers_auto(int cores, int ranks, int cuda) {
+    if (ranks < 1) ranks = 1;
+    int n;
+    if (cuda) {
+        // The GPU computes; each rank's host thread keeps a core to launch kernels, and the
+        // ranks' loaders share the rest (a loader worker makes thousands of crops a second, so
+        // more than 32 a rank would only sit idle).
+        n = (cores - ranks) / ranks;
+        if (n > 32) n = 32;
+    } else {
+        // OpenMP compute threads already use every core, and a CPU step costs far more than
+        // cropping its batch: a worker or two per rank keep up without taking cores from it.
+        n = cores / ranks >= 8 ? 2 : 1;
+    }
+    return n < 1 ? 1 : n;
 }
 
 void config_parse_floats(const char *flag, const char *s, float *out, int n) {
@@ -430,8 +585,9 @@ void config_parse_floats(const char *flag, const char *s, float *out, int n) {
 }
 
 uint64_t config_fingerprint(const Config *c, const void *data, size_t data_bytes) {
-    static const char *local_flags[] = {"out",     "workers", "print-freq",   "node-rank",   "master",
-                                        "timeout", "dump-batches", "cuda-graphs", "overwrite"};
+    static const char *local_flags[] = {"out",     "workers",      "print-freq",  "node-rank", "master",
+                                        "timeout", "dump-batches", "cuda-graphs", "overwrite",
+                                        "config"};  // the path: the values it set are hashed
     uint64_t h = 1469598103934665603ull;  // FNV-1a
 #define FP_MIX(p, n)                                                       \
     for (size_t i_ = 0; i_ < (n); i_++) h = (h ^ ((const uint8_t *)(p))[i_]) * 1099511628211ull

@@ -2,7 +2,9 @@
 // recipe, the launchers' environment (torchrun, SLURM), validation of values, and the settings
 // fingerprint that every node of a multi-node run must share.
 //
-// Order of precedence: defaults < --demo's recipe < environment (multi-node only) < flags given.
+// Order of precedence: defaults < --demo's recipe < environment (multi-node only) < --config
+// FILE < flags on the command line (a file's flags count as given: they beat the demo and the
+// environment, and yield to the command line).
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -16,16 +18,20 @@ typedef struct {
     int batch;  // per rank
     double lr, momentum, wd;
     int nesterov;
+    const char *optimizer;  // sgd | lars
+    double lars_eta;
     const char *lr_schedule;
     double warmup_epochs;
     int lr_step_size;
     double lr_gamma;
+    double lr_power, lr_end;  // poly schedule
     double label_smoothing;
     int crop_size, val_resize;  // val_resize 0 while parsing: auto, resolved by config_from_args
     double min_scale;  // RandomResizedCrop's lower scale bound
     int no_flip;
     const char *mean, *std;  // per-channel normalisation, comma-separated ("auto": by channels)
-    int workers;
+    int workers;  // per rank; 0 = auto until job_create resolves it (config_workers_auto)
+    int workers_auto;  // not a flag: set when job_create chose the count (the banner says so)
     long long seed;
     int deterministic;
     const char *resume, *weights;
@@ -39,6 +45,7 @@ typedef struct {
     double kd_alpha, kd_temperature;
     const char *precision;
     int demo;
+    const char *config_file;  // --config: a recipe file of flags
     int zero_init_residual;
     int no_wd_bn;
     int max_nonfinite;
@@ -76,6 +83,8 @@ extern const int CONFIG_N_FLAGS;
 typedef struct {
     unsigned char flag[CONFIG_MAX_FLAGS];
     const char *nodes_from, *node_rank_from, *master_from;  // "--nodes" or "$WORLD_SIZE", ...
+    const char *config_file;                 // --config's file when one was read
+    int config_line[CONFIG_MAX_FLAGS];       // the file's line that set each flag, 0: not the file
 } ConfigGiven;
 
 // The flag called `name` (dies on an unknown name: a programming error, not a user's).
@@ -91,6 +100,15 @@ void config_defaults(Config *c);
 void config_parse_args(Config *c, ConfigGiven *given, int argc, char **argv);
 void config_env_defaults(Config *c, ConfigGiven *given);
 void config_validate(const Config *c, const ConfigGiven *given);
+// --config FILE over c: sets the flags the file names, except those given (the command line's),
+// and marks them given with their line. Dies naming FILE:LINE on an unknown flag or a bad value;
+// config_from_args names the line of a flag whose value the validator refuses.
+void config_read_file(Config *c, ConfigGiven *given, const char *path);
+
+// --workers auto (stored as 0 until the backend is known): loader threads per rank from the
+// cores this process may use (its CPU affinity, not the machine's) and the local rank count.
+int config_cpus_available(void);
+int config_workers_auto(int cores, int ranks, int cuda);
 
 // --val-resize auto: torchvision's resize for a center crop, int(crop / 0.875) (224 -> 256).
 int config_auto_val_resize(int crop);

@@ -109,6 +109,10 @@ void job_create(Job *job, const Config *c, const ConfigGiven *given) {
     job->backend = backend_resolve(cfg->device, cfg->ranks);
     cfg->device = backend_name(job->backend);
     if (!strcmp(cfg->precision, "auto")) cfg->precision = job->backend == BACKEND_CUDA ? "bf16" : "fp32";
+    if (cfg->workers == 0) {
+        cfg->workers = config_workers_auto(config_cpus_available(), cfg->ranks, job->backend == BACKEND_CUDA);
+        cfg->workers_auto = 1;
+    }
     job->t_start = ct_now();
     // An explicit --arch must match a checkpoint being resumed; without one, the checkpoint's is used.
     if (cfg->resume[0] && !config_given(given, "arch") && !cfg->demo) cfg->arch = state_checkpoint_arch(cfg->resume, "--resume");

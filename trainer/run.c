@@ -24,6 +24,8 @@ static void setup_training(Run *r, BackendKind kind, int bf16) {
     mo->sgd.weight_decay = (float)c->wd;
     mo->sgd.nesterov = c->nesterov;
     mo->sgd.wd_exclude_bn_bias = c->no_wd_bn;
+    mo->sgd.lars = !strcmp(c->optimizer, "lars");
+    mo->sgd.lars_eta = (float)c->lars_eta;
     sgd_init(&mo->opt, mo->net->n_params);
     lr_kind_parse(c->lr_schedule, &mo->schedule.kind);
     mo->schedule.base_lr = c->lr;
@@ -32,6 +34,8 @@ static void setup_training(Run *r, BackendKind kind, int bf16) {
     mo->schedule.warmup_epochs = c->warmup_epochs;
     mo->schedule.step_size = c->lr_step_size;
     mo->schedule.gamma = c->lr_gamma;
+    mo->schedule.power = c->lr_power;
+    mo->schedule.end_lr = c->lr_end;
     mo->loss.smoothing = c->label_smoothing;
     mo->loss.kd_alpha = c->kd_alpha;
     mo->loss.kd_temperature = c->kd_temperature;

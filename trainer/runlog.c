@@ -186,9 +186,10 @@ void runlog_banner(const Run *r) {
         fprintf(stderr, "train: %d data-parallel ranks (threads, %d CPU threads each), gradients averaged in %d bucket(s) of "
                         "<= %d MB during backward\n", world, CT_MAX(1, omp_get_max_threads() / world),
                 backend_gradsync_buckets(r->model.backend), c->bucket_mb);
-    fprintf(stderr, "train: device %s%s (%d CPU threads, %d loader workers), lr %g %s, %d epochs, out %s/%s\n",
+    fprintf(stderr, "train: device %s%s (%d CPU threads, %d loader workers%s%s), lr %g %s, %d epochs, out %s/%s\n",
             cuda ? (bf16 ? "cuda, bf16" : "cuda, fp32") : (bf16 ? "cpu, bf16 rounding" : "cpu"),
-            cuda && !strcmp(c->cuda_graphs, "on") ? ", CUDA graphs" : "", omp_get_max_threads(), c->workers, c->lr,
+            cuda && !strcmp(c->cuda_graphs, "on") ? ", CUDA graphs" : "", omp_get_max_threads(), c->workers,
+            world > 1 ? " per rank" : "", c->workers_auto ? ", auto" : "", c->lr,
             c->lr_schedule, c->epochs, r->log->out, c->resume[0] ? " (resumed)" : "");
     if (r->model.teacher)
         fprintf(stderr, "train: teacher %s (%zu parameters) from %s\n", r->model.teacher->arch, r->model.teacher->n_params,
@@ -277,9 +278,9 @@ void runlog_epoch(RunLog *log, const EpochReport *e) {
     if (e->data_wait > 0.1 && e->img_s > 0)
         fprintf(stderr,
                 "train: warning: %.0f%% of epoch %d's training time was spent waiting for data: the loader "
-                "(%d worker thread%s) cannot keep up; give it more --workers (this machine has %ld cores), "
+                "(%d worker thread%s) cannot keep up; give it more --workers (this process may use %d cores), "
                 "or pack the shards smaller (packdata --max-short) or as LZ4 rather than JPEG\n",
-                100 * e->data_wait, e->epoch, e->workers, e->workers == 1 ? "" : "s", sysconf(_SC_NPROCESSORS_ONLN));
+                100 * e->data_wait, e->epoch, e->workers, e->workers == 1 ? "" : "s", config_cpus_available());
     tfevents_scalar(log->tb, "train/epoch_loss", e->step, (float)e->train_loss);
     tfevents_scalar(log->tb, "train/top1", e->step, (float)e->train_top1);
     tfevents_scalar(log->tb, "val/loss", e->step, (float)e->val_loss);

@@ -10,13 +10,24 @@
 #include <unistd.h>
 
 static const char *g_program = "ctrain";
+static CtErrorContext g_error_context;
 
 void ct_set_program(const char *name) { g_program = name; }
 const char *ct_program(void) { return g_program; }
+void ct_set_error_context(CtErrorContext fn) { g_error_context = fn; }
 
 static void vreport(const char *kind, const char *fmt, va_list ap, int with_errno, int err) {
     fflush(stdout);
     fprintf(stderr, "%s: %s: ", g_program, kind);
+    if (g_error_context) {
+        char msg[1024];
+        va_list aq;
+        va_copy(aq, ap);
+        vsnprintf(msg, sizeof msg, fmt, aq);
+        va_end(aq);
+        const char *where = g_error_context(msg);
+        if (where && *where) fprintf(stderr, "%s: ", where);
+    }
     vfprintf(stderr, fmt, ap);
     if (with_errno) fprintf(stderr, ": %s", strerror(err));
     fputc('\n', stderr);

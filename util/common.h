@@ -20,6 +20,11 @@ __attribute__((noreturn, format(printf, 1, 2))) void ct_die(const char *fmt, ...
 // Same as ct_die, with ": strerror(errno)" appended.
 __attribute__((noreturn, format(printf, 1, 2))) void ct_die_errno(const char *fmt, ...);
 __attribute__((format(printf, 1, 2))) void ct_warn(const char *fmt, ...);
+// While set, every error and warning is prefixed with what fn returns for its message ("FILE:LINE"
+// or NULL for none): lets a reader of settings files name the line at fault for messages that
+// other code (a flag parser, a validator) prints. NULL clears it.
+typedef const char *(*CtErrorContext)(const char *msg);
+void ct_set_error_context(CtErrorContext fn);
 // For code that reports errors to its caller instead of dying (parsers under fuzzing, network
 // peers): formats the message into err[errlen] (nothing when err is NULL or errlen 0) and returns
 // -1, so a failing path reads `return ct_fail(err, errlen, "...", ...);`.
