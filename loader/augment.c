@@ -68,7 +68,9 @@ int rrc_get_params(Rng *r, int H, int W, float scale_min, float scale_max, float
 }
 
 void augment_plan(const AugmentConfig *a, int H, int W, int64_t epoch, uint64_t index, AugmentPlan *p) {
-    p->copy = 0;
+    // Whole, padding included: a plan is a pure function of its inputs down to the byte (tests
+    // compare plans with memcmp).
+    memset(p, 0, sizeof *p);
     if (a->train) {
         Rng r = rng_make(a->seed ^ AUG_KEY, (uint64_t)epoch, index);
         CropBox b;

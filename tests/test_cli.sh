@@ -108,7 +108,7 @@ printf -- '--config other.conf\n' > "$TMP/nested.conf"
 expect_err "nested.conf:1: --config cannot be used in a recipe file" --config "$TMP/nested.conf" "$TMP/d"
 expect_err "--config $TMP/none.conf: cannot read" --config "$TMP/none.conf" "$TMP/d"
 out=$(timeout 60 "$TRAIN" --config "$TMP/range.conf" --momentum 0.5 --epochs 0 "$TMP/d" 2>&1) && fail "--epochs 0 accepted"
-grep -q "ctrain: error: --epochs: must be >= 1" <<<"$out" || fail "a command-line value blamed on the file: $out"
+grep -q "^train: error: --epochs: must be >= 1" <<<"$out" || fail "a command-line value blamed on the file: $out"
 ok "--config: a command-line value's error names no file line"
 [ ! -e "$TMP/o" ] || fail "an invalid run created its output directory"
 

@@ -116,7 +116,7 @@ void config_usage(FILE *f) {
                "Exit status: 0 done, 1 error, 128+signal after a checkpoint on SIGINT/SIGTERM.\n");
 }
 
-static const Flag *find_flag_long(const char *name, size_t len) {
+const Flag *config_flag_named(const char *name, size_t len) {
     for (int i = 0; i < CONFIG_N_FLAGS; i++)
         if (strlen(CONFIG_FLAGS[i].name) == len && !strncmp(CONFIG_FLAGS[i].name, name, len)) return &CONFIG_FLAGS[i];
     return NULL;
@@ -127,7 +127,7 @@ static const Flag *find_flag_short(char c) {
     return NULL;
 }
 
-static size_t flag_value_size(const Flag *fl) {
+size_t config_flag_size(const Flag *fl) {
     switch (fl->type) {
     case F_DBL: return sizeof(double);
     case F_LL: return sizeof(long long);
@@ -204,9 +204,9 @@ void config_parse_args(Config *c, ConfigGiven *given, int argc, char **argv) {
         if (a[0] == '-' && a[1] == '-') {
             const char *name = a + 2, *eq = strchr(name, '=');
             size_t len = eq ? (size_t)(eq - name) : strlen(name);
-            fl = find_flag_long(name, len);
+            fl = config_flag_named(name, len);
             if (!fl && len > 3 && !strncmp(name, "no-", 3)) {  // --no-X for boolean X
-                const Flag *neg = find_flag_long(name + 3, len - 3);
+                const Flag *neg = config_flag_named(name + 3, len - 3);
                 if (neg && neg->type == F_BOOL && !eq) { set_flag(c, neg, "0"); given->flag[neg - CONFIG_FLAGS] = 1; continue; }
             }
             if (!fl) ct_die("unknown flag '%.*s' (see train --help)", (int)(len + 2), a);
@@ -247,120 +247,10 @@ static void apply_demo(Config *c, const ConfigGiven *given, const char *argv0) {
     config_parse_args(c, &demo_given, (int)CT_ARRAY_LEN(dargv), dargv);
     for (int i = 0; i < CONFIG_N_FLAGS; i++)
         if (given->flag[i])
-            memcpy((char *)c + CONFIG_FLAGS[i].offset, (char *)&user + CONFIG_FLAGS[i].offset, flag_value_size(&CONFIG_FLAGS[i]));
+            memcpy((char *)c + CONFIG_FLAGS[i].offset, (char *)&user + CONFIG_FLAGS[i].offset, config_flag_size(&CONFIG_FLAGS[i]));
     if (c->shards[0]) ct_die("--demo takes no SHARDS argument (it uses %s/)", DEMO_SHARDS);
     c->shards = DEMO_SHARDS;
     if (!config_given(given, "device")) c->device = "cpu";  // the demo is the CPU showcase
-}
-
-// --config FILE: where each value came from, so that a message printed by the flag parser or the
-// validator names FILE:LINE (through ct_set_error_context; a message about --X names X's line).
-static struct {
-    const char *file;
-    int line;                 // the line being parsed, 0 when none
-    const ConfigGiven *given; // after parsing: per-flag lines
-} g_src;
-
-static const char *config_error_context(const char *msg) {
-    static char where[1100];
-    int line = g_src.line;
-    if (!line && g_src.given && msg[0] == '-' && msg[1] == '-') {
-        const Flag *fl = find_flag_long(msg + 2, strcspn(msg + 2, ": ="));
-        if (fl) line = g_src.given->config_line[fl - CONFIG_FLAGS];
-    }
-    if (!line || !g_src.file) return NULL;
-    snprintf(where, sizeof where, "%s:%d", g_src.file, line);
-    return where;
-}
-
-// Config strings point into the files' text for the life of the process (as into argv); the list
-// keeps every text reachable.
-static char **g_texts;
-static int g_n_texts;
-static char *keep_text(char *t) {
-    g_texts = ct_realloc(g_texts, sizeof *g_texts * (size_t)(g_n_texts + 1));
-    return g_texts[g_n_texts++] = t;
-}
-
-static char *read_config_text(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) ct_die_errno("--config %s: cannot read", path);
-    size_t n = 0, cap = 4096;
-    char *buf = ct_alloc(cap);
-    for (;;) {
-        n += fread(buf + n, 1, cap - 1 - n, f);
-        if (ferror(f)) ct_die_errno("--config %s: cannot read", path);
-        if (feof(f)) break;
-        if (n + 1 >= cap) buf = ct_realloc(buf, cap *= 2);
-        if (cap > (64u << 20)) ct_die("--config %s: larger than 64 MB; not a recipe file", path);
-    }
-    fclose(f);
-    buf[n] = 0;
-    if (strlen(buf) != n) ct_die("--config %s: contains a NUL byte; not a text file", path);
-    return keep_text(buf);
-}
-
-void config_read_file(Config *c, ConfigGiven *given, const char *path) {
-    Config user = *c;
-    ConfigGiven file_given;
-    memset(&file_given, 0, sizeof file_given);
-    char *text = read_config_text(path);
-    g_src.file = path;
-    g_src.given = NULL;
-    ct_set_error_context(config_error_context);
-    int line = 0;
-    for (char *p = text; *p;) {
-        char *nl = strchr(p, '\n');
-        char *end = nl ? nl : p + strlen(p);
-        char *next = nl ? nl + 1 : end;
-        *end = 0;
-        line++;
-        g_src.line = line;
-        // A comment starts at '#' at the start of the line or after a blank, so a value may
-        // still hold one (a path such as runs/#3).
-        for (char *h = p; (h = strchr(h, '#')); h++)
-            if (h == p || h[-1] == ' ' || h[-1] == '\t') { *h = 0; break; }
-        while (*p == ' ' || *p == '\t') p++;
-        size_t len = strlen(p);
-        while (len && (p[len - 1] == ' ' || p[len - 1] == '\t' || p[len - 1] == '\r')) p[--len] = 0;
-        if (!len) { p = next; continue; }
-        if (strncmp(p, "--", 2) || !p[2] || p[2] == '-' || p[2] == '=')
-            ct_die("expected '--flag value', '--flag=value' or '--flag' (got '%s')", p);
-        char *val = p + strcspn(p, " \t");
-        if (*val) {
-            *val++ = 0;
-            while (*val == ' ' || *val == '\t') val++;
-            if (strchr(p, '=')) ct_die("'%s %s': one flag a line, its value after ' ' or '='", p, val);
-        }
-        size_t nlen = strcspn(p + 2, "=");
-        if ((nlen == 6 && !strncmp(p + 2, "config", 6)) || (nlen == 4 && !strncmp(p + 2, "help", 4)))
-            ct_die("--%.*s cannot be used in a recipe file", (int)nlen, p + 2);
-        // '--flag value' becomes '--flag=value', so a boolean may take a value here too.
-        char *tok = p;
-        if (*val) {
-            tok = keep_text(ct_alloc(strlen(p) + strlen(val) + 2));
-            sprintf(tok, "%s=%s", p, val);
-        }
-        char *args[2] = {"train", tok};
-        ConfigGiven one;
-        memset(&one, 0, sizeof one);
-        config_parse_args(c, &one, 2, args);
-        for (int i = 0; i < CONFIG_N_FLAGS; i++)
-            if (one.flag[i]) { file_given.flag[i] = 1; file_given.config_line[i] = line; }
-        p = next;
-    }
-    g_src.line = 0;
-    ct_set_error_context(NULL);
-    // The command line wins: its values go back over the file's.
-    for (int i = 0; i < CONFIG_N_FLAGS; i++) {
-        if (given->flag[i]) {
-            memcpy((char *)c + CONFIG_FLAGS[i].offset, (char *)&user + CONFIG_FLAGS[i].offset, flag_value_size(&CONFIG_FLAGS[i]));
-        } else if (file_given.flag[i]) {
-            given->flag[i] = 1;
-            given->config_line[i] = file_given.config_line[i];
-        }
-    }
-    given->config_file = path;
 }
 
 // --gpus N is --device cuda --ranks N.
@@ -524,10 +414,7 @@ void config_from_args(Config *c, ConfigGiven *given, int argc, char **argv) {
     if (c->config_file[0]) config_read_file(c, given, c->config_file);
     if (c->demo) apply_demo(c, given, argv[0]);
     if (!c->shards[0]) ct_die("missing SHARDS directory (or --demo); see train --help");
-    if (given->config_file) {
-        g_src.given = given;
-        ct_set_error_context(config_error_context);
-    }
+    if (given->config_file) config_file_blame(given);  // validation errors name FILE:LINE
     apply_gpus(c, given);
     config_env_defaults(c, given);
     config_validate(c, given);
@@ -599,7 +486,7 @@ uint64_t config_fingerprint(const Config *c, const void *data, size_t data_bytes
         const void *p = (const char *)c + fl->offset;
         FP_MIX(fl->name, strlen(fl->name));
         if (fl->type == F_STR) FP_MIX(*(const char *const *)p, strlen(*(const char *const *)p) + 1);
-        else FP_MIX(p, flag_value_size(fl));
+        else FP_MIX(p, config_flag_size(fl));
     }
     FP_MIX(data, data_bytes);
 #undef FP_MIX

@@ -104,6 +104,12 @@ void config_validate(const Config *c, const ConfigGiven *given);
 // and marks them given with their line. Dies naming FILE:LINE on an unknown flag or a bad value;
 // config_from_args names the line of a flag whose value the validator refuses.
 void config_read_file(Config *c, ConfigGiven *given, const char *path);
+// After config_read_file: errors until ct_set_error_context(NULL) name the FILE:LINE of the flag
+// they are about (trainer/config_file.c).
+void config_file_blame(const ConfigGiven *given);
+// The flag whose long name is name[0, len), or NULL; the bytes a flag's value takes in Config.
+const Flag *config_flag_named(const char *name, size_t len);
+size_t config_flag_size(const Flag *fl);
 
 // --workers auto (stored as 0 until the backend is known): loader threads per rank from the
 // cores this process may use (its CPU affinity, not the machine's) and the local rank count.
