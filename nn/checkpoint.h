@@ -10,7 +10,8 @@
 // meta: char arch[32] | u32 num_classes | u32 in_channels | u64 class_hash | u32 epoch
 //   | u32 has_momentum | i64 global_step | i64 step_in_epoch | u64 seed | f64 best_top1
 //   | i32 best_epoch | u32 nonfinite_total | u64 n_params | u64 n_buffers | u64 n_counts
-//   | i64 opt_steps | f64 epoch_loss_sum | i64 epoch_correct | i64 epoch_seen | zero padding
+//   | i64 opt_steps | f64 epoch_loss_sum | i64 epoch_correct | i64 epoch_seen | u32 optimizer
+//   | zero padding
 // Written through ct_atomic_open/commit (temp name, fsync, rename), so a crash never leaves a
 // truncated file under the real name.
 #pragma once
@@ -44,7 +45,10 @@ typedef struct {
     double epoch_loss_sum;
     int64_t epoch_correct;
     int64_t epoch_seen;
+    // What the momentum buffer holds: 0 SGD's velocity, 1 LARS's scaled step (CKPT_OPT_*).
+    uint32_t optimizer;
 } CheckpointMeta;
+enum { CKPT_OPT_SGD = 0, CKPT_OPT_LARS = 1 };
 
 typedef struct {
     CheckpointMeta meta;

@@ -131,6 +131,7 @@ expect_err "checkpoint is a resnet20, this run is a resnet32" "${SMALL_FLAGS[@]}
 expect_err "checkpoint has 10 classes, the shards have 5" "${SMALL_FLAGS[@]}" --epochs 2 --resume "$TMP/run/last.ckpt" "$TMP/five"
 expect_err "checkpoint has 3 input channels, the shards have 1" "${SMALL_FLAGS[@]}" --epochs 2 --resume "$TMP/run/last.ckpt" "$TMP/gray"
 expect_err "finished epoch 1 already" "${SMALL_FLAGS[@]}" --epochs 1 --resume "$TMP/run/last.ckpt" "$TMP/d"
+expect_err "momentum buffer was written by --optimizer sgd, this run uses --optimizer lars" "${SMALL_FLAGS[@]}" --optimizer lars --epochs 2 --resume "$TMP/run/last.ckpt" "$TMP/d"
 
 # An --out that holds a run is refused before any work, touching nothing, unless --resume continues
 # it or --overwrite replaces it; paths join without doubled slashes when SHARDS and --out end in '/'.

@@ -38,6 +38,7 @@ void state_save_checkpoint(Run *r, const char *name, int64_t global_step) {
     meta.epoch_loss_sum = p->epoch_loss_sum;
     meta.epoch_correct = p->epoch_correct;
     meta.epoch_seen = p->epoch_seen;
+    meta.optimizer = r->model.sgd.lars ? CKPT_OPT_LARS : CKPT_OPT_SGD;
     checkpoint_save(path, &meta, m->params, r->cfg->momentum > 0 ? r->model.opt.buf : NULL, m->bufs, m->counts);
 }
 
@@ -65,6 +66,14 @@ void state_load_checkpoint(Run *r, const char *flag, const char *path, int resto
     memcpy(net->counts, ck.counts, m->n_counts * sizeof(int64_t));
     if (restore_position) {
         const Config *c = r->cfg;
+        // SGD's buffer is a velocity, LARS's a scaled step: continuing one with the other would
+        // silently train on a meaningless buffer.
+        uint32_t opt = r->model.sgd.lars ? CKPT_OPT_LARS : CKPT_OPT_SGD;
+        if (m->opt_steps > 0 && c->momentum > 0 && m->optimizer != opt)
+            ct_die("%s %s: the checkpoint's momentum buffer was written by --optimizer %s, this run uses --optimizer %s; "
+                   "resume with --optimizer %s, or start a new run from its weights (--weights %s)", flag, path,
+                   m->optimizer == CKPT_OPT_LARS ? "lars" : "sgd", c->optimizer,
+                   m->optimizer == CKPT_OPT_LARS ? "lars" : "sgd", path);
         Position *p = &r->pos;
         if (ck.momentum) memcpy(r->model.opt.buf, ck.momentum, m->n_params * sizeof(float));
         else if (c->momentum > 0 && m->opt_steps > 0)
