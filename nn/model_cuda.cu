@@ -242,18 +242,6 @@ void gpu_exec_profile(GpuExec *e, const ResNet *m, int on) {
     e->prof = p;
 }
 
-static const char *op_kind_name(int kind) {
-    switch (kind) {
-    case OP_CONV: return "conv";
-    case OP_BN: return "batchnorm";
-    case OP_RELU: return "relu";
-    case OP_MAXPOOL: return "maxpool";
-    case OP_ADD: return "add";
-    case OP_AVGPOOL: return "avgpool";
-    case OP_FC: return "fc";
-    }
-    return "?";
-}
 
 typedef struct {
     double ms;
@@ -292,7 +280,7 @@ void gpu_exec_profile_report(const GpuExec *e, const ResNet *m, int top, FILE *f
     for (int k = 0; k < KINDS; k++)
         for (int part = 0; part < PROF_PARTS; part++)
             if (by[k][part] > 0)
-                fprintf(f, "  %-10s %-6s %10.3f %6.1f%%\n", k == 0 ? "sgd" : op_kind_name(k - 1),
+                fprintf(f, "  %-10s %-6s %10.3f %6.1f%%\n", k == 0 ? "sgd" : resnet_op_kind_name(k - 1),
                         k == 0 ? "" : part_name[part], by[k][part], 100 * by[k][part] / total);
     fprintf(f, "  %-17s %10.3f  (the GPU time of the step's passes, as the events saw it)\n", "total", total);
     qsort(rows, nrows, sizeof(ProfRow), prof_row_desc);
@@ -312,7 +300,7 @@ void gpu_exec_profile_report(const GpuExec *e, const ResNet *m, int top, FILE *f
         else
             snprintf(shape, sizeof shape, "%d ch @%dx%d", di->C, di->H, di->W);
         fprintf(f, "  %8.3f ms %5.1f%%  %-22s %-9s %-5s %s\n", w->ms, 100 * w->ms / total, op->name,
-                op_kind_name(op->kind), part_name[w->part], shape);
+                resnet_op_kind_name(op->kind), part_name[w->part], shape);
     }
     free(rows);
 }

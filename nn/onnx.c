@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "util/common.h"
+#include "util/varint.h"
 
 // Protobuf wire format: varints (wire type 0) and length-delimited fields (wire type 2) are all
 // ONNX needs here. A nested message is built in its own growing buffer and then appended to its
@@ -42,14 +43,7 @@ static void pb_put(Pb *b, const void *data, size_t n) {
 }
 static void pb_varint(Pb *b, uint64_t v) {
     uint8_t tmp[10];
-    int k = 0;
-    do {
-        tmp[k] = (uint8_t)(v & 0x7f);
-        v >>= 7;
-        if (v) tmp[k] |= 0x80;
-        k++;
-    } while (v);
-    pb_put(b, tmp, (size_t)k);
+    pb_put(b, tmp, ct_varint_encode(tmp, v));
 }
 static void pb_int(Pb *b, int field, int64_t v) {
     pb_varint(b, (uint64_t)field << 3);

@@ -30,6 +30,19 @@ static const ArchSpec *find_arch(const char *arch) {
 
 int resnet_arch_valid(const char *arch) { return find_arch(arch) != NULL; }
 
+const char *resnet_op_kind_name(int kind) {
+    switch (kind) {
+    case OP_CONV: return "conv";
+    case OP_BN: return "batchnorm";
+    case OP_RELU: return "relu";
+    case OP_MAXPOOL: return "maxpool";
+    case OP_ADD: return "add";
+    case OP_AVGPOOL: return "avgpool";
+    case OP_FC: return "fc";
+    }
+    return "?";
+}
+
 const char *resnet_arch_list(void) {
     return "resnet18, resnet34, resnet50, resnet101, resnet152, resnet20, resnet32, resnet44, resnet56, resnet110";
 }

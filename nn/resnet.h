@@ -105,6 +105,8 @@ void resnet_free(ResNet *m);
 // 1 if arch is a known name. resnet_arch_list() is a comma-separated list for help/errors.
 int resnet_arch_valid(const char *arch);
 const char *resnet_arch_list(void);
+// "conv", "batchnorm", "relu", "maxpool", "add", "avgpool", "fc" for an OpKind; "?" otherwise.
+const char *resnet_op_kind_name(int kind);
 
 // torchvision initialisation drawn from util/rng.h keyed on (seed, entry index):
 // conv kaiming_normal_(mode=fan_out, nonlinearity=relu): N(0, 2/(K*R*S));

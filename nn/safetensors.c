@@ -300,25 +300,10 @@ fail:
 
 char *st_open(const char *path, StFile *f) {
     memset(f, 0, sizeof *f);
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return errf("%s: cannot open: %s", path, strerror(errno));
-    uint8_t *buf = NULL;
-    size_t size = 0, cap = 0;
-    for (;;) {
-        if (size == cap) {
-            cap = cap ? 2 * cap : 1 << 20;
-            buf = ct_realloc(buf, cap);
-        }
-        size_t got = fread(buf + size, 1, cap - size, fp);
-        size += got;
-        if (got == 0) break;
-    }
-    int rerr = ferror(fp);
-    fclose(fp);
-    if (rerr) {
-        free(buf);
-        return errf("%s: read error", path);
-    }
+    char *text, why[256];
+    size_t size;
+    if (ct_read_file_err(path, &text, &size, why, sizeof why) != 0) return errf("%s: %s", path, why);
+    uint8_t *buf = (uint8_t *)text;
     char *err = st_parse(buf, size, f);
     if (err) {
         free(buf);

@@ -75,18 +75,6 @@ static const Res *find_res(const char *symbol) {
 
 // Row of the per-kind table: 0 = other (input normalisation, loss), 1 = SGD, 2 + kind.
 enum { ROW_OTHER = 0, ROW_SGD = 1, ROW_KIND0 = 2, ROWS = ROW_KIND0 + 8 };
-static const char *kind_name(int kind) {
-    switch (kind) {
-    case OP_CONV: return "conv";
-    case OP_BN: return "batchnorm";
-    case OP_RELU: return "relu";
-    case OP_MAXPOOL: return "maxpool";
-    case OP_ADD: return "add";
-    case OP_AVGPOOL: return "avgpool";
-    case OP_FC: return "fc";
-    }
-    return "?";
-}
 
 typedef struct {
     double mma, rd, wr, rdu, wru, launches, t_model;
@@ -234,7 +222,7 @@ int main(int argc, char **argv) {
         for (int p = 0; p < 4; p++) {
             const Sum *s = &by[k][p];
             if (!s->launches) continue;
-            const char *kn = k == ROW_OTHER ? "other" : k == ROW_SGD ? "sgd" : kind_name(k - ROW_KIND0);
+            const char *kn = k == ROW_OTHER ? "other" : k == ROW_SGD ? "sgd" : resnet_op_kind_name(k - ROW_KIND0);
             printf("  %-10s %-6s %8.0f %10.3f %10.3f %10.3f %10.3f %10.3f %10.1f\n", kn,
                    k <= ROW_SGD ? "-" : part_name[p], s->launches, s->mma * 4096 / GF, s->rd / MB, s->wr / MB,
                    s->rdu / MB, s->wru / MB, s->t_model * 1e6);

@@ -23,8 +23,9 @@ static const BackendOps *ops_of(BackendKind kind) {
 }
 
 BackendKind backend_resolve(const char *device, int ranks) {
+    if (!strcmp(device, "cpu")) return BACKEND_CPU;  // without waking the CUDA runtime
     int gpus = cuda_ops() ? cuda_ops()->device_count() : 0;
-    if (!strcmp(device, "cpu") || (!strcmp(device, "auto") && gpus == 0)) return BACKEND_CPU;
+    if (!strcmp(device, "auto") && gpus == 0) return BACKEND_CPU;
     ops_of(BACKEND_CUDA);  // dies without a CUDA backend
     if (gpus == 0) ct_die("--device cuda: no usable CUDA device (use --device cpu)");
     if (ranks > gpus) ct_die("--ranks %d with --device cuda: one GPU per rank, and this node has %d", ranks, gpus);

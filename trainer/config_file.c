@@ -37,19 +37,10 @@ static char *keep_text(char *t) {
 }
 
 static char *read_config_text(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) ct_die_errno("--config %s: cannot read", path);
-    size_t n = 0, cap = 4096;
-    char *buf = ct_alloc(cap);
-    for (;;) {
-        n += fread(buf + n, 1, cap - 1 - n, f);
-        if (ferror(f)) ct_die_errno("--config %s: cannot read", path);
-        if (feof(f)) break;
-        if (n + 1 >= cap) buf = ct_realloc(buf, cap *= 2);
-        if (cap > (64u << 20)) ct_die("--config %s: larger than 64 MB; not a recipe file", path);
-    }
-    fclose(f);
-    buf[n] = 0;
+    char *buf, err[256];
+    size_t n;
+    if (ct_read_file_err(path, &buf, &n, err, sizeof err) != 0) ct_die("--config %s: cannot read (%s)", path, err);
+    if (n > (64u << 20)) ct_die("--config %s: larger than 64 MB; not a recipe file", path);
     if (strlen(buf) != n) ct_die("--config %s: contains a NUL byte; not a text file", path);
     return keep_text(buf);
 }

@@ -39,14 +39,6 @@ static void export_usage(FILE *f) {
 }
 
 // Flag value of argv[*i] (dies naming the flag when it is missing).
-// The value of flag argv[*i]: after '=' in "--flag=V", else the next argument (dies naming the
-// flag when there is none).
-static const char *value(int argc, char **argv, int *i, const char *inline_value) {
-    if (inline_value) return inline_value;
-    if (*i + 1 >= argc) ct_die("%s: needs a value (see train export --help)", argv[*i]);
-    return argv[++*i];
-}
-
 static void floats_text(const float *v, int n, char *out, size_t len) {
     out[0] = 0;
     for (int i = 0; i < n; i++) {
@@ -61,26 +53,17 @@ int export_main(int argc, char **argv) {
     const char *weights = NULL, *onnx = NULL;
     ModelFileFlags fl = {0};
     for (int i = 2; i < argc; i++) {
-        // "--flag=V" as well as "--flag V", like train's own flags.
-        char a[64];
-        const char *eq = NULL;
-        snprintf(a, sizeof a, "%s", argv[i]);
-        char *cut = strncmp(a, "--", 2) ? NULL : strchr(a, '=');
-        if (cut) {
-            *cut = 0;
-            eq = argv[i] + (cut - a) + 1;
-        }
+        SubcommandArg arg;
+        subcommand_arg(&arg, "export", argv[i]);
+        const char *a = arg.name;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             export_usage(stdout);
             return 0;
-        } else if (!strcmp(a, "--weights")) weights = value(argc, argv, &i, eq);
-        else if (!strcmp(a, "--onnx")) onnx = value(argc, argv, &i, eq);
-        else if (!strcmp(a, "-a") || !strcmp(a, "--arch")) fl.arch = value(argc, argv, &i, eq);
-        else if (!strcmp(a, "--input-size")) fl.crop = ct_parse_int("--input-size", value(argc, argv, &i, eq), 1, 4096);
-        else if (!strcmp(a, "--resize")) fl.resize = ct_parse_int("--resize", value(argc, argv, &i, eq), 1, 8192);
-        else if (!strcmp(a, "--mean")) fl.mean = value(argc, argv, &i, eq);
-        else if (!strcmp(a, "--std")) fl.std = value(argc, argv, &i, eq);
-        else if (!strcmp(a, "--classes")) fl.classes_path = value(argc, argv, &i, eq);
+        } else if (modelfile_flag(&fl, &arg, argc, argv, &i)) {
+            continue;
+        } else if (!strcmp(a, "--weights")) weights = subcommand_value(&arg, argc, argv, &i);
+        else if (!strcmp(a, "--onnx")) onnx = subcommand_value(&arg, argc, argv, &i);
+        else if (!strcmp(a, "--input-size")) fl.crop = ct_parse_int("--input-size", subcommand_value(&arg, argc, argv, &i), 1, 4096);
         else ct_die("export: unknown argument '%s' (see train export --help)", argv[i]);
     }
     if (!weights) ct_die("export: --weights W.safetensors is required (see train export --help)");

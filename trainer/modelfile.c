@@ -108,3 +108,30 @@ void modelfile_free(ModelFile *mf) {
     free(mf->class_names);
     memset(mf, 0, sizeof *mf);
 }
+
+void subcommand_arg(SubcommandArg *a, const char *command, const char *arg) {
+    snprintf(a->name, sizeof a->name, "%s", arg);
+    a->inline_value = NULL;
+    a->command = command;
+    char *cut = strncmp(a->name, "--", 2) ? NULL : strchr(a->name, '=');
+    if (cut) {
+        *cut = 0;
+        a->inline_value = arg + (cut - a->name) + 1;
+    }
+}
+
+const char *subcommand_value(const SubcommandArg *a, int argc, char **argv, int *i) {
+    if (a->inline_value) return a->inline_value;
+    if (*i + 1 >= argc) ct_die("%s: needs a value (see train %s --help)", argv[*i], a->command);
+    return argv[++*i];
+}
+
+int modelfile_flag(ModelFileFlags *fl, const SubcommandArg *a, int argc, char **argv, int *i) {
+    if (!strcmp(a->name, "-a") || !strcmp(a->name, "--arch")) fl->arch = subcommand_value(a, argc, argv, i);
+    else if (!strcmp(a->name, "--resize")) fl->resize = ct_parse_int("--resize", subcommand_value(a, argc, argv, i), 1, 8192);
+    else if (!strcmp(a->name, "--mean")) fl->mean = subcommand_value(a, argc, argv, i);
+    else if (!strcmp(a->name, "--std")) fl->std = subcommand_value(a, argc, argv, i);
+    else if (!strcmp(a->name, "--classes")) fl->classes_path = subcommand_value(a, argc, argv, i);
+    else return 0;
+    return 1;
+}

@@ -3,7 +3,6 @@
 #include "trainer/predict.h"
 
 #include <dirent.h>
-#include <errno.h>
 #include <jansson.h>
 #include <math.h>
 #include <string.h>
@@ -39,14 +38,6 @@ static void predict_usage(FILE *f) {
             "  --mean M,M,M, --std S,S,S  default: the model's, else ImageNet's (RGB) or 0.5/0.25 (gray)\n"
             "  -h, --help         this text\n",
             resnet_arch_list());
-}
-
-// The value of flag argv[*i]: after '=' in "--flag=V", else the next argument (dies naming the
-// flag when there is none).
-static const char *value(int argc, char **argv, int *i, const char *inline_value) {
-    if (inline_value) return inline_value;
-    if (*i + 1 >= argc) ct_die("%s: needs a value (see train predict --help)", argv[*i]);
-    return argv[++*i];
 }
 
 typedef struct {
@@ -91,35 +82,12 @@ static void collect(PathList *l, const char *path) {
     free(ents);
 }
 
-// The whole file into *data; 0, or -1 with the reason in err.
-static int read_file(const char *path, uint8_t **data, size_t *n, char *err, size_t errlen) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return ct_fail(err, errlen, "cannot open: %s", strerror(errno));
-    size_t cap = 1 << 16, len = 0;
-    uint8_t *buf = ct_alloc(cap);
-    for (;;) {
-        if (len == cap) buf = ct_realloc(buf, cap *= 2);
-        size_t got = fread(buf + len, 1, cap - len, f);
-        len += got;
-        if (got == 0) break;
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) {
-        free(buf);
-        return ct_fail(err, errlen, "read error");
-    }
-    *data = buf;
-    *n = len;
-    return 0;
-}
-
 // Preprocessed crop (uint8 HWC, crop x crop x C) of one file; 0, or -1 with the reason in err.
 static int load_image(const char *path, const ModelFile *mf, uint8_t *crop, ResampleScratch *scratch, char *err,
                       size_t errlen) {
     uint8_t *data = NULL, *pix = NULL;
     size_t n = 0;
-    if (read_file(path, &data, &n, err, errlen) != 0) return -1;
+    if (ct_read_file_err(path, (char **)&data, &n, err, errlen) != 0) return -1;
     uint32_t h = 0, w = 0;
     int C = mf->net->in_channels;
     if (C != 1 && C != 3) {
@@ -144,28 +112,19 @@ int predict_main(int argc, char **argv) {
     ModelFileFlags fl = {0};
     PathList inputs = {0};
     for (int i = 2; i < argc; i++) {
-        // "--flag=V" as well as "--flag V", like train's own flags.
-        char a[64];
-        const char *eq = NULL;
-        snprintf(a, sizeof a, "%s", argv[i]);
-        char *cut = strncmp(a, "--", 2) ? NULL : strchr(a, '=');
-        if (cut) {
-            *cut = 0;
-            eq = argv[i] + (cut - a) + 1;
-        }
+        SubcommandArg arg;
+        subcommand_arg(&arg, "predict", argv[i]);
+        const char *a = arg.name;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             predict_usage(stdout);
             return 0;
-        } else if (!strcmp(a, "--weights")) weights = value(argc, argv, &i, eq);
-        else if (!strcmp(a, "-a") || !strcmp(a, "--arch")) fl.arch = value(argc, argv, &i, eq);
-        else if (!strcmp(a, "-k") || !strcmp(a, "--top-k")) topk = ct_parse_int("--top-k", value(argc, argv, &i, eq), 1, 1 << 20);
-        else if (!strcmp(a, "--format")) format = value(argc, argv, &i, eq);
+        } else if (modelfile_flag(&fl, &arg, argc, argv, &i)) {
+            continue;
+        } else if (!strcmp(a, "--weights")) weights = subcommand_value(&arg, argc, argv, &i);
+        else if (!strcmp(a, "-k") || !strcmp(a, "--top-k")) topk = ct_parse_int("--top-k", subcommand_value(&arg, argc, argv, &i), 1, 1 << 20);
+        else if (!strcmp(a, "--format")) format = subcommand_value(&arg, argc, argv, &i);
         else if (!strcmp(a, "--logits")) with_logits = 1;
-        else if (!strcmp(a, "--classes")) fl.classes_path = value(argc, argv, &i, eq);
-        else if (!strcmp(a, "--crop-size")) fl.crop = ct_parse_int("--crop-size", value(argc, argv, &i, eq), 1, 4096);
-        else if (!strcmp(a, "--resize")) fl.resize = ct_parse_int("--resize", value(argc, argv, &i, eq), 1, 8192);
-        else if (!strcmp(a, "--mean")) fl.mean = value(argc, argv, &i, eq);
-        else if (!strcmp(a, "--std")) fl.std = value(argc, argv, &i, eq);
+        else if (!strcmp(a, "--crop-size")) fl.crop = ct_parse_int("--crop-size", subcommand_value(&arg, argc, argv, &i), 1, 4096);
         else if (a[0] == '-' && a[1]) ct_die("predict: unknown flag '%s' (see train predict --help)", argv[i]);
         else collect(&inputs, argv[i]);
     }

@@ -184,19 +184,33 @@ void ct_atomic_abort(AtomicFile *af) {
     af->f = NULL;
 }
 
-char *ct_read_file(const char *path, size_t *bytes) {
+int ct_read_file_err(const char *path, char **data, size_t *bytes, char *err, size_t errlen) {
     FILE *f = fopen(path, "rb");
-    if (!f) ct_die_errno("cannot open %s", path);
-    if (fseek(f, 0, SEEK_END) != 0) ct_die_errno("cannot seek %s", path);
-    long n = ftell(f);
-    if (n < 0) ct_die_errno("cannot size %s", path);
-    rewind(f);
-    char *buf = ct_alloc((size_t)n + 1);
-    if (n && fread(buf, 1, (size_t)n, f) != (size_t)n) ct_die_errno("reading %s", path);
-    buf[n] = 0;
+    if (!f) return ct_fail(err, errlen, "cannot open: %s", strerror(errno));
+    size_t cap = 1 << 16, n = 0;
+    char *buf = ct_alloc(cap);
+    for (;;) {
+        if (n + 1 == cap) buf = ct_realloc(buf, cap *= 2);
+        size_t got = fread(buf + n, 1, cap - 1 - n, f);
+        n += got;
+        if (got == 0) break;
+    }
+    int bad = ferror(f) ? errno : 0;
     fclose(f);
-    if (bytes) *bytes = (size_t)n;
-    return buf;
+    if (bad) {
+        free(buf);
+        return ct_fail(err, errlen, "read error: %s", strerror(bad));
+    }
+    buf[n] = 0;
+    *data = buf;
+    if (bytes) *bytes = n;
+    return 0;
+}
+
+char *ct_read_file(const char *path, size_t *bytes) {
+    char *data, err[256];
+    if (ct_read_file_err(path, &data, bytes, err, sizeof err) != 0) ct_die("%s: %s", path, err);
+    return data;
 }
 
 int ct_file_exists(const char *path) {

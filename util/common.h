@@ -59,6 +59,10 @@ void ct_atomic_abort(AtomicFile *af);
 
 // Whole-file read; dies naming the path. *bytes receives the size. Buffer is NUL-terminated.
 char *ct_read_file(const char *path, size_t *bytes);
+// The same for input that must not end the program (a file among many, a parser under test):
+// 0, or -1 with "cannot open: reason" / "read error: reason" in err (the caller names the path).
+// Reads to the end, so pipes work too. *data (NUL-terminated) is released with free().
+int ct_read_file_err(const char *path, char **data, size_t *bytes, char *err, size_t errlen);
 int ct_file_exists(const char *path);
 void ct_mkdir_p(const char *dir);  // dies naming the directory
 

@@ -7,6 +7,7 @@
 
 #include "util/common.h"
 #include "util/crc32c.h"
+#include "util/varint.h"
 
 // Protobuf wire format, just what Event/Summary need: varints, fixed64 doubles, fixed32 floats and
 // length-delimited fields. Field numbers from tensorflow/core/util/event.proto and summary.proto:
@@ -28,14 +29,7 @@ static void put(Buf *b, const void *data, size_t n) {
 }
 static void put_varint(Buf *b, uint64_t v) {
     uint8_t tmp[10];
-    int k = 0;
-    do {
-        tmp[k] = (uint8_t)(v & 0x7f);
-        v >>= 7;
-        if (v) tmp[k] |= 0x80;
-        k++;
-    } while (v);
-    put(b, tmp, k);
+    put(b, tmp, ct_varint_encode(tmp, v));
 }
 static void put_tag(Buf *b, int field, int wire) { put_varint(b, ((uint64_t)field << 3) | wire); }
 static void put_le(Buf *b, uint64_t v, int bytes) {
