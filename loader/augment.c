@@ -128,3 +128,12 @@ void augment_apply(const AugmentConfig *a, const AugmentPlan *p, const uint8_t *
     resample_u8(dst, a->crop, a->crop, box, p->bw, p->bh, C, (size_t)W * C, p->x0, p->y0, p->cw, p->ch, p->flip,
                 scratch);
 }
+
+void augment_flip_batch(uint8_t *dst, const uint8_t *src, int N, int H, int W, int C) {
+    size_t row = (size_t)W * C;
+    for (size_t y = 0; y < (size_t)N * H; y++) {
+        const uint8_t *s = src + y * row;
+        uint8_t *d = dst + y * row;
+        for (int x = 0; x < W; x++) memcpy(d + (size_t)(W - 1 - x) * C, s + (size_t)x * C, (size_t)C);
+    }
+}

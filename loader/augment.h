@@ -52,6 +52,9 @@ void augment_plan(const AugmentConfig *a, int H, int W, int64_t epoch, uint64_t 
 void augment_apply(const AugmentConfig *a, const AugmentPlan *p, const uint8_t *img, int W, int C, uint8_t *dst,
                    ResampleScratch *scratch);
 
+// Test-time flip: dst = src mirrored left-right, N images of H x W x C uint8 (NHWC). dst != src.
+void augment_flip_batch(uint8_t *dst, const uint8_t *src, int N, int H, int W, int C);
+
 #ifdef __cplusplus
 }
 #endif

@@ -44,7 +44,8 @@ struct Loader {
     AugmentConfig aug;
     Sampler sampler;
     int C;
-    size_t img_bytes;  // crop * crop * C
+    size_t img_bytes;  // crop * crop * C of the epoch being produced
+    int next_crop;     // loader_set_crop's, applied by the next start_epoch
     int nslots;
     Slot *slots;
     int nworkers;
@@ -193,7 +194,12 @@ Loader *loader_create(const Shard *shard, const LoaderConfig *cfg) {
     augment_config_defaults(&l->aug);
     sampler_init(&l->sampler, shard->n_records, l->cfg.batch_size, l->cfg.rank, l->cfg.world, cfg->train, cfg->seed);
     l->C = (int)shard->channels;
-    l->img_bytes = (size_t)cfg->crop * cfg->crop * l->C;
+    if (l->cfg.max_crop == 0) l->cfg.max_crop = cfg->crop;
+    if (l->cfg.max_crop < cfg->crop)
+        ct_die("loader: crop %d is larger than the largest crop %d the loader was made for", cfg->crop, l->cfg.max_crop);
+    l->next_crop = cfg->crop;
+    // The ring holds batches of the largest crop; an epoch at a smaller one uses a prefix of each buffer.
+    l->img_bytes = (size_t)l->cfg.max_crop * l->cfg.max_crop * l->C;
     l->chunks_per_batch = (l->cfg.batch_size + CHUNK - 1) / CHUNK;
 
     l->nslots = l->cfg.prefetch;
@@ -207,11 +213,12 @@ Loader *loader_create(const Shard *shard, const LoaderConfig *cfg) {
         s->indices = ct_alloc(B * sizeof(uint64_t));
         s->batch = -1;
     }
+    l->img_bytes = (size_t)cfg->crop * cfg->crop * l->C;
     l->verified = ct_zalloc(shard->n_records ? shard->n_records : 1);
     l->nworkers = l->cfg.workers;
     l->workers = ct_zalloc(sizeof(Worker) * l->nworkers);
     size_t decode = shard->codec == SHARD_CODEC_RAW ? 0 : shard->max_raw_size;
-    l->fixed_bytes = sizeof *l + sizeof(Slot) * l->nslots + l->nslots * B * (l->img_bytes + 12) +
+    l->fixed_bytes = sizeof *l + sizeof(Slot) * l->nslots + l->nslots * B * ((size_t)l->cfg.max_crop * l->cfg.max_crop * l->C + 12) +
                      shard->n_records * (cfg->train ? 5 : 1) + l->nworkers * (sizeof(Worker) + decode);
     l->epoch = -1;
     pthread_mutex_init(&l->mu, NULL);
@@ -231,6 +238,14 @@ Loader *loader_create(const Shard *shard, const LoaderConfig *cfg) {
 
 void loader_start_epoch(Loader *l, int64_t epoch) { loader_start_epoch_at(l, epoch, 0); }
 
+void loader_set_crop(Loader *l, int crop) {
+    if (crop < 1 || crop > l->cfg.max_crop)
+        ct_die("loader: crop %d is outside 1..%d, the largest crop the loader was made for", crop, l->cfg.max_crop);
+    pthread_mutex_lock(&l->mu);
+    l->next_crop = crop;
+    pthread_mutex_unlock(&l->mu);
+}
+
 void loader_start_epoch_at(Loader *l, int64_t epoch, int64_t first_batch) {
     if (epoch < 0) ct_die("loader: epoch %lld < 0", (long long)epoch);
     pthread_mutex_lock(&l->mu);
@@ -243,6 +258,14 @@ void loader_start_epoch_at(Loader *l, int64_t epoch, int64_t first_batch) {
     for (int i = 0; i < l->nslots; i++) {
         l->slots[i].batch = -1;
         l->slots[i].failed = 0;
+    }
+    // No worker is between claims now, and the next claim is made under the mutex: the new
+    // geometry is what every sample of this epoch sees.
+    if (l->next_crop != l->aug.crop) {
+        l->aug.crop = l->next_crop;
+        l->aug.resize = l->cfg.train ? 0 : l->cfg.val_resize;
+        augment_config_defaults(&l->aug);
+        l->img_bytes = (size_t)l->aug.crop * l->aug.crop * l->C;
     }
     sampler_set_epoch(&l->sampler, epoch);
     l->epoch = epoch;
@@ -296,6 +319,7 @@ int loader_next_err(Loader *l, LoaderBatch *out, char *err, size_t errlen) {
     out->labels = s->labels;
     out->indices = s->indices;
     out->count = s->count;
+    out->hw = l->aug.crop;
     out->batch = b;
     out->slot = (int)(s - l->slots);
     pthread_mutex_unlock(&l->mu);

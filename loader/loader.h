@@ -28,7 +28,8 @@ typedef void (*LoaderFreeFn)(void *p, void *ctx);
 
 typedef struct {
     int batch_size;   // per rank
-    int crop;         // output is crop x crop x channels
+    int crop;         // output is crop x crop x channels (loader_set_crop changes it between epochs)
+    int max_crop;     // the largest crop loader_set_crop may ask for (the ring is sized for it); 0: crop
     int train;        // 1: RandomResizedCrop + flip, drop the last partial global batch; 0: eval
     int val_resize;   // eval: resize the short side to this first; 0: floor(crop / 0.875)
     int workers;      // worker threads, >= 1
@@ -50,6 +51,7 @@ typedef struct {
     const int32_t *labels;    // count
     const uint64_t *indices;  // count record indices (into the shard)
     int count;                // real samples; < batch_size only in eval's last batch of a rank
+    int hw;                   // images are hw x hw (the crop of the epoch they belong to)
     int64_t batch;            // batch number within the epoch (0-based, this rank)
     int slot;                 // ring slot (for loader_release)
 } LoaderBatch;
@@ -59,6 +61,10 @@ typedef struct Loader Loader;
 // Starts the workers (idle until loader_start_epoch). Dies naming the flag on a bad config.
 // The shard must stay open until loader_destroy.
 Loader *loader_create(const Shard *shard, const LoaderConfig *cfg);
+// Progressive resizing: epochs started from now on crop at `crop` (1..max_crop) instead. Takes
+// effect at the next loader_start_epoch(_at), which drains the old epoch's work first; batches
+// carry their own size (LoaderBatch.hw). Dies naming the sizes when crop is out of range.
+void loader_set_crop(Loader *l, int crop);
 // Begin producing epoch `epoch` (any order of epochs; resuming at epoch e gives the same batches).
 // Batches of a previous epoch that were not consumed are discarded; all must have been released.
 void loader_start_epoch(Loader *l, int64_t epoch);
@@ -77,7 +83,7 @@ void loader_release(Loader *l, LoaderBatch *b);
 int64_t loader_batches_per_epoch(const Loader *l);  // this rank; in eval ranks may differ by one
 uint64_t loader_samples_per_epoch(const Loader *l); // this rank
 int loader_channels(const Loader *l);
-size_t loader_batch_bytes(const Loader *l);         // images bytes of one full batch
+size_t loader_batch_bytes(const Loader *l);         // images bytes of one full batch at the current crop
 size_t loader_memory_bytes(const Loader *l);        // everything the loader allocated
 // Seconds the consumer has spent blocked in loader_next since create (diff it for a data-wait share).
 double loader_wait_seconds(const Loader *l);

@@ -32,8 +32,14 @@ const Flag CONFIG_FLAGS[] = {
     {"lr-power", 0, F_DBL, OFF(lr_power), "2", "P", "poly schedule: exponent of the decay (MLPerf ResNet: 2)", 0},
     {"lr-end", 0, F_DBL, OFF(lr_end), "0", "LR", "poly schedule: the rate the decay ends at (MLPerf ResNet: 1e-4)", 0},
     {"label-smoothing", 0, F_DBL, OFF(label_smoothing), "0", "EPS", "label smoothing of the cross-entropy (PyTorch's definition)", 0},
-    {"crop-size", 0, F_INT, OFF(crop_size), "224", "PX", "training and evaluation image size", 0},
-    {"val-resize", 0, F_INT, OFF(val_resize), "auto", "PX", "eval: resize the short side to PX, then center-crop --crop-size; auto (crop/0.875), rounded down: 224 -> 256, 32 -> 36", 0},
+    {"crop-size", 0, F_INT, OFF(crop_size), "224", "PX", "training and evaluation image size (the default of --res-start, --res-end and --val-crop-size)", 0},
+    {"val-resize", 0, F_INT, OFF(val_resize), "auto", "PX", "eval: resize the short side to PX, then center-crop --val-crop-size; auto (crop/0.875 of the eval crop), rounded down: 224 -> 256, 32 -> 36", 0},
+    {"val-crop-size", 0, F_INT, OFF(val_crop_size), "auto", "PX", "evaluation image size (auto: --crop-size); FFCV evaluates at 256 after training at up to 192", 0},
+    {"res-start", 0, F_INT, OFF(res_start), "auto", "PX", "progressive resizing: training resolution up to the ramp's first epoch (auto: --crop-size)", 0},
+    {"res-end", 0, F_INT, OFF(res_end), "auto", "PX", "progressive resizing: training resolution from the ramp's last epoch on (auto: --crop-size)", 0},
+    {"res-ramp", 0, F_STR, OFF(res_ramp), "", "E0,E1", "progressive resizing: the resolution goes linearly from --res-start at epoch E0 to --res-end at epoch E1 (epochs from 0, as FFCV's start_ramp/end_ramp), rounded to --res-step; needed when they differ", 0},
+    {"res-step", 0, F_INT, OFF(res_step), "32", "PX", "progressive resizing: resolutions are multiples of PX (FFCV: 32); --res-start and --res-end must be too", 0},
+    {"tta", 0, F_STR, OFF(tta), "none", "none|flip", "test-time augmentation: flip averages the logits of each evaluated image and its mirror image (FFCV's lr_tta)", 0},
     {"min-scale", 0, F_DBL, OFF(min_scale), "0.08", "S", "training RandomResizedCrop: smallest crop area as a fraction of the image (1: whole image)", 0},
     {"no-flip", 0, F_BOOL, OFF(no_flip), "0", NULL, "no random horizontal flip", 0},
     {"mean", 0, F_STR, OFF(mean), "auto", "M[,M,M]", "per-channel mean for normalisation (auto: ImageNet's for 3 channels, 0.5 for 1)", 0},
@@ -327,6 +333,46 @@ void config_master(const Config *c, const ConfigGiven *given, char *host, size_t
     *port = ct_parse_int(what, colon + 1, 1, 65535);
 }
 
+int config_parse_ramp(const char *s, int *e0, int *e1) {
+    char *end;
+    errno = 0;
+    long a = strtol(s, &end, 10);
+    if (end == s || *end != ',' || errno || a < 0 || a > 1000000) return -1;
+    const char *q = end + 1;
+    long b = strtol(q, &end, 10);
+    if (end == q || *end || errno || b < 0 || b > 1000000) return -1;
+    *e0 = (int)a;
+    *e1 = (int)b;
+    return 0;
+}
+
+// Progressive resizing's flags (autos still 0 here: they mean --crop-size).
+static void validate_res(const Config *c) {
+    if (c->res_step < 1 || c->res_step > 4096) ct_die("--res-step: must be in 1..4096 (got %d)", c->res_step);
+    int start = c->res_start ? c->res_start : c->crop_size, end = c->res_end ? c->res_end : c->crop_size;
+    if (start > 4096) ct_die("--res-start: must be in 1..4096 or auto (got %d)", start);
+    if (end > 4096) ct_die("--res-end: must be in 1..4096 or auto (got %d)", end);
+    int e0 = 0, e1 = 0;
+    if (c->res_ramp[0] && config_parse_ramp(c->res_ramp, &e0, &e1))
+        ct_die("--res-ramp: '%s' is not E0,E1 (the first and last epoch of the ramp, from 0)", c->res_ramp);
+    if (c->res_ramp[0] && e1 <= e0)
+        ct_die("--res-ramp %s: the ramp must end after it starts (E1 %d <= E0 %d)", c->res_ramp, e1, e0);
+    if (start == end) return;
+    if (!c->res_ramp[0])
+        ct_die("--res-start %d and --res-end %d differ: --res-ramp E0,E1 must say over which epochs (FFCV's start_ramp,end_ramp)", start, end);
+    if (start % c->res_step || end % c->res_step)
+        ct_die("--res-%s %d is not a multiple of --res-step %d (the ramp's sizes are rounded to it)",
+               start % c->res_step ? "start" : "end", start % c->res_step ? start : end, c->res_step);
+}
+
+void config_res_schedule(const Config *c, ResSchedule *s) {
+    s->start = c->res_start;
+    s->end = c->res_end;
+    s->ramp_start = c->res_ramp_start;
+    s->ramp_end = c->res_ramp_end;
+    s->step = c->res_step;
+}
+
 void config_validate(const Config *c, const ConfigGiven *given) {
     if (!resnet_arch_valid(c->arch)) ct_die("--arch: unknown architecture '%s' (one of %s)", c->arch, resnet_arch_list());
     if (c->epochs < 1) ct_die("--epochs: must be >= 1 (got %d)", c->epochs);
@@ -347,8 +393,13 @@ void config_validate(const Config *c, const ConfigGiven *given) {
     if (c->lr_end < 0 || c->lr_end >= c->lr) ct_die("--lr-end: must be in [0, --lr %g) (got %g)", c->lr, c->lr_end);
     if (c->label_smoothing < 0 || c->label_smoothing >= 1) ct_die("--label-smoothing: must be in [0, 1) (got %g)", c->label_smoothing);
     if (c->crop_size < 1 || c->crop_size > 4096) ct_die("--crop-size: must be in 1..4096 (got %d)", c->crop_size);
-    if (c->val_resize != 0 && (c->val_resize < c->crop_size || c->val_resize > 8192))
-        ct_die("--val-resize: must be in --crop-size (%d)..8192 or auto (got %d)", c->crop_size, c->val_resize);
+    if (c->val_crop_size < 0 || c->val_crop_size > 4096) ct_die("--val-crop-size: must be in 1..4096 or auto (got %d)", c->val_crop_size);
+    int vcrop = c->val_crop_size ? c->val_crop_size : c->crop_size;
+    if (c->val_resize != 0 && (c->val_resize < vcrop || c->val_resize > 8192))
+        ct_die("--val-resize: must be in %s (%d)..8192 or auto (got %d)", c->val_crop_size ? "--val-crop-size" : "--crop-size",
+               vcrop, c->val_resize);
+    validate_res(c);
+    if (strcmp(c->tta, "none") && strcmp(c->tta, "flip")) ct_die("--tta: '%s' is not one of none, flip", c->tta);
     if (!(c->min_scale > 0) || c->min_scale > 1) ct_die("--min-scale: must be in (0, 1] (got %g)", c->min_scale);
     if (c->workers < 0 || c->workers > 256) ct_die("--workers: must be in 1..256 or auto (got %d)", c->workers);
     if (c->seed < 0) ct_die("--seed: must be >= 0 (got %lld)", c->seed);
@@ -419,7 +470,11 @@ void config_from_args(Config *c, ConfigGiven *given, int argc, char **argv) {
     config_env_defaults(c, given);
     config_validate(c, given);
     ct_set_error_context(NULL);
-    if (c->val_resize == 0) c->val_resize = config_auto_val_resize(c->crop_size);
+    if (c->val_crop_size == 0) c->val_crop_size = c->crop_size;
+    if (c->val_resize == 0) c->val_resize = config_auto_val_resize(c->val_crop_size);
+    if (c->res_start == 0) c->res_start = c->crop_size;
+    if (c->res_end == 0) c->res_end = c->crop_size;
+    if (c->res_ramp[0]) config_parse_ramp(c->res_ramp, &c->res_ramp_start, &c->res_ramp_end);
     // Paths are joined as DIR/name everywhere; a trailing slash would print as DIR//name.
     static char shards[4096], out[4096], dump[4096];
     c->shards = trim_slashes(c->shards, shards, sizeof shards, "SHARDS");

@@ -27,6 +27,12 @@ typedef struct {
     double lr_power, lr_end;  // poly schedule
     double label_smoothing;
     int crop_size, val_resize;  // val_resize 0 while parsing: auto, resolved by config_from_args
+    // Progressive resizing and evaluation's size; 0 while parsing: auto (res_start and res_end:
+    // crop_size, val_crop_size: crop_size), resolved by config_from_args.
+    int res_start, res_end, res_step, val_crop_size;
+    const char *res_ramp;            // "E0,E1" or "" (none)
+    int res_ramp_start, res_ramp_end;  // not flags: res_ramp parsed by config_from_args
+    const char *tta;                 // none | flip
     double min_scale;  // RandomResizedCrop's lower scale bound
     int no_flip;
     const char *mean, *std;  // per-channel normalisation, comma-separated ("auto": by channels)
@@ -76,7 +82,7 @@ typedef struct {
 // The flag table, in --help order.
 extern const Flag CONFIG_FLAGS[];
 extern const int CONFIG_N_FLAGS;
-#define CONFIG_MAX_FLAGS 64
+#define CONFIG_MAX_FLAGS 96
 
 // Which flags the command line gave (the demo recipe and the environment yield to those), and
 // where the multi-node settings came from (an error names the variable, not a flag not given).
@@ -115,6 +121,13 @@ size_t config_flag_size(const Flag *fl);
 // cores this process may use (its CPU affinity, not the machine's) and the local rank count.
 int config_cpus_available(void);
 int config_workers_auto(int cores, int ranks, int cuda);
+
+// The training resolution of each epoch (--res-start, --res-end, --res-ramp, --res-step), once
+// config_from_args has resolved them.
+#include "loader/resolution.h"
+void config_res_schedule(const Config *c, ResSchedule *s);
+// "E0,E1" of --res-ramp into two epochs; 0 on success, -1 when it is not two integers.
+int config_parse_ramp(const char *s, int *e0, int *e1);
 
 // --val-resize auto: torchvision's resize for a center crop, int(crop / 0.875) (224 -> 256).
 int config_auto_val_resize(int crop);

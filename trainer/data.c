@@ -30,11 +30,23 @@ static uint32_t sampled_min_short(const Shard *s, uint64_t *sampled) {
     return m;
 }
 
-// A crop larger than the stored images is upsampled: legal, but rarely what was meant.
+// A crop larger than the stored images is upsampled: legal, but rarely what was meant. With
+// progressive resizing the point of a larger resolution is more detail, which upsampling cannot
+// give: a ramp to a size the images do not have is refused.
 static void warn_small_images(const Shard *s, const Config *c) {
     uint64_t n;
     uint32_t m = sampled_min_short(s, &n);
-    if (n && m < (uint32_t)c->crop_size)
+    if (!n) return;
+    if (c->res_start != c->res_end) {
+        int big = c->res_start > c->res_end ? c->res_start : c->res_end;
+        if ((uint32_t)big > m)
+            ct_die("--%s %d is larger than the images stored in %s (short side %u px, the smallest of %llu sampled "
+                   "records): progressive resizing to it would only upsample; lower it, or repack the images larger "
+                   "(packdata --max-short)", c->res_start > c->res_end ? "res-start" : "res-end", big, s->path, m,
+                   (unsigned long long)n);
+        return;
+    }
+    if (m < (uint32_t)c->crop_size)
         ct_warn("--crop-size %d is larger than the images stored in %s (short side %u px, the smallest of %llu "
                 "sampled records): crops are upsampled; lower --crop-size, or repack the images larger "
                 "(packdata --max-short)", c->crop_size, s->path, m, (unsigned long long)n);
@@ -89,7 +101,10 @@ void loaders_create(RankLoaders *l, const Dataset *d, const Config *c, BackendKi
     LoaderConfig lc;
     memset(&lc, 0, sizeof lc);
     lc.batch_size = c->batch;
-    lc.crop = c->crop_size;
+    ResSchedule rs;
+    config_res_schedule(c, &rs);
+    lc.crop = res_schedule_at(&rs, 0);  // loop_train sets each epoch's (loader_set_crop)
+    lc.max_crop = res_schedule_max(&rs);
     lc.val_resize = c->val_resize;
     lc.workers = c->workers;
     lc.seed = (uint64_t)c->seed;
@@ -112,6 +127,7 @@ void loaders_create(RankLoaders *l, const Dataset *d, const Config *c, BackendKi
         l->steps_per_epoch = loader_batches_per_epoch(l->train);
     }
     lc.train = 0;
+    lc.crop = lc.max_crop = c->val_crop_size;
     lc.no_flip = 1;
     lc.scale_min = lc.scale_max = lc.ratio_min = lc.ratio_max = 0;
     l->val = loader_create(&d->val, &lc);

@@ -35,6 +35,13 @@ int loop_stop_signal(void) { return g_stop_signal; }
 
 static const char *signal_name(void) { return g_stop_signal == SIGINT ? "SIGINT" : "SIGTERM"; }
 
+// Progressive resizing: the training resolution of epoch (from 0).
+static int epoch_res(const Config *c, int epoch) {
+    ResSchedule rs;
+    config_res_schedule(c, &rs);
+    return res_schedule_at(&rs, epoch);
+}
+
 // After each step: counts, skips, and the progress records. Returns the consecutive skips.
 static int account_step(Run *r, const StepResult *sr, double lr, int64_t step, int consecutive_bad) {
     Position *p = &r->pos;
@@ -68,6 +75,7 @@ static int account_step(Run *r, const StepResult *sr, double lr, int64_t step, i
             .epoch_loss_sum = p->epoch_loss_sum, .epoch_seen = p->epoch_seen,
             .data_wait = loader_wait_seconds(r->loaders.train),
             .record = p->step_in_epoch % r->cfg->print_freq == 0 || last_of_epoch,
+            .res = epoch_res(r->cfg, p->epoch),
         };
         runlog_step(log, &rep);
     }
@@ -94,6 +102,7 @@ static EvalResult finish_epoch(Run *r, double train_time, double train_wait, int
             .train_time = train_time, .eval_time = eval_time,
             .img_s = train_time > 0 ? (double)(p->epoch_seen - seen_at_start) / train_time : 0,
             .data_wait = train_time > 0 ? train_wait / train_time : 0, .workers = c->workers,
+            .res = epoch_res(c, p->epoch), .val_res = c->val_crop_size,
         };
         runlog_epoch(r->log, &rep);
     }
@@ -125,6 +134,8 @@ int loop_train(Run *r, EvalResult *final_eval) {
     for (; p->epoch < c->epochs; p->epoch++) {
         double t_epoch = ct_now(), wait_epoch = loader_wait_seconds(lt);
         int64_t seen_at_start = p->epoch_seen;
+        // The GPU executor re-plans its memory and re-captures its graphs when the size changes.
+        loader_set_crop(lt, epoch_res(c, p->epoch));
         loader_start_epoch(lt, p->epoch);
         if (log) runlog_epoch_start(log, wait_epoch, p->epoch_seen);
         LoaderBatch b;
@@ -146,15 +157,15 @@ int loop_train(Run *r, EvalResult *final_eval) {
                 ct_die("internal: the loader ended epoch %d after %lld of %lld batches", p->epoch + 1,
                        (long long)p->step_in_epoch, (long long)spe);
             if (backend_stages_batches(be) && p->step_in_epoch + 1 < spe && !g_stop_signal) {
-                if (!staged) backend_prefetch(be, b.images, b.count, c->crop_size);
+                if (!staged) backend_prefetch(be, b.images, b.count, b.hw);
                 if (!loader_next(lt, &next)) ct_die("internal: the loader ended epoch %d early", p->epoch + 1);
                 have_next = 1;
-                backend_prefetch(be, next.images, next.count, c->crop_size);
+                backend_prefetch(be, next.images, next.count, next.hw);
             }
             int64_t gstep = (int64_t)p->epoch * spe + p->step_in_epoch;
             double lr = lr_at(&r->model.schedule, gstep);
             if (r->faults.dump_train)
-                dump_batch(r->faults.dump_train, c->dump_batches, &b, c->crop_size, r->data->channels, p->epoch, gstep + 1, (float)lr);
+                dump_batch(r->faults.dump_train, c->dump_batches, &b, b.hw, r->data->channels, p->epoch, gstep + 1, (float)lr);
             StepResult sr = step_train(r, &b, lr, gstep + 1, g_stop_signal != 0);
             loader_release(lt, &b);
             p->step_in_epoch++;

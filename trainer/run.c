@@ -11,8 +11,13 @@ static ResNet *create_model(const Config *c, const Dataset *d) {
     if (!m) ct_die("--arch: unknown architecture '%s'", c->arch);
     resnet_init(m, (uint64_t)c->seed, c->zero_init_residual);
     TensorDim *dims = ct_alloc(sizeof(TensorDim) * m->n_tensors);
-    if (resnet_shapes(m, c->crop_size, c->crop_size, dims) != 0)
-        ct_die("--crop-size %d: too small for %s (some layer would have no pixels left)", c->crop_size, c->arch);
+    // Every size the model will see: the training resolutions (the ramp's ends bound them) and eval's.
+    const char *flag[] = {"--res-start", "--res-end", "--val-crop-size"};
+    int px[] = {c->res_start, c->res_end, c->val_crop_size};
+    for (int i = 0; i < 3; i++)
+        if (resnet_shapes(m, px[i], px[i], dims) != 0)
+            ct_die("%s %d: too small for %s (some layer would have no pixels left)",
+                   px[i] == c->crop_size ? "--crop-size" : flag[i], px[i], c->arch);
     free(dims);
     return m;
 }

@@ -177,7 +177,13 @@ void runlog_banner(const Run *r) {
     int bf16 = !strcmp(c->precision, "bf16");
     int64_t spe = r->loaders.steps_per_epoch;
     fprintf(stderr, "train: %s (%zu parameters), %d classes, %d channel(s), %dx%d crops\n", c->arch, r->model.net->n_params,
-            d->classes, d->channels, c->crop_size, c->crop_size);
+            d->classes, d->channels, c->res_end, c->res_end);
+    if (c->res_start != c->res_end)
+        fprintf(stderr, "train: progressive resizing: %d px through epoch %d, %d px from epoch %d on, linear in between "
+                        "(multiples of %d)\n", c->res_start, c->res_ramp_start + 1, c->res_end, c->res_ramp_end + 1, c->res_step);
+    if (c->val_crop_size != c->res_end || strcmp(c->tta, "none"))
+        fprintf(stderr, "train: evaluation at %dx%d (short side resized to %d)%s\n", c->val_crop_size, c->val_crop_size,
+                c->val_resize, strcmp(c->tta, "none") ? ", logits averaged with the mirror image's (--tta flip)" : "");
     fprintf(stderr, "train: %llu train / %llu val images from %s/; batch %d per rank x %d rank%s = global batch %d, "
                     "%lld steps per epoch\n",
             (unsigned long long)d->train.n_records, (unsigned long long)d->val.n_records, c->shards, c->batch, world,
@@ -232,9 +238,9 @@ void runlog_step(RunLog *log, const StepReport *s) {
     char etas[32];
     runlog_fmt_duration(etas, sizeof etas, eta);
     if (log->tty || s->record) {
-        fprintf(stderr, "%sepoch %d/%d [%lld/%lld] loss %.4f (avg %.4f) lr %.4g %.0f img/s data-wait %.1f%% ETA %s%s",
+        fprintf(stderr, "%sepoch %d/%d [%lld/%lld] loss %.4f (avg %.4f) lr %.4g %.0f img/s data-wait %.1f%% ETA %s res %dpx%s",
                 log->tty ? "\r\033[K" : "", s->epoch, s->epochs, (long long)s->step_in_epoch, (long long)s->steps_per_epoch,
-                s->loss, avg, s->lr, img_s, 100 * wait, etas, log->tty ? "" : "\n");
+                s->loss, avg, s->lr, img_s, 100 * wait, etas, s->res, log->tty ? "" : "\n");
         if (log->tty) {
             p->drawn = 1;
             p->t_draw = now;
@@ -242,8 +248,8 @@ void runlog_step(RunLog *log, const StepReport *s) {
     }
     if (!s->record) return;
     fprintf(log->metrics, "{\"type\":\"step\",\"epoch\":%d,\"step\":%lld,\"loss\":%.9g,\"loss_avg\":%.9g,\"top1\":%.9g,"
-                          "\"lr\":%.9g,\"img_s\":%.1f,\"data_wait\":%.4f,\"time\":%.3f}\n",
-            s->epoch, (long long)s->step, s->loss, avg, 100.0 * s->correct / s->n, s->lr, img_s, wait, now - p->t_start);
+                          "\"lr\":%.9g,\"res\":%d,\"img_s\":%.1f,\"data_wait\":%.4f,\"time\":%.3f}\n",
+            s->epoch, (long long)s->step, s->loss, avg, 100.0 * s->correct / s->n, s->lr, s->res, img_s, wait, now - p->t_start);
     fflush(log->metrics);
     tfevents_scalar(log->tb, "train/loss", s->step, s->loss);
     tfevents_scalar(log->tb, "train/lr", s->step, (float)s->lr);
@@ -265,14 +271,14 @@ void runlog_skip(RunLog *log, int epoch, int64_t step, double lr, float loss, in
 
 void runlog_epoch(RunLog *log, const EpochReport *e) {
     fprintf(stderr, "epoch %d/%d  train loss %.4f top-1 %.2f%%  |  val loss %.4f top-1 %.2f%% top-5 %.2f%%%s  |  %.1fs "
-                    "(eval %.1fs), %.0f img/s, data-wait %.1f%%\n",
+                    "(eval %.1fs), %.0f img/s, data-wait %.1f%%, res %dpx (val %dpx)\n",
             e->epoch, e->epochs, e->train_loss, e->train_top1, e->val_loss, e->val_top1, e->val_top5, e->best ? " (best)" : "",
-            e->train_time + e->eval_time, e->eval_time, e->img_s, 100 * e->data_wait);
+            e->train_time + e->eval_time, e->eval_time, e->img_s, 100 * e->data_wait, e->res, e->val_res);
     fprintf(log->metrics, "{\"type\":\"epoch\",\"epoch\":%d,\"step\":%lld,\"train_loss\":%.9g,\"train_top1\":%.9g,\"val_loss\":%.9g,"
-                          "\"val_top1\":%.9g,\"val_top5\":%.9g,\"lr\":%.9g,\"skipped_steps\":%u,\"epoch_time\":%.3f,\"eval_time\":%.3f,"
-                          "\"img_s\":%.1f,\"data_wait\":%.4f}\n",
-            e->epoch, (long long)e->step, e->train_loss, e->train_top1, e->val_loss, e->val_top1, e->val_top5, e->lr,
-            e->skipped_steps, e->train_time + e->eval_time, e->eval_time, e->img_s, e->data_wait);
+                          "\"val_top1\":%.9g,\"val_top5\":%.9g,\"lr\":%.9g,\"res\":%d,\"val_res\":%d,\"skipped_steps\":%u,"
+                          "\"epoch_time\":%.3f,\"eval_time\":%.3f,\"img_s\":%.1f,\"data_wait\":%.4f}\n",
+            e->epoch, (long long)e->step, e->train_loss, e->train_top1, e->val_loss, e->val_top1, e->val_top5, e->lr, e->res,
+            e->val_res, e->skipped_steps, e->train_time + e->eval_time, e->eval_time, e->img_s, e->data_wait);
     fflush(log->metrics);
     // A starved device is the commonest silent waste: say so, with what to change.
     if (e->data_wait > 0.1 && e->img_s > 0)

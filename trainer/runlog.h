@@ -56,6 +56,7 @@ typedef struct {
     int64_t epoch_seen;
     double data_wait;   // the loader's total wait so far, seconds
     int record;         // a record step: every --print-freq and the epoch's last
+    int res;            // the training resolution of this epoch (progressive resizing)
 } StepReport;
 
 void runlog_train_start(RunLog *log, int64_t total_steps);
@@ -77,6 +78,7 @@ typedef struct {
     uint32_t skipped_steps;
     double train_time, eval_time, img_s, data_wait;  // data_wait: share of train_time
     int workers;
+    int res, val_res;  // training resolution of the epoch, evaluation's
 } EpochReport;
 
 // The epoch's summary line, its record and events, and the warning when the loader starved it.

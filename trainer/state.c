@@ -162,7 +162,7 @@ void state_save_model(Run *r, char *path, size_t path_len) {
     char ncls[16], nch[16], crop[16], resize[16];
     snprintf(ncls, sizeof ncls, "%d", d->classes);
     snprintf(nch, sizeof nch, "%d", d->channels);
-    snprintf(crop, sizeof crop, "%d", r->cfg->crop_size);
+    snprintf(crop, sizeof crop, "%d", r->cfg->val_crop_size);  // eval's preprocessing, not the last training size
     snprintf(resize, sizeof resize, "%d", r->cfg->val_resize);
     // What predict and export need to use the model without the run: its eval preprocessing
     // (mean/std as comma-separated shortest floats) and the class table as a JSON array.

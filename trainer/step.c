@@ -4,6 +4,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "loader/augment.h"
 #include "nn/layers.h"
 #include "util/common.h"
 
@@ -11,7 +12,13 @@ EvalResult step_evaluate(Run *r, int dump) {
     EvalResult res = {0, 0, 0, 0};
     const Config *c = r->cfg;
     const Dataset *d = r->data;
-    int hw = c->crop_size, K = d->classes, k5 = CT_MIN(5, K);
+    int K = d->classes, k5 = CT_MIN(5, K);
+    // --tta flip: each image and its mirror go through the model, their logits are averaged
+    // (the mirror is made here on the host for both backends: one more copy of an eval batch).
+    int tta = !strcmp(c->tta, "flip");
+    size_t img_cap = (size_t)c->batch * c->val_crop_size * c->val_crop_size * d->channels;
+    uint8_t *flipped = tta ? ct_alloc(img_cap) : NULL;
+    float *avg = tta ? ct_alloc(sizeof(float) * (size_t)c->batch * K) : NULL;
     double loss_sum = 0;
     int64_t c1 = 0, c5 = 0;
     if (r->rank.world > 1) backend_bn_from_rank0(r->model.backend, r->rank.comm);
@@ -20,17 +27,27 @@ EvalResult step_evaluate(Run *r, int dump) {
     loader_start_epoch(lv, 0);
     LoaderBatch b;
     while (loader_next(lv, &b)) {
-        const float *logits = backend_forward(r->model.backend, b.images, b.count, hw, d->mean, d->std, 0);
+        const float *logits = backend_forward(r->model.backend, b.images, b.count, b.hw, d->mean, d->std, 0);
+        if (tta) {
+            size_t n = (size_t)b.count * K;
+            memcpy(avg, logits, n * sizeof(float));
+            augment_flip_batch(flipped, b.images, b.count, b.hw, b.hw, d->channels);
+            const float *mirror = backend_forward(r->model.backend, flipped, b.count, b.hw, d->mean, d->std, 0);
+            for (size_t i = 0; i < n; i++) avg[i] = (avg[i] + mirror[i]) * 0.5f;
+            logits = avg;
+        }
         int correct = 0;
         float l = softmax_xent(r->model.eval_dlogits, logits, b.labels, b.count, K, 0.0f, 1.0f, &correct);
         loss_sum += (double)l * b.count;
         c1 += correct;
         c5 += topk_correct(logits, b.labels, b.count, K, k5);
         res.n += b.count;
-        if (df) dump_batch(df, c->dump_batches, &b, hw, d->channels, -1, 0, 0.0f);
+        if (df) dump_batch(df, c->dump_batches, &b, b.hw, d->channels, -1, 0, 0.0f);
         loader_release(lv, &b);
     }
     if (df) dump_close(df, c->dump_batches);
+    free(flipped);
+    free(avg);
     if (r->rank.world > 1) {
         double v[4] = {loss_sum, (double)c1, (double)c5, (double)res.n};
         comm_allreduce_f64(r->rank.comm, v, 4);
@@ -56,7 +73,7 @@ StepResult step_train(Run *r, const LoaderBatch *b, double lr, int64_t global_st
     faults_maybe_stall(&r->faults, r->rank.rank, global_step);
     int N = b->count, correct = 0;
     backend_bn_snapshot(be);
-    float loss = backend_train_losses(be, r->model.teacher_backend, b->images, b->labels, N, r->cfg->crop_size, d->mean,
+    float loss = backend_train_losses(be, r->model.teacher_backend, b->images, b->labels, N, b->hw, d->mean,
                                       d->std, &r->model.loss, &correct);
     if (faults_step_in(&r->faults.nan_grad, global_step)) backend_poison_dlogits(be);  // every gradient becomes NaN
     if (faults_step_in(&r->faults.nan_loss, global_step)) loss = NAN;
