@@ -169,12 +169,50 @@ int main(void) {
         CHECK(config_given(&g, "arch") && config_given(&g, "epochs") && config_given(&g, "lr") &&
                   config_given(&g, "lr-schedule") && config_given(&g, "batch-size"),
               "%s: a recipe names its architecture, epochs, batch and schedule", e->d_name);
+        if (!strncmp(e->d_name, "ffcv_", 5))
+            CHECK(c.res_start == 160 && c.res_end == 192 && c.res_ramp_end > c.res_ramp_start && c.res_ramp_end < c.epochs &&
+                      c.val_crop_size == 256 && c.val_resize == 292 && !strcmp(c.tta, "flip"),
+                  "%s: FFCV's 160->192 ramp, eval at 256 with the 224/256 ratio, flip TTA", e->d_name);
         nrecipes++;
     }
     if (d) closedir(d);
     CHECK(nrecipes >= 13, "found %d recipes in %s", nrecipes, rdir);
     unlink(rp);
     rmdir(dir);
+
+    // Progressive resizing, eval's size and TTA: autos follow --crop-size; --val-resize follows
+    // --val-crop-size; the ramp is parsed.
+    const char *res_auto[] = {"train", "--crop-size", "64", "s/", NULL};
+    config_from_args(&c, &g, 4, (char **)res_auto);
+    CHECK(c.res_start == 64 && c.res_end == 64 && c.val_crop_size == 64 && c.val_resize == 73 && !strcmp(c.tta, "none") &&
+              c.res_step == 32, "res autos: %d %d %d %d", c.res_start, c.res_end, c.val_crop_size, c.val_resize);
+    const char *res_ffcv[] = {"train", "--crop-size", "192", "--res-start", "160", "--res-ramp", "65,76",
+                              "--val-crop-size", "256", "--tta", "flip", "s/", NULL};
+    config_from_args(&c, &g, 12, (char **)res_ffcv);
+    CHECK(c.res_start == 160 && c.res_end == 192 && c.res_ramp_start == 65 && c.res_ramp_end == 76 && c.val_crop_size == 256 &&
+              c.val_resize == 292 && !strcmp(c.tta, "flip"),
+          "FFCV's flags: %d %d %d,%d val %d/%d", c.res_start, c.res_end, c.res_ramp_start, c.res_ramp_end, c.val_crop_size,
+          c.val_resize);
+    int e0 = -1, e1 = -1;
+    CHECK(config_parse_ramp("3,7", &e0, &e1) == 0 && e0 == 3 && e1 == 7, "ramp 3,7");
+    CHECK(config_parse_ramp("3", &e0, &e1) && config_parse_ramp("3,", &e0, &e1) && config_parse_ramp("a,4", &e0, &e1) &&
+              config_parse_ramp("1,2,3", &e0, &e1) && config_parse_ramp("-1,2", &e0, &e1),
+          "malformed ramps refused");
+    // The schedule against FFCV's get_resolution (np.interp, then np.round(res / step) * step), whose
+    // values for these settings were computed with numpy: np.round is half-to-even, so 144 = 4.5 x 32
+    // goes down to 128 and 176 = 5.5 x 32 up to 192.
+    ResSchedule rs;
+    config_res_schedule(&c, &rs);
+    for (int e = 60; e < 80; e++)
+        CHECK(res_schedule_at(&rs, e) == (e <= 70 ? 160 : 192), "rn50_88 epoch %d: %d", e, res_schedule_at(&rs, e));
+    ResSchedule wide = {128, 256, 10, 18, 32};
+    const int want[] = {128, 128, 128, 128, 160, 192, 192, 192, 224, 256, 256, 256};  // epochs 8..19
+    for (int e = 8; e < 20; e++)
+        CHECK(res_schedule_at(&wide, e) == want[e - 8], "128->256 epoch %d: %d, numpy %d", e, res_schedule_at(&wide, e), want[e - 8]);
+    CHECK(res_schedule_max(&wide) == 256, "max");
+    ResSchedule down = {32, 16, 0, 2, 8};
+    CHECK(res_schedule_at(&down, 0) == 32 && res_schedule_at(&down, 1) == 24 && res_schedule_at(&down, 2) == 16 &&
+              res_schedule_max(&down) == 32, "a ramp down");
 
     // Per-channel lists: one value broadcasts, n values fill n channels.
     float v[3];
