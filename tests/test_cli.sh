@@ -17,7 +17,7 @@ expect_err() {
 help=$("$TRAIN" --help)
 for flag in arch epochs batch-size lr momentum wd nesterov lr-schedule warmup-epochs label-smoothing crop-size \
             val-resize workers seed deterministic resume weights evaluate out device print-freq teacher kd-alpha \
-            kd-temperature precision demo config lr-power lr-end; do
+            kd-temperature precision demo config lr-power lr-end val-crop-size res-start res-end res-ramp res-step tta; do
   grep -qE -- "--$flag( |$)" <<<"$help" || fail "--help does not document --$flag"
 done
 # Every documented flag shows its default in brackets.
@@ -60,6 +60,20 @@ expect_err "--label-smoothing: must be in" --label-smoothing 1 "$TMP/d"
 expect_err "flag --lr needs a value" "$TMP/d" --lr
 expect_err "--nesterov: 'maybe' is not a boolean" --nesterov=maybe "$TMP/d"
 expect_err "--val-resize: must be in --crop-size" --crop-size 32 --val-resize 16 "$TMP/d"
+# Progressive resizing, eval's size and TTA: each bad value names its flag.
+expect_err "--res-ramp 5,3: the ramp must end after it starts" --res-start 8 --res-end 16 --res-ramp 5,3 --res-step 8 "$TMP/d"
+expect_err "--res-ramp 4,4: the ramp must end after it starts" --res-start 8 --res-ramp 4,4 --crop-size 16 --res-step 8 "$TMP/d"
+expect_err "--res-ramp: '5' is not E0,E1" --res-start 8 --res-ramp 5 "$TMP/d"
+expect_err "--res-start 8 and --res-end 16 differ: --res-ramp E0,E1 must say" --res-start 8 --res-end 16 "$TMP/d"
+expect_err "--res-step: must be in 1..4096 \(got 0\)" --res-step 0 "$TMP/d"
+expect_err "--res-step: must be in 1..4096 \(got -32\)" --res-step -32 "$TMP/d"
+expect_err "--res-end 20 is not a multiple of --res-step 8" --res-start 8 --res-end 20 --res-ramp 0,1 --res-step 8 "$TMP/d"
+expect_err "--res-start: '0' is not a count >= 1 or auto" --res-start 0 "$TMP/d"
+expect_err "--res-end 32 is larger than the images stored in .*train.shard \(short side 16 px" \
+  --res-start 16 --res-end 32 --res-ramp 0,1 --res-step 16 -b 8 --epochs 1 --out "$TMP/o" "$TMP/d"
+expect_err "--val-crop-size: '-1' is not a count >= 1 or auto" --val-crop-size -1 "$TMP/d"
+expect_err "--val-resize: must be in --val-crop-size \(24\)..8192" --val-crop-size 24 --val-resize 20 "$TMP/d"
+expect_err "--tta: 'crop' is not one of none, flip" --tta crop "$TMP/d"
 expect_err "unexpected extra argument" "$TMP/d" "$TMP/d"
 expect_err "missing SHARDS directory \(or --demo\); see train --help" --epochs 1
 out=$("$TRAIN" --epochs 1 2>&1) || true

@@ -33,7 +33,7 @@ const Flag CONFIG_FLAGS[] = {
     {"lr-end", 0, F_DBL, OFF(lr_end), "0", "LR", "poly schedule: the rate the decay ends at (MLPerf ResNet: 1e-4)", 0},
     {"label-smoothing", 0, F_DBL, OFF(label_smoothing), "0", "EPS", "label smoothing of the cross-entropy (PyTorch's definition)", 0},
     {"crop-size", 0, F_INT, OFF(crop_size), "224", "PX", "training and evaluation image size (the default of --res-start, --res-end and --val-crop-size)", 0},
-    {"val-resize", 0, F_INT, OFF(val_resize), "auto", "PX", "eval: resize the short side to PX, then center-crop --val-crop-size; auto (crop/0.875 of the eval crop), rounded down: 224 -> 256, 32 -> 36", 0},
+    {"val-resize", 0, F_INT, OFF(val_resize), "auto", "PX", "eval: resize the short side to PX, then center-crop --val-crop-size; auto (crop/0.875), crop being --val-crop-size, rounded down: 224 -> 256, 32 -> 36", 0},
     {"val-crop-size", 0, F_INT, OFF(val_crop_size), "auto", "PX", "evaluation image size (auto: --crop-size); FFCV evaluates at 256 after training at up to 192", 0},
     {"res-start", 0, F_INT, OFF(res_start), "auto", "PX", "progressive resizing: training resolution up to the ramp's first epoch (auto: --crop-size)", 0},
     {"res-end", 0, F_INT, OFF(res_end), "auto", "PX", "progressive resizing: training resolution from the ramp's last epoch on (auto: --crop-size)", 0},
