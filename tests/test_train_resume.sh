@@ -56,4 +56,27 @@ for line in open(sys.argv[1]):
     assert abs(r["lr"] - want) < 1e-7 * want, (t, r["lr"], want)
 PY
 ok "poly: logged learning rates follow MLPerf's formula"
+# Progressive resizing (8 -> 16 px over epochs 1..3 counting from 1: 8, 12, 16) with evaluation at
+# its own size and flip TTA: interrupted in the middle of the ramp's epoch and resumed with another
+# worker count, the run is the straight run bit for bit, and each epoch trained at its size.
+R=("${SMALL_FLAGS[@]}" --res-start 8 --res-end 16 --res-ramp 0,2 --res-step 4 --val-crop-size 12 --tta flip -p 1 --epochs 3 "$TMP/d")
+"$TRAIN" "${R[@]}" --workers 2 --out "$TMP/r" 2>"$TMP/r.log" || { cat "$TMP/r.log"; fail "progressive run r failed"; }
+grep -q "progressive resizing: 8 px through epoch 1, 16 px from epoch 3 on" "$TMP/r.log" || fail "no progressive-resizing banner: $(head -5 "$TMP/r.log")"
+grep -q "evaluation at 12x12 (short side resized to 16), logits averaged with the mirror image's" "$TMP/r.log" \
+  || fail "no eval-size banner: $(head -6 "$TMP/r.log")"
+grep -qE "^epoch 2/3 \[16/16\] .* res 12px" "$TMP/r.log" || fail "the progress line does not show epoch 2's 12 px"
+python3 - "$TMP/r/metrics.jsonl" <<'PY' || fail "metrics.jsonl: wrong resolutions"
+import json, sys
+want = {1: 8, 2: 12, 3: 16}
+recs = [json.loads(l) for l in open(sys.argv[1])]
+assert all(r["res"] == want[r["epoch"]] for r in recs if r["type"] in ("step", "epoch")), "res per epoch"
+assert all(r["val_res"] == 12 for r in recs if r["type"] == "epoch"), "val_res"
+assert len([r for r in recs if r["type"] == "step"]) == 48
+PY
+"$TRAIN" "${R[@]}" --workers 1 --out "$TMP/s" 2>"$TMP/s.log" &
+signal_after_steps INT $! "$TMP/s" 21
+[ $rc = 130 ] || { cat "$TMP/s.log"; fail "progressive SIGINT: exit status $rc, expected 130"; }
+grep -q "checkpoint saved to $TMP/s/last.ckpt at epoch 2 step" "$TMP/s.log" || { cat "$TMP/s.log"; fail "not stopped in epoch 2 (the ramp's)"; }
+"$TRAIN" "${R[@]}" --workers 3 --resume "$TMP/s/last.ckpt" --out "$TMP/s" 2>"$TMP/s2.log" || { cat "$TMP/s2.log"; fail "progressive resume failed"; }
+same "$TMP/r" "$TMP/s" "progressive resizing + --tta flip: SIGINT mid-ramp + resume (workers 1, then 3) vs straight (workers 2)"
 echo "test_train_resume: all passed"

@@ -43,7 +43,7 @@ static int epoch_res(const Config *c, int epoch) {
 }
 
 // After each step: counts, skips, and the progress records. Returns the consecutive skips.
-static int account_step(Run *r, const StepResult *sr, double lr, int64_t step, int consecutive_bad) {
+static int account_step(Run *r, const StepResult *sr, double lr, int64_t step, int consecutive_bad, int hw) {
     Position *p = &r->pos;
     RunLog *log = r->log;
     if (sr->skipped) {
@@ -75,7 +75,7 @@ static int account_step(Run *r, const StepResult *sr, double lr, int64_t step, i
             .epoch_loss_sum = p->epoch_loss_sum, .epoch_seen = p->epoch_seen,
             .data_wait = loader_wait_seconds(r->loaders.train),
             .record = p->step_in_epoch % r->cfg->print_freq == 0 || last_of_epoch,
-            .res = epoch_res(r->cfg, p->epoch),
+            .res = hw,  // what the batch was cropped at, not what the schedule says it should be
         };
         runlog_step(log, &rep);
     }
@@ -170,7 +170,7 @@ int loop_train(Run *r, EvalResult *final_eval) {
             loader_release(lt, &b);
             p->step_in_epoch++;
             int64_t step = gstep + 1;  // steps done in the whole run
-            consecutive_bad = account_step(r, &sr, lr, step, consecutive_bad);
+            consecutive_bad = account_step(r, &sr, lr, step, consecutive_bad, b.hw);
             if (sr.stop && p->step_in_epoch != spe) {  // agreed by all ranks in the step's reduction
                 stopped = 1;
                 if (!log) break;
