@@ -322,9 +322,30 @@ done:
 // graphs must really have been replayed. The emulator records captured launches with their
 // arguments and replays them, as a GPU does, so a pass that depended on host state at launch time
 // (a pointer that changes between steps, a host-side decision) would part from the eager run.
-static void graph_case(const char *arch, int N, int H, int W, CtDtype dt) {
-    printf("%s N=%d %dx%d %s: CUDA graphs vs eager\n", arch, N, H, W, dtname(dt));
-    const int classes = 10, cin = 3, steps = 6;
+// prog: progressive resizing's pattern instead: training at H, then at H + 2 (a new memory plan
+// mid-run), with evaluation at H + 4 in between twice (eval's own size re-plans too), so graphs
+// captured for one plan must never replay on another.
+typedef struct {
+    int n, h;    // training batch and size
+    int eval_h;  // > 0: an eval forward at this size after the step
+} GraphStep;
+
+static void graph_case(const char *arch, int N, int H, int W, CtDtype dt, int prog) {
+    printf("%s N=%d %dx%d %s: CUDA graphs vs eager%s\n", arch, N, H, W, dtname(dt), prog ? ", resolution changes" : "");
+    const int classes = 10, cin = 3;
+    // Steps 1 and 4 (new batch sizes) and 5 (back to N) run eagerly, step 2 captures: forward and
+    // backward each replay in steps 2, 3 and 6.
+    const GraphStep plain[] = {{N, H, 0}, {N, H, 0}, {N, H, H}, {N - 1, H, 0}, {N, H, 0}, {N, H, 0}};
+    // Step 1 eager, 2 captures, 3 replays; the eval re-plans: 4 eager, 5 captures; the new size
+    // re-plans: 6 eager, 7 captures, 8 and 9 replay; after the eval again 10 is eager. Forward and
+    // backward each replay in steps 2, 3, 5, 7, 8 and 9.
+    const GraphStep ramp[] = {{N, H, 0},     {N, H, 0},     {N, H, H + 4}, {N, H, 0},        {N, H, 0},
+                              {N, H + 2, 0}, {N, H + 2, 0}, {N, H + 2, 0}, {N, H + 2, H + 4}, {N, H + 2, 0}};
+    const GraphStep *plan = prog ? ramp : plain;
+    const int steps = prog ? (int)CT_ARRAY_LEN(ramp) : (int)CT_ARRAY_LEN(plain);
+    const long want_launches = prog ? 12 : 6;
+    const int Hmax = prog ? H + 4 : H;
+    (void)W;
     ResNet *ma = resnet_create(arch, cin, classes), *mb = resnet_create(arch, cin, classes);
     resnet_init(ma, 7, 0);
     resnet_init(mb, 7, 0);
@@ -335,25 +356,25 @@ static void graph_case(const char *arch, int N, int H, int W, CtDtype dt) {
     sgd_init(&sa, ma->n_params);
     sgd_init(&sb, mb->n_params);
     const float mean[3] = {0.5f, 0.4f, 0.3f}, sd[3] = {0.25f, 0.2f, 0.3f};
-    size_t nx = (size_t)N * H * W * cin;
+    size_t nx = (size_t)N * Hmax * Hmax * cin;
     uint8_t *x = (uint8_t *)ct_alloc(nx);
     int32_t *labels = (int32_t *)ct_alloc(N * sizeof(int32_t));
     float *dl = (float *)ct_alloc((size_t)N * classes * sizeof(float));
     Rng r = rng_make(11, N, H);
     int same_loss = 1;
     for (int step = 0; step < steps; step++) {
-        int n = step == 3 ? N - 1 : N;  // one smaller batch: a different graph key
+        int n = plan[step].n, h = plan[step].h, eh = plan[step].eval_h;
         for (size_t i = 0; i < nx; i++) x[i] = (uint8_t)rng_below(&r, 256);
         for (int i = 0; i < N; i++) labels[i] = (int32_t)rng_below(&r, classes);
         float loss[2];
         for (int k = 0; k < 2; k++) {
             GpuExec *e = k ? eb : ea;
             ResNet *m = k ? mb : ma;
-            const float *logits = gpu_forward_u8(e, m, x, n, H, W, mean, sd, 1);
+            const float *logits = gpu_forward_u8(e, m, x, n, h, h, mean, sd, 1);
             loss[k] = softmax_xent(dl, logits, labels, n, classes, 0.1f, 1.0f, NULL);
             gpu_backward(e, m, dl, NULL, NULL, NULL);
             gpu_sgd_step(e, m, &cfg, k ? &sb : &sa, 0.05f);
-            if (step == 2) gpu_forward_u8(e, m, x, n, H, W, mean, sd, 0);  // eval between steps
+            if (eh) gpu_forward_u8(e, m, x, n, eh, eh, mean, sd, 0);  // eval between steps
         }
         same_loss &= !memcmp(&loss[0], &loss[1], sizeof(float));
     }
@@ -366,9 +387,7 @@ static void graph_case(const char *arch, int N, int H, int W, CtDtype dt) {
            memcmp(ma->bufs, mb->bufs, ma->n_bufs * 4) ? "DIFFER" : "identical",
            memcmp(ma->counts, mb->counts, ma->n_counts * sizeof(int64_t)) ? "DIFFER" : "identical");
     CHECK(gpu_exec_graphs(eb) == 1, "%s: graphs switched themselves off (a capture failed)", arch);
-    // Steps 1 and 4 (new batch sizes) and 5 (back to N) run eagerly, step 2 captures: forward and
-    // backward each replay in steps 2, 3 and 6.
-    CHECK(launches == 6, "%s: %ld graph launches, expected 6", arch, launches);
+    CHECK(launches == want_launches, "%s: %ld graph launches, expected %ld", arch, launches, want_launches);
     CHECK(gpu_exec_graph_launches(ea) == 0 && gpu_exec_graphs(ea) == 0, "graphs are off by default");
     CHECK(same_loss, "%s %s: a loss differs with graphs", arch, dtname(dt));
     CHECK(!memcmp(ma->params, mb->params, ma->n_params * 4), "%s %s: params differ with graphs", arch, dtname(dt));
@@ -401,7 +420,8 @@ int main(void) {
     }
     const char *q = getenv("EMU_MODEL_QUICK");
     run_case("resnet20", 2, 8, 8, CT_F32, 1);
-    graph_case("resnet20", 2, 8, 8, CT_BF16);
+    graph_case("resnet20", 2, 8, 8, CT_BF16, 0);
+    graph_case("resnet20", 2, 6, 6, CT_BF16, 1);
     if (q && *q == '1') return test_summary("emu_model");
     run_case("resnet20", 2, 8, 8, CT_BF16, 0);
     // 36x36: layer4 is 2x2, so its batch norms see 8 rows. At 32x32 with batch 2 they would see
