@@ -91,15 +91,16 @@ print('safetensors package reads model.safetensors:', len(t), 'tensors')
 mean=$("$PIPPY" -c "import json; print(','.join(str(v) for v in json.load(open('$TMP/run/config.json'))['derived']['mean']))")
 std=$("$PIPPY" -c "import json; print(','.join(str(v) for v in json.load(open('$TMP/run/config.json'))['derived']['std']))")
 
-# compare_eval ARCH WEIGHTS: ctrain --evaluate vs PyTorch on ctrain's dumped val images.
+# compare_eval ARCH WEIGHTS [TTA]: ctrain --evaluate vs PyTorch on ctrain's dumped val images
+# (TTA flip: both average the logits of each image and its mirror).
 compare_eval() {
-  local arch=$1 w=$2 dump=$TMP/eval-$1
+  local arch=$1 w=$2 tta=${3:-none} dump=$TMP/eval-$1-${3:-none}
   local line
-  line=$("$TRAIN" --evaluate -a "$arch" --crop-size 16 --val-resize 16 -b 64 --weights "$w" --dump-batches "$dump" "$TMP/d" 2>&1) \
+  line=$("$TRAIN" --evaluate -a "$arch" --crop-size 16 --val-resize 16 -b 64 --tta "$tta" --weights "$w" --dump-batches "$dump" "$TMP/d" 2>&1) \
     || { echo "$line"; fail "train --evaluate $arch failed"; }
   echo "$line"
   "$TORCH_PY" "$CTRAIN_ROOT/tools/torch_train_ref.py" evaluate --arch "$arch" --mean "$mean" --std "$std" --weights "$w" \
-    --val "$dump/val_batches.bin" > "$TMP/torch_eval.json" || fail "torch evaluate $arch failed"
+    --tta "$tta" --val "$dump/val_batches.bin" > "$TMP/torch_eval.json" || fail "torch evaluate $arch failed"
   "$PIPPY" - "$line" "$TMP/torch_eval.json" <<'PY' || fail "ctrain --evaluate differs from PyTorch ($arch)"
 import json, re, sys
 m = re.search(r"(\d+) images  loss ([0-9.]+)  top-1 ([0-9.]+)%  top-5 ([0-9.]+)%", sys.argv[1])
@@ -114,6 +115,8 @@ PY
 }
 compare_eval resnet20 "$TMP/run/model.safetensors"
 ok "model.safetensors loads into PyTorch; --evaluate agrees with PyTorch"
+compare_eval resnet20 "$TMP/run/model.safetensors" flip
+ok "--evaluate --tta flip agrees with PyTorch averaging the logits of each image and its mirror"
 
 # A torchvision resnet18 state_dict written by PyTorch, with random BN statistics.
 "$TORCH_PY" "$CTRAIN_ROOT/tools/torch_train_ref.py" make-weights --arch resnet18 --classes 10 --seed 3 --out "$TMP/tv18.safetensors" >/dev/null \

@@ -87,12 +87,15 @@ def make_model(a, state):
     return m
 
 
-def evaluate(model, batches, mean, std):
+def evaluate(model, batches, mean, std, tta="none"):
     model.eval()
     n = loss = c1 = c5 = 0
     with torch.no_grad():
         for b in batches:
-            logits = model(to_input(b["px"], mean, std))
+            x = to_input(b["px"], mean, std)
+            logits = model(x)
+            if tta == "flip":  # FFCV's lr_tta, averaged: the mirror image is flipped along W (NCHW dim 3)
+                logits = (logits + model(torch.flip(x, dims=[3]))) / 2
             loss += F.cross_entropy(logits, b["labels"], reduction="sum").item()
             k = min(5, logits.shape[1])
             top = logits.topk(k, 1).indices
@@ -177,7 +180,7 @@ def cmd_train(a):
 
 def cmd_evaluate(a):
     model = make_model(a, load_safetensors(a.weights))
-    res = evaluate(model, read_batches(a.val), floats(a.mean), floats(a.std))
+    res = evaluate(model, read_batches(a.val), floats(a.mean), floats(a.std), a.tta)
     print(json.dumps(res))
 
 
@@ -226,6 +229,7 @@ def main():
     e = sub.choices["evaluate"]
     e.add_argument("--weights", required=True)
     e.add_argument("--val", required=True, help="val_batches.bin from train --dump-batches")
+    e.add_argument("--tta", choices=["none", "flip"], default="none", help="flip: average the logits with the mirror image's")
     w = sub.choices["make-weights"]
     w.add_argument("--seed", type=int, default=0)
     w.add_argument("--out", required=True)
