@@ -40,6 +40,18 @@ for k in 1 2 3 4; do
   [ "$line" = "$ref" ] || fail "--evaluate --ranks $k: '$line' vs 1 rank '$ref'"
 done
 ok "distributed eval: every val image exactly once with 1-4 ranks ($ref)"
+# The same with flip TTA at its own evaluation size: each image and its mirror on the rank that
+# holds the image, counted once; the result differs from the plain one.
+tref=""
+for k in 1 3; do
+  out=$("$TRAIN" --evaluate -a resnet20 --crop-size 16 --val-crop-size 12 -b 64 --ranks $k --tta flip --resume "$TMP/run/last.ckpt" "$TMP/d" 2>&1) \
+    || { echo "$out"; fail "--evaluate --tta flip --ranks $k failed"; }
+  line=$(echo "$out" | grep -o "997 images.*top-5 [0-9.]*%") || fail "--evaluate --tta flip --ranks $k: not 997 images: $out"
+  [ -z "$tref" ] && tref=$line
+  [ "$line" = "$tref" ] || fail "--evaluate --tta flip --ranks $k: '$line' vs 1 rank '$tref'"
+done
+[ "$tref" != "$ref" ] || fail "--tta flip --val-crop-size 12 evaluated exactly like the plain eval: '$tref'"
+ok "distributed eval with --tta flip --val-crop-size 12: every val image exactly once with 1 and 3 ranks ($tref)"
 
 # SIGTERM mid-epoch, then resume: the same final model as without the interruption.
 F2=("${FL[@]}" --epochs 2 -p 1)
