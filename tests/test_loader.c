@@ -184,6 +184,33 @@ int main(void) {
             epoch_free(&e1);
             loader_destroy(l);
         }
+        // Progressive resizing: a loader made for crops up to 24 gives, at each crop it is set to,
+        // the bytes of the direct path at that crop (and of a loader made for it), and back.
+        {
+            LoaderConfig c = base_cfg(train, 2);
+            c.max_crop = 24;
+            Loader *l = loader_create(&s, &c);
+            Epoch e1 = run_epoch(l, 1, bpi);
+            CHECK(epoch_same(&e1, &ref1), "train=%d: a loader with room for 24 px differs at 16", train);
+            loader_set_crop(l, 24);
+            LoaderConfig c24 = base_cfg(train, 1);
+            c24.crop = 24;
+            Epoch big = run_epoch(l, 0, (size_t)24 * 24 * 3);
+            CHECK(big.n == ref0.n && check_against_direct(&s, &c24, &big, 0), "train=%d: epoch 0 at 24 px differs from the direct path", train);
+            loader_start_epoch(l, 0);
+            LoaderBatch b;
+            CHECK(loader_next(l, &b) == 1 && b.hw == 24, "train=%d: batch says %d px, not 24", train, b.hw);
+            loader_release(l, &b);
+            CHECK(loader_batch_bytes(l) == (size_t)6 * 24 * 24 * 3, "batch bytes at 24 px: %zu", loader_batch_bytes(l));
+            CHECK(loader_memory_bytes(l) >= (size_t)4 * 6 * 24 * 24 * 3, "ring not sized for 24 px: %zu", loader_memory_bytes(l));
+            loader_set_crop(l, 16);
+            Epoch back = run_epoch(l, 1, bpi);
+            CHECK(epoch_same(&back, &ref1), "train=%d: back at 16 px, epoch 1 differs", train);
+            epoch_free(&e1);
+            epoch_free(&big);
+            epoch_free(&back);
+            loader_destroy(l);
+        }
         // Resume mid-epoch: starting epoch 1 at batch 3 gives the tail of the full epoch.
         {
             LoaderConfig c = base_cfg(train, 2);
@@ -373,6 +400,22 @@ int main(void) {
             loader_destroy(l);
         }
         shard_close(&sb);
+    }
+
+    // Test-time flip: pixel (n, y, x) of the mirror is pixel (n, y, W-1-x), all channels with it.
+    {
+        enum { FN = 2, FH = 3, FW = 5, FC = 3 };
+        uint8_t src[FN * FH * FW * FC], dst[sizeof src], back[sizeof src];
+        for (size_t i = 0; i < sizeof src; i++) src[i] = (uint8_t)(i * 7 + 3);
+        augment_flip_batch(dst, src, FN, FH, FW, FC);
+        int ok = 1;
+        for (int n = 0; n < FN; n++)
+            for (int y = 0; y < FH; y++)
+                for (int x = 0; x < FW; x++)
+                    for (int c = 0; c < FC; c++)
+                        ok &= dst[((n * FH + y) * FW + x) * FC + c] == src[((n * FH + y) * FW + (FW - 1 - x)) * FC + c];
+        augment_flip_batch(back, dst, FN, FH, FW, FC);
+        CHECK(ok && !memcmp(back, src, sizeof src), "augment_flip_batch is not a left-right mirror");
     }
 
     shard_close(&s);
