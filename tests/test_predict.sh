@@ -89,6 +89,25 @@ assert rel <= 3e-2 and rel * 3 < rel_shift, (rel, rel_shift)
 PY
 ok "resize + center crop as torchvision's eval transforms"
 
+# --tta flip: a.png is at the crop size, so its mirror is the mirrored PNG's crop; the logits are
+# the float32 average of predict's on a.png and on the mirrored file.
+"$PIPPY" -c "from PIL import Image, ImageOps; import sys; ImageOps.mirror(Image.open(sys.argv[1])).save(sys.argv[2])" \
+  "$TMP/img/a.png" "$TMP/a_mirror.png" || fail "mirroring a.png"
+"$TRAIN" predict --weights "$W" --format json --logits "$TMP/img/a.png" "$TMP/a_mirror.png" > "$TMP/plain.jsonl" || fail "predict plain"
+"$TRAIN" predict --weights "$W" --format json --logits --tta flip "$TMP/img/a.png" > "$TMP/tta.jsonl" || fail "predict --tta flip"
+"$PIPPY" - "$TMP/plain.jsonl" "$TMP/tta.jsonl" <<'PY' || fail "predict --tta flip is not the average of the image's and its mirror's logits"
+import json, sys, numpy as np
+a, m = (np.array(json.loads(l)["logits"], np.float32) for l in open(sys.argv[1]))
+t = np.array(json.loads(open(sys.argv[2]).read())["logits"], np.float32)
+want = (a + m) * np.float32(0.5)
+print("predict --tta flip vs mean of a.png's and its mirror's logits: max abs %.2e (image vs mirror: %.2e)"
+      % (np.abs(t - want).max(), np.abs(a - m).max()))
+assert np.abs(t - want).max() <= 1e-6 * np.abs(want).max() and np.abs(a - m).max() > 1e-3
+PY
+out=$("$TRAIN" predict --weights "$W" --tta vflip "$TMP/img/a.png" 2>&1) && fail "--tta vflip accepted"
+grep -q -- "--tta vflip: must be none or flip" <<<"$out" || fail "unclear --tta error: $out"
+ok "predict --tta flip averages the logits of the image and its mirror"
+
 "$TRAIN" predict --weights "$W" -k 3 "$TMP/img/a.png" "$TMP/img/sub/c.png" > "$TMP/table" 2> "$TMP/stderr" || { cat "$TMP/stderr"; fail "predict table"; }
 cat "$TMP/table"
 [ "$(grep -cE '^ +[123]\. +[0-9.]+%  +[0-9]+  class[0-9]{2}$' "$TMP/table")" = 6 ] || fail "table rows"

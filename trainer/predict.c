@@ -36,6 +36,8 @@ static void predict_usage(FILE *f) {
             "  --crop-size PX     default: the model's crop_size, else 224 (32 for resnet20..110)\n"
             "  --resize PX        short side before the crop (default: the model's, else PX/0.875)\n"
             "  --mean M,M,M, --std S,S,S  default: the model's, else ImageNet's (RGB) or 0.5/0.25 (gray)\n"
+            "  --tta none|flip    flip: average the logits of the crop and its mirror image, as train's\n"
+            "                     --tta flip evaluates (default none)\n"
             "  -h, --help         this text\n",
             resnet_arch_list());
 }
@@ -107,7 +109,7 @@ static int load_image(const char *path, const ModelFile *mf, uint8_t *crop, Resa
 }
 
 int predict_main(int argc, char **argv) {
-    const char *weights = NULL, *format = "table";
+    const char *weights = NULL, *format = "table", *tta = "none";
     int topk = 5, with_logits = 0;
     ModelFileFlags fl = {0};
     PathList inputs = {0};
@@ -124,6 +126,7 @@ int predict_main(int argc, char **argv) {
         else if (!strcmp(a, "-k") || !strcmp(a, "--top-k")) topk = ct_parse_int("--top-k", subcommand_value(&arg, argc, argv, &i), 1, 1 << 20);
         else if (!strcmp(a, "--format")) format = subcommand_value(&arg, argc, argv, &i);
         else if (!strcmp(a, "--logits")) with_logits = 1;
+        else if (!strcmp(a, "--tta")) tta = subcommand_value(&arg, argc, argv, &i);
         else if (!strcmp(a, "--crop-size")) fl.crop = ct_parse_int("--crop-size", subcommand_value(&arg, argc, argv, &i), 1, 4096);
         else if (a[0] == '-' && a[1]) ct_die("predict: unknown flag '%s' (see train predict --help)", argv[i]);
         else collect(&inputs, argv[i]);
@@ -132,6 +135,8 @@ int predict_main(int argc, char **argv) {
     int json = !strcmp(format, "json");
     if (!json && strcmp(format, "table")) ct_die("--format %s: must be table or json", format);
     if (!inputs.n) ct_die("predict: no images given (files or folders after the flags; see train predict --help)");
+    if (strcmp(tta, "none") && strcmp(tta, "flip")) ct_die("--tta %s: must be none or flip", tta);
+    int flip = !strcmp(tta, "flip");
 
     ModelFile mf;
     modelfile_load(&mf, weights, &fl);
@@ -142,12 +147,14 @@ int predict_main(int argc, char **argv) {
     if (resnet_shapes(m, S, S, dims) != 0) ct_die("--crop-size %d: too small for %s", S, m->arch);
     free(dims);
     CpuExec *e = cpu_exec_create(m);
-    uint8_t *crop = ct_alloc((size_t)S * S * C);
+    uint8_t *crop = ct_alloc((size_t)S * S * C), *mirror = ct_alloc((size_t)S * S * C);
+    float *avg = ct_alloc(sizeof(float) * (size_t)K);
     ResampleScratch scratch = {0};
     double *prob = ct_alloc(sizeof(double) * (size_t)K);
     int *order = ct_alloc(sizeof(int) * (size_t)K);
     int failed = 0;
-    if (!json) printf("%s: %s, %d classes, %dx%d crop of a %d short side\n", weights, m->arch, K, S, S, mf.resize);
+    if (!json) printf("%s: %s, %d classes, %dx%d crop of a %d short side%s\n", weights, m->arch, K, S, S, mf.resize,
+                      flip ? ", logits averaged with the mirror image's" : "");
     for (int f = 0; f < inputs.n; f++) {
         const char *path = inputs.v[f];
         char err[512];
@@ -164,6 +171,13 @@ int predict_main(int argc, char **argv) {
             continue;
         }
         const float *logits = cpu_forward_u8(e, m, crop, 1, S, S, mf.mean, mf.std, 0);
+        if (flip) {  // the same averaging as train's evaluation (trainer/step.c)
+            memcpy(avg, logits, sizeof(float) * (size_t)K);
+            augment_flip_batch(mirror, crop, 1, S, S, C);
+            const float *lm = cpu_forward_u8(e, m, mirror, 1, S, S, mf.mean, mf.std, 0);
+            for (int k = 0; k < K; k++) avg[k] = (avg[k] + lm[k]) * 0.5f;
+            logits = avg;
+        }
         // Softmax in double, shifted by the largest logit.
         double mx = logits[0], sum = 0;
         for (int k = 1; k < K; k++) mx = fmax(mx, logits[k]);
@@ -211,6 +225,8 @@ int predict_main(int argc, char **argv) {
     free(prob);
     free(order);
     free(crop);
+    free(mirror);
+    free(avg);
     resample_scratch_free(&scratch);
     cpu_exec_free(e);
     modelfile_free(&mf);
