@@ -198,8 +198,9 @@ Loader *loader_create(const Shard *shard, const LoaderConfig *cfg) {
     if (l->cfg.max_crop < cfg->crop)
         ct_die("loader: crop %d is larger than the largest crop %d the loader was made for", cfg->crop, l->cfg.max_crop);
     l->next_crop = cfg->crop;
+    l->img_bytes = (size_t)cfg->crop * cfg->crop * l->C;
     // The ring holds batches of the largest crop; an epoch at a smaller one uses a prefix of each buffer.
-    l->img_bytes = (size_t)l->cfg.max_crop * l->cfg.max_crop * l->C;
+    size_t max_img_bytes = (size_t)l->cfg.max_crop * l->cfg.max_crop * l->C;
     l->chunks_per_batch = (l->cfg.batch_size + CHUNK - 1) / CHUNK;
 
     l->nslots = l->cfg.prefetch;
@@ -207,18 +208,17 @@ Loader *loader_create(const Shard *shard, const LoaderConfig *cfg) {
     size_t B = (size_t)l->cfg.batch_size;
     for (int i = 0; i < l->nslots; i++) {
         Slot *s = &l->slots[i];
-        s->images = l->cfg.alloc(B * l->img_bytes, l->cfg.alloc_ctx);
-        if (!s->images) ct_die("loader: batch buffer allocation of %zu bytes failed", B * l->img_bytes);
+        s->images = l->cfg.alloc(B * max_img_bytes, l->cfg.alloc_ctx);
+        if (!s->images) ct_die("loader: batch buffer allocation of %zu bytes failed", B * max_img_bytes);
         s->labels = ct_alloc(B * sizeof(int32_t));
         s->indices = ct_alloc(B * sizeof(uint64_t));
         s->batch = -1;
     }
-    l->img_bytes = (size_t)cfg->crop * cfg->crop * l->C;
     l->verified = ct_zalloc(shard->n_records ? shard->n_records : 1);
     l->nworkers = l->cfg.workers;
     l->workers = ct_zalloc(sizeof(Worker) * l->nworkers);
     size_t decode = shard->codec == SHARD_CODEC_RAW ? 0 : shard->max_raw_size;
-    l->fixed_bytes = sizeof *l + sizeof(Slot) * l->nslots + l->nslots * B * ((size_t)l->cfg.max_crop * l->cfg.max_crop * l->C + 12) +
+    l->fixed_bytes = sizeof *l + sizeof(Slot) * l->nslots + l->nslots * B * (max_img_bytes + 12) +
                      shard->n_records * (cfg->train ? 5 : 1) + l->nworkers * (sizeof(Worker) + decode);
     l->epoch = -1;
     pthread_mutex_init(&l->mu, NULL);
