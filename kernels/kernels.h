@@ -162,6 +162,12 @@ void lars_step_gpu(float *params, const float *grads, float *buf, const CtLarsTe
                    double *norms, float lr, float momentum, float wd, float eta, uint16_t *params_bf16,
                    ct_stream_t stream);
 
+// EMA of the weights (kernels/ema.cu), the twins of nn/ema.h: ema += (1 - decay) * (w - ema) per
+// element, unfused like the CPU (bit-identical); the swap exchanges a and b and, when a_bf16 is not
+// NULL, refreshes that bf16 copy of a (the live weights' operand copy) in the same pass.
+void ema_update_gpu(float *ema, const float *w, size_t n, float decay, ct_stream_t stream);
+void ema_swap_gpu(float *a, float *b, size_t n, uint16_t *a_bf16, ct_stream_t stream);
+
 // ---------------------------------------------------------------------------------------------
 // Cost accounting (tools/bench_gpu_cost.c; kernels/cost.cu). Only the emulated build counts
 // (ct_cost_available() == 1); on a real GPU these do nothing. While enabled, every kernel that runs

@@ -7,6 +7,7 @@
 
 #define CKPT_MAGIC "CTRNCKPT"
 #define CKPT_VERSION 1u
+#define CKPT_VERSION_EMA 2u  // version 1 plus the EMA tensors
 #define CKPT_META_BYTES 192u
 #define CKPT_PREFIX (8u + 4u + 4u + CKPT_META_BYTES)
 
@@ -15,7 +16,7 @@
 static void put(uint8_t **p, const void *v, size_t n) { memcpy(*p, v, n); *p += n; }
 static void get(const uint8_t **p, void *v, size_t n) { memcpy(v, *p, n); *p += n; }
 
-static void encode_meta(uint8_t *buf, const CheckpointMeta *m, uint32_t has_momentum) {
+static void encode_meta(uint8_t *buf, const CheckpointMeta *m, uint32_t has_momentum, uint32_t has_ema) {
     memset(buf, 0, CKPT_META_BYTES);
     uint8_t *p = buf;
     put(&p, m->arch, 32);
@@ -38,6 +39,12 @@ static void encode_meta(uint8_t *buf, const CheckpointMeta *m, uint32_t has_mome
     put(&p, &m->epoch_correct, 8);
     put(&p, &m->epoch_seen, 8);
     put(&p, &m->optimizer, 4);
+    if (!has_ema) return;  // version 1: zero padding from here
+    uint32_t every = m->ema_every, best_ema = m->best_is_ema;
+    put(&p, &has_ema, 4);
+    put(&p, &every, 4);
+    put(&p, &m->ema_decay, 8);
+    put(&p, &best_ema, 4);
 }
 
 static void decode_meta(const uint8_t *buf, CheckpointMeta *m, uint32_t *has_momentum) {
@@ -64,16 +71,27 @@ static void decode_meta(const uint8_t *buf, CheckpointMeta *m, uint32_t *has_mom
     get(&p, &m->epoch_correct, 8);
     get(&p, &m->epoch_seen, 8);
     get(&p, &m->optimizer, 4);  // 0 in files from before it was recorded: they were all SGD
+    get(&p, &m->has_ema, 4);
+    get(&p, &m->ema_every, 4);
+    get(&p, &m->ema_decay, 8);
+    get(&p, &m->best_is_ema, 4);
 }
 
 void checkpoint_save(const char *path, const CheckpointMeta *meta, const float *params,
                      const float *momentum, const float *buffers, const int64_t *counts) {
+    checkpoint_save_ema(path, meta, params, momentum, buffers, counts, NULL, NULL);
+}
+
+void checkpoint_save_ema(const char *path, const CheckpointMeta *meta, const float *params, const float *momentum,
+                         const float *buffers, const int64_t *counts, const float *ema_params,
+                         const float *ema_buffers) {
     uint8_t head[CKPT_PREFIX];
-    uint32_t version = CKPT_VERSION, meta_bytes = CKPT_META_BYTES;
+    uint32_t has_ema = ema_params != NULL;
+    uint32_t version = has_ema ? CKPT_VERSION_EMA : CKPT_VERSION, meta_bytes = CKPT_META_BYTES;
     memcpy(head, CKPT_MAGIC, 8);
     memcpy(head + 8, &version, 4);
     memcpy(head + 12, &meta_bytes, 4);
-    encode_meta(head + 16, meta, momentum != NULL);
+    encode_meta(head + 16, meta, momentum != NULL, has_ema);
 
     AtomicFile af = ct_atomic_open(path);
     uint32_t crc = crc32c(0, head, sizeof head);
@@ -90,6 +108,12 @@ void checkpoint_save(const char *path, const CheckpointMeta *meta, const float *
     size_t cb = meta->n_counts * sizeof(int64_t);
     crc = crc32c(crc, counts, cb);
     ct_atomic_write(&af, counts, cb);
+    if (has_ema) {
+        crc = crc32c(crc, ema_params, pb);
+        ct_atomic_write(&af, ema_params, pb);
+        crc = crc32c(crc, ema_buffers, bb);
+        ct_atomic_write(&af, ema_buffers, bb);
+    }
     ct_atomic_write(&af, &crc, 4);
     ct_atomic_commit(&af);
 }
@@ -104,14 +128,16 @@ const char *checkpoint_load(const char *path, Checkpoint *out) {
     if (size < CKPT_PREFIX + 4 || memcmp(data, CKPT_MAGIC, 8) != 0) { err = "not a ctrain checkpoint (bad magic or too short)"; goto done; }
     memcpy(&version, data + 8, 4);
     memcpy(&meta_bytes, data + 12, 4);
-    if (version != CKPT_VERSION) { err = "unsupported checkpoint version"; goto done; }
+    if (version != CKPT_VERSION && version != CKPT_VERSION_EMA) { err = "unsupported checkpoint version (written by a newer ctrain?)"; goto done; }
     if (meta_bytes != CKPT_META_BYTES) { err = "corrupt checkpoint header (meta size)"; goto done; }
     decode_meta(data + 16, &out->meta, &has_momentum);
     if (has_momentum > 1) { err = "corrupt checkpoint header (momentum flag)"; goto done; }
+    uint32_t has_ema = out->meta.has_ema;
+    if (has_ema != (version == CKPT_VERSION_EMA)) { err = "corrupt checkpoint header (EMA flag)"; goto done; }
     // Sizes against the file size before any multiplication can overflow.
     uint64_t np = out->meta.n_params, nb = out->meta.n_buffers, nc = out->meta.n_counts;
     if (np > size / 4 || nb > size / 4 || nc > size / 8) { err = "checkpoint truncated (tensor sizes exceed the file)"; goto done; }
-    uint64_t need = CKPT_PREFIX + 4 * (np * (1 + has_momentum) + nb) + 8 * nc + 4;
+    uint64_t need = CKPT_PREFIX + 4 * (np * (1 + has_momentum + has_ema) + nb * (1 + has_ema)) + 8 * nc + 4;
     if (need != size) { err = size < need ? "checkpoint truncated" : "checkpoint has trailing bytes"; goto done; }
     uint32_t crc_file;
     memcpy(&crc_file, data + size - 4, 4);
@@ -130,6 +156,14 @@ const char *checkpoint_load(const char *path, Checkpoint *out) {
     p += nb * 4;
     out->counts = (int64_t *)ct_alloc(nc * 8);
     memcpy(out->counts, p, nc * 8);
+    p += nc * 8;
+    if (has_ema) {
+        out->ema_params = (float *)ct_alloc(np * 4 + 1);
+        memcpy(out->ema_params, p, np * 4);
+        p += np * 4;
+        out->ema_buffers = (float *)ct_alloc(nb * 4 + 1);
+        memcpy(out->ema_buffers, p, nb * 4);
+    }
 done:
     free(data);
     if (err) checkpoint_free(out);
@@ -141,7 +175,9 @@ void checkpoint_free(Checkpoint *c) {
     free(c->momentum);
     free(c->buffers);
     free(c->counts);
-    c->params = c->momentum = c->buffers = NULL;
+    free(c->ema_params);
+    free(c->ema_buffers);
+    c->params = c->momentum = c->buffers = c->ema_params = c->ema_buffers = NULL;
     c->counts = NULL;
 }
 

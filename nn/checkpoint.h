@@ -3,15 +3,19 @@
 // and where the run stands (epoch, step, seed, best val top-1). The class table hash and the
 // architecture name guard against resuming onto another dataset or model.
 //
-// File layout, little-endian, version 1:
+// File layout, little-endian, version 1 (version 2: the same with an EMA of the weights):
 //   "CTRNCKPT" | u32 version | u32 meta bytes (= 192) | meta | f32 params[n_params]
 //   | f32 momentum[n_params] (when has_momentum) | f32 buffers[n_buffers] | i64 counts[n_counts]
+//   | f32 ema_params[n_params] f32 ema_buffers[n_buffers] (version 2 only, has_ema)
 //   | u32 crc32c of all before
+// A file without an EMA is still written as version 1, byte for byte what older builds wrote, so
+// they keep reading it; version 2 files are refused by them as an unsupported version.
 // meta: char arch[32] | u32 num_classes | u32 in_channels | u64 class_hash | u32 epoch
 //   | u32 has_momentum | i64 global_step | i64 step_in_epoch | u64 seed | f64 best_top1
 //   | i32 best_epoch | u32 nonfinite_total | u64 n_params | u64 n_buffers | u64 n_counts
 //   | i64 opt_steps | f64 epoch_loss_sum | i64 epoch_correct | i64 epoch_seen | u32 optimizer
-//   | zero padding
+//   | u32 has_ema | u32 ema_every | f64 ema_decay | u32 best_is_ema | zero padding
+// (the fields after optimizer read 0 from version 1 files, whose padding is zero)
 // Written through ct_atomic_open/commit (temp name, fsync, rename), so a crash never leaves a
 // truncated file under the real name.
 #pragma once
@@ -47,6 +51,12 @@ typedef struct {
     int64_t epoch_seen;
     // What the momentum buffer holds: 0 SGD's velocity, 1 LARS's scaled step (CKPT_OPT_*).
     uint32_t optimizer;
+    // --ema (version 2): the settings the average was made with, and whether best_top1 was the
+    // average's val top-1 (1) or the plain weights' (0).
+    uint32_t has_ema;  // set by checkpoint_save_ema from its arguments
+    uint32_t ema_every;
+    double ema_decay;
+    uint32_t best_is_ema;
 } CheckpointMeta;
 enum { CKPT_OPT_SGD = 0, CKPT_OPT_LARS = 1 };
 
@@ -56,11 +66,18 @@ typedef struct {
     float *momentum;  // n_params, NULL when the file holds none
     float *buffers;   // n_buffers
     int64_t *counts;  // n_counts
+    float *ema_params;   // n_params, NULL when the file holds no EMA
+    float *ema_buffers;  // n_buffers, likewise
 } Checkpoint;
 
 // momentum may be NULL (then none is stored). Dies naming the path on I/O errors.
 void checkpoint_save(const char *path, const CheckpointMeta *meta, const float *params,
                      const float *momentum, const float *buffers, const int64_t *counts);
+// The same with an EMA of the weights (ema_params [n_params], ema_buffers [n_buffers]; both NULL
+// writes exactly what checkpoint_save writes).
+void checkpoint_save_ema(const char *path, const CheckpointMeta *meta, const float *params, const float *momentum,
+                         const float *buffers, const int64_t *counts, const float *ema_params,
+                         const float *ema_buffers);
 // Reads and validates (magic, version, sizes against the file size, checksum). Returns NULL on
 // success, else a static error message (the caller names the path). Free with checkpoint_free.
 const char *checkpoint_load(const char *path, Checkpoint *out);

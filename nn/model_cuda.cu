@@ -61,6 +61,7 @@ struct GpuExec {
     float *params, *grads, *mom, *bufs;
     float *bufs_snap;  // gpu_bufs_snapshot's copy of bufs
     uint16_t *wbf;     // bf16 copy of params (dt == CT_BF16), refreshed by every SGD step
+    float *ema_params, *ema_bufs;  // --ema's average of params and bufs (gpu_ema_*), NULL without
     uint8_t *decay;    // weight-decay mask for the last SgdConfig seen
     int decay_mode;    // -1: mask not built; else cfg->wd_exclude_bn_bias it was built for
     CtLarsTensor *lars_t;  // LARS: the parameter tensors (built on its first step)
@@ -315,6 +316,8 @@ void gpu_exec_free(GpuExec *e) {
     dfree(e->bufs);
     dfree(e->bufs_snap);
     dfree(e->wbf);
+    dfree(e->ema_params);
+    dfree(e->ema_bufs);
     dfree(e->decay);
     dfree(e->lars_t);
     dfree(e->lars_norms);
@@ -986,3 +989,37 @@ float *gpu_exec_grads(GpuExec *e) { return e->grads; }
 float *gpu_exec_params(GpuExec *e) { return e->params; }
 ct_stream_t gpu_exec_stream(GpuExec *e) { return (ct_stream_t)e->st; }
 size_t gpu_exec_device_bytes(const GpuExec *e) { return e->dev_bytes; }
+
+// EMA of the weights (nn/model_cuda.h): the average stays on the device beside the live state and
+// is updated on the compute stream after each optimizer step, with no host traffic.
+void gpu_ema_set(GpuExec *e, const float *params, const float *bufs) {
+    const ResNet *m = e->graph;
+    if (!e->ema_params) {
+        e->ema_params = (float *)dmalloc(e, m->n_params * sizeof(float));
+        e->ema_bufs = (float *)dmalloc(e, (m->n_bufs + 1) * sizeof(float));
+    }
+    CK(cudaMemcpyAsync(e->ema_params, params, m->n_params * sizeof(float), cudaMemcpyHostToDevice, e->st));
+    CK(cudaMemcpyAsync(e->ema_bufs, bufs, m->n_bufs * sizeof(float), cudaMemcpyHostToDevice, e->st));
+    CK(cudaStreamSynchronize(e->st));
+}
+
+void gpu_ema_get(GpuExec *e, float *params, float *bufs) {
+    const ResNet *m = e->graph;
+    if (!e->ema_params) ct_die("internal: gpu_ema_get without gpu_ema_set");
+    CK(cudaMemcpyAsync(params, e->ema_params, m->n_params * sizeof(float), cudaMemcpyDeviceToHost, e->st));
+    CK(cudaMemcpyAsync(bufs, e->ema_bufs, m->n_bufs * sizeof(float), cudaMemcpyDeviceToHost, e->st));
+    CK(cudaStreamSynchronize(e->st));
+}
+
+void gpu_ema_update(GpuExec *e, float decay) {
+    ema_update_gpu(e->ema_params, e->params, e->graph->n_params, decay, e->st);
+    ema_update_gpu(e->ema_bufs, e->bufs, e->graph->n_bufs, decay, e->st);
+}
+
+// The bf16 operand copy follows the params it now holds, so an eval forward runs the average.
+void gpu_ema_swap(GpuExec *e) {
+    if (!e->ema_params) ct_die("internal: gpu_ema_swap without gpu_ema_set");
+    ema_swap_gpu(e->params, e->ema_params, e->graph->n_params, e->wbf, e->st);
+    ema_swap_gpu(e->bufs, e->ema_bufs, e->graph->n_bufs, NULL, e->st);
+    CK(cudaStreamSynchronize(e->st));
+}

@@ -123,6 +123,16 @@ void gpu_sgd_step(GpuExec *e, const ResNet *m, const SgdConfig *cfg, SgdState *s
 // LARS (nn/lars.h), bit-identical to lars_step on the same inputs.
 void gpu_lars_step(GpuExec *e, const ResNet *m, const SgdConfig *cfg, SgdState *st, float lr);
 
+// EMA of the weights (the trainer's --ema; nn/ema.h): a device copy of params and BN statistics.
+// gpu_ema_set uploads it (allocating on first use), gpu_ema_get downloads it; gpu_ema_update
+// averages the live state into it (enqueued on the compute stream, after the optimizer step);
+// gpu_ema_swap exchanges it with the live state (bf16 weight copy refreshed): evaluating the
+// average is swap, forward, swap.
+void gpu_ema_set(GpuExec *e, const float *params, const float *bufs);
+void gpu_ema_get(GpuExec *e, float *params, float *bufs);
+void gpu_ema_update(GpuExec *e, float decay);
+void gpu_ema_swap(GpuExec *e);
+
 // Pinned host memory for the loader's batch ring (LoaderConfig.alloc / .free take these as is),
 // so the copy stream's transfers are truly asynchronous. Dies naming the size on failure.
 void *gpu_pinned_alloc(size_t bytes, void *ctx);

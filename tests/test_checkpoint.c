@@ -121,6 +121,86 @@ static void test_checkpoint(const char *dir) {
     unlink(bad);
 }
 
+// --ema's average (version 2): round trip, the fields, and a file without one staying version 1
+// byte for byte (older builds read it); flips in the average and a version 2 file cut back to
+// version 1's length are detected.
+static void test_checkpoint_ema(const char *dir) {
+    enum { NP = 300, NB = 21, NC = 3 };
+    float p[NP], b[NB], ep[NP], eb[NB];
+    int64_t cnt[NC] = {1, 2, 3};
+    for (int i = 0; i < NP; i++) { p[i] = cosf(i); ep[i] = p[i] * 0.5f + 1e-3f * i; }
+    for (int i = 0; i < NB; i++) { b[i] = 0.125f * i; eb[i] = -b[i]; }
+    CheckpointMeta m;
+    memset(&m, 0, sizeof m);
+    snprintf(m.arch, sizeof m.arch, "resnet20");
+    m.n_params = NP;
+    m.n_buffers = NB;
+    m.n_counts = NC;
+    m.best_top1 = 50;
+    m.ema_decay = 0.999;
+    m.ema_every = 4;
+    m.best_is_ema = 1;
+    char p1[512], p2[512], p3[512];
+    snprintf(p1, sizeof p1, "%s/plain.ckpt", dir);
+    snprintf(p2, sizeof p2, "%s/ema.ckpt", dir);
+    snprintf(p3, sizeof p3, "%s/plain2.ckpt", dir);
+    // Without the average, checkpoint_save_ema is checkpoint_save, and the EMA fields stay zero.
+    checkpoint_save_ema(p1, &m, p, NULL, b, cnt, NULL, NULL);
+    CheckpointMeta z = m;
+    z.ema_decay = 0, z.ema_every = 0, z.best_is_ema = 0;
+    checkpoint_save(p3, &z, p, NULL, b, cnt);
+    size_t n1, n3, n2;
+    uint8_t *d1 = (uint8_t *)ct_read_file(p1, &n1), *d3 = (uint8_t *)ct_read_file(p3, &n3);
+    uint32_t version;
+    memcpy(&version, d1 + 8, 4);
+    CHECK(version == 1, "a checkpoint without EMA is version %u, want 1", version);
+    CHECK(n1 == n3 && !memcmp(d1, d3, n1), "a checkpoint without EMA is not the version 1 bytes");
+    Checkpoint ck;
+    const char *err = checkpoint_load(p1, &ck);
+    CHECK(!err && !ck.meta.has_ema && !ck.ema_params && !ck.ema_buffers && ck.meta.ema_decay == 0,
+          "version 1 load: %s", err ? err : "EMA fields set");
+    if (!err) checkpoint_free(&ck);
+
+    checkpoint_save_ema(p2, &m, p, NULL, b, cnt, ep, eb);
+    uint8_t *d2 = (uint8_t *)ct_read_file(p2, &n2);
+    memcpy(&version, d2 + 8, 4);
+    CHECK(version == 2 && n2 == n1 + 4 * (NP + NB), "EMA checkpoint: version %u, %zu bytes", version, n2);
+    err = checkpoint_load(p2, &ck);
+    CHECK(err == NULL, "EMA load: %s", err ? err : "");
+    if (!err) {
+        CHECK(ck.meta.has_ema == 1 && ck.meta.ema_decay == 0.999 && ck.meta.ema_every == 4 && ck.meta.best_is_ema == 1,
+              "EMA fields: %u %g %u %u", ck.meta.has_ema, ck.meta.ema_decay, ck.meta.ema_every, ck.meta.best_is_ema);
+        CHECK(!memcmp(ck.params, p, sizeof p) && !memcmp(ck.buffers, b, sizeof b) && !memcmp(ck.counts, cnt, sizeof cnt),
+              "EMA checkpoint: model state differs");
+        CHECK(ck.ema_params && !memcmp(ck.ema_params, ep, sizeof ep), "EMA params differ");
+        CHECK(ck.ema_buffers && !memcmp(ck.ema_buffers, eb, sizeof eb), "EMA buffers differ");
+        checkpoint_free(&ck);
+    }
+    char bad[512];
+    snprintf(bad, sizeof bad, "%s/bad_ema.ckpt", dir);
+    size_t offs[] = {n1 - 2, n1 + 3, n2 - 4 * NB, n2 - 5};
+    for (size_t i = 0; i < CT_ARRAY_LEN(offs); i++) {
+        d2[offs[i]] ^= 0x10;
+        test_write_file(bad, d2, n2);
+        d2[offs[i]] ^= 0x10;
+        err = checkpoint_load(bad, &ck);
+        CHECK(err != NULL, "EMA checkpoint: flip at byte %zu not detected", offs[i]);
+        if (!err) checkpoint_free(&ck);
+    }
+    test_write_file(bad, d2, n1);  // the average cut off: the header still says version 2
+    err = checkpoint_load(bad, &ck);
+    CHECK(err != NULL, "EMA checkpoint cut to version 1's length accepted");
+    if (!err) checkpoint_free(&ck);
+    uint32_t v1 = 1;  // version 1 with the EMA flag set
+    memcpy(d2 + 8, &v1, 4);
+    test_write_file(bad, d2, n2);
+    err = checkpoint_load(bad, &ck);
+    CHECK(err != NULL && strstr(err, "EMA flag"), "version 1 with the EMA flag: %s", err ? err : "accepted");
+    if (!err) checkpoint_free(&ck);
+    free(d1), free(d2), free(d3);
+    unlink(p1), unlink(p2), unlink(p3), unlink(bad);
+}
+
 static void test_schedule(void) {
     LrSchedule s = {LR_COSINE, 0.4, 10, 100, 0, 30, 0.1, 2, 0};
     CHECK(lr_at(&s, 0) == 0.4, "cosine start %g", lr_at(&s, 0));
@@ -199,6 +279,7 @@ int main(void) {
     char dir[] = "/tmp/ctrain_ckpt_XXXXXX";
     if (!mkdtemp(dir)) { perror("mkdtemp"); return 1; }
     test_checkpoint(dir);
+    test_checkpoint_ema(dir);
     test_schedule();
     rmdir(dir);
     return test_summary("test_checkpoint");

@@ -75,6 +75,16 @@ void backend_bn_from_rank0(Backend *b, Comm *comm);
 void backend_download(Backend *b, SgdState *sgd);
 void backend_upload(Backend *b, const SgdState *sgd);
 
+// EMA of the weights (trainer/ema.h). attach: params [n_params] and bufs [n_bufs] are host memory
+// the caller owns, holding the average to start from (the CPU averages into them in place; the GPU
+// uploads them and keeps its device copy live). download: the GPU's average into those arrays
+// (a no-op on the CPU). update: average the live state in (after an optimizer step). swap:
+// exchange the live state and the average (evaluating the average is swap, evaluate, swap).
+void backend_ema_attach(Backend *b, float *params, float *bufs);
+void backend_ema_download(Backend *b);
+void backend_ema_update(Backend *b, float decay);
+void backend_ema_swap(Backend *b);
+
 // Start copying the next batch to the device while this step computes (GPU; the CPU has nothing
 // to stage). backend_stages_batches says whether the loop should hold the next batch early.
 int backend_stages_batches(const Backend *b);

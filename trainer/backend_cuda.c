@@ -146,6 +146,11 @@ static void cuda_backend_bn_from_rank0(Backend *base, Comm *comm) {
 static void cuda_backend_download(Backend *base, SgdState *sgd) { gpu_download_state(cuda_of(base)->exec, base->m, sgd); }
 static void cuda_backend_upload(Backend *base, const SgdState *sgd) { gpu_upload_state(cuda_of(base)->exec, base->m, sgd); }
 
+static void cuda_backend_ema_attach(Backend *b, float *params, float *bufs) { gpu_ema_set(cuda_of(b)->exec, params, bufs); }
+static void cuda_backend_ema_download(Backend *b) { gpu_ema_get(cuda_of(b)->exec, b->ema_params, b->ema_bufs); }
+static void cuda_backend_ema_update(Backend *b, float decay) { gpu_ema_update(cuda_of(b)->exec, decay); }
+static void cuda_backend_ema_swap(Backend *b) { gpu_ema_swap(cuda_of(b)->exec); }
+
 static void cuda_backend_prefetch(Backend *base, const uint8_t *x, int N, int hw) {
     gpu_prefetch_u8(cuda_of(base)->exec, x, N, hw, hw);
 }
@@ -184,6 +189,10 @@ const BackendOps backend_cuda_ops = {
     .bn_from_rank0 = cuda_backend_bn_from_rank0,
     .download = cuda_backend_download,
     .upload = cuda_backend_upload,
+    .ema_attach = cuda_backend_ema_attach,
+    .ema_download = cuda_backend_ema_download,
+    .ema_update = cuda_backend_ema_update,
+    .ema_swap = cuda_backend_ema_swap,
     .stages_batches = 1,
     .prefetch = cuda_backend_prefetch,
     .attach_gradsync = cuda_backend_attach_gradsync,

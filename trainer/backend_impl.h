@@ -27,6 +27,10 @@ typedef struct {
     void (*bn_from_rank0)(Backend *b, Comm *comm);
     void (*download)(Backend *b, SgdState *sgd);
     void (*upload)(Backend *b, const SgdState *sgd);
+    void (*ema_attach)(Backend *b, float *params, float *bufs);
+    void (*ema_download)(Backend *b);
+    void (*ema_update)(Backend *b, float decay);
+    void (*ema_swap)(Backend *b);
     int stages_batches;
     void (*prefetch)(Backend *b, const uint8_t *x, int N, int hw);
     void (*attach_gradsync)(Backend *b, BackendGroup *g, Comm *comm, int local_rank, size_t bucket_bytes);
@@ -39,6 +43,7 @@ struct Backend {
     BackendKind kind;
     ResNet *m;
     int64_t *counts_backup;  // m->counts before a step (host state on both backends)
+    float *ema_params, *ema_bufs;  // backend_ema_attach's host arrays, NULL without --ema
 };
 
 extern const BackendOps backend_cpu_ops;

@@ -25,6 +25,8 @@ const Flag CONFIG_FLAGS[] = {
     {"nesterov", 0, F_BOOL, OFF(nesterov), "0", NULL, "Nesterov momentum", 0},
     {"optimizer", 0, F_STR, OFF(optimizer), "sgd", "sgd|lars", "sgd: torch.optim.SGD; lars: MLPerf's LARS (per-tensor trust ratio eta |w| / (|g| + wd |w|) on the rate; BN parameters and biases neither adapted nor decayed)", 0},
     {"lars-eta", 0, F_DBL, OFF(lars_eta), "0.001", "ETA", "LARS trust coefficient", 0},
+    {"ema", 0, F_DBL, OFF(ema), "0", "DECAY", "keep an exponential moving average of the weights and BN statistics (timm's ModelEma), ema += (1 - DECAY) (w - ema) after each update, e.g. 0.999; evaluation reports both models, model.safetensors holds the better by last val top-1 (0: off)", 0},
+    {"ema-every", 0, F_INT, OFF(ema_every), "1", "K", "--ema: update the average every K optimizer steps", 0},
     {"lr-schedule", 0, F_STR, OFF(lr_schedule), "step", "step|cosine|linear|poly", "learning-rate schedule, set per step: step (x gamma every --lr-step-size epochs), cosine to 0, linear to 0 at the end (FFCV's), poly (MLPerf's: (lr - end) * (1 - progress)^power + end)", 0},
     {"warmup-epochs", 0, F_DBL, OFF(warmup_epochs), "0", "E", "linear warmup from 0 over E epochs (fractions allowed)", 0},
     {"lr-step-size", 0, F_INT, OFF(lr_step_size), "30", "N", "step schedule: epochs between decays", 0},
@@ -384,6 +386,10 @@ void config_validate(const Config *c, const ConfigGiven *given) {
     if (strcmp(c->optimizer, "sgd") && strcmp(c->optimizer, "lars")) ct_die("--optimizer: '%s' is not one of sgd, lars", c->optimizer);
     if (!strcmp(c->optimizer, "lars") && c->nesterov) ct_die("--optimizer lars: --nesterov is not part of LARS here (MLPerf's has none)");
     if (!(c->lars_eta > 0) || c->lars_eta > 1) ct_die("--lars-eta: must be in (0, 1] (got %g)", c->lars_eta);
+    if (config_given(given, "ema") && !(c->ema > 0 && c->ema < 1))
+        ct_die("--ema: the decay must be in (0, 1), e.g. 0.999 (got %g)", c->ema);
+    if (c->ema_every < 1) ct_die("--ema-every: must be >= 1 (got %d)", c->ema_every);
+    if (config_given(given, "ema-every") && !(c->ema > 0)) ct_die("--ema-every needs --ema DECAY");
     LrKind k;
     if (!lr_kind_parse(c->lr_schedule, &k)) ct_die("--lr-schedule: '%s' is not one of " LR_KIND_LIST, c->lr_schedule);
     if (c->warmup_epochs < 0 || c->warmup_epochs > c->epochs) ct_die("--warmup-epochs: must be in [0, --epochs] (got %g)", c->warmup_epochs);

@@ -20,6 +20,8 @@ typedef struct {
     int nesterov;
     const char *optimizer;  // sgd | lars
     double lars_eta;
+    double ema;     // --ema decay, 0: off
+    int ema_every;  // --ema-every K steps
     const char *lr_schedule;
     double warmup_epochs;
     int lr_step_size;

@@ -179,6 +179,10 @@ int job_train(Job *job, int argc, char **argv) {
     runlog_fmt_duration(ts, sizeof ts, total);
     fprintf(stderr, "train: done in %s (%.1fs): val top-1 %.2f%% top-5 %.2f%% (best %.2f%% at epoch %d); model %s\n", ts,
             total, last_eval.top1, last_eval.top5, r->pos.best_top1, r->pos.best_epoch, mp);
+    if (ema_on(r))
+        fprintf(stderr, "train: --ema %g: the average's last val top-1 %.2f%% (plain %.2f%%); %s holds the %s weights%s\n",
+                c->ema, r->model.ema.last_top1, r->model.ema.last_top1_plain, mp, ema_model_is_best(r) ? "EMA" : "plain",
+                r->pos.best_is_ema ? "; best.ckpt's best top-1 is the EMA's" : "");
     if (c->demo)
         printf("demo: Fashion-MNIST test top-1 %.2f%% in %s (%.1fs) on %d CPU threads\n", last_eval.top1, ts, total,
                omp_get_max_threads());

@@ -89,15 +89,29 @@ static EvalResult finish_epoch(Run *r, double train_time, double train_wait, int
     int64_t step = (int64_t)(p->epoch + 1) * r->loaders.steps_per_epoch;
     double t_eval = ct_now();
     EvalResult e = step_evaluate(r, r->faults.dump_train && p->epoch + 1 == c->epochs);
+    // --ema: the average too; the better of the two by top-1 is what best.ckpt counts.
+    EvalResult ee = {NAN, NAN, NAN, 0};
+    double score = e.top1;
+    if (ema_on(r)) {
+        ema_exchange(r);
+        ee = step_evaluate(r, 0);
+        ema_exchange(r);
+        RunEma *em = &r->model.ema;
+        em->evaluated = 1;
+        em->last_top1 = ee.top1;
+        em->last_top1_plain = e.top1;
+        score = CT_MAX(e.top1, ee.top1);
+    }
     double eval_time = ct_now() - t_eval;
-    int best = e.top1 > p->best_top1;
-    if (best) { p->best_top1 = e.top1; p->best_epoch = p->epoch + 1; }
+    int best = score > p->best_top1;
+    if (best) { p->best_top1 = score; p->best_epoch = p->epoch + 1; p->best_is_ema = ee.top1 > e.top1; }
     if (r->log) {
         EpochReport rep = {
             .epoch = p->epoch + 1, .epochs = c->epochs, .step = step,
             .train_loss = p->epoch_seen ? p->epoch_loss_sum / (double)p->epoch_seen : NAN,
             .train_top1 = p->epoch_seen ? 100.0 * (double)p->epoch_correct / (double)p->epoch_seen : NAN,
             .val_loss = e.loss, .val_top1 = e.top1, .val_top5 = e.top5, .best = best,
+            .ema = ema_on(r), .ema_loss = ee.loss, .ema_top1 = ee.top1, .ema_top5 = ee.top5,
             .lr = lr_at(&r->model.schedule, step - 1), .skipped_steps = p->nonfinite_total,
             .train_time = train_time, .eval_time = eval_time,
             .img_s = train_time > 0 ? (double)(p->epoch_seen - seen_at_start) / train_time : 0,

@@ -94,6 +94,10 @@ void ranks_check_replicas(Run *r, int epochs_done) {
     backend_download(r->model.backend, &r->model.opt);
     uint32_t crc = crc32c(0, m->params, m->n_params * sizeof(float));
     if (r->cfg->momentum > 0) crc = crc32c(crc, r->model.opt.buf, m->n_params * sizeof(float));
+    if (ema_on(r)) {  // the average of identical weights is identical too (its BN statistics are each rank's)
+        ema_to_host(r);
+        crc = crc32c(crc, r->model.ema.params, m->n_params * sizeof(float));
+    }
     uint32_t crc0 = crc;
     comm_broadcast(r->rank.comm, &crc0, sizeof crc0, 0);
     if (crc != crc0)

@@ -56,6 +56,7 @@ static void setup_training(Run *r, BackendKind kind, int bf16) {
     faults_init(&r->faults, r->rank.rank, r->rank.world, mo->net);
     if (c->resume[0]) state_load_checkpoint(r, "--resume", c->resume, 1);
     backend_upload(mo->backend, &mo->opt);
+    if (!c->resume[0]) ema_start(r, NULL, NULL, NULL);  // a resume starts it from the checkpoint
     if (mo->teacher) mo->teacher_backend = backend_create(kind, mo->teacher, bf16, r->rank.local_rank, 0);
     if (r->pos.epoch >= c->epochs && r->pos.step_in_epoch == 0)
         ct_die("--resume %s: the checkpoint has finished epoch %d already; raise --epochs beyond %d to train on", c->resume,
@@ -91,4 +92,5 @@ void run_teardown(Run *r) {
     resnet_free(r->model.net);
     if (r->model.opt.buf) sgd_free(&r->model.opt);
     free(r->model.eval_dlogits);
+    ema_free(&r->model.ema);
 }

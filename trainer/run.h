@@ -10,6 +10,7 @@
 #include "trainer/backend.h"
 #include "trainer/config.h"
 #include "trainer/data.h"
+#include "trainer/ema.h"
 #include "trainer/faults.h"
 #include "trainer/runlog.h"
 #include "trainer/state.h"
@@ -25,6 +26,7 @@ typedef struct {
     LrSchedule schedule;
     LossConfig loss;
     float *eval_dlogits;      // scratch of the eval loss [batch x classes]
+    RunEma ema;               // --ema's average of the weights
 } RunModel;
 
 // This rank among all ranks of the run. Rank 0 writes every output; every rank keeps the same

@@ -270,15 +270,23 @@ void runlog_skip(RunLog *log, int epoch, int64_t step, double lr, float loss, in
 }
 
 void runlog_epoch(RunLog *log, const EpochReport *e) {
-    fprintf(stderr, "epoch %d/%d  train loss %.4f top-1 %.2f%%  |  val loss %.4f top-1 %.2f%% top-5 %.2f%%%s  |  %.1fs "
+    // --ema: the average's evaluation beside the plain one, on the line and in the record.
+    char ema_line[96] = "", ema_json[160] = "";
+    if (e->ema) {
+        snprintf(ema_line, sizeof ema_line, "  |  ema loss %.4f top-1 %.2f%% top-5 %.2f%%", e->ema_loss, e->ema_top1, e->ema_top5);
+        snprintf(ema_json, sizeof ema_json, ",\"ema_val_loss\":%.9g,\"ema_val_top1\":%.9g,\"ema_val_top5\":%.9g", e->ema_loss,
+                 e->ema_top1, e->ema_top5);
+    }
+    fprintf(stderr, "epoch %d/%d  train loss %.4f top-1 %.2f%%  |  val loss %.4f top-1 %.2f%% top-5 %.2f%%%s%s  |  %.1fs "
                     "(eval %.1fs), %.0f img/s, data-wait %.1f%%, res %dpx (val %dpx)\n",
-            e->epoch, e->epochs, e->train_loss, e->train_top1, e->val_loss, e->val_top1, e->val_top5, e->best ? " (best)" : "",
-            e->train_time + e->eval_time, e->eval_time, e->img_s, 100 * e->data_wait, e->res, e->val_res);
+            e->epoch, e->epochs, e->train_loss, e->train_top1, e->val_loss, e->val_top1, e->val_top5, ema_line,
+            e->best ? " (best)" : "", e->train_time + e->eval_time, e->eval_time, e->img_s, 100 * e->data_wait, e->res,
+            e->val_res);
     fprintf(log->metrics, "{\"type\":\"epoch\",\"epoch\":%d,\"step\":%lld,\"train_loss\":%.9g,\"train_top1\":%.9g,\"val_loss\":%.9g,"
-                          "\"val_top1\":%.9g,\"val_top5\":%.9g,\"lr\":%.9g,\"res\":%d,\"val_res\":%d,\"skipped_steps\":%u,"
+                          "\"val_top1\":%.9g,\"val_top5\":%.9g%s,\"lr\":%.9g,\"res\":%d,\"val_res\":%d,\"skipped_steps\":%u,"
                           "\"epoch_time\":%.3f,\"eval_time\":%.3f,\"img_s\":%.1f,\"data_wait\":%.4f}\n",
-            e->epoch, (long long)e->step, e->train_loss, e->train_top1, e->val_loss, e->val_top1, e->val_top5, e->lr, e->res,
-            e->val_res, e->skipped_steps, e->train_time + e->eval_time, e->eval_time, e->img_s, e->data_wait);
+            e->epoch, (long long)e->step, e->train_loss, e->train_top1, e->val_loss, e->val_top1, e->val_top5, ema_json, e->lr,
+            e->res, e->val_res, e->skipped_steps, e->train_time + e->eval_time, e->eval_time, e->img_s, e->data_wait);
     fflush(log->metrics);
     // A starved device is the commonest silent waste: say so, with what to change.
     if (e->data_wait > 0.1 && e->img_s > 0)
@@ -292,5 +300,10 @@ void runlog_epoch(RunLog *log, const EpochReport *e) {
     tfevents_scalar(log->tb, "val/loss", e->step, (float)e->val_loss);
     tfevents_scalar(log->tb, "val/top1", e->step, (float)e->val_top1);
     tfevents_scalar(log->tb, "val/top5", e->step, (float)e->val_top5);
+    if (e->ema) {
+        tfevents_scalar(log->tb, "val_ema/loss", e->step, (float)e->ema_loss);
+        tfevents_scalar(log->tb, "val_ema/top1", e->step, (float)e->ema_top1);
+        tfevents_scalar(log->tb, "val_ema/top5", e->step, (float)e->ema_top5);
+    }
     tfevents_flush(log->tb);
 }

@@ -73,7 +73,9 @@ typedef struct {
     int64_t step;
     double train_loss, train_top1;
     double val_loss, val_top1, val_top5;
-    int best;
+    int best;  // the best val top-1 so far, of either model
+    int ema;   // --ema: the average's evaluation follows
+    double ema_loss, ema_top1, ema_top5;
     double lr;
     uint32_t skipped_steps;
     double train_time, eval_time, img_s, data_wait;  // data_wait: share of train_time

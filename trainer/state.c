@@ -4,13 +4,17 @@
 #include <string.h>
 
 #include "nn/checkpoint.h"
+#include "nn/ema.h"
 #include "nn/safetensors.h"
 #include "trainer/run.h"
 #include "util/common.h"
 #include "util/json_write.h"
 
 // The host structs hold the state the files need (the GPU's live copy comes down first).
-static void state_to_host(Run *r) { backend_download(r->model.backend, r->model.opt.buf ? &r->model.opt : NULL); }
+static void state_to_host(Run *r) {
+    backend_download(r->model.backend, r->model.opt.buf ? &r->model.opt : NULL);
+    ema_to_host(r);
+}
 
 void state_save_checkpoint(Run *r, const char *name, int64_t global_step) {
     state_to_host(r);
@@ -39,7 +43,37 @@ void state_save_checkpoint(Run *r, const char *name, int64_t global_step) {
     meta.epoch_correct = p->epoch_correct;
     meta.epoch_seen = p->epoch_seen;
     meta.optimizer = r->model.sgd.lars ? CKPT_OPT_LARS : CKPT_OPT_SGD;
-    checkpoint_save(path, &meta, m->params, r->cfg->momentum > 0 ? r->model.opt.buf : NULL, m->bufs, m->counts);
+    const RunEma *ema = &r->model.ema;
+    meta.ema_decay = ema->decay;
+    meta.ema_every = (uint32_t)ema->every;
+    meta.best_is_ema = (uint32_t)p->best_is_ema;
+    checkpoint_save_ema(path, &meta, m->params, r->cfg->momentum > 0 ? r->model.opt.buf : NULL, m->bufs, m->counts,
+                        ema_on(r) ? ema->params : NULL, ema_on(r) ? ema->bufs : NULL);
+}
+
+// --resume and --ema: the checkpoint's average continues; one without an average starts a new one
+// from its weights; an average the run does not ask for is dropped. Each says so.
+static void resume_ema(Run *r, const Checkpoint *ck, const char *path) {
+    const Config *c = r->cfg;
+    const CheckpointMeta *m = &ck->meta;
+    char note[1400];
+    if (!(c->ema > 0)) {
+        if (m->has_ema && r->rank.rank == 0)
+            fprintf(stderr, "train: --resume %s: the checkpoint holds an EMA of the weights (decay %g); this run has no "
+                            "--ema, so it is dropped\n", path, m->ema_decay);
+        return;
+    }
+    if (!m->has_ema) {
+        snprintf(note, sizeof note, "--resume %s: the checkpoint has no EMA of the weights; --ema %g starts one from its "
+                                    "weights at step %lld", path, c->ema, (long long)m->global_step);
+        ema_start(r, NULL, NULL, note);
+        return;
+    }
+    note[0] = 0;
+    if ((float)m->ema_decay != (float)c->ema || (int)m->ema_every != c->ema_every)
+        snprintf(note, sizeof note, "--resume %s: the checkpoint's EMA was made with --ema %g --ema-every %u; it continues "
+                                    "with --ema %g --ema-every %d", path, m->ema_decay, m->ema_every, c->ema, c->ema_every);
+    ema_start(r, ck->ema_params, ck->ema_buffers, note[0] ? note : NULL);
 }
 
 void state_load_checkpoint(Run *r, const char *flag, const char *path, int restore_position) {
@@ -86,6 +120,7 @@ void state_load_checkpoint(Run *r, const char *flag, const char *path, int resto
         p->step_in_epoch = m->step_in_epoch;
         p->best_top1 = m->best_top1;
         p->best_epoch = m->best_epoch;
+        p->best_is_ema = (int)m->best_is_ema;
         p->nonfinite_total = m->nonfinite_total;
         p->epoch_loss_sum = m->epoch_loss_sum;
         p->epoch_correct = m->epoch_correct;
@@ -93,6 +128,7 @@ void state_load_checkpoint(Run *r, const char *flag, const char *path, int resto
         if (p->step_in_epoch > r->loaders.steps_per_epoch)
             ct_die("--resume %s: checkpoint stands at step %lld of epoch %d but an epoch has %lld steps with --batch-size %d",
                    path, (long long)p->step_in_epoch, p->epoch + 1, (long long)r->loaders.steps_per_epoch, c->batch);
+        resume_ema(r, &ck, path);
     }
     checkpoint_free(&ck);
 }
@@ -178,8 +214,19 @@ void state_save_model(Run *r, char *path, size_t path_len) {
     for (uint32_t i = 0; i < d->val.n_classes; i++) json_array_append_new(names, json_string(d->val.class_names[i]));
     char *classes = ct_json_dumps_flags(names, JSON_COMPACT);
     json_decref(names);
-    const char *keys[] = {"arch", "num_classes", "in_channels", "mean", "std", "crop_size", "val_resize", "classes"};
-    const char *vals[] = {r->model.net->arch, ncls, nch, mean, std, crop, resize, classes};
-    st_save_resnet(path, r->model.net, NULL, 0, keys, vals, 8);
+    // "weights": which weights the file holds: "ema" (--ema's average, when its last val top-1 is at
+    // least the plain weights') or "plain"; num_batches_tracked is the plain model's either way.
+    int use_ema = ema_model_is_best(r);
+    char decay[32];
+    snprintf(decay, sizeof decay, "%.9g", (double)r->model.ema.decay);
+    const char *keys[] = {"arch", "num_classes", "in_channels", "mean", "std", "crop_size", "val_resize", "classes",
+                          "weights", "ema_decay"};
+    const char *vals[] = {r->model.net->arch, ncls, nch, mean, std, crop, resize, classes, use_ema ? "ema" : "plain", decay};
+    ResNet *net = r->model.net;
+    if (use_ema) ema_swap(net->params, r->model.ema.params, net->n_params);  // host copies; swapped back below
+    if (use_ema) ema_swap(net->bufs, r->model.ema.bufs, net->n_bufs);
+    st_save_resnet(path, net, NULL, 0, keys, vals, ema_on(r) ? 10 : 9);
+    if (use_ema) ema_swap(net->params, r->model.ema.params, net->n_params);
+    if (use_ema) ema_swap(net->bufs, r->model.ema.bufs, net->n_bufs);
     free(classes);
 }

@@ -11,6 +11,7 @@ typedef struct {
     int64_t step_in_epoch;  // batches of it done
     double best_top1;       // -1 before the first evaluation
     int best_epoch;
+    int best_is_ema;        // --ema: best_top1 is the average's (best.ckpt then holds the best EMA)
     uint32_t nonfinite_total;
     // Accumulators of the epoch in progress (a resume mid-epoch reports the same train figures).
     double epoch_loss_sum;

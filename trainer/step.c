@@ -90,6 +90,7 @@ StepResult step_train(Run *r, const LoaderBatch *b, double lr, int64_t global_st
         backend_backward(be);
         if (backend_grads_finite(be)) {
             backend_sgd_step(be, &r->model.sgd, &r->model.opt, (float)lr);
+            ema_after_step(r, global_step);
             return res;
         }
         res.loss = NAN;
