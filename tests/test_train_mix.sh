@@ -6,7 +6,7 @@
 #   - distillation keeps working with mixing (--kd-alpha 0 bit-identical to no teacher, 0.5 finite);
 #   - the emulated GPU backend's step losses with mixing match the CPU's (fp32) at the first steps.
 source "$(dirname "$0")/train_lib.sh"
-make_synth "$TMP/d" 256 64 16
+make_synth "$TMP/d" 128 32 16
 F=("${SMALL_FLAGS[@]}" --label-smoothing 0.1 -p 1 --epochs 2 "$TMP/d")
 M=(--mixup 0.4 --cutmix 1.0 --mix-prob 0.8 --mix-switch-prob 0.5)
 
