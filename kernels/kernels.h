@@ -129,16 +129,24 @@ void avgpool_forward_gpu(void *out, const void *in, int N, int HW, int C, CtDtyp
 void avgpool_backward_gpu(void *din, const void *dout, int N, int HW, int C, CtDtype dt,
                           ct_stream_t stream);
 
-// Losses on fp32 logits [N,K] (one block walks the rows in order: deterministic). *loss (device)
-// receives the mean loss, *correct (device, may be NULL) the argmax hit count. Same gradient
-// conventions as the CPU: softmax_xent overwrites dlogits, kd_loss accumulates into it.
+// Losses on fp32 logits [N,K], multi-block: rows spread over blocks, each row's loss and hit
+// written to `work` (device, loss_workspace_bytes(N)), then summed by one block in a fixed order
+// (deterministic, no atomics). *loss (device) receives the mean loss, *correct (device, may be
+// NULL) the argmax hit count. Same gradient conventions as the CPU: softmax_xent overwrites
+// dlogits, kd_loss accumulates into it. softmax_xent_mix_gpu is softmax_xent_mix's twin (soft
+// target lam * s(labels) + (1 - lam) * s(labels_b); hits against the dominant label).
+size_t loss_workspace_bytes(int N);
+void softmax_xent_mix_gpu(float *dlogits, const float *logits, const int32_t *labels, const int32_t *labels_b,
+                          float lam, int N, int K, float smoothing, float grad_scale, void *work, float *loss,
+                          int *correct, ct_stream_t stream);
 void softmax_xent_gpu(float *dlogits, const float *logits, const int32_t *labels, int N, int K,
-                      float smoothing, float grad_scale, float *loss, int *correct, ct_stream_t stream);
-void kd_loss_gpu(float *dlogits, const float *logits, const float *teacher_logits, int N, int K,
-                 float temperature, float grad_scale, float *loss, ct_stream_t stream);
-// *count (device) = number of rows whose label is among the k largest logits (CPU tie rule).
-void topk_correct_gpu(const float *logits, const int32_t *labels, int N, int K, int k, int *count,
+                      float smoothing, float grad_scale, void *work, float *loss, int *correct,
                       ct_stream_t stream);
+void kd_loss_gpu(float *dlogits, const float *logits, const float *teacher_logits, int N, int K,
+                 float temperature, float grad_scale, void *work, float *loss, ct_stream_t stream);
+// *count (device) = number of rows whose label is among the k largest logits (CPU tie rule).
+void topk_correct_gpu(const float *logits, const int32_t *labels, int N, int K, int k, void *work,
+                      int *count, ct_stream_t stream);
 
 // SGD over the flat fp32 buffers (nn/sgd.h's sgd_update_range per element, PyTorch's order).
 // decay[i] != 0 applies weight decay wd to element i (NULL: every element); first != 0 initialises

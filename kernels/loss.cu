@@ -1,14 +1,17 @@
-// Losses on the GPU: softmax cross-entropy with label smoothing, Hinton distillation, top-k hits.
-// Twins of nn/layers.h's softmax_xent / kd_loss / topk_correct.
+// Losses on the GPU: softmax cross-entropy with label smoothing and soft (Mixup/CutMix) targets,
+// Hinton distillation, top-k hits. Twins of nn/layers.h's softmax_xent_mix / kd_loss / topk_correct.
 //
-// Logits are small ([N, classes], at most a few hundred thousand floats), so one block walks the
-// rows in order and reduces each row with a fixed shared-memory tree: the loss is bit-identical
-// run to run and no scratch buffer is needed. The mean loss is accumulated in double in row order.
+// Multi-block and deterministic: each block takes rows (row r in block r % grid), reduces each
+// row with a fixed shared-memory tree and writes the row's loss and hit into the workspace
+// (loss_workspace_bytes); one small block then sums the rows in a fixed order (contiguous runs
+// per thread in double, then a fixed tree), so the mean is the same bits run to run whatever the
+// grid, and no float atomics are used.
 #include "kernels/common.cuh"
 #include "kernels/act.cuh"
 #include "kernels/kernels.h"
 
 #define LOSS_THREADS 256
+#define LOSS_MAX_BLOCKS 1024
 
 // Tree reductions over the block (all threads must call; result broadcast to every thread).
 __device__ static float block_sum(float v, float *sh) {
@@ -43,20 +46,20 @@ __device__ static int block_rank(const float *x, int K, int y, int first_wins, f
     return (int)block_sum(cnt, sh);
 }
 
-// Per row: lse = max + log(sum exp(z - max)); loss = lse - (1-eps) z_y - eps/K sum z;
-// dz = grad_scale/N * (softmax(z) - (1-eps) onehot - eps/K). A hit is a row whose label is the
-// first argmax, as on the CPU.
-// dlogits may be NULL (evaluation: loss and hits only), as on the CPU.
-__global__ void softmax_xent_k(float *dlogits, const float *logits, const int32_t *labels, int N,
-                               int K, float smoothing, float grad_scale, float *loss, int *correct) {
+// Per row: lse = max + log(sum exp(z - max)); with on = 1 - eps, off = eps / K,
+// loss = lse - on (lam z_a + (1-lam) z_b) - off sum z; dz = grad_scale/N * (softmax(z) - t),
+// t = off + on lam [k == a] + on (1-lam) [k == b]. A hit is a row whose dominant label (a when
+// lam >= 0.5, else b) is the first argmax, as on the CPU. dlogits may be NULL (evaluation).
+__global__ void xent_rows_k(float *dlogits, const float *logits, const int32_t *labels,
+                            const int32_t *labels_b, float lam, int N, int K, float smoothing,
+                            float grad_scale, float *row_loss, int *row_hit) {
     __shared__ float sh[LOSS_THREADS];
-    double total = 0.0;
-    int hits = 0;
     float gs = grad_scale / (float)N, off = smoothing / (float)K, on = 1.f - smoothing;
-    for (int n = 0; n < N; n++) {
+    float ta = on * lam, tb = on * (1.f - lam);
+    for (int n = blockIdx.x; n < N; n += gridDim.x) {
         const float *z = logits + (size_t)n * K;
         float *dz = dlogits ? dlogits + (size_t)n * K : (float *)0;
-        int y = labels[n];
+        int ya = labels[n], yb = labels_b[n];
         float m = -INFINITY, zs = 0.f;
         for (int j = threadIdx.x; j < K; j += LOSS_THREADS) {
             m = fmaxf(m, z[j]);
@@ -70,29 +73,25 @@ __global__ void softmax_xent_k(float *dlogits, const float *logits, const int32_
         float lse = m + logf(e);
         for (int j = threadIdx.x; dz && j < K; j += LOSS_THREADS) {
             float p = expf(z[j] - m) / e;
-            float t = off + (j == y ? on : 0.f);
+            float t = off + (j == ya ? ta : 0.f) + (j == yb ? tb : 0.f);
             dz[j] = gs * (p - t);
         }
-        int gt = correct ? block_rank(z, K, y, 1, sh) : 1;
+        int gt = row_hit ? block_rank(z, K, lam >= 0.5f ? ya : yb, 1, sh) : 1;
         if (threadIdx.x == 0) {
-            total += (double)(lse - on * z[y] - off * zs);
-            hits += gt == 0;
+            row_loss[n] = lse - on * (lam * z[ya] + (1.f - lam) * z[yb]) - off * zs;
+            if (row_hit) row_hit[n] = gt == 0;
         }
-    }
-    if (threadIdx.x == 0) {
-        *loss = (float)(total / N);
-        if (correct) *correct = hits;
     }
 }
 
 // loss_row = T^2 sum p_t (log p_t - log p_s), p = softmax(z / T);
-// d loss / d z_s = T (p_s - p_t); the batch mean and grad_scale scale both.
-__global__ void kd_loss_k(float *dlogits, const float *logits, const float *teacher, int N, int K,
-                          float T, float grad_scale, float *loss) {
+// d loss / d z_s = T (p_s - p_t); the batch mean and grad_scale scale both. Rows hold KL only;
+// the T^2 / N comes in the sum.
+__global__ void kd_rows_k(float *dlogits, const float *logits, const float *teacher, int N, int K,
+                          float T, float grad_scale, float *row_loss) {
     __shared__ float sh[LOSS_THREADS];
-    double total = 0.0;
     float invT = 1.f / T, gs = grad_scale * T / (float)N;
-    for (int n = 0; n < N; n++) {
+    for (int n = blockIdx.x; n < N; n += gridDim.x) {
         const float *zs = logits + (size_t)n * K, *zt = teacher + (size_t)n * K;
         float *dz = dlogits ? dlogits + (size_t)n * K : (float *)0;
         float ms = -INFINITY, mt = -INFINITY;
@@ -118,37 +117,90 @@ __global__ void kd_loss_k(float *dlogits, const float *logits, const float *teac
             if (dz) dz[j] += gs * (ps - pt);
         }
         kl = block_sum(kl, sh);
-        if (threadIdx.x == 0) total += (double)kl * T * T;
+        if (threadIdx.x == 0) row_loss[n] = kl;
     }
-    if (threadIdx.x == 0) *loss = (float)(total / N);
 }
 
-__global__ void topk_k(const float *logits, const int32_t *labels, int N, int K, int k, int *count) {
+__global__ void topk_rows_k(const float *logits, const int32_t *labels, int N, int K, int k, int *row_hit) {
     __shared__ float sh[LOSS_THREADS];
-    int hits = 0;
-    for (int n = 0; n < N; n++) {
-        const float *z = logits + (size_t)n * K;
-        int gt = block_rank(z, K, labels[n], 0, sh);
-        hits += gt < k;
+    for (int n = blockIdx.x; n < N; n += gridDim.x) {
+        int gt = block_rank(logits + (size_t)n * K, K, labels[n], 0, sh);
+        if (threadIdx.x == 0) row_hit[n] = gt < k;
     }
-    if (threadIdx.x == 0) *count = hits;
 }
 
+// One block: *loss = scale * sum(row_loss) and *count = sum(row_hit) (either may be NULL). Thread
+// t sums rows [t*per, (t+1)*per) in order, in double, then a fixed tree: the order depends on N only.
+__global__ void rows_sum_k(const float *row_loss, const int *row_hit, int N, double scale, float *loss,
+                           int *count) {
+    __shared__ double sd[LOSS_THREADS];
+    __shared__ int si[LOSS_THREADS];
+    int per = (N + LOSS_THREADS - 1) / LOSS_THREADS;
+    int n0 = threadIdx.x * per, n1 = min(N, n0 + per);
+    double s = 0.0;
+    int h = 0;
+    for (int n = n0; n < n1; n++) {
+        if (row_loss) s += (double)row_loss[n];
+        if (row_hit) h += row_hit[n];
+    }
+    sd[threadIdx.x] = s;
+    si[threadIdx.x] = h;
+    __syncthreads();
+    for (int w = LOSS_THREADS / 2; w > 0; w >>= 1) {
+        if ((int)threadIdx.x < w) {
+            sd[threadIdx.x] += sd[threadIdx.x + w];
+            si[threadIdx.x] += si[threadIdx.x + w];
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+        if (loss) *loss = (float)(sd[0] * scale);
+        if (count) *count = si[0];
+    }
+}
+
+static int loss_blocks(int N) { return N < 1 ? 1 : (N < LOSS_MAX_BLOCKS ? N : LOSS_MAX_BLOCKS); }
+
+// Row losses (float) then row hits (int), 4 bytes each.
+extern "C" size_t loss_workspace_bytes(int N) { return (size_t)(N > 0 ? N : 1) * 2 * sizeof(float); }
+
+extern "C" void softmax_xent_mix_gpu(float *dlogits, const float *logits, const int32_t *labels,
+                                     const int32_t *labels_b, float lam, int N, int K, float smoothing,
+                                     float grad_scale, void *work, float *loss, int *correct,
+                                     ct_stream_t stream) {
+    float *rows = (float *)work;
+    int *hits = correct ? (int *)(rows + N) : (int *)0;
+    CT_LAUNCH(xent_rows_k, loss_blocks(N), LOSS_THREADS, 0, stream, dlogits, logits, labels, labels_b, lam, N,
+              K, smoothing, grad_scale, rows, hits);
+    CT_CHECK_LAUNCH("softmax_xent_mix_gpu");
+    CT_LAUNCH(rows_sum_k, 1, LOSS_THREADS, 0, stream, (const float *)rows, (const int *)hits, N, 1.0 / N, loss,
+              correct);
+    CT_CHECK_LAUNCH("softmax_xent_mix_gpu (sum)");
+}
 extern "C" void softmax_xent_gpu(float *dlogits, const float *logits, const int32_t *labels, int N,
-                                 int K, float smoothing, float grad_scale, float *loss, int *correct,
-                                 ct_stream_t stream) {
-    CT_LAUNCH(softmax_xent_k, 1, LOSS_THREADS, 0, stream, dlogits, logits, labels, N, K, smoothing,
-              grad_scale, loss, correct);
-    CT_CHECK_LAUNCH("softmax_xent_gpu");
+                                 int K, float smoothing, float grad_scale, void *work, float *loss,
+                                 int *correct, ct_stream_t stream) {
+    softmax_xent_mix_gpu(dlogits, logits, labels, labels, 1.0f, N, K, smoothing, grad_scale, work, loss,
+                         correct, stream);
 }
 extern "C" void kd_loss_gpu(float *dlogits, const float *logits, const float *teacher_logits, int N,
-                            int K, float temperature, float grad_scale, float *loss, ct_stream_t stream) {
-    CT_LAUNCH(kd_loss_k, 1, LOSS_THREADS, 0, stream, dlogits, logits, teacher_logits, N, K,
-              temperature, grad_scale, loss);
+                            int K, float temperature, float grad_scale, void *work, float *loss,
+                            ct_stream_t stream) {
+    float *rows = (float *)work;
+    CT_LAUNCH(kd_rows_k, loss_blocks(N), LOSS_THREADS, 0, stream, dlogits, logits, teacher_logits, N, K,
+              temperature, grad_scale, rows);
     CT_CHECK_LAUNCH("kd_loss_gpu");
+    double T = temperature;
+    CT_LAUNCH(rows_sum_k, 1, LOSS_THREADS, 0, stream, (const float *)rows, (const int *)0, N, T * T / N, loss,
+              (int *)0);
+    CT_CHECK_LAUNCH("kd_loss_gpu (sum)");
 }
 extern "C" void topk_correct_gpu(const float *logits, const int32_t *labels, int N, int K, int k,
-                                 int *count, ct_stream_t stream) {
-    CT_LAUNCH(topk_k, 1, LOSS_THREADS, 0, stream, logits, labels, N, K, k, count);
+                                 void *work, int *count, ct_stream_t stream) {
+    int *hits = (int *)((float *)work + N);
+    CT_LAUNCH(topk_rows_k, loss_blocks(N), LOSS_THREADS, 0, stream, logits, labels, N, K, k, hits);
     CT_CHECK_LAUNCH("topk_correct_gpu");
+    CT_LAUNCH(rows_sum_k, 1, LOSS_THREADS, 0, stream, (const float *)0, (const int *)hits, N, 0.0, (float *)0,
+              count);
+    CT_CHECK_LAUNCH("topk_correct_gpu (sum)");
 }

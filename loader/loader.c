@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "loader/augment.h"
+#include "loader/mix.h"
 #include "loader/sampler.h"
 #include "util/common.h"
 
@@ -21,11 +22,13 @@
 
 typedef struct {
     uint8_t *images;
-    int32_t *labels;
+    int32_t *labels, *labels_b;
     uint64_t *indices;
+    float mix_lam;
     int64_t batch;  // batch this slot holds or is being filled with; -1: free
     int count;      // samples in that batch
     int done;       // samples finished
+    int ready;      // done, and mixed (the last worker to finish a sample mixes the batch)
     int held;       // handed to the consumer, not yet released
     int failed;
     char err[SHARD_ERR_LEN + 128];
@@ -42,6 +45,7 @@ struct Loader {
     const Shard *shard;
     LoaderConfig cfg;
     AugmentConfig aug;
+    MixConfig mix;
     Sampler sampler;
     int C;
     size_t img_bytes;  // crop * crop * C of the epoch being produced
@@ -106,6 +110,13 @@ static const uint8_t *fetch_record(struct Loader *l, Worker *w, uint64_t idx, in
     }
 }
 
+static void mix_batch(struct Loader *l, Slot *slot, int64_t b, int64_t epoch) {
+    MixDraw d;
+    mix_draw(&l->mix, epoch, (uint64_t)b * l->cfg.world + l->cfg.rank, l->aug.crop, l->aug.crop, &d);
+    mix_apply(&d, slot->images, slot->labels, slot->labels_b, slot->count, l->aug.crop, l->aug.crop, l->C);
+    slot->mix_lam = d.lam;
+}
+
 static void *worker_main(void *arg) {
     Worker *w = arg;
     struct Loader *l = w->l;
@@ -123,6 +134,7 @@ static void *worker_main(void *arg) {
                     slot->batch = b;
                     slot->count = sampler_batch(&l->sampler, b, slot->indices);
                     slot->done = 0;
+                    slot->ready = 0;
                     slot->failed = 0;
                     break;
                 }
@@ -162,7 +174,22 @@ static void *worker_main(void *arg) {
             memcpy(slot->err, err, sizeof err);
         }
         if (s1 > s0) slot->done += s1 - s0;
-        if (slot->failed || slot->done == slot->count || l->inflight == 0) pthread_cond_broadcast(&l->ready_cv);
+        if (!slot->failed && slot->done == slot->count && !slot->ready) {
+            // This worker finished the batch: mix it (a pure function of the finished batch, so
+            // which worker does it changes nothing), still counted in flight.
+            slot->ready = 1;
+            if (l->cfg.train && mix_enabled(&l->mix)) {
+                l->inflight++;
+                pthread_mutex_unlock(&l->mu);
+                mix_batch(l, slot, b, epoch);
+                pthread_mutex_lock(&l->mu);
+                l->inflight--;
+            } else {
+                memcpy(slot->labels_b, slot->labels, sizeof(int32_t) * slot->count);
+                slot->mix_lam = 1.0f;
+            }
+        }
+        if (slot->failed || slot->ready || l->inflight == 0) pthread_cond_broadcast(&l->ready_cv);
     }
     pthread_mutex_unlock(&l->mu);
     return NULL;
@@ -192,6 +219,12 @@ Loader *loader_create(const Shard *shard, const LoaderConfig *cfg) {
     l->aug.flip = !cfg->no_flip;
     l->aug.seed = cfg->seed;
     augment_config_defaults(&l->aug);
+    l->mix.mixup_alpha = cfg->mixup_alpha;
+    l->mix.cutmix_alpha = cfg->cutmix_alpha;
+    l->mix.prob = cfg->mix_prob;
+    l->mix.switch_prob = cfg->mix_switch_prob;
+    l->mix.seed = cfg->seed;
+    mix_config_check(&l->mix);
     sampler_init(&l->sampler, shard->n_records, l->cfg.batch_size, l->cfg.rank, l->cfg.world, cfg->train, cfg->seed);
     l->C = (int)shard->channels;
     if (l->cfg.max_crop == 0) l->cfg.max_crop = cfg->crop;
@@ -211,6 +244,7 @@ Loader *loader_create(const Shard *shard, const LoaderConfig *cfg) {
         s->images = l->cfg.alloc(B * max_img_bytes, l->cfg.alloc_ctx);
         if (!s->images) ct_die("loader: batch buffer allocation of %zu bytes failed", B * max_img_bytes);
         s->labels = ct_alloc(B * sizeof(int32_t));
+        s->labels_b = ct_alloc(B * sizeof(int32_t));
         s->indices = ct_alloc(B * sizeof(uint64_t));
         s->batch = -1;
     }
@@ -218,7 +252,7 @@ Loader *loader_create(const Shard *shard, const LoaderConfig *cfg) {
     l->nworkers = l->cfg.workers;
     l->workers = ct_zalloc(sizeof(Worker) * l->nworkers);
     size_t decode = shard->codec == SHARD_CODEC_RAW ? 0 : shard->max_raw_size;
-    l->fixed_bytes = sizeof *l + sizeof(Slot) * l->nslots + l->nslots * B * (max_img_bytes + 12) +
+    l->fixed_bytes = sizeof *l + sizeof(Slot) * l->nslots + l->nslots * B * (max_img_bytes + 16) +
                      shard->n_records * (cfg->train ? 5 : 1) + l->nworkers * (sizeof(Worker) + decode);
     l->epoch = -1;
     pthread_mutex_init(&l->mu, NULL);
@@ -301,7 +335,7 @@ int loader_next_err(Loader *l, LoaderBatch *out, char *err, size_t errlen) {
                l->nslots);
     int waited = 0;
     double t0 = 0;
-    while (!(s->batch == b && (s->failed || s->done == s->count))) {
+    while (!(s->batch == b && (s->failed || s->ready))) {
         if (!waited) t0 = ct_now();
         waited = 1;
         pthread_cond_wait(&l->ready_cv, &l->mu);
@@ -317,6 +351,8 @@ int loader_next_err(Loader *l, LoaderBatch *out, char *err, size_t errlen) {
     l->next_batch++;
     out->images = s->images;
     out->labels = s->labels;
+    out->labels_b = s->labels_b;
+    out->mix_lam = s->mix_lam;
     out->indices = s->indices;
     out->count = s->count;
     out->hw = l->aug.crop;
@@ -377,6 +413,7 @@ void loader_destroy(Loader *l) {
     for (int i = 0; i < l->nslots; i++) {
         l->cfg.free(l->slots[i].images, l->cfg.alloc_ctx);
         free(l->slots[i].labels);
+        free(l->slots[i].labels_b);
         free(l->slots[i].indices);
     }
     pthread_mutex_destroy(&l->mu);

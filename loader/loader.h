@@ -40,6 +40,9 @@ typedef struct {
     float scale_min, scale_max, ratio_min, ratio_max;
     int no_flip;      // 1: no horizontal flip in training
     int skip_crc;     // 1: do not verify payload checksums (each record is otherwise checked on first use)
+    // Mixup/CutMix of training batches (loader/mix.h; all 0: off). prob and switch_prob as timm's
+    // mix_prob and switch_prob.
+    float mixup_alpha, cutmix_alpha, mix_prob, mix_switch_prob;
     int test_delay_us;  // tests only: each worker sleeps this long after each chunk (a slow loader)
     LoaderAllocFn alloc;
     LoaderFreeFn free;
@@ -49,6 +52,8 @@ typedef struct {
 typedef struct {
     const uint8_t *images;    // count x crop x crop x channels, uint8 NHWC (capacity batch_size)
     const int32_t *labels;    // count
+    const int32_t *labels_b;  // count: each sample's Mixup/CutMix partner's label (= labels when not mixing)
+    float mix_lam;            // weight of `labels` in the soft target (1: not mixed)
     const uint64_t *indices;  // count record indices (into the shard)
     int count;                // real samples; < batch_size only in eval's last batch of a rank
     int hw;                   // images are hw x hw (the crop of the epoch they belong to)

@@ -98,6 +98,11 @@ void normalize_u8(float *out, const uint8_t *in, size_t pixels, int C, const flo
 // correct (may be NULL) receives the number of argmax hits; probs are not kept.
 float softmax_xent(float *dlogits, const float *logits, const int32_t *labels, int N, int K,
                    float smoothing, float grad_scale, int *correct);
+// The same against the soft target of a mixed pair (Mixup/CutMix): lam * s(labels) +
+// (1 - lam) * s(labels_b), s(y) the smoothed one-hot; lam in [0, 1]. A hit is a row whose
+// argmax is the dominant label (labels when lam >= 0.5, else labels_b).
+float softmax_xent_mix(float *dlogits, const float *logits, const int32_t *labels, const int32_t *labels_b,
+                       float lam, int N, int K, float smoothing, float grad_scale, int *correct);
 // Hinton distillation: T^2 * KL(softmax(teacher/T) || softmax(student/T)), mean over the batch.
 float kd_loss(float *dlogits, const float *logits, const float *teacher_logits, int N, int K,
               float temperature, float grad_scale);

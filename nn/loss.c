@@ -15,37 +15,44 @@ static void row_lse(const float *z, int K, double invT, double *max, double *lse
     *lse = log(s);
 }
 
-// loss_i = -sum_k t_k log p_k with t = (1 - eps) onehot(y) + eps / K, and
+// loss_i = -sum_k t_k log p_k with the soft target of a mixed pair (Mixup/CutMix, timm's
+// mixup_target): t = lam * s(a) + (1 - lam) * s(b), s(y) = (1 - eps) onehot(y) + eps / K, and
 // dloss_i/dz_k = p_k - t_k; the batch loss is the mean, so each row's gradient is divided by N.
-float softmax_xent(float *dlogits, const float *logits, const int32_t *labels, int N, int K, float smoothing,
-                   float grad_scale, int *correct) {
+// lam = 1 with labels_b == labels is the plain smoothed cross-entropy, bit for bit (the b terms
+// are multiplied by exactly 0). A hit is a row whose first argmax is the dominant label: a when
+// lam >= 0.5, else b.
+float softmax_xent_mix(float *dlogits, const float *logits, const int32_t *labels, const int32_t *labels_b, float lam,
+                       int N, int K, float smoothing, float grad_scale, int *correct) {
+    if (!(lam >= 0 && lam <= 1)) ct_die("softmax_xent_mix: lam %g is outside [0, 1]", lam);
     for (int n = 0; n < N; n++)
-        if (labels[n] < 0 || labels[n] >= K)
-            ct_die("softmax_xent: label %d of batch row %d is outside [0, %d)", labels[n], n, K);
+        if (labels[n] < 0 || labels[n] >= K || labels_b[n] < 0 || labels_b[n] >= K)
+            ct_die("softmax_xent: label %d (partner %d) of batch row %d is outside [0, %d)", labels[n], labels_b[n],
+                   n, K);
     double *row_loss = ct_alloc((size_t)N * sizeof(double));
     int hits = 0;
-    const double eps = smoothing;
+    const double eps = smoothing, la = lam, lb = 1.0 - (double)lam;
 #pragma omp parallel for schedule(static) reduction(+ : hits)
     for (int n = 0; n < N; n++) {
         const float *z = logits + (size_t)n * K;
         double m, lse;
         row_lse(z, K, 1.0, &m, &lse);
-        const int y = labels[n];
+        const int ya = labels[n], yb = labels_b[n];
         double sumz = 0;
         int arg = 0;
         for (int k = 0; k < K; k++) {
             sumz += z[k];
             if (z[k] > z[arg]) arg = k;
         }
-        hits += arg == y;
+        hits += arg == (la >= 0.5 ? ya : yb);
         // log p_k = z_k - m - lse
-        row_loss[n] = (1 - eps) * (m + lse - z[y]) + eps * (m + lse - sumz / K);
+        row_loss[n] = la * (1 - eps) * (m + lse - z[ya]) + lb * (1 - eps) * (m + lse - z[yb]) +
+                      eps * (m + lse - sumz / K);
         if (dlogits) {
             float *d = dlogits + (size_t)n * K;
             const double scale = (double)grad_scale / N;
             for (int k = 0; k < K; k++) {
                 const double p = exp(z[k] - m - lse);
-                const double t = eps / K + (k == y ? 1 - eps : 0);
+                const double t = eps / K + (k == ya ? la * (1 - eps) : 0) + (k == yb ? lb * (1 - eps) : 0);
                 d[k] = (float)((p - t) * scale);
             }
         }
@@ -55,6 +62,11 @@ float softmax_xent(float *dlogits, const float *logits, const int32_t *labels, i
     free(row_loss);
     if (correct) *correct = hits;
     return (float)(total / N);
+}
+
+float softmax_xent(float *dlogits, const float *logits, const int32_t *labels, int N, int K, float smoothing,
+                   float grad_scale, int *correct) {
+    return softmax_xent_mix(dlogits, logits, labels, labels, 1.0f, N, K, smoothing, grad_scale, correct);
 }
 
 // loss = T^2 / N * sum_i KL(pt_i || ps_i), pt = softmax(t / T), ps = softmax(s / T);

@@ -81,7 +81,8 @@ struct GpuExec {
     float *bnstat;     // per BN op: mean[C], invstd[C]
     size_t *bnstat_off;// [n_ops]
     float *logits, *dlogits;
-    int32_t *labels;
+    int32_t *labels, *labels_b;  // labels_b: a mixed batch's partners
+    void *loss_work;   // loss_workspace_bytes(N): per-row losses and hits
     float *xf;         // float input staging (gpu_forward with a float batch)
     size_t xf_cap;
     float *scalars;    // device: loss, correct (as int bits)
@@ -202,6 +203,8 @@ static void free_plan(GpuExec *e, const ResNet *m) {
     dfree(e->logits);
     dfree(e->dlogits);
     dfree(e->labels);
+    dfree(e->labels_b);
+    dfree(e->loss_work);
     if (e->h_logits) cudaFreeHost(e->h_logits);
     free(e->dims);
     free(e->act);
@@ -213,7 +216,8 @@ static void free_plan(GpuExec *e, const ResNet *m) {
     e->n_gpool = 0;
     e->scratch = NULL;
     e->work = e->bnstat = e->logits = e->dlogits = e->h_logits = NULL;
-    e->labels = NULL;
+    e->labels = e->labels_b = NULL;
+    e->loss_work = NULL;
     e->bnstat_off = NULL;
     e->pN = e->pH = e->pW = 0;
     e->fwd_train_N = 0;
@@ -411,6 +415,8 @@ static void plan(GpuExec *e, const ResNet *m, int N, int H, int W) {
     e->logits = (float *)dmalloc(e, (size_t)N * K * sizeof(float));
     e->dlogits = (float *)dmalloc(e, (size_t)N * K * sizeof(float));
     e->labels = (int32_t *)dmalloc(e, (size_t)N * sizeof(int32_t));
+    e->labels_b = (int32_t *)dmalloc(e, (size_t)N * sizeof(int32_t));
+    e->loss_work = dmalloc(e, loss_workspace_bytes(N));
     CK(cudaMallocHost((void **)&e->h_logits, (size_t)N * K * sizeof(float)));
 
     e->act = (void **)ct_zalloc((size_t)m->n_tensors * sizeof(void *));
@@ -727,15 +733,22 @@ static void check_labels(const ResNet *m, const int32_t *labels, int N) {
             ct_die("gpu: label %d of batch row %d is outside [0, %d)", labels[n], n, m->num_classes);
 }
 
-// Enqueues the cross-entropy of the last training forward: dlogits on the device, the loss and
+// Enqueues the cross-entropy of the last training forward against the soft target of
+// (labels, labels_b, lam) (labels_b == labels: the plain one): dlogits on the device, the loss and
 // the hit count copied into h_scalars[0], [1] (valid once the stream has reached that point).
-static void enqueue_xent(GpuExec *e, const ResNet *m, const int32_t *labels, int N, float smoothing,
-                         float grad_scale) {
+static void enqueue_xent(GpuExec *e, const ResNet *m, const int32_t *labels, const int32_t *labels_b, float lam,
+                         int N, float smoothing, float grad_scale) {
     if (N != e->fwd_train_N) ct_die("gpu: loss of %d rows after a training forward of %d", N, e->fwd_train_N);
     check_labels(m, labels, N);
     CK(cudaMemcpyAsync(e->labels, labels, (size_t)N * sizeof(int32_t), cudaMemcpyHostToDevice, e->st));
-    softmax_xent_gpu(e->dlogits, e->logits, e->labels, N, m->num_classes, smoothing, grad_scale, e->scalars,
-                     (int *)(e->scalars + 1), e->st);
+    const int32_t *lb_dev = e->labels;
+    if (labels_b != labels) {
+        check_labels(m, labels_b, N);
+        CK(cudaMemcpyAsync(e->labels_b, labels_b, (size_t)N * sizeof(int32_t), cudaMemcpyHostToDevice, e->st));
+        lb_dev = e->labels_b;
+    }
+    softmax_xent_mix_gpu(e->dlogits, e->logits, e->labels, lb_dev, lam, N, m->num_classes, smoothing, grad_scale,
+                         e->loss_work, e->scalars, (int *)(e->scalars + 1), e->st);
     CK(cudaMemcpyAsync(e->h_scalars, e->scalars, 2 * sizeof(float), cudaMemcpyDeviceToHost, e->st));
 }
 static float xent_result(const GpuExec *e, int *correct) {
@@ -743,18 +756,24 @@ static float xent_result(const GpuExec *e, int *correct) {
     return e->h_scalars[0];
 }
 
-float gpu_loss_xent(GpuExec *e, const ResNet *m, const int32_t *labels, int N, float smoothing,
-                    float grad_scale, int *correct) {
-    enqueue_xent(e, m, labels, N, smoothing, grad_scale);
+float gpu_loss_xent_mix(GpuExec *e, const ResNet *m, const int32_t *labels, const int32_t *labels_b, float lam,
+                        int N, float smoothing, float grad_scale, int *correct) {
+    if (!(lam >= 0 && lam <= 1)) ct_die("gpu: mix lam %g is outside [0, 1]", lam);
+    enqueue_xent(e, m, labels, labels_b, lam, N, smoothing, grad_scale);
     CK(cudaStreamSynchronize(e->st));
     return xent_result(e, correct);
+}
+
+float gpu_loss_xent(GpuExec *e, const ResNet *m, const int32_t *labels, int N, float smoothing,
+                    float grad_scale, int *correct) {
+    return gpu_loss_xent_mix(e, m, labels, labels, 1.0f, N, smoothing, grad_scale, correct);
 }
 
 float gpu_loss_kd(GpuExec *e, const ResNet *m, const float *teacher_logits, int N, float temperature,
                   float grad_scale) {
     if (N != e->fwd_train_N) ct_die("gpu: loss of %d rows after a training forward of %d", N, e->fwd_train_N);
-    kd_loss_gpu(e->dlogits, e->logits, teacher_logits, N, m->num_classes, temperature, grad_scale, e->scalars + 2,
-                e->st);
+    kd_loss_gpu(e->dlogits, e->logits, teacher_logits, N, m->num_classes, temperature, grad_scale, e->loss_work,
+                e->scalars + 2, e->st);
     CK(cudaMemcpyAsync(e->h_scalars + 2, e->scalars + 2, sizeof(float), cudaMemcpyDeviceToHost, e->st));
     CK(cudaStreamSynchronize(e->st));
     return e->h_scalars[2];
@@ -889,7 +908,7 @@ void gpu_backward_dev(GpuExec *e, const ResNet *m, GradReadyFn ready, void *ctx)
 // The loss comes back with the gradients' synchronisation, not before the backward.
 static float loss_and_backward(GpuExec *e, ResNet *m, const int32_t *labels, int N, float smoothing,
                                float *grads, int *correct) {
-    enqueue_xent(e, m, labels, N, smoothing, 1.0f);
+    enqueue_xent(e, m, labels, labels, 1.0f, N, smoothing, 1.0f);
     run_backward(e, m, NULL, NULL);
     grads_to_host(e, m, grads);
     return xent_result(e, correct);

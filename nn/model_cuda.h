@@ -99,6 +99,9 @@ float *gpu_exec_logits(GpuExec *e);  // device [N, num_classes] of the last forw
 void gpu_exec_sync(GpuExec *e);      // waits for the compute stream
 float gpu_loss_xent(GpuExec *e, const ResNet *m, const int32_t *labels, int N, float smoothing,
                     float grad_scale, int *correct);
+// The same against the soft target of a Mixup/CutMix pair (nn/layers.h's softmax_xent_mix).
+float gpu_loss_xent_mix(GpuExec *e, const ResNet *m, const int32_t *labels, const int32_t *labels_b, float lam,
+                        int N, float smoothing, float grad_scale, int *correct);
 float gpu_loss_kd(GpuExec *e, const ResNet *m, const float *teacher_logits, int N, float temperature,
                   float grad_scale);
 void gpu_dlogits_poison(GpuExec *e);

@@ -390,36 +390,43 @@ static void test_avgpool(int N, int HW, int C, CtDtype dt) {
 
 // ---------------------------------------------------------------------------------------------
 // Losses: logits are fp32 on both backends, so fp32 tolerances (the CPU sums rows in double).
-static void test_losses(int N, int K, float smoothing, float T) {
-    char what[96];
+// lam < 1 is a Mixup/CutMix batch: the soft target of (lab, partner) with partner = lab reversed
+// (the loader's pairing); lam < 0.5 makes the partner the dominant label for the hit count.
+static void test_losses(int N, int K, float smoothing, float T, float lam) {
+    char what[128];
     size_t n = (size_t)N * K;
     float *z = rand_vec(n, -4.f, 4.f, CT_F32), *t = rand_vec(n, -3.f, 3.f, CT_F32);
     if (K > 3) z[1] = z[2] = 5.0f;  // a tie for the top-1 rule (first index wins on the CPU)
-    int32_t *lab = (int32_t *)ct_alloc(N * 4);
+    int32_t *lab = (int32_t *)ct_alloc(N * 4), *lab_b = (int32_t *)ct_alloc(N * 4);
     Rng r = rng_make(11, N, K);
     for (int i = 0; i < N; i++) lab[i] = (int32_t)rng_below(&r, K);
     if (K > 3) lab[0] = 2;  // tied with index 1, which comes first: not a hit
+    for (int i = 0; i < N; i++) lab_b[i] = lab[N - 1 - i];
     float *dz = (float *)ct_alloc(n * 4);
     int correct = -1;
-    float loss = softmax_xent(dz, z, lab, N, K, smoothing, 0.5f, &correct);
+    float loss = softmax_xent_mix(dz, z, lab, lab_b, lam, N, K, smoothing, 0.5f, &correct);
 
     float *dz_d = dev_f32(NULL, n), *z_d = dev_f32(z, n), *t_d = dev_f32(t, n), *sc = dev_f32(NULL, 4);
-    int32_t *lab_d = NULL;
+    void *work = NULL;
+    CKC(cudaMalloc(&work, loss_workspace_bytes(N)));
+    int32_t *lab_d = NULL, *lab_b_d = NULL;
     CKC(cudaMalloc(&lab_d, N * 4));
+    CKC(cudaMalloc(&lab_b_d, N * 4));
     CKC(cudaMemcpy(lab_d, lab, N * 4, cudaMemcpyHostToDevice));
-    softmax_xent_gpu(dz_d, z_d, lab_d, N, K, smoothing, 0.5f, sc, (int *)(sc + 1), 0);
+    CKC(cudaMemcpy(lab_b_d, lab_b, N * 4, cudaMemcpyHostToDevice));
+    softmax_xent_mix_gpu(dz_d, z_d, lab_d, lab_b_d, lam, N, K, smoothing, 0.5f, work, sc, (int *)(sc + 1), 0);
     float *gdz = host_f32(dz_d, n), *gsc = host_f32(sc, 2);
     int gcorrect;
     memcpy(&gcorrect, &gsc[1], 4);
-    snprintf(what, sizeof what, "softmax_xent N=%d K=%d eps=%g: loss", N, K, smoothing);
+    snprintf(what, sizeof what, "softmax_xent_mix N=%d K=%d eps=%g lam=%g: loss", N, K, smoothing, lam);
     expect_close(what, &gsc[0], &loss, 1, 1e-5, CT_F32);
-    snprintf(what, sizeof what, "softmax_xent N=%d K=%d eps=%g: dlogits", N, K, smoothing);
+    snprintf(what, sizeof what, "softmax_xent_mix N=%d K=%d eps=%g lam=%g: dlogits", N, K, smoothing, lam);
     expect_close(what, gdz, dz, n, 1e-5, CT_F32);
-    CHECK(gcorrect == correct, "softmax_xent N=%d K=%d: %d hits, CPU %d", N, K, gcorrect, correct);
+    CHECK(gcorrect == correct, "softmax_xent_mix N=%d K=%d lam=%g: %d hits, CPU %d", N, K, lam, gcorrect, correct);
 
     // Distillation accumulates onto the cross-entropy gradient.
     float kd = kd_loss(dz, z, t, N, K, T, 0.5f);
-    kd_loss_gpu(dz_d, z_d, t_d, N, K, T, 0.5f, sc, 0);
+    kd_loss_gpu(dz_d, z_d, t_d, N, K, T, 0.5f, work, sc, 0);
     free(gdz);
     free(gsc);
     gdz = host_f32(dz_d, n);
@@ -429,10 +436,26 @@ static void test_losses(int N, int K, float smoothing, float T) {
     snprintf(what, sizeof what, "kd_loss N=%d K=%d T=%g: dlogits (accumulated)", N, K, T);
     expect_close(what, gdz, dz, n, 1e-5, CT_F32);
 
+    // The plain cross-entropy is the mix at lam = 1, bit for bit (CPU) and on the device.
+    float plain = softmax_xent(dz, z, lab, N, K, smoothing, 0.5f, &correct);
+    float same = softmax_xent_mix(NULL, z, lab, lab_b, 1.0f, N, K, smoothing, 0.5f, NULL);
+    CHECK(memcmp(&plain, &same, 4) == 0, "softmax_xent N=%d K=%d: %.9g, mix at lam=1 %.9g", N, K, plain, same);
+    softmax_xent_gpu(dz_d, z_d, lab_d, N, K, smoothing, 0.5f, work, sc, (int *)(sc + 1), 0);
+    free(gdz);
+    free(gsc);
+    gdz = host_f32(dz_d, n);
+    gsc = host_f32(sc, 2);
+    memcpy(&gcorrect, &gsc[1], 4);
+    snprintf(what, sizeof what, "softmax_xent N=%d K=%d eps=%g: loss", N, K, smoothing);
+    expect_close(what, &gsc[0], &plain, 1, 1e-5, CT_F32);
+    snprintf(what, sizeof what, "softmax_xent N=%d K=%d eps=%g: dlogits", N, K, smoothing);
+    expect_close(what, gdz, dz, n, 1e-5, CT_F32);
+    CHECK(gcorrect == correct, "softmax_xent N=%d K=%d: %d hits, CPU %d", N, K, gcorrect, correct);
+
     int ks[] = {1, 3, 5};
     for (size_t i = 0; i < CT_ARRAY_LEN(ks); i++) {
         int want = topk_correct(z, lab, N, K, ks[i]);
-        topk_correct_gpu(z_d, lab_d, N, K, ks[i], (int *)sc, 0);
+        topk_correct_gpu(z_d, lab_d, N, K, ks[i], work, (int *)sc, 0);
         int got;
         CKC(cudaDeviceSynchronize());
         CKC(cudaMemcpy(&got, sc, 4, cudaMemcpyDeviceToHost));
@@ -442,10 +465,13 @@ static void test_losses(int N, int K, float smoothing, float T) {
     cudaFree(z_d);
     cudaFree(t_d);
     cudaFree(sc);
+    cudaFree(work);
     cudaFree(lab_d);
+    cudaFree(lab_b_d);
     free(z);
     free(t);
     free(lab);
+    free(lab_b);
     free(dz);
     free(gdz);
     free(gsc);
@@ -567,10 +593,17 @@ int main(void) {
         test_avgpool(2, 49, 13, dt);
         test_avgpool(3, 16, 40, dt);
     }
-    test_losses(1, 1, 0.f, 1.f);
-    test_losses(3, 10, 0.1f, 4.f);
-    test_losses(5, 300, 0.f, 2.f);
-    test_losses(2, 1000, 0.2f, 1.5f);
+    test_losses(1, 1, 0.f, 1.f, 1.f);
+    test_losses(3, 10, 0.1f, 4.f, 1.f);
+    test_losses(5, 300, 0.f, 2.f, 1.f);
+    test_losses(2, 1000, 0.2f, 1.5f, 1.f);
+    // Mixed targets, awkward shapes: N = 1 (its own partner), K not a multiple of 32, lam on
+    // either side of 0.5 (the dominant label switches), and more rows than blocks-per-grid cap.
+    test_losses(1, 7, 0.1f, 2.f, 0.3f);
+    test_losses(7, 33, 0.1f, 4.f, 0.62f);
+    test_losses(6, 10, 0.f, 1.f, 0.25f);
+    test_losses(1030, 3, 0.2f, 2.f, 0.5f);
+    test_losses(9, 1001, 0.1f, 1.5f, 0.0f);
     test_lars();
     test_sgd(1, 0.9f, 1e-4f, 0);
     test_sgd(1000, 0.9f, 5e-4f, 1);

@@ -184,16 +184,18 @@ typedef struct {
     int N, K, kd;
     float eps_or_T;
     float *z, *t;
-    int32_t *labels;
+    int32_t *labels, *labels_b;  // labels_b: the Mixup/CutMix partners (soft target), else NULL
+    float lam;
 } LossCtx;
 static void loss_fwd(void *c, float *out) {
     LossCtx *l = c;
     out[0] = l->kd ? kd_loss(NULL, l->z, l->t, l->N, l->K, l->eps_or_T, 1.0f)
-                   : softmax_xent(NULL, l->z, l->labels, l->N, l->K, l->eps_or_T, 1.0f, NULL);
+           : l->labels_b ? softmax_xent_mix(NULL, l->z, l->labels, l->labels_b, l->lam, l->N, l->K, l->eps_or_T, 1.0f, NULL)
+                         : softmax_xent(NULL, l->z, l->labels, l->N, l->K, l->eps_or_T, 1.0f, NULL);
 }
 
 static void gradcheck_loss(int kd, int N, int K, float param) {
-    LossCtx l = {N, K, kd, param, rand_buf((size_t)N * K, 3), rand_buf((size_t)N * K, 3), ct_alloc(N * 4)};
+    LossCtx l = {N, K, kd, param, rand_buf((size_t)N * K, 3), rand_buf((size_t)N * K, 3), ct_alloc(N * 4), NULL, 1.0f};
     for (int n = 0; n < N; n++) l.labels[n] = rnd(0, K - 1);
     float *d = ct_zalloc((size_t)N * K * 4), one = 1.0f, out;
     if (kd) kd_loss(d, l.z, l.t, N, K, param, 1.0f);
@@ -202,6 +204,19 @@ static void gradcheck_loss(int kd, int N, int K, float param) {
     const double e = check_tensor(&pr, l.z, d, (size_t)N * K, 1e-2f, 30);
     CHECK(e < 2e-3, "%s N%d K%d param %g: grad err %g", kd ? "kd_loss" : "softmax_xent", N, K, param, e);
     free(l.z), free(l.t), free(l.labels), free(d);
+}
+
+// The soft-target cross-entropy of a mixed batch (partner = the batch reversed, as the loader pairs).
+static void gradcheck_loss_mix(int N, int K, float eps, float lam) {
+    LossCtx l = {N, K, 0, eps, rand_buf((size_t)N * K, 3), NULL, ct_alloc(N * 4), ct_alloc(N * 4), lam};
+    for (int n = 0; n < N; n++) l.labels[n] = rnd(0, K - 1);
+    for (int n = 0; n < N; n++) l.labels_b[n] = l.labels[N - 1 - n];
+    float *d = ct_zalloc((size_t)N * K * 4), one = 1.0f, out;
+    softmax_xent_mix(d, l.z, l.labels, l.labels_b, lam, N, K, eps, 1.0f, NULL);
+    Probe pr = {loss_fwd, &l, &out, &one, 1};
+    const double e = check_tensor(&pr, l.z, d, (size_t)N * K, 1e-2f, 30);
+    CHECK(e < 2e-3, "softmax_xent_mix N%d K%d eps %g lam %g: grad err %g", N, K, eps, lam, e);
+    free(l.z), free(l.labels), free(l.labels_b), free(d);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -294,6 +309,9 @@ int main(void) {
     gradcheck_loss(0, 1, 7, 0.1f);
     gradcheck_loss(1, 6, 10, 1.0f);
     gradcheck_loss(1, 3, 9, 4.0f);
+    gradcheck_loss_mix(6, 10, 0.0f, 0.3f);
+    gradcheck_loss_mix(5, 7, 0.1f, 0.62f);
+    gradcheck_loss_mix(1, 3, 0.2f, 0.5f);
     determinism();
     return test_summary("test_gradcheck");
 }

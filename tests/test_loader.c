@@ -7,12 +7,14 @@
 //  - eval: R simulated ranks cover every record exactly once (N not divisible by R x B);
 //    train: each rank gets its exact share, disjoint across ranks;
 //  - a corrupt payload ends the epoch with a message naming the file and the record, not a hang;
+//  - Mixup/CutMix: a mixed batch is mix_apply of the plain batch, for any worker count and start;
 //  - clean shutdown mid-epoch, abandoning epochs, batches released out of order, the alloc hook.
 #include <string.h>
 #include <unistd.h>
 
 #include "loader/augment.h"
 #include "loader/loader.h"
+#include "loader/mix.h"
 #include "loader/sampler.h"
 #include "tests/test.h"
 #include "util/common.h"
@@ -416,6 +418,64 @@ int main(void) {
                         ok &= dst[((n * FH + y) * FW + x) * FC + c] == src[((n * FH + y) * FW + (FW - 1 - x)) * FC + c];
         augment_flip_batch(back, dst, FN, FH, FW, FC);
         CHECK(ok && !memcmp(back, src, sizeof src), "augment_flip_batch is not a left-right mirror");
+    }
+    // Mixup/CutMix in the loader: every mixed batch is mix_apply(mix_draw(seed, epoch, batch key))
+    // of the unmixed batch, whatever the worker count, including a mid-epoch start; eval never mixes.
+    for (int ranks = 1; ranks <= 2; ranks++) {
+        LoaderConfig plain = base_cfg(1, 2);
+        plain.rank = ranks - 1;
+        plain.world = ranks;
+        size_t bpi = (size_t)plain.crop * plain.crop * 3;
+        Loader *lp = loader_create(&s, &plain);
+        Epoch ref = run_epoch(lp, 2, bpi);
+        loader_destroy(lp);
+        for (int w = 1; w <= 3; w += 2) {
+            LoaderConfig c = plain;
+            c.workers = w;
+            c.mixup_alpha = 0.4f;
+            c.cutmix_alpha = 1.0f;
+            c.mix_prob = 0.8f;
+            c.mix_switch_prob = 0.5f;
+            MixConfig mc = {c.mixup_alpha, c.cutmix_alpha, c.mix_prob, c.mix_switch_prob, c.seed};
+            Loader *l = loader_create(&s, &c);
+            loader_start_epoch_at(l, 2, w == 3 ? 2 : 0);
+            LoaderBatch b;
+            int ok = 1, nb = 0, mixed = 0;
+            uint8_t *want = ct_alloc(6 * bpi);
+            int32_t lb[6];
+            while (loader_next(l, &b)) {
+                int k = (int)b.batch * 6;
+                MixDraw d;
+                mix_draw(&mc, 2, (uint64_t)b.batch * c.world + c.rank, c.crop, c.crop, &d);
+                memcpy(want, ref.img + (size_t)k * bpi, (size_t)b.count * bpi);
+                mix_apply(&d, want, ref.lab + k, lb, b.count, c.crop, c.crop, 3);
+                ok &= memcmp(b.images, want, (size_t)b.count * bpi) == 0 && b.mix_lam == d.lam &&
+                      memcmp(b.labels, ref.lab + k, 4 * b.count) == 0 && memcmp(b.labels_b, lb, 4 * b.count) == 0;
+                mixed += b.mix_lam < 1;
+                nb++;
+                loader_release(l, &b);
+            }
+            CHECK(ok && nb > 0 && mixed > 0, "ranks %d workers %d: mixed batches differ from mixing the plain ones "
+                  "(%d batches, %d mixed)", ranks, w, nb, mixed);
+            free(want);
+            loader_destroy(l);
+        }
+        epoch_free(&ref);
+    }
+    {
+        LoaderConfig c = base_cfg(0, 2);
+        c.mixup_alpha = 1.0f;
+        c.mix_prob = 1.0f;
+        Loader *l = loader_create(&s, &c);
+        loader_start_epoch(l, 0);
+        LoaderBatch b;
+        int unmixed = 1;
+        while (loader_next(l, &b)) {
+            unmixed &= b.mix_lam == 1.0f && memcmp(b.labels, b.labels_b, 4 * b.count) == 0;
+            loader_release(l, &b);
+        }
+        CHECK(unmixed, "eval batches are never mixed");
+        loader_destroy(l);
     }
 
     shard_close(&s);

@@ -3,6 +3,7 @@
 //                                          (classes and files sorted; the bench's own packer, so the
 //                                          benchmark does not depend on packdata's flags)
 //   bench_loader run SHARD [--crop N] [--workers W] [--batch B] [--seconds S] [--eval] [--val-resize R]
+//                      [--mixup A] [--cutmix A]   (every batch mixed; switch probability 0.5 with both)
 //                                          the real loader (worker pool + ring); prints one table row:
 //                                          img/s, img/s per worker thread, memory, consumer wait share.
 //                                          Epoch 0 (payload checksums checked on first use) is reported
@@ -97,7 +98,8 @@ static double rss_mib(void) {
     return ru.ru_maxrss / 1024.0;
 }
 
-static int do_run(const char *path, int crop, int workers, int batch, double seconds, int train, int val_resize) {
+static int do_run(const char *path, int crop, int workers, int batch, double seconds, int train, int val_resize,
+                  float mixup, float cutmix) {
     Shard s;
     shard_open(&s, path);
     LoaderConfig c = {0};
@@ -108,6 +110,10 @@ static int do_run(const char *path, int crop, int workers, int batch, double sec
     c.workers = workers;
     c.seed = 1;
     c.world = 1;
+    c.mixup_alpha = mixup;
+    c.cutmix_alpha = cutmix;
+    c.mix_prob = 1.0f;
+    c.mix_switch_prob = 0.5f;
     Loader *l = loader_create(&s, &c);
     int64_t nb = loader_batches_per_epoch(l);
     if (nb == 0) ct_die("%s: fewer records than one batch of %d", path, batch);
@@ -141,6 +147,7 @@ static int do_run(const char *path, int crop, int workers, int batch, double sec
            train ? "train" : "eval", crop, path, (unsigned long long)s.n_records, s.max_height, s.max_width, workers,
            batch, imgs0 / first, rate, rate / workers, per_cpu, 100 * wait / dt, loader_memory_bytes(l) / 1048576.0,
            workers + 2, loader_batch_bytes(l) / 1048576.0, rss_mib(), (unsigned long long)(sum & 1));
+    if (mixup > 0 || cutmix > 0) printf("(mixing every batch: --mixup %g --cutmix %g)\n", mixup, cutmix);
     printf("RESULT ctrain mode=%s crop=%d workers=%d img_s=%.1f img_s_per_worker=%.1f img_per_cpu_s=%.1f "
            "loader_mib=%.1f rss_mib=%.0f wait_share=%.3f\n",
            train ? "train" : "eval", crop, workers, rate, rate / workers, per_cpu, loader_memory_bytes(l) / 1048576.0,
@@ -205,12 +212,13 @@ int main(int argc, char **argv) {
         fprintf(stderr,
                 "usage: bench_loader pack DIR OUT.shard\n"
                 "       bench_loader run SHARD [--crop 224] [--workers 1] [--batch 64] [--seconds 5] [--eval] "
-                "[--val-resize R]\n"
+                "[--val-resize R] [--mixup A] [--cutmix A]\n"
                 "       bench_loader profile SHARD [--crop 224] [--count 2000]\n");
         return 2;
     }
     int crop = 224, workers = 1, batch = 64, train = 1, val_resize = 0, count = 2000;
     double seconds = 5;
+    float mixup = 0, cutmix = 0;
     for (int i = 3; i < argc; i++) {
         const char *f = argv[i];
         if (!strcmp(f, "--eval")) { train = 0; continue; }
@@ -222,8 +230,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(f, "--seconds")) seconds = atof(v);
         else if (!strcmp(f, "--val-resize")) val_resize = atoi(v);
         else if (!strcmp(f, "--count")) count = atoi(v);
+        else if (!strcmp(f, "--mixup")) mixup = (float)atof(v);
+        else if (!strcmp(f, "--cutmix")) cutmix = (float)atof(v);
         else ct_die("unknown flag %s", f);
     }
     if (!strcmp(argv[1], "profile")) return do_profile(argv[2], crop, count);
-    return do_run(argv[2], crop, workers, batch, seconds, train, val_resize);
+    return do_run(argv[2], crop, workers, batch, seconds, train, val_resize, mixup, cutmix);
 }

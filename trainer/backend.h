@@ -46,6 +46,10 @@ typedef struct {
     float smoothing;     // label smoothing of the cross-entropy
     float kd_alpha;      // distillation share (0 without a teacher)
     float kd_temperature;
+    // The batch's Mixup/CutMix soft target (set per step from the loader batch): labels_b the
+    // partners' labels (NULL: not mixed), lam the weight of the batch's own labels.
+    const int32_t *labels_b;
+    float lam;
 } LossConfig;
 
 // Eval or train forward of a uint8 NHWC batch (normalised by mean/std on the backend's device);

@@ -72,7 +72,9 @@ static float cpu_backend_train_losses(Backend *base, Backend *teacher, const uin
     }
     double alpha = teacher ? lc->kd_alpha : 0.0;
     const float *logits = cpu_backend_forward(base, x, N, hw, mean, std, 1);
-    float ce = softmax_xent(b->dlogits, logits, labels, N, K, (float)lc->smoothing, (float)(1.0 - alpha), correct);
+    float ce = lc->labels_b ? softmax_xent_mix(b->dlogits, logits, labels, lc->labels_b, lc->lam, N, K, lc->smoothing,
+                                               (float)(1.0 - alpha), correct)
+                            : softmax_xent(b->dlogits, logits, labels, N, K, lc->smoothing, (float)(1.0 - alpha), correct);
     if (!teacher) return ce;
     const float *tl = cpu_backend_forward(teacher, x, N, hw, mean, std, 0);
     float kd = kd_loss(b->dlogits, logits, tl, N, K, (float)lc->kd_temperature, (float)alpha);

@@ -102,7 +102,9 @@ static float cuda_backend_train_losses(Backend *base, Backend *teacher, const ui
     GpuExec *e = cuda_of(base)->exec;
     double alpha = teacher ? lc->kd_alpha : 0.0;
     gpu_forward_u8_dev(e, base->m, x, N, hw, hw, mean, std, 1);
-    float ce = gpu_loss_xent(e, base->m, labels, N, (float)lc->smoothing, (float)(1.0 - alpha), correct);
+    float ce = lc->labels_b ? gpu_loss_xent_mix(e, base->m, labels, lc->labels_b, lc->lam, N, lc->smoothing,
+                                                (float)(1.0 - alpha), correct)
+                            : gpu_loss_xent(e, base->m, labels, N, lc->smoothing, (float)(1.0 - alpha), correct);
     if (!teacher) return ce;
     GpuExec *te = cuda_of(teacher)->exec;
     gpu_forward_u8_dev(te, teacher->m, x, N, hw, hw, mean, std, 0);

@@ -60,6 +60,10 @@ const Flag CONFIG_FLAGS[] = {
     {"teacher", 0, F_STR, OFF(teacher), "", "ARCH:PATH", "distill from a teacher (eval mode, no gradients) loaded from a .safetensors file", 0},
     {"kd-alpha", 0, F_DBL, OFF(kd_alpha), "0.5", "A", "distillation: loss = (1-A) * cross-entropy + A * T^2 * KL(teacher_T || student_T)", 0},
     {"kd-temperature", 0, F_DBL, OFF(kd_temperature), "4", "T", "distillation temperature", 0},
+    {"mixup", 0, F_DBL, OFF(mixup), "0", "ALPHA", "Mixup (timm's): blend each training image with its partner (the batch reversed) by lam ~ Beta(ALPHA, ALPHA), one lam per batch, against the soft target lam * y + (1 - lam) * y_partner (label smoothing applies to each; top-1 counts the dominant label); 0: off", 0},
+    {"cutmix", 0, F_DBL, OFF(cutmix), "0", "ALPHA", "CutMix (timm's): paste a box of the partner's image of area about (1 - lam), lam ~ Beta(ALPHA, ALPHA), lam corrected to the box's area; 0: off", 0},
+    {"mix-prob", 0, F_DBL, OFF(mix_prob), "1", "P", "Mixup/CutMix: probability that a training batch is mixed", 0},
+    {"mix-switch-prob", 0, F_DBL, OFF(mix_switch_prob), "0.5", "P", "with both --mixup and --cutmix: probability of CutMix rather than Mixup for a batch", 0},
     {"precision", 0, F_STR, OFF(precision), "auto", "auto|bf16|fp32", "math precision (auto: bf16 on cuda, fp32 on cpu); bf16 on the CPU rounds exactly where the GPU does (slower: for checking GPU runs)", 0},
     {"demo", 0, F_BOOL, OFF(demo), "0", NULL, "Fashion-MNIST demo: packs " DEMO_SHARDS "/ when absent, trains a CIFAR-style ResNet on the CPU, evaluates", 0},
     {"config", 0, F_STR, OFF(config_file), "", "FILE", "read flags from a recipe file (see recipes/): one '--flag value', '--flag=value' or bare '--flag' a line, '#' comments; flags on the command line win over the file's, the file's over --demo's", 0},
@@ -413,6 +417,11 @@ void config_validate(const Config *c, const ConfigGiven *given) {
     if (c->print_freq < 1) ct_die("--print-freq: must be >= 1 (got %d)", c->print_freq);
     if (c->kd_alpha < 0 || c->kd_alpha > 1) ct_die("--kd-alpha: must be in [0, 1] (got %g)", c->kd_alpha);
     if (!(c->kd_temperature > 0)) ct_die("--kd-temperature: must be > 0 (got %g)", c->kd_temperature);
+    if (!(c->mixup >= 0)) ct_die("--mixup: alpha must be >= 0 (got %g)", c->mixup);
+    if (!(c->cutmix >= 0)) ct_die("--cutmix: alpha must be >= 0 (got %g)", c->cutmix);
+    if (!(c->mix_prob >= 0 && c->mix_prob <= 1)) ct_die("--mix-prob: must be in [0, 1] (got %g)", c->mix_prob);
+    if (!(c->mix_switch_prob >= 0 && c->mix_switch_prob <= 1))
+        ct_die("--mix-switch-prob: must be in [0, 1] (got %g)", c->mix_switch_prob);
     if (strcmp(c->precision, "auto") && strcmp(c->precision, "bf16") && strcmp(c->precision, "fp32"))
         ct_die("--precision: '%s' is not one of auto, bf16, fp32", c->precision);
     if (c->max_nonfinite < 1) ct_die("--max-nonfinite: must be >= 1 (got %d)", c->max_nonfinite);

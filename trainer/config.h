@@ -51,6 +51,7 @@ typedef struct {
     int print_freq;
     const char *teacher;
     double kd_alpha, kd_temperature;
+    double mixup, cutmix, mix_prob, mix_switch_prob;  // Mixup/CutMix (loader/mix.h); alphas 0: off
     const char *precision;
     int demo;
     const char *config_file;  // --config: a recipe file of flags

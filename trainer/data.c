@@ -123,12 +123,17 @@ void loaders_create(RankLoaders *l, const Dataset *d, const Config *c, BackendKi
             lc.ratio_min = 3.0f / 4.0f;
             lc.ratio_max = 4.0f / 3.0f;
         }
+        lc.mixup_alpha = (float)c->mixup;
+        lc.cutmix_alpha = (float)c->cutmix;
+        lc.mix_prob = (float)c->mix_prob;
+        lc.mix_switch_prob = (float)c->mix_switch_prob;
         l->train = loader_create(&d->train, &lc);
         l->steps_per_epoch = loader_batches_per_epoch(l->train);
     }
     lc.train = 0;
     lc.crop = lc.max_crop = c->val_crop_size;
     lc.no_flip = 1;
+    lc.mixup_alpha = lc.cutmix_alpha = 0;
     lc.scale_min = lc.scale_max = lc.ratio_min = lc.ratio_max = 0;
     l->val = loader_create(&d->val, &lc);
 }

@@ -73,8 +73,13 @@ StepResult step_train(Run *r, const LoaderBatch *b, double lr, int64_t global_st
     faults_maybe_stall(&r->faults, r->rank.rank, global_step);
     int N = b->count, correct = 0;
     backend_bn_snapshot(be);
-    float loss = backend_train_losses(be, r->model.teacher_backend, b->images, b->labels, N, b->hw, d->mean,
-                                      d->std, &r->model.loss, &correct);
+    LossConfig lc = r->model.loss;  // a Mixup/CutMix batch brings its soft target (loader/mix.h)
+    if (b->mix_lam < 1.0f) {
+        lc.labels_b = b->labels_b;
+        lc.lam = b->mix_lam;
+    }
+    float loss = backend_train_losses(be, r->model.teacher_backend, b->images, b->labels, N, b->hw, d->mean, d->std,
+                                      &lc, &correct);
     if (faults_step_in(&r->faults.nan_grad, global_step)) backend_poison_dlogits(be);  // every gradient becomes NaN
     if (faults_step_in(&r->faults.nan_loss, global_step)) loss = NAN;
     StepResult res = {loss, correct, N, 0, stop_requested};

@@ -1,0 +1,104 @@
+// Mixup and CutMix on uint8 batches (loader/mix.h).
+#include "loader/mix.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "util/common.h"
+#include "util/rng.h"
+
+#define MIX_KEY 0x4D49585550ull  // "MIXUP": keeps these draws apart from the crop and flip draws
+
+void mix_config_check(const MixConfig *c) {
+    if (!(c->mixup_alpha >= 0)) ct_die("--mixup: alpha must be >= 0 (got %g)", c->mixup_alpha);
+    if (!(c->cutmix_alpha >= 0)) ct_die("--cutmix: alpha must be >= 0 (got %g)", c->cutmix_alpha);
+    if (!(c->prob >= 0 && c->prob <= 1)) ct_die("--mix-prob: must be in [0, 1] (got %g)", c->prob);
+    if (!(c->switch_prob >= 0 && c->switch_prob <= 1))
+        ct_die("--mix-switch-prob: must be in [0, 1] (got %g)", c->switch_prob);
+}
+
+// Uniform in (0, 1): 53 random bits, never 0.
+static double open_uniform(Rng *r) { return ((rng_u64(r) >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
+
+// Gamma(a, 1), Marsaglia and Tsang (2000); a < 1 through Gamma(a + 1) * U^(1/a).
+static double gamma_draw(Rng *r, double a) {
+    if (a < 1) return gamma_draw(r, a + 1) * pow(open_uniform(r), 1.0 / a);
+    const double d = a - 1.0 / 3.0, c = 1.0 / sqrt(9.0 * d);
+    for (;;) {
+        double x = rng_normal(r), v = 1 + c * x;
+        if (v <= 0) continue;
+        v = v * v * v;
+        const double u = open_uniform(r);
+        if (log(u) < 0.5 * x * x + d - d * v + d * log(v)) return d * v;
+    }
+}
+
+double mix_beta(Rng *r, double a, double b) {
+    const double x = gamma_draw(r, a), y = gamma_draw(r, b);
+    // Both underflow only for tiny alphas, where Beta puts its mass at the ends anyway.
+    if (x + y == 0) return rng_uniform(r) < 0.5 ? 0.0 : 1.0;
+    return x / (x + y);
+}
+
+// numpy's randint(lo, hi): uniform in [lo, hi).
+static int randint(Rng *r, int lo, int hi) { return lo + (int)rng_below(r, (uint32_t)(hi - lo)); }
+static int clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
+
+void mix_draw(const MixConfig *c, int64_t epoch, uint64_t batch_key, int H, int W, MixDraw *d) {
+    memset(d, 0, sizeof *d);
+    d->mode = MIX_NONE;
+    d->lam = 1.0f;
+    d->weight = 65536;
+    if (!mix_enabled(c)) return;
+    Rng r = rng_make(c->seed ^ MIX_KEY, (uint64_t)epoch, batch_key);
+    if (!(rng_uniform(&r) < c->prob)) return;
+    int cut = c->cutmix_alpha > 0 && (c->mixup_alpha <= 0 || rng_uniform(&r) < c->switch_prob);
+    double alpha = cut ? c->cutmix_alpha : c->mixup_alpha;
+    double lam = mix_beta(&r, alpha, alpha);
+    if (!cut) {
+        d->mode = MIX_MIXUP;
+        d->weight = (uint32_t)lround(lam * 65536.0);
+        d->lam = (float)(d->weight / 65536.0);
+        return;
+    }
+    // timm's rand_bbox: a box of side ratio sqrt(1 - lam) centred uniformly, clipped to the image;
+    // lam then becomes the share of the image the box leaves to sample i (correct_lam).
+    d->mode = MIX_CUTMIX;
+    const double ratio = sqrt(1 - lam);
+    const int ch = (int)(H * ratio), cw = (int)(W * ratio);
+    const int cy = randint(&r, 0, H), cx = randint(&r, 0, W);
+    d->y0 = clampi(cy - ch / 2, 0, H);
+    d->y1 = clampi(cy + ch / 2, 0, H);
+    d->x0 = clampi(cx - cw / 2, 0, W);
+    d->x1 = clampi(cx + cw / 2, 0, W);
+    d->lam = (float)(1.0 - (double)(d->y1 - d->y0) * (d->x1 - d->x0) / ((double)H * W));
+}
+
+void mix_apply(const MixDraw *d, uint8_t *images, const int32_t *labels, int32_t *labels_b, int N, int H, int W,
+               int C) {
+    for (int i = 0; i < N; i++) labels_b[i] = labels[N - 1 - i];
+    const size_t img = (size_t)H * W * C;
+    for (int i = 0; i < N / 2; i++) {  // an odd batch's middle sample is its own partner: unchanged
+        uint8_t *a = images + (size_t)i * img, *b = images + (size_t)(N - 1 - i) * img;
+        if (d->mode == MIX_MIXUP) {
+            const uint32_t wa = d->weight, wb = 65536 - d->weight;
+            for (size_t k = 0; k < img; k++) {
+                const uint32_t x = a[k], y = b[k];
+                a[k] = (uint8_t)((wa * x + wb * y + 32768) >> 16);
+                b[k] = (uint8_t)((wa * y + wb * x + 32768) >> 16);
+            }
+        } else if (d->mode == MIX_CUTMIX) {
+            const size_t row = (size_t)(d->x1 - d->x0) * C;
+            uint8_t tmp[4096];
+            for (int y = d->y0; y < d->y1; y++) {
+                const size_t off = ((size_t)y * W + d->x0) * C;
+                for (size_t k0 = 0; k0 < row; k0 += sizeof tmp) {  // swap the box rows
+                    const size_t n = CT_MIN(sizeof tmp, row - k0);
+                    memcpy(tmp, a + off + k0, n);
+                    memcpy(a + off + k0, b + off + k0, n);
+                    memcpy(b + off + k0, tmp, n);
+                }
+            }
+        }
+    }
+}
