@@ -38,6 +38,7 @@ static void encode_meta(uint8_t *buf, const CheckpointMeta *m, uint32_t has_mome
     put(&p, &m->epoch_correct, 8);
     put(&p, &m->epoch_seen, 8);
     put(&p, &m->optimizer, 4);
+    put(&p, &m->frozen, 4);
 }
 
 static void decode_meta(const uint8_t *buf, CheckpointMeta *m, uint32_t *has_momentum) {
@@ -64,6 +65,7 @@ static void decode_meta(const uint8_t *buf, CheckpointMeta *m, uint32_t *has_mom
     get(&p, &m->epoch_correct, 8);
     get(&p, &m->epoch_seen, 8);
     get(&p, &m->optimizer, 4);  // 0 in files from before it was recorded: they were all SGD
+    get(&p, &m->frozen, 4);     // 0 in older files: none froze
 }
 
 void checkpoint_save(const char *path, const CheckpointMeta *meta, const float *params,

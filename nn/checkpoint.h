@@ -11,7 +11,7 @@
 //   | u32 has_momentum | i64 global_step | i64 step_in_epoch | u64 seed | f64 best_top1
 //   | i32 best_epoch | u32 nonfinite_total | u64 n_params | u64 n_buffers | u64 n_counts
 //   | i64 opt_steps | f64 epoch_loss_sum | i64 epoch_correct | i64 epoch_seen | u32 optimizer
-//   | zero padding
+//   | u32 frozen | zero padding
 // Written through ct_atomic_open/commit (temp name, fsync, rename), so a crash never leaves a
 // truncated file under the real name.
 #pragma once
@@ -47,6 +47,8 @@ typedef struct {
     int64_t epoch_seen;
     // What the momentum buffer holds: 0 SGD's velocity, 1 LARS's scaled step (CKPT_OPT_*).
     uint32_t optimizer;
+    // 1: trained with --freeze-backbone (only fc's momentum is meaningful); 0 in older files.
+    uint32_t frozen;
 } CheckpointMeta;
 enum { CKPT_OPT_SGD = 0, CKPT_OPT_LARS = 1 };
 
