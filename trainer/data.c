@@ -47,12 +47,19 @@ static void warn_small_images(const Shard *s, const Config *c) {
 // index is reported, so the message does not depend on the thread count.
 static void verify_val_payloads(const Shard *s) {
     int64_t n = (int64_t)s->n_records, bad = n;
+    double t0 = ct_now();
 #pragma omp parallel for schedule(dynamic, 256) reduction(min : bad)
     for (int64_t i = 0; i < n; i++) {
         char e[SHARD_ERR_LEN];
         if (i < bad && shard_check_crc_err(s, (uint64_t)i, e, sizeof e) != 0) bad = i;
     }
-    if (bad == n) return;
+    if (bad == n) {
+        double dt = ct_now() - t0;
+        if (dt >= 1.0)  // says what the pause at start is
+            fprintf(stderr, "train: checked the payload checksums of %s's %lld records (%.1f GB) in %.1f s\n", s->path,
+                    (long long)n, (double)s->size / 1e9, dt);
+        return;
+    }
     char err[SHARD_ERR_LEN];
     shard_check_crc_err(s, (uint64_t)bad, err, sizeof err);
     ct_die("%s (found checking the val shard before training; repack it with packdata, or check it with "
