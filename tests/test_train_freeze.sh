@@ -6,8 +6,8 @@
 #   - --ranks 2 (gradients averaged over the fc prefix only): the same holds;
 #   - checkpoints record it: --resume without the flag is refused naming it; with it, 1 epoch +
 #     resume = 2 epochs straight, bit for bit;
-#   - the GPU path under the emulator (build/train-emu), fp32 and bf16: backbone bit-identical,
-#     and fp32 step losses within 1e-5 of the CPU's (the CPU is the oracle);
+#   - the GPU path under the emulator (build/train-emu), fp32 and bf16, SGD and LARS: backbone
+#     bit-identical, fp32 step losses (LARS: fc) within 1e-5 (1e-6) of the CPU's (the oracle);
 #   - a frozen step is cheaper than a full one (backward stops after fc): timed, printed.
 source "$(dirname "$0")/train_lib.sh"
 
@@ -113,5 +113,18 @@ PY
   "$EMU" "${B[@]}" --device cuda --out "$TMP/gbf" "$TMP/d8" 2>"$TMP/gbf.log" || { cat "$TMP/gbf.log"; fail "cuda (emulated) bf16 probe"; }
   out=$(frozen_check "$TMP/gbf/model.safetensors" "$TMP/base/model.safetensors") || fail "cuda bf16: $out"
   ok "cuda (emulated) bf16: $out"
+  # LARS (per-tensor trust ratios) touches only fc's tensors too, on both backends.
+  L=("${A[@]}" --epochs 1 --weights "$TMP/base/model.safetensors" --freeze-backbone --optimizer lars --lr 2 --lr-schedule poly)
+  "$TRAIN" "${L[@]}" --device cpu --out "$TMP/lc" "$TMP/d8" 2>"$TMP/lc.log" || { cat "$TMP/lc.log"; fail "cpu LARS probe"; }
+  "$EMU" "${L[@]}" --device cuda --precision fp32 --out "$TMP/lg" "$TMP/d8" 2>"$TMP/lg.log" || { cat "$TMP/lg.log"; fail "cuda LARS probe"; }
+  out=$(frozen_check "$TMP/lc/model.safetensors" "$TMP/base/model.safetensors") || fail "cpu LARS: $out"
+  out=$(frozen_check "$TMP/lg/model.safetensors" "$TMP/base/model.safetensors") || fail "cuda LARS: $out"
+  "$PIPPY" -c "
+import sys, numpy as np
+from safetensors.numpy import load_file
+a, b = load_file(sys.argv[1])['fc.weight'], load_file(sys.argv[2])['fc.weight']
+d = float(np.abs(a - b).max()); print('fc.weight cpu vs cuda: max difference %.2g' % d); assert d < 1e-6
+" "$TMP/lc/model.safetensors" "$TMP/lg/model.safetensors" || fail "LARS probe: cuda and cpu fc differ"
+  ok "LARS, cpu and cuda (emulated): $out"
 fi
 echo "test_train_freeze: all passed"
