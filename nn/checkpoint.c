@@ -39,6 +39,7 @@ static void encode_meta(uint8_t *buf, const CheckpointMeta *m, uint32_t has_mome
     put(&p, &m->epoch_correct, 8);
     put(&p, &m->epoch_seen, 8);
     put(&p, &m->optimizer, 4);
+    put(&p, &m->frozen, 4);
     if (!has_ema) return;  // version 1: zero padding from here
     uint32_t every = m->ema_every, best_ema = m->best_is_ema;
     put(&p, &has_ema, 4);
@@ -71,6 +72,7 @@ static void decode_meta(const uint8_t *buf, CheckpointMeta *m, uint32_t *has_mom
     get(&p, &m->epoch_correct, 8);
     get(&p, &m->epoch_seen, 8);
     get(&p, &m->optimizer, 4);  // 0 in files from before it was recorded: they were all SGD
+    get(&p, &m->frozen, 4);     // 0 in older files: none froze
     get(&p, &m->has_ema, 4);
     get(&p, &m->ema_every, 4);
     get(&p, &m->ema_decay, 8);

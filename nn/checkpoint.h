@@ -14,6 +14,7 @@
 //   | u32 has_momentum | i64 global_step | i64 step_in_epoch | u64 seed | f64 best_top1
 //   | i32 best_epoch | u32 nonfinite_total | u64 n_params | u64 n_buffers | u64 n_counts
 //   | i64 opt_steps | f64 epoch_loss_sum | i64 epoch_correct | i64 epoch_seen | u32 optimizer
+//   | u32 frozen
 //   | u32 has_ema | u32 ema_every | f64 ema_decay | u32 best_is_ema | zero padding
 // (the fields after optimizer read 0 from version 1 files, whose padding is zero)
 // Written through ct_atomic_open/commit (temp name, fsync, rename), so a crash never leaves a
@@ -51,6 +52,8 @@ typedef struct {
     int64_t epoch_seen;
     // What the momentum buffer holds: 0 SGD's velocity, 1 LARS's scaled step (CKPT_OPT_*).
     uint32_t optimizer;
+    // 1: trained with --freeze-backbone (only fc's momentum is meaningful); 0 in older files.
+    uint32_t frozen;
     // --ema (version 2): the settings the average was made with, and whether best_top1 was the
     // average's val top-1 (1) or the plain weights' (0).
     uint32_t has_ema;  // set by checkpoint_save_ema from its arguments

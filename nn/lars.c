@@ -58,9 +58,10 @@ void lars_update(const CtLarsTensor *t, int n_tensors, float *params, const floa
 
 int lars_tensors(const ResNet *m, CtLarsTensor *out) {
     int n = 0;
+    size_t trainable = resnet_trainable(m);
     for (int i = 0; i < m->n_entries; i++) {
         const StateEntry *e = &m->entries[i];
-        if (e->kind != ENTRY_PARAM) continue;
+        if (e->kind != ENTRY_PARAM || e->offset >= trainable) continue;  // a frozen backbone's tensors
         if (out) out[n] = (CtLarsTensor){e->offset, e->count, e->no_decay};
         n++;
     }

@@ -235,7 +235,7 @@ static void forward_ops(CpuExec *e, ResNet *m, int N, int train) {
             const float *beta = m->params + m->entries[op->b].offset;
             float *rm = m->bufs + m->entries[op->rm].offset, *rv = m->bufs + m->entries[op->rv].offset;
             int M = N * din.H * din.W;
-            if (train) {
+            if (train && !m->freeze_backbone) {
                 float *sm = e->bn_save + e->bn_off[i], *si = sm + op->C;
                 batchnorm_forward_train(y, sm, si, rm, rv, x, gamma, beta, M, op->C, BN_MOMENTUM, BN_EPS, op->relu);
                 m->counts[m->entries[op->nbt].offset] += 1;
@@ -319,7 +319,8 @@ void cpu_backward(CpuExec *e, const ResNet *m, const float *dlogits, float *grad
         const float *x = act(e, op->in);
         const float *y = act(e, op->out);
         size_t n_in = (size_t)N * din.H * din.W * din.C;
-        float *dx = grad_dest(e, op->in);
+        // A frozen backbone needs no gradient below fc: backward ends with fc's weight gradients.
+        float *dx = m->freeze_backbone && op->kind == OP_FC ? NULL : grad_dest(e, op->in);
         switch (op->kind) {
         case OP_CONV: {
             ConvShape s = conv_shape(N, din.H, din.W, din.C, op->K, op->R, op->S, op->stride, op->pad);
@@ -376,6 +377,7 @@ void cpu_backward(CpuExec *e, const ResNet *m, const float *dlogits, float *grad
             grad_commit(e, op->in, dx, n_in);
         }
         if (ready && (op->w >= 0)) ready(ctx, op->grad_done);
+        if (m->freeze_backbone && op->kind == OP_FC) break;
     }
 }
 

@@ -25,7 +25,8 @@ CpuExec *cpu_exec_create(const ResNet *m);
 void cpu_exec_free(CpuExec *e);
 
 // Forward pass on a float NHWC input x[N,H,W,in_channels] (already normalised).
-// train = 1: batch statistics, running stats/counts of m updated, activations kept for
+// train = 1: batch statistics, running stats/counts of m updated (m->freeze_backbone: BN in eval
+// mode, nothing updated, but the activations fc's backward needs are kept), activations kept for
 // cpu_backward. train = 0: running statistics (eval mode), nothing kept.
 // Returns the logits [N, num_classes], owned by e, valid until the next forward.
 // Dies (naming the model and size) if H x W is too small for the architecture.
@@ -35,7 +36,8 @@ const float *cpu_forward_u8(CpuExec *e, ResNet *m, const uint8_t *x, int N, int 
                             const float *mean, const float *std, int train);
 
 // Backward of the last training forward, given dlogits[N, num_classes]. OVERWRITES every gradient
-// in grads[m->n_params] (same layout as m->params; conv gradients KRSC). If ready != NULL it is
+// in grads[resnet_trainable(m)] (all of them unless m->freeze_backbone: then only fc's, and the
+// rest of grads is left as it was) (same layout as m->params; conv gradients KRSC). If ready != NULL it is
 // called after each op that produced parameter gradients with n: grads[0, n) are final from then
 // on (n grows to m->n_params; see Op.grad_done and GradReadyFn in nn/resnet.h).
 void cpu_backward(CpuExec *e, const ResNet *m, const float *dlogits, float *grads, GradReadyFn ready,

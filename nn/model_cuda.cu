@@ -382,7 +382,7 @@ void gpu_bufs_rollback(GpuExec *e) {
 int gpu_grads_finite(GpuExec *e) {
     int *flag = (int *)(e->scalars + 2);  // scalars: loss, correct, non-finite flag
     CK(cudaMemsetAsync(flag, 0, sizeof(int), e->st));
-    any_nonfinite_gpu(e->grads, e->graph->n_params, flag, e->st);
+    any_nonfinite_gpu(e->grads, resnet_trainable(e->graph), flag, e->st);  // the gradients backward wrote
     CK(cudaMemcpyAsync(e->h_scalars + 2, flag, sizeof(int), cudaMemcpyDeviceToHost, e->st));
     CK(cudaStreamSynchronize(e->st));
     int bad;
@@ -535,7 +535,7 @@ static void forward_ops(GpuExec *e, const ResNet *m, int N, int train) {
             int M = N * di->H * di->W, C = di->C;
             float *gamma = pparam(e, m, op->w), *beta = pparam(e, m, op->b);
             float *rm = e->bufs + entry(m, op->rm)->offset, *rv = e->bufs + entry(m, op->rv)->offset;
-            if (train) {
+            if (train && !m->freeze_backbone) {
                 float *mean = e->bnstat + e->bnstat_off[i], *invstd = mean + C;
                 batchnorm_forward_train_gpu(out, mean, invstd, rm, rv, in, gamma, beta, M, C, BN_MOMENTUM,
                                             BN_EPS, op->relu, e->work, dt, st);
@@ -608,7 +608,7 @@ static void run_forward(GpuExec *e, ResNet *m, int N, int train) {
     if (e->prof || !(train && graph_run(e, &e->cg_fwd, m, N, forward_train_pass))) forward_ops(e, m, N, train);
     if (train) prof_pass_done(e, 0);
     else if (e->prof) e->prof->n = 0;  // eval passes are not counted
-    if (train)
+    if (train && !m->freeze_backbone)  // a frozen backbone's BN runs in eval mode: nothing counted
         for (int i = 0; i < m->n_ops; i++)
             if (m->ops[i].kind == OP_BN && m->ops[i].nbt >= 0) m->counts[entry(m, m->ops[i].nbt)->offset]++;
     e->fwd_train_N = train ? N : 0;
@@ -809,7 +809,8 @@ static void backward_ops(GpuExec *e, const ResNet *m, GradReadyFn ready, void *c
         void *gout = op->out == last ? (void *)e->dlogits : e->grad[op->out];
         const void *in = e->act[op->in];
         size_t n_in = slot_elems(e, op->in, N);
-        int need_din = op->in > 0;
+        // A frozen backbone needs no gradient below fc: backward ends with fc's weight gradients.
+        int need_din = op->in > 0 && !(m->freeze_backbone && op->kind == OP_FC);
         prof_mark(e, i, op->kind == OP_CONV ? PROF_BWD_WGRAD : PROF_BWD);
         switch (op->kind) {
         case OP_CONV: {
@@ -867,6 +868,7 @@ static void backward_ops(GpuExec *e, const ResNet *m, GradReadyFn ready, void *c
             ct_die("gpu: op %d (%s) has unknown kind %d", i, op->name, op->kind);
         }
         if (ready && op->w >= 0) ready(ctx, op->grad_done);  // as resnet_grad_boundaries lists them
+        if (m->freeze_backbone && op->kind == OP_FC) break;
     }
     free(init);
 }
@@ -970,7 +972,7 @@ void gpu_sgd_step(GpuExec *e, const ResNet *m, const SgdConfig *cfg, SgdState *s
         e->decay_mode = cfg->wd_exclude_bn_bias;
     }
     prof_mark(e, m->n_ops, PROF_FWD);
-    sgd_step_gpu(e->params, e->grads, e->mom, e->decay, m->n_params, lr, cfg->momentum, cfg->weight_decay,
+    sgd_step_gpu(e->params, e->grads, e->mom, e->decay, resnet_trainable(m), lr, cfg->momentum, cfg->weight_decay,
                  cfg->nesterov, st->steps == 0, e->wbf, e->st);
     prof_pass_done(e, 2);
     CK(cudaStreamSynchronize(e->st));

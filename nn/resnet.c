@@ -382,6 +382,7 @@ size_t resnet_grad_boundaries(const ResNet *m, size_t *out, size_t max) {
         if (m->ops[i].w < 0) continue;  // the executors call ready only after ops with parameters
         if (n < max) out[n] = m->ops[i].grad_done;
         n++;
+        if (m->freeze_backbone && m->ops[i].kind == OP_FC) break;  // backward stops there too
     }
     return n;
 }
@@ -391,6 +392,13 @@ size_t *resnet_grad_boundaries_alloc(const ResNet *m, size_t *n) {
     size_t *b = ct_alloc(CT_MAX(*n, 1) * sizeof(size_t));
     resnet_grad_boundaries(m, b, *n);
     return b;
+}
+
+size_t resnet_trainable(const ResNet *m) {
+    if (!m->freeze_backbone) return m->n_params;
+    for (int i = m->n_ops - 1; i >= 0; i--)
+        if (m->ops[i].kind == OP_FC) return m->ops[i].grad_done;
+    return m->n_params;
 }
 
 int resnet_find_entry(const ResNet *m, const char *name) {

@@ -95,7 +95,16 @@ typedef struct {
     float *params;     // [n_params], host, owned
     float *bufs;       // [n_bufs], host, owned
     int64_t *counts;   // [n_counts], host, owned
+
+    // Linear probe (--freeze-backbone): only fc trains. Both executors then run every BN in eval
+    // mode in the training forward too (running statistics and counts untouched), stop backward
+    // after fc (no backbone gradients are computed), and the optimizers update only the prefix
+    // [0, resnet_trainable(m)) of params, which the backward-order layout makes exactly fc.
+    int freeze_backbone;
 } ResNet;
+
+// Parameters the optimizer updates: the fc prefix when the backbone is frozen, else n_params.
+size_t resnet_trainable(const ResNet *m);
 
 // Build the graph and the tables for arch ("resnet18" ... "resnet152", "resnet20" ... "resnet110")
 // and allocate the host state (params zero, running_var 1, running_mean 0, counts 0).
@@ -130,7 +139,7 @@ int resnet_shapes(const ResNet *m, int H, int W, TensorDim *dims);
 typedef void (*GradReadyFn)(void *ctx, size_t n);
 
 // The n values an executor's ready callback reports, in order: the grad_done of every op with
-// parameters, walking the ops backwards. dist/gradsync.h cuts its buckets at these numbers.
+// parameters, walking the ops backwards (only fc's with m->freeze_backbone). dist/gradsync.h cuts its buckets at these numbers.
 // Writes up to max values to out, returns how many there are (max 0: count only).
 size_t resnet_grad_boundaries(const ResNet *m, size_t *out, size_t max);
 // The same in a new array (free it); *n gets the count.

@@ -38,9 +38,10 @@ void sgd_step(const SgdConfig *cfg, SgdState *st, const ResNet *m, float *params
               float lr) {
     if (st->n != m->n_params) ct_die("sgd: state has %zu elements, model %s has %zu params", st->n, m->arch, m->n_params);
     int first = st->steps == 0;
+    size_t trainable = resnet_trainable(m);
     for (int i = 0; i < m->n_entries; i++) {
         const StateEntry *e = &m->entries[i];
-        if (e->kind != ENTRY_PARAM) continue;
+        if (e->kind != ENTRY_PARAM || e->offset >= trainable) continue;  // frozen: no decay, no momentum either
         float wd = (cfg->wd_exclude_bn_bias && e->no_decay) ? 0.0f : cfg->weight_decay;
         sgd_update_range(params + e->offset, grads + e->offset, st->buf + e->offset, e->count, lr,
                          cfg->momentum, wd, cfg->nesterov, first);

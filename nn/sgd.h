@@ -37,7 +37,7 @@ void sgd_free(SgdState *st);
 void sgd_update_range(float *p, const float *g, float *buf, size_t n, float lr, float momentum,
                       float wd, int nesterov, int first);
 
-// One step over all params of m: params[i] -= ..., using grads (same layout) and st->buf.
+// One step over the params of m that train (all, or fc's with m->freeze_backbone): params[i] -= ..., using grads (same layout) and st->buf.
 void sgd_step(const SgdConfig *cfg, SgdState *st, const ResNet *m, float *params, const float *grads,
               float lr);
 

@@ -67,6 +67,59 @@ rc=0
 grep -q "the run has diverged" "$TMP/div.log" || { cat "$TMP/div.log"; fail "divergence not reported"; }
 ok "a diverging run stops with a clear message"
 
+# A corrupt val record. (1) A payload whose checksum fails is found before any training: the run
+# stops at once naming the file and the record. (2) A payload that passes its checksum but does
+# not decode (caught only when the epoch is evaluated) costs the evaluation, not the epoch:
+# last.ckpt is written before evaluating, and --resume from it after repairing the shard
+# evaluates and goes on to the same final model as an undisturbed run, bit for bit.
+corrupt_val() { # SRC_DIR DST_DIR RECORD MODE(byte|lz4)
+  mkdir -p "$2" && cp "$1/train.shard" "$1/val.shard" "$2/"
+  "$TORCH_PY" - "$CTRAIN_ROOT/tests" "$2/val.shard" "$3" "$4" <<'PY' || fail "corrupting a val record"
+import struct, sys
+sys.path.insert(0, sys.argv[1])
+import shard_ref
+path, k, mode = sys.argv[2], int(sys.argv[3]), sys.argv[4]
+sh = shard_ref.read_shard(path)
+raw = bytearray(sh["raw"])
+r = sh["records"][k]
+if mode == "byte":  # one flipped bit in the payload, tables untouched
+    raw[r["offset"] + r["stored"] // 2] ^= 0x10
+else:  # a malformed LZ4 block (a literal run longer than the block) with a matching checksum
+    raw[r["offset"]:r["offset"] + r["stored"]] = b"\xff" * r["stored"]
+    (coff, csize) = struct.unpack_from("<QQ", raw, 40)
+    (ioff, isize) = struct.unpack_from("<QQ", raw, 72)
+    struct.pack_into("<I", raw, ioff + 32 * k + 28, shard_ref.crc32c(bytes(raw[r["offset"]:r["offset"] + r["stored"]])))
+    c = shard_ref.crc32c(bytes(raw[:124]))
+    c = shard_ref.crc32c(bytes(raw[coff:coff + csize]), c)
+    c = shard_ref.crc32c(bytes(raw[ioff:ioff + isize]), c)
+    struct.pack_into("<I", raw, 124, c)
+open(path, "wb").write(raw)
+PY
+}
+V=("${SMALL_FLAGS[@]}" --lr-schedule step -p 4 --epochs 2)
+corrupt_val "$TMP/d" "$TMP/dcrc" 37 byte
+rc=0; "$TRAIN" "${V[@]}" --out "$TMP/vcrc" "$TMP/dcrc" 2>"$TMP/vcrc.log" || rc=$?
+[ $rc = 1 ] || { cat "$TMP/vcrc.log"; fail "corrupt val payload: exit status $rc, expected 1"; }
+grep -q "^train: error: $TMP/dcrc/val.shard: record 37: payload checksum mismatch.*found checking the val shard before training" "$TMP/vcrc.log" \
+  || { cat "$TMP/vcrc.log"; fail "corrupt val payload: unclear error"; }
+[ -f "$TMP/vcrc/metrics.jsonl" ] && grep -q '"type":"step"' "$TMP/vcrc/metrics.jsonl" && fail "trained before finding the corrupt val record"
+ok "a val payload with a bad checksum stops the run before training: $(grep -o 'record 37: payload checksum mismatch' "$TMP/vcrc.log")"
+
+corrupt_val "$TMP/d" "$TMP/dlz4" 37 lz4
+rc=0; "$TRAIN" "${V[@]}" --out "$TMP/vlz4" "$TMP/dlz4" 2>"$TMP/vlz4.log" || rc=$?
+[ $rc = 1 ] || { cat "$TMP/vlz4.log"; fail "undecodable val payload: exit status $rc, expected 1"; }
+grep -q "^train: error: $TMP/dlz4/val.shard: record 37: corrupt LZ4 payload" "$TMP/vlz4.log" \
+  || { cat "$TMP/vlz4.log"; fail "undecodable val payload: unclear error"; }
+[ -f "$TMP/vlz4/last.ckpt" ] || { cat "$TMP/vlz4.log"; fail "the epoch's training was lost (no last.ckpt)"; }
+cp "$TMP/d/val.shard" "$TMP/dlz4/val.shard"
+"$TRAIN" "${V[@]}" --resume "$TMP/vlz4/last.ckpt" --out "$TMP/vlz4" "$TMP/dlz4" 2>"$TMP/vlz4r.log" \
+  || { cat "$TMP/vlz4r.log"; fail "resume after repairing the val shard failed"; }
+"$TRAIN" "${V[@]}" --out "$TMP/vref" "$TMP/d" 2>/dev/null || fail "reference run failed"
+grep -c '"type":"epoch"' "$TMP/vlz4/metrics.jsonl" | grep -qx 2 || fail "resumed run's metrics.jsonl lacks the epoch records"
+cmp -s "$TMP/vlz4/model.safetensors" "$TMP/vref/model.safetensors" \
+  || fail "resuming from the pre-evaluation checkpoint gave another model than an undisturbed run"
+ok "an undecodable val record costs the evaluation, not the epoch: resumed from last.ckpt to the same model bit for bit"
+
 # SIGTERM: finish the step, checkpoint, exit 128+15.
 "$TRAIN" "${F[@]}" --epochs 50 -p 1 --out "$TMP/term" 2>"$TMP/term.log" &
 signal_after_steps TERM $! "$TMP/term" 3

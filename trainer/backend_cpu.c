@@ -95,7 +95,8 @@ static void cpu_backend_backward(Backend *base) {
     }
 }
 
-static int cpu_backend_grads_finite(Backend *base) { return all_finite(cpu_of(base)->grads, base->m->n_params); }
+// Only the gradients backward wrote (a frozen backbone's part of the buffer is never written).
+static int cpu_backend_grads_finite(Backend *base) { return all_finite(cpu_of(base)->grads, resnet_trainable(base->m)); }
 
 static void cpu_backend_sgd(Backend *base, const SgdConfig *cfg, SgdState *st, float lr) {
     if (cfg->lars) lars_step(cfg, st, base->m, base->m->params, cpu_of(base)->grads, lr);
@@ -141,7 +142,7 @@ static void cpu_backend_attach_gradsync(Backend *base, BackendGroup *g, Comm *co
     if (!b->grads) b->grads = ct_alloc(sizeof(float) * base->m->n_params);
     size_t n_bounds;
     size_t *bounds = resnet_grad_boundaries_alloc(base->m, &n_bounds);
-    b->gradsync = gradsync_create(comm, bounds, n_bounds, base->m->n_params, b->grads, bucket_bytes);
+    b->gradsync = gradsync_create(comm, bounds, n_bounds, resnet_trainable(base->m), b->grads, bucket_bytes);
     free(bounds);
 }
 

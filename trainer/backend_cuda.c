@@ -161,7 +161,7 @@ static void cuda_backend_attach_gradsync(Backend *base, BackendGroup *g, Comm *c
     CudaBackend *b = cuda_of(base);
     size_t n_bounds;
     size_t *bounds = resnet_grad_boundaries_alloc(base->m, &n_bounds);
-    b->gradsync = gpu_gradsync_create(comm, bounds, n_bounds, base->m->n_params, gpu_exec_grads(b->exec), bucket_bytes,
+    b->gradsync = gpu_gradsync_create(comm, bounds, n_bounds, resnet_trainable(base->m), gpu_exec_grads(b->exec), bucket_bytes,
                                       local_rank, gpu_exec_stream(b->exec), g->nccl, g->comms ? g->comms[local_rank] : NULL);
     free(bounds);
 }

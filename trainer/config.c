@@ -55,6 +55,7 @@ const Flag CONFIG_FLAGS[] = {
     {"out", 'o', F_STR, OFF(out), "runs/<date>-<arch>", "DIR", "output directory: config.json, metrics.jsonl, events, checkpoints, model.safetensors", 0},
     {"overwrite", 0, F_BOOL, OFF(overwrite), "0", NULL, "replace the run in --out: delete its config.json, metrics.jsonl, events, checkpoints and model.safetensors first (without it an --out holding a run is refused, unless --resume continues from it)", 0},
     {"reset-head", 0, F_BOOL, OFF(reset_head), "0", NULL, "fine-tuning: with --weights, start the classifier (fc.weight, fc.bias) fresh instead of loading it, as needed when the weights have another class count (without it such weights are an error)", 0},
+    {"freeze-backbone", 0, F_BOOL, OFF(freeze_backbone), "0", NULL, "linear probe: train only the classifier (fc); every other weight and the BN running statistics stay as loaded (BN in eval mode, no backbone gradients computed, so steps are cheaper). Usually with --weights and --reset-head; kept in checkpoints, and --resume must match it", 0},
     {"device", 0, F_STR, OFF(device), "auto", "auto|cpu|cuda", "compute backend (auto: cuda when a GPU is found, else cpu)", 0},
     {"print-freq", 'p', F_INT, OFF(print_freq), "10", "N", "steps between progress updates and metrics.jsonl step records", 0},
     {"teacher", 0, F_STR, OFF(teacher), "", "ARCH:PATH", "distill from a teacher (eval mode, no gradients) loaded from a .safetensors file", 0},
@@ -452,6 +453,8 @@ void config_validate(const Config *c, const ConfigGiven *given) {
         if (!ct_file_exists(colon + 1)) ct_die("--teacher: no such file '%s'", colon + 1);
     }
     if (c->evaluate && !c->weights[0] && !c->resume[0]) ct_die("--evaluate needs --weights PATH.safetensors or --resume PATH");
+    if (c->freeze_backbone && !c->weights[0] && !c->resume[0])
+        ct_warn("--freeze-backbone without --weights: only fc trains, on a randomly initialised backbone");
     if (c->reset_head && !c->weights[0]) ct_die("--reset-head needs --weights PATH (it says how to load them)");
     if (c->overwrite && c->evaluate) ct_die("--overwrite with --evaluate: an evaluation writes no run; drop --overwrite");
     if (c->weights[0] && c->resume[0]) ct_die("--weights and --resume exclude each other (a checkpoint carries its weights)");

@@ -47,6 +47,7 @@ typedef struct {
     const char *out;
     int overwrite;   // replace the run already in out
     int reset_head;  // --weights: the classifier starts fresh
+    int freeze_backbone;  // linear probe: only fc trains, BN in eval mode
     const char *device;
     int print_freq;
     const char *teacher;

@@ -52,6 +52,32 @@ static void warn_small_images(const Shard *s, const Config *c) {
                 "(packdata --max-short)", c->crop_size, s->path, m, (unsigned long long)n);
 }
 
+// Every val payload's checksum, before any training: a corrupt val record would otherwise surface
+// only when the first epoch is evaluated. It reads the whole val shard once (measured in
+// docs/BENCHMARKS.md: a small fraction of one epoch's training); the loader's own check on first
+// use stays, for the train shard and for a file changed while the run goes on. The lowest bad
+// index is reported, so the message does not depend on the thread count.
+static void verify_val_payloads(const Shard *s) {
+    int64_t n = (int64_t)s->n_records, bad = n;
+    double t0 = ct_now();
+#pragma omp parallel for schedule(dynamic, 256) reduction(min : bad)
+    for (int64_t i = 0; i < n; i++) {
+        char e[SHARD_ERR_LEN];
+        if (i < bad && shard_check_crc_err(s, (uint64_t)i, e, sizeof e) != 0) bad = i;
+    }
+    if (bad == n) {
+        double dt = ct_now() - t0;
+        if (dt >= 1.0)  // says what the pause at start is
+            fprintf(stderr, "train: checked the payload checksums of %s's %lld records (%.1f GB) in %.1f s\n", s->path,
+                    (long long)n, (double)s->size / 1e9, dt);
+        return;
+    }
+    char err[SHARD_ERR_LEN];
+    shard_check_crc_err(s, (uint64_t)bad, err, sizeof err);
+    ct_die("%s (found checking the val shard before training; repack it with packdata, or check it with "
+           "packdata --verify %s)", err, s->path);
+}
+
 void dataset_open(Dataset *d, const Config *c) {
     memset(d, 0, sizeof *d);
     char tp[1100], vp[1100], err[SHARD_ERR_LEN];
@@ -74,6 +100,7 @@ void dataset_open(Dataset *d, const Config *c) {
                    (unsigned long long)d->train.n_records, c->batch, c->ranks);
     }
     if (d->val.n_records == 0) ct_die("%s: no records", vp);
+    if (!c->evaluate) verify_val_payloads(&d->val);
     d->channels = (int)d->val.channels;
     d->classes = (int)d->val.n_classes;
     d->class_hash = d->val.class_hash;

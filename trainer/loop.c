@@ -87,6 +87,10 @@ static EvalResult finish_epoch(Run *r, double train_time, double train_wait, int
     const Config *c = r->cfg;
     Position *p = &r->pos;
     int64_t step = (int64_t)(p->epoch + 1) * r->loaders.steps_per_epoch;
+    // The epoch's training is saved before evaluating it: an evaluation that dies (a val record
+    // that fails to decode) then costs the evaluation, not the epoch. The position says "all
+    // batches done, evaluation pending"; --resume from it goes straight to the evaluation.
+    if (r->log) state_save_checkpoint(r, "last.ckpt", step);
     double t_eval = ct_now();
     EvalResult e = step_evaluate(r, r->faults.dump_train && p->epoch + 1 == c->epochs);
     // --ema: the average too; the better of the two by top-1 is what best.ckpt counts.
@@ -150,14 +154,12 @@ int loop_train(Run *r, EvalResult *final_eval) {
         int64_t seen_at_start = p->epoch_seen;
         // The GPU executor re-plans its memory and re-captures its graphs when the size changes.
         loader_set_crop(lt, epoch_res(c, p->epoch));
-        loader_start_epoch(lt, p->epoch);
+        // A resume mid-epoch starts at the first batch not done: the batches are a function of
+        // (seed, epoch, index), so the rest of the epoch is the same without decoding the skipped
+        // ones (a checkpoint taken before evaluation stands at the epoch's end: nothing to load).
+        loader_start_epoch_at(lt, p->epoch, p->step_in_epoch);
         if (log) runlog_epoch_start(log, wait_epoch, p->epoch_seen);
         LoaderBatch b;
-        // A resume mid-epoch: skip the batches done before the checkpoint (same batches, same order).
-        for (int64_t i = 0; i < p->step_in_epoch; i++) {
-            if (!loader_next(lt, &b)) ct_die("internal: epoch %d ended while skipping to step %lld", p->epoch, (long long)p->step_in_epoch);
-            loader_release(lt, &b);
-        }
         // On the GPU the next batch is taken from the ring and its copy started on the copy stream
         // before this step runs, so the transfer overlaps the compute (two batches held at once).
         LoaderBatch next;

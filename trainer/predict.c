@@ -1,16 +1,20 @@
 // `train predict` (trainer/predict.h): flags, the list of image files (folders walked in name
-// order), decode + eval preprocessing + the CPU eval forward per image, and the report.
+// order), then batch after batch: decode + eval preprocessing of the batch's files in parallel
+// (a file per thread at a time), the eval forward of the batch on the backend (trainer/backend.h,
+// through predict_forward), and the report in input order. An image's crop depends only on its
+// file and a batch's logits only on its crops, so the output is the same for any thread count.
 #include "trainer/predict.h"
 
 #include <dirent.h>
 #include <jansson.h>
 #include <math.h>
+#include <omp.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "loader/augment.h"
 #include "loader/image.h"
-#include "nn/model_cpu.h"
+#include "trainer/backend.h"
 #include "trainer/modelfile.h"
 #include "util/common.h"
 #include "util/json_write.h"
@@ -19,8 +23,8 @@ static void predict_usage(FILE *f) {
     fprintf(f,
             "usage: train predict --weights W.safetensors [flags] IMAGE|FOLDER...\n"
             "\n"
-            "Classifies JPEG/PNG files (folders: every file in them, recursively, in name order) on the\n"
-            "CPU with the evaluation's preprocessing: resize the short side to --resize, center-crop\n"
+            "Classifies JPEG/PNG files (folders: every file in them, recursively, in name order) with\n"
+            "the evaluation's preprocessing: resize the short side to --resize, center-crop\n"
             "--crop-size, normalise with the model's mean/std. Prints the top-k classes per image.\n"
             "A file that cannot be read or decoded is reported by name and skipped; the exit status\n"
             "is then 1.\n"
@@ -38,6 +42,10 @@ static void predict_usage(FILE *f) {
             "  --mean M,M,M, --std S,S,S  default: the model's, else ImageNet's (RGB) or 0.5/0.25 (gray)\n"
             "  --tta none|flip    flip: average the logits of the crop and its mirror image, as train's\n"
             "                     --tta flip evaluates (default none)\n"
+            "  -b, --batch-size N images per forward (default 32)\n"
+            "  -j, --workers N|auto  threads decoding and preprocessing a batch's files (default auto:\n"
+            "                     the OpenMP thread count); the output does not depend on it\n"
+            "  --device auto|cpu|cuda  where the forward runs, in fp32 (auto: cuda when a GPU is found)\n"
             "  -h, --help         this text\n",
             resnet_arch_list());
 }
@@ -108,9 +116,83 @@ static int load_image(const char *path, const ModelFile *mf, uint8_t *crop, Resa
     return 0;
 }
 
+// The one place predict runs the network: the eval forward of N preprocessed crops on the
+// backend. (An inference-only transformation of the model, such as folding BN, belongs here.)
+// --tta flip: the same averaging as train's evaluation (trainer/step.c): the logits of the crops
+// and of their mirrors, (a + m) * 0.5 in float32; mirror and avg have room for N crops / rows.
+static const float *predict_forward(Backend *b, const uint8_t *crops, int N, int S, const ModelFile *mf, int flip,
+                                    uint8_t *mirror, float *avg) {
+    const float *logits = backend_forward(b, crops, N, S, mf->mean, mf->std, 0);
+    if (!flip) return logits;
+    size_t n = (size_t)N * (size_t)mf->net->num_classes;
+    memcpy(avg, logits, sizeof(float) * n);
+    augment_flip_batch(mirror, crops, N, S, S, mf->net->in_channels);
+    const float *lm = backend_forward(b, mirror, N, S, mf->mean, mf->std, 0);
+    for (size_t i = 0; i < n; i++) avg[i] = (avg[i] + lm[i]) * 0.5f;
+    return avg;
+}
+
+// One image's line(s): its top-k classes, or its error.
+static void report(const char *path, const char *err, const float *logits, const ModelFile *mf, int topk, int json,
+                   int with_logits, double *prob, int *order) {
+    int K = mf->net->num_classes;
+    if (err) {
+        fprintf(stderr, "predict: %s: %s (skipped)\n", path, err);
+        if (json) {
+            json_t *o = json_pack("{s:s, s:s}", "file", path, "error", err);
+            char *t = ct_json_dumps_flags(o, JSON_COMPACT);
+            printf("%s\n", t);
+            free(t);
+            json_decref(o);
+        }
+        return;
+    }
+    // Softmax in double, shifted by the largest logit.
+    double mx = logits[0], sum = 0;
+    for (int k = 1; k < K; k++) mx = fmax(mx, logits[k]);
+    for (int k = 0; k < K; k++) sum += (prob[k] = exp((double)logits[k] - mx));
+    for (int k = 0; k < K; k++) prob[k] /= sum;
+    // Partial selection of the top k; ties keep the lower index first.
+    for (int k = 0; k < K; k++) order[k] = k;
+    for (int r = 0; r < topk; r++) {
+        int best = r;
+        for (int k = r + 1; k < K; k++)
+            if (prob[order[k]] > prob[order[best]] || (prob[order[k]] == prob[order[best]] && order[k] < order[best])) best = k;
+        int t = order[r];
+        order[r] = order[best];
+        order[best] = t;
+    }
+    if (json) {
+        json_t *top = json_array();
+        for (int r = 0; r < topk; r++) {
+            int k = order[r];
+            json_t *o = json_pack("{s:i}", "index", k);
+            if (mf->n_classes_named) json_object_set_new(o, "name", json_string(mf->class_names[k]));
+            json_object_set_new(o, "prob", json_real(ct_json_float((float)prob[k])));
+            json_array_append_new(top, o);
+        }
+        json_t *o = json_pack("{s:s, s:o}", "file", path, "top", top);
+        if (with_logits) {
+            json_t *l = json_array();
+            for (int k = 0; k < K; k++) json_array_append_new(l, json_real(ct_json_float(logits[k])));
+            json_object_set_new(o, "logits", l);
+        }
+        char *t = ct_json_dumps_flags(o, JSON_COMPACT);
+        printf("%s\n", t);
+        free(t);
+        json_decref(o);
+    } else {
+        printf("%s\n", path);
+        for (int r = 0; r < topk; r++) {
+            int k = order[r];
+            printf("  %2d. %7.3f%%  %5d  %s\n", r + 1, 100 * prob[k], k, mf->n_classes_named ? mf->class_names[k] : "");
+        }
+    }
+}
+
 int predict_main(int argc, char **argv) {
-    const char *weights = NULL, *format = "table", *tta = "none";
-    int topk = 5, with_logits = 0;
+    const char *weights = NULL, *format = "table", *device = "auto", *workers_flag = "auto", *tta = "none";
+    int topk = 5, with_logits = 0, batch = 32;
     ModelFileFlags fl = {0};
     PathList inputs = {0};
     for (int i = 2; i < argc; i++) {
@@ -126,17 +208,23 @@ int predict_main(int argc, char **argv) {
         else if (!strcmp(a, "-k") || !strcmp(a, "--top-k")) topk = ct_parse_int("--top-k", subcommand_value(&arg, argc, argv, &i), 1, 1 << 20);
         else if (!strcmp(a, "--format")) format = subcommand_value(&arg, argc, argv, &i);
         else if (!strcmp(a, "--logits")) with_logits = 1;
-        else if (!strcmp(a, "--tta")) tta = subcommand_value(&arg, argc, argv, &i);
         else if (!strcmp(a, "--crop-size")) fl.crop = ct_parse_int("--crop-size", subcommand_value(&arg, argc, argv, &i), 1, 4096);
+        else if (!strcmp(a, "-b") || !strcmp(a, "--batch-size")) batch = ct_parse_int("--batch-size", subcommand_value(&arg, argc, argv, &i), 1, 1 << 16);
+        else if (!strcmp(a, "-j") || !strcmp(a, "--workers")) workers_flag = subcommand_value(&arg, argc, argv, &i);
+        else if (!strcmp(a, "--device")) device = subcommand_value(&arg, argc, argv, &i);
+        else if (!strcmp(a, "--tta")) tta = subcommand_value(&arg, argc, argv, &i);
         else if (a[0] == '-' && a[1]) ct_die("predict: unknown flag '%s' (see train predict --help)", argv[i]);
         else collect(&inputs, argv[i]);
     }
     if (!weights) ct_die("predict: --weights W.safetensors is required (see train predict --help)");
     int json = !strcmp(format, "json");
     if (!json && strcmp(format, "table")) ct_die("--format %s: must be table or json", format);
-    if (!inputs.n) ct_die("predict: no images given (files or folders after the flags; see train predict --help)");
+    if (strcmp(device, "auto") && strcmp(device, "cpu") && strcmp(device, "cuda"))
+        ct_die("--device %s: must be auto, cpu or cuda", device);
     if (strcmp(tta, "none") && strcmp(tta, "flip")) ct_die("--tta %s: must be none or flip", tta);
     int flip = !strcmp(tta, "flip");
+    int workers = strcmp(workers_flag, "auto") ? ct_parse_int("--workers", workers_flag, 1, 1024) : omp_get_max_threads();
+    if (!inputs.n) ct_die("predict: no images given (files or folders after the flags; see train predict --help)");
 
     ModelFile mf;
     modelfile_load(&mf, weights, &fl);
@@ -146,89 +234,55 @@ int predict_main(int argc, char **argv) {
     TensorDim *dims = ct_alloc(sizeof(TensorDim) * (size_t)m->n_tensors);
     if (resnet_shapes(m, S, S, dims) != 0) ct_die("--crop-size %d: too small for %s", S, m->arch);
     free(dims);
-    CpuExec *e = cpu_exec_create(m);
-    uint8_t *crop = ct_alloc((size_t)S * S * C), *mirror = ct_alloc((size_t)S * S * C);
-    float *avg = ct_alloc(sizeof(float) * (size_t)K);
-    ResampleScratch scratch = {0};
+    BackendKind kind = backend_resolve(device, 1);
+    Backend *be = backend_create(kind, m, 0, 0, 0);
+    backend_upload(be, NULL);
+    if (batch > inputs.n) batch = inputs.n;
+    size_t img = (size_t)S * S * C;
+    uint8_t *crops = ct_alloc(img * (size_t)batch);       // the batch's good crops, packed
+    uint8_t *slot = ct_alloc(img * (size_t)batch);        // crop of input j of the batch
+    uint8_t *mirror = flip ? ct_alloc(img * (size_t)batch) : NULL;
+    float *avg = flip ? ct_alloc(sizeof(float) * (size_t)K * (size_t)batch) : NULL;
+    char (*errs)[512] = ct_alloc(sizeof *errs * (size_t)batch);
+    ResampleScratch *scratch = ct_zalloc(sizeof *scratch * (size_t)workers);
     double *prob = ct_alloc(sizeof(double) * (size_t)K);
     int *order = ct_alloc(sizeof(int) * (size_t)K);
     int failed = 0;
-    if (!json) printf("%s: %s, %d classes, %dx%d crop of a %d short side%s\n", weights, m->arch, K, S, S, mf.resize,
-                      flip ? ", logits averaged with the mirror image's" : "");
-    for (int f = 0; f < inputs.n; f++) {
-        const char *path = inputs.v[f];
-        char err[512];
-        if (load_image(path, &mf, crop, &scratch, err, sizeof err) != 0) {
-            fprintf(stderr, "predict: %s: %s (skipped)\n", path, err);
-            if (json) {
-                json_t *o = json_pack("{s:s, s:s}", "file", path, "error", err);
-                char *t = ct_json_dumps_flags(o, JSON_COMPACT);
-                printf("%s\n", t);
-                free(t);
-                json_decref(o);
-            }
-            failed++;
-            continue;
+    if (!json)
+        printf("%s: %s, %d classes, %dx%d crop of a %d short side%s, on %s\n", weights, m->arch, K, S, S, mf.resize,
+               flip ? ", logits averaged with the mirror image's" : "", backend_name(kind));
+    for (int f0 = 0; f0 < inputs.n; f0 += batch) {
+        int n = CT_MIN(batch, inputs.n - f0);
+#pragma omp parallel for num_threads(workers) schedule(dynamic, 1)
+        for (int j = 0; j < n; j++) {
+            errs[j][0] = 0;
+            if (load_image(inputs.v[f0 + j], &mf, slot + img * j, &scratch[omp_get_thread_num()], errs[j], sizeof errs[j]) != 0 &&
+                !errs[j][0])
+                snprintf(errs[j], sizeof errs[j], "could not be decoded");
         }
-        const float *logits = cpu_forward_u8(e, m, crop, 1, S, S, mf.mean, mf.std, 0);
-        if (flip) {  // the same averaging as train's evaluation (trainer/step.c)
-            memcpy(avg, logits, sizeof(float) * (size_t)K);
-            augment_flip_batch(mirror, crop, 1, S, S, C);
-            const float *lm = cpu_forward_u8(e, m, mirror, 1, S, S, mf.mean, mf.std, 0);
-            for (int k = 0; k < K; k++) avg[k] = (avg[k] + lm[k]) * 0.5f;
-            logits = avg;
-        }
-        // Softmax in double, shifted by the largest logit.
-        double mx = logits[0], sum = 0;
-        for (int k = 1; k < K; k++) mx = fmax(mx, logits[k]);
-        for (int k = 0; k < K; k++) sum += (prob[k] = exp((double)logits[k] - mx));
-        for (int k = 0; k < K; k++) prob[k] /= sum;
-        // Partial selection of the top k; ties keep the lower index first.
-        for (int k = 0; k < K; k++) order[k] = k;
-        for (int r = 0; r < topk; r++) {
-            int best = r;
-            for (int k = r + 1; k < K; k++)
-                if (prob[order[k]] > prob[order[best]] || (prob[order[k]] == prob[order[best]] && order[k] < order[best])) best = k;
-            int t = order[r];
-            order[r] = order[best];
-            order[best] = t;
-        }
-        if (json) {
-            json_t *top = json_array();
-            for (int r = 0; r < topk; r++) {
-                int k = order[r];
-                json_t *o = json_pack("{s:i}", "index", k);
-                if (mf.n_classes_named) json_object_set_new(o, "name", json_string(mf.class_names[k]));
-                json_object_set_new(o, "prob", json_real(ct_json_float((float)prob[k])));
-                json_array_append_new(top, o);
-            }
-            json_t *o = json_pack("{s:s, s:o}", "file", path, "top", top);
-            if (with_logits) {
-                json_t *l = json_array();
-                for (int k = 0; k < K; k++) json_array_append_new(l, json_real(ct_json_float(logits[k])));
-                json_object_set_new(o, "logits", l);
-            }
-            char *t = ct_json_dumps_flags(o, JSON_COMPACT);
-            printf("%s\n", t);
-            free(t);
-            json_decref(o);
-        } else {
-            printf("%s\n", path);
-            for (int r = 0; r < topk; r++) {
-                int k = order[r];
-                printf("  %2d. %7.3f%%  %5d  %s\n", r + 1, 100 * prob[k], k, mf.n_classes_named ? mf.class_names[k] : "");
-            }
+        int good = 0;
+        for (int j = 0; j < n; j++)
+            if (!errs[j][0]) memcpy(crops + img * good++, slot + img * j, img);
+        const float *logits = good ? predict_forward(be, crops, good, S, &mf, flip, mirror, avg) : NULL;
+        for (int j = 0, g = 0; j < n; j++) {
+            const char *err = errs[j][0] ? errs[j] : NULL;
+            report(inputs.v[f0 + j], err, err ? NULL : logits + (size_t)K * g, &mf, topk, json, with_logits, prob, order);
+            if (err) failed++;
+            else g++;
         }
         fflush(stdout);
     }
     if (failed) fprintf(stderr, "predict: %d of %d file(s) could not be classified\n", failed, inputs.n);
     free(prob);
     free(order);
-    free(crop);
+    free(crops);
+    free(slot);
     free(mirror);
     free(avg);
-    resample_scratch_free(&scratch);
-    cpu_exec_free(e);
+    free(errs);
+    for (int t = 0; t < workers; t++) resample_scratch_free(&scratch[t]);
+    free(scratch);
+    backend_free(be);
     modelfile_free(&mf);
     for (int i = 0; i < inputs.n; i++) free(inputs.v[i]);
     free(inputs.v);

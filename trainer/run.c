@@ -72,6 +72,7 @@ void run_setup(Run *r, const Config *c, const Dataset *d, BackendKind kind, int 
     r->faults.stall_rank = -1;
     int bf16 = !strcmp(c->precision, "bf16");
     r->model.net = create_model(c, d);
+    r->model.net->freeze_backbone = c->freeze_backbone;
     if (c->weights[0]) state_load_weights(r, c->weights, c->reset_head);
     r->model.eval_dlogits = ct_alloc(sizeof(float) * (size_t)c->batch * d->classes);
     loaders_create(&r->loaders, d, c, kind, rank, world);

@@ -43,6 +43,7 @@ void state_save_checkpoint(Run *r, const char *name, int64_t global_step) {
     meta.epoch_correct = p->epoch_correct;
     meta.epoch_seen = p->epoch_seen;
     meta.optimizer = r->model.sgd.lars ? CKPT_OPT_LARS : CKPT_OPT_SGD;
+    meta.frozen = (uint32_t)m->freeze_backbone;
     const RunEma *ema = &r->model.ema;
     meta.ema_decay = ema->decay;
     meta.ema_every = (uint32_t)ema->every;
@@ -108,6 +109,13 @@ void state_load_checkpoint(Run *r, const char *flag, const char *path, int resto
                    "resume with --optimizer %s, or start a new run from its weights (--weights %s)", flag, path,
                    m->optimizer == CKPT_OPT_LARS ? "lars" : "sgd", c->optimizer,
                    m->optimizer == CKPT_OPT_LARS ? "lars" : "sgd", path);
+        // A linear probe's run and a full fine-tune differ in what trains and how BN behaves;
+        // switching halfway would make the resumed run neither, so say how to get either.
+        if ((int)m->frozen != net->freeze_backbone)
+            ct_die("%s %s: the checkpoint was trained %s --freeze-backbone and this run is %s it; resume %s "
+                   "--freeze-backbone, or start a new run from its weights (--weights %s%s)", flag, path,
+                   m->frozen ? "with" : "without", net->freeze_backbone ? "with" : "without",
+                   m->frozen ? "with" : "without", path, m->frozen ? ", without --freeze-backbone" : "");
         Position *p = &r->pos;
         if (ck.momentum) memcpy(r->model.opt.buf, ck.momentum, m->n_params * sizeof(float));
         else if (c->momentum > 0 && m->opt_steps > 0)
