@@ -4,12 +4,13 @@
 // the box actually pasted. Each sample i is paired with sample N-1-i (the batch reversed, as timm
 // does), so the batch is mixed in place pair by pair and needs no second copy.
 //
-// Mixing happens in the loader, on the uint8 crops, after augmentation: the CPU and GPU backends
-// then see the same bytes (one implementation, no device kernel, no extra device traffic), and
-// the work is done by a loader worker, off the training thread. Normalisation is affine, so mixing
-// before it is mixing after it, up to the rounding of the mixed pixel to uint8 (at most half a
-// level); Mixup's lam is quantised to 1/65536 so that pixels are mixed in exact integer arithmetic
-// and the loss sees the same lam.
+// Mixing happens in the loader, on the uint8 crops, after augmentation (as timm's FastCollateMixup
+// does in its collate function): the CPU and GPU backends then see the same bytes (one
+// implementation, no device kernel, no extra device traffic), and the work is done by a loader
+// worker, off the training thread. Normalisation is affine, so mixing before it is mixing after
+// it, up to the rounding of the mixed pixel to uint8 (to nearest, at most half a level); Mixup's
+// lam is quantised to 1/65536 so that pixels are mixed in exact integer arithmetic and the loss
+// sees the same lam.
 //
 // Randomness: one draw per batch from rng_make(seed ^ MIX key, epoch, batch key), batch key =
 // batch * world + rank (the batch's global position), so it depends on nothing else: not on the

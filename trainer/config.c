@@ -423,6 +423,8 @@ void config_validate(const Config *c, const ConfigGiven *given) {
     if (!(c->mix_prob >= 0 && c->mix_prob <= 1)) ct_die("--mix-prob: must be in [0, 1] (got %g)", c->mix_prob);
     if (!(c->mix_switch_prob >= 0 && c->mix_switch_prob <= 1))
         ct_die("--mix-switch-prob: must be in [0, 1] (got %g)", c->mix_switch_prob);
+    if (c->dump_batches[0] && (c->mixup > 0 || c->cutmix > 0))  // the dump records hard labels only
+        ct_die("--dump-batches: not with --mixup/--cutmix (the PyTorch comparison replays hard labels)");
     if (strcmp(c->precision, "auto") && strcmp(c->precision, "bf16") && strcmp(c->precision, "fp32"))
         ct_die("--precision: '%s' is not one of auto, bf16, fp32", c->precision);
     if (c->max_nonfinite < 1) ct_die("--max-nonfinite: must be >= 1 (got %d)", c->max_nonfinite);
