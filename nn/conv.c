@@ -248,7 +248,20 @@ static void direct_bwd_weight_image_k(const ConvShape *s, float *restrict dwn, c
 #define HAVE_DIRECT 0
 #endif
 
-static void direct_forward(const ConvShape *s, float *out, const float *in, const float *w) {
+// out[0, n) = relu?(out + bias[j % K] + res): the inference epilogue of one finished output row.
+static void row_epilogue(const GemmEpilogue *ep, float *restrict out, const float *restrict res, size_t pixels, int K) {
+    for (size_t i = 0; i < pixels; i++) {
+        float *restrict o = out + i * K;
+        if (ep->bias)
+            for (int k = 0; k < K; k++) o[k] += ep->bias[k];
+        if (res)
+            for (int k = 0; k < K; k++) o[k] += res[i * K + k];
+        if (ep->relu)
+            for (int k = 0; k < K; k++) o[k] = o[k] > 0.0f ? o[k] : 0.0f;
+    }
+}
+
+static void direct_forward(const ConvShape *s, float *out, const float *in, const float *w, const GemmEpilogue *ep) {
 #if HAVE_DIRECT
     const int R = s->R, S = s->S, C = s->C, K = s->K, Wp = s->W + 2 * s->pad;
     const size_t xsz = (size_t)(s->H + 2 * s->pad) * Wp * C;
@@ -261,13 +274,16 @@ static void direct_forward(const ConvShape *s, float *out, const float *in, cons
     for (int n = 0; n < s->N; n++) {
         float *xp = xbuf + (size_t)omp_get_thread_num() * xsz;
         pad_image(s, xp, in, n);
-        for (int p = 0; p < s->P; p++)
-            direct_fwd_row(s, xp + (size_t)p * s->stride * Wp * C, wt, out + (((size_t)n * s->P + p) * s->Q) * K, Wp);
+        for (int p = 0; p < s->P; p++) {
+            const size_t o = (((size_t)n * s->P + p) * s->Q) * K;
+            direct_fwd_row(s, xp + (size_t)p * s->stride * Wp * C, wt, out + o, Wp);
+            if (ep) row_epilogue(ep, out + o, ep->res ? ep->res + o : NULL, s->Q, K);
+        }
     }
     free(xbuf);
     free(wt);
 #else
-    (void)s, (void)out, (void)in, (void)w;
+    (void)s, (void)out, (void)in, (void)w, (void)ep;
     ct_die("direct_forward: not built for this target");
 #endif
 }
@@ -311,13 +327,27 @@ void conv2d_forward(const ConvShape *s, float *out, const float *in, const float
     const size_t npq = (size_t)s->N * s->P * s->Q;
     const int rsc = s->R * s->S * s->C;
     if (direct_ok(s)) {
-        direct_forward(s, out, in, w);
+        direct_forward(s, out, in, w, NULL);
         return;
     }
     // out[NPQ, K] = im2col(in)[NPQ, RSC] w^T; a pointwise conv's im2col is the input itself.
     const GemmView a = is_pointwise(s) ? (GemmView){in, s->C, 1, NULL, 0} : (GemmView){in, 0, 0, s, 0};
     const GemmView b = {w, 1, rsc, NULL, 0};
     sgemm_view((int)npq, s->K, rsc, &a, &b, out, s->K, 0);
+}
+
+// The same convolution with the inference epilogue applied to each output tile while it is in
+// cache (GemmEpilogue), instead of separate passes over the whole output.
+void conv2d_forward_ep(const ConvShape *s, float *out, const float *in, const float *w, const float *bias,
+                       const float *res, int relu) {
+    const GemmEpilogue ep = {bias, res, s->K, relu};
+    if (direct_ok(s)) {
+        direct_forward(s, out, in, w, &ep);
+        return;
+    }
+    const GemmView a = is_pointwise(s) ? (GemmView){in, s->C, 1, NULL, 0} : (GemmView){in, 0, 0, s, 0};
+    const GemmView b = {w, 1, s->R * s->S * s->C, NULL, 0};
+    sgemm_view_ep((int)((size_t)s->N * s->P * s->Q), s->K, s->R * s->S * s->C, &a, &b, out, s->K, &ep);
 }
 
 void conv2d_backward_data(const ConvShape *s, float *din, const float *dout, const float *w) {

@@ -281,12 +281,28 @@ PACK_CLONES static void pack_a(float *restrict ap, const GemmView *A, int pc, in
     for (int i = m; i < mr; i++) memset(ap + (size_t)i * AS, 0, (size_t)kc * sizeof(float));
 }
 
+// The epilogue on rows [i0, i0 + m), columns [j0, j0 + n) of C (see GemmEpilogue).
+PACK_CLONES static void apply_epilogue(const GemmEpilogue *ep, float *restrict c, ptrdiff_t ldc, int i0, int j0,
+                                       int m, int n) {
+    for (int i = 0; i < m; i++) {
+        float *restrict row = c + (ptrdiff_t)i * ldc;
+        if (ep->bias)
+            for (int j = 0; j < n; j++) row[j] += ep->bias[j0 + j];
+        if (ep->res) {
+            const float *restrict r = ep->res + (ptrdiff_t)(i0 + i) * ep->ldr + j0;
+            for (int j = 0; j < n; j++) row[j] += r[j];
+        }
+        if (ep->relu)
+            for (int j = 0; j < n; j++) row[j] = row[j] > 0.0f ? row[j] : 0.0f;
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // A task is one block of MC rows times one segment of B slivers, over the whole depth K: it packs
 // its own panels (a little duplicated work across tasks, no barriers), and it alone writes its
 // part of C, summing the K blocks in order.
-void sgemm_view(int M, int N, int K, const GemmView *A, const GemmView *B, float *C, ptrdiff_t ldc,
-                int accumulate) {
+static void gemm_run(int M, int N, int K, const GemmView *A, const GemmView *B, float *C, ptrdiff_t ldc,
+                     int accumulate, const GemmEpilogue *ep) {
     if (M <= 0 || N <= 0) return;
     if (K <= 0) {
         if (!accumulate)
@@ -365,12 +381,24 @@ void sgemm_view(int M, int N, int K, const GemmView *A, const GemmView *B, float
                                     c[(ptrdiff_t)i * ldc + j] =
                                         acc ? c[(ptrdiff_t)i * ldc + j] + tile[i * nr + j] : tile[i * nr + j];
                         }
+                        if (ep && pc + KC >= K) apply_epilogue(ep, c, ldc, i0 + a * mr, j0, m, n);
                     }
                 }
             }
         }
     }
     free(buf);
+}
+
+void sgemm_view(int M, int N, int K, const GemmView *A, const GemmView *B, float *C, ptrdiff_t ldc,
+                int accumulate) {
+    gemm_run(M, N, K, A, B, C, ldc, accumulate, NULL);
+}
+
+void sgemm_view_ep(int M, int N, int K, const GemmView *A, const GemmView *B, float *C, ptrdiff_t ldc,
+                   const GemmEpilogue *ep) {
+    if (K <= 0) ct_die("sgemm_view_ep: depth %d", K);
+    gemm_run(M, N, K, A, B, C, ldc, 0, ep);
 }
 
 void sgemm(int M, int N, int K, const float *A, ptrdiff_t a_rs, ptrdiff_t a_cs, const float *B,

@@ -32,6 +32,20 @@ typedef struct {
 void sgemm_view(int M, int N, int K, const GemmView *A, const GemmView *B, float *C, ptrdiff_t ldc,
                 int accumulate);
 
+// sgemm_view, then on each finished tile of C while it is still in cache (inference: a
+// convolution with batch norm folded in, followed by its residual add and ReLU):
+//   C[i][j] = relu?(C[i][j] + bias[j] + res[i * ldr + j])      bias / res may be NULL.
+// The products are summed exactly as sgemm_view sums them, so the result has the same bits as
+// sgemm_view followed by the same additions in a separate pass.
+typedef struct {
+    const float *bias;  // [N] or NULL
+    const float *res;   // [M, ldr] or NULL
+    ptrdiff_t ldr;
+    int relu;
+} GemmEpilogue;
+void sgemm_view_ep(int M, int N, int K, const GemmView *A, const GemmView *B, float *C, ptrdiff_t ldc,
+                   const GemmEpilogue *ep);
+
 // The micro-kernel in use: "avx512", "avx2" or "generic".
 const char *sgemm_kernel_name(void);
 // Force a kernel (tests, benchmarks). Returns 0 when this CPU cannot run it (nothing changes).

@@ -1,0 +1,51 @@
+// Inference executor on the CPU with batch norm folded into the convolutions (eval mode only).
+//
+// In eval mode a BN after a conv is a per-output-channel affine map with fixed coefficients, so
+//   bn(conv(x, w)) = conv(x, w * s) + (beta - mean * s),   s = gamma / sqrt(running_var + eps)
+// and the network becomes convolutions with a bias, whose residual add and ReLU are applied to
+// each output tile while it is still in cache (conv2d_forward_ep). Nothing training needs is kept:
+// activations live only until their last reader, in a few equally sized buffers reused in turn.
+//
+// The fold is a copy: the ResNet (what is trained and saved) is never modified, and a FoldNet
+// does not point into it, so the ResNet may be freed after fold_create. fold_refresh recomputes
+// the copy after the ResNet's weights or running statistics changed (evaluation during training).
+//
+// Numerics: float32 like the reference executor (nn/model_cpu.h) but not the same bits: the BN
+// scale multiplies the weights before the sum instead of the sum after it. tests/test_fold.c
+// holds the two to a tolerance and checks the folded logits against torchvision in float64.
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nn/resnet.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct FoldNet FoldNet;
+
+// Folds m's current state. NULL when the graph has a BN that does not directly follow a conv
+// whose output only it reads (never the case for the ResNets of nn/resnet.h); the caller then
+// keeps the reference executor.
+FoldNet *fold_create(const ResNet *m);
+// Refolds from m, which must be the network fold_create saw (same arch, channels and classes).
+void fold_refresh(FoldNet *f, const ResNet *m);
+void fold_free(FoldNet *f);
+
+// Eval forward of a float NHWC input x[N,H,W,in_channels] (already normalised). Returns the
+// logits [N, num_classes], owned by f, valid until the next forward. Dies (naming the model and
+// size) if H x W is too small for the architecture.
+const float *fold_forward(FoldNet *f, const float *x, int N, int H, int W);
+// Same from a uint8 NHWC batch: x = (u8/255 - mean[c]) / std[c] (normalize_u8).
+const float *fold_forward_u8(FoldNet *f, const uint8_t *x, int N, int H, int W, const float *mean,
+                             const float *std);
+
+// Operations of the folded graph (a ResNet-50 folds into 56: 53 convs, the pools and fc) and bytes of the
+// activation buffers of the current plan.
+int fold_op_count(const FoldNet *f);
+size_t fold_arena_bytes(const FoldNet *f);
+
+#ifdef __cplusplus
+}
+#endif
