@@ -10,7 +10,7 @@
 
 #include "loader/augment.h"
 #include "loader/image.h"
-#include "nn/model_cpu.h"
+#include "nn/fold.h"
 #include "trainer/modelfile.h"
 #include "util/common.h"
 #include "util/json_write.h"
@@ -141,7 +141,8 @@ int predict_main(int argc, char **argv) {
     TensorDim *dims = ct_alloc(sizeof(TensorDim) * (size_t)m->n_tensors);
     if (resnet_shapes(m, S, S, dims) != 0) ct_die("--crop-size %d: too small for %s", S, m->arch);
     free(dims);
-    CpuExec *e = cpu_exec_create(m);
+    FoldNet *e = fold_create(m);  // the eval forward with BN folded into the convs (nn/fold.h)
+    if (!e) ct_die("predict: %s: the network does not fold (a BN that does not follow its conv)", m->arch);
     uint8_t *crop = ct_alloc((size_t)S * S * C);
     ResampleScratch scratch = {0};
     double *prob = ct_alloc(sizeof(double) * (size_t)K);
@@ -163,7 +164,7 @@ int predict_main(int argc, char **argv) {
             failed++;
             continue;
         }
-        const float *logits = cpu_forward_u8(e, m, crop, 1, S, S, mf.mean, mf.std, 0);
+        const float *logits = fold_forward_u8(e, crop, 1, S, S, mf.mean, mf.std);
         // Softmax in double, shifted by the largest logit.
         double mx = logits[0], sum = 0;
         for (int k = 1; k < K; k++) mx = fmax(mx, logits[k]);
@@ -212,7 +213,7 @@ int predict_main(int argc, char **argv) {
     free(order);
     free(crop);
     resample_scratch_free(&scratch);
-    cpu_exec_free(e);
+    fold_free(e);
     modelfile_free(&mf);
     for (int i = 0; i < inputs.n; i++) free(inputs.v[i]);
     free(inputs.v);
