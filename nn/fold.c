@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "nn/layers.h"
+#include "nn/winograd.h"
 #include "util/common.h"
 
 #define BN_EPS 1e-5
@@ -21,6 +22,7 @@ typedef struct {
     int in, in2, out;   // slots; in2: OP_ADD's second operand or a conv's residual, else -1
     int relu;
     int C, K, R, S, stride, pad;
+    int wino;           // OP_CONV through conv3x3_winograd_ep (weights in its u[16][C][K] form)
     size_t w_off, b_off;       // into FoldNet.weights (OP_CONV, OP_FC)
     int e_w, e_g, e_b, e_rm, e_rv, e_fcb;  // the ResNet entries folded from (-1: none)
     char name[48];
@@ -33,8 +35,10 @@ struct FoldNet {
     int n_ops;
     FOp *ops;
     int *slot_c;        // channels per slot
-    float *weights;     // folded conv weights (KRSC) and biases, fc weight and bias
+    float *weights;     // folded conv weights (KRSC, or Winograd u) and biases, fc weight and bias
     size_t n_weights;
+    float *tmp;         // one folded KRSC conv weight before its Winograd transform
+    size_t tmp_floats;
     // Current plan.
     int N, H, W;
     TensorDim *dims;
@@ -51,12 +55,14 @@ static int consumers(const ResNet *m, int t) {
     return n;
 }
 
-FoldNet *fold_create(const ResNet *m) {
+FoldNet *fold_create(const ResNet *m) { return fold_create_ex(m, 1); }
+
+FoldNet *fold_create_ex(const ResNet *m, int winograd) {
     FOp *ops = ct_zalloc((size_t)m->n_ops * sizeof(FOp));
     int *producer = ct_alloc((size_t)m->n_tensors * sizeof(int));  // folded op writing each slot
     for (int t = 0; t < m->n_tensors; t++) producer[t] = -1;
     int n = 0;
-    size_t nw = 0;
+    size_t nw = 0, tmp = 0;
     for (int i = 0; i < m->n_ops; i++) {
         const Op *op = &m->ops[i];
         FOp *f = &ops[n];
@@ -70,8 +76,11 @@ FoldNet *fold_create(const ResNet *m) {
             if (!bn || bn->kind != OP_BN || bn->in != op->out || consumers(m, op->out) != 1) goto unfoldable;
             f->e_w = op->w, f->e_g = bn->w, f->e_b = bn->b, f->e_rm = bn->rm, f->e_rv = bn->rv;
             f->out = bn->out, f->relu = bn->relu;
-            f->w_off = nw, nw += m->entries[op->w].count;
+            const ConvShape probe = {1, 3, 3, op->C, op->K, op->R, op->S, op->stride, op->pad, 3, 3};
+            f->wino = winograd && winograd_ok(&probe);
+            f->w_off = nw, nw += f->wino ? (size_t)16 * op->C * op->K : m->entries[op->w].count;
             f->b_off = nw, nw += op->K;
+            tmp = CT_MAX(tmp, f->wino ? m->entries[op->w].count : 0);
             i++;  // the BN is inside the conv now
             break;
         }
@@ -119,6 +128,8 @@ FoldNet *fold_create(const ResNet *m) {
     for (int t = 0; t < m->n_tensors; t++) fn->slot_c[t] = m->tensors[t].C;
     fn->n_weights = nw;
     fn->weights = ct_alloc(CT_MAX(nw, 1) * sizeof(float));
+    fn->tmp_floats = tmp;
+    fn->tmp = tmp ? ct_alloc(tmp * sizeof(float)) : NULL;
     fn->dims = ct_alloc((size_t)m->n_tensors * sizeof(TensorDim));
     fn->slot_buf = ct_alloc((size_t)m->n_tensors * sizeof(int));
     fold_refresh(fn, m);
@@ -147,13 +158,14 @@ void fold_refresh(FoldNet *f, const ResNet *m) {
         const float *gamma = m->params + m->entries[op->e_g].offset, *beta = m->params + m->entries[op->e_b].offset;
         const float *rm = m->bufs + m->entries[op->e_rm].offset, *rv = m->bufs + m->entries[op->e_rv].offset;
         const size_t rsc = (size_t)op->R * op->S * op->C;
-        float *wf = f->weights + op->w_off, *bias = f->weights + op->b_off;
+        float *wf = op->wino ? f->tmp : f->weights + op->w_off, *bias = f->weights + op->b_off;
         // The scale and shift in double, each rounded once to float.
         for (int k = 0; k < op->K; k++) {
             const double s = gamma[k] / sqrt((double)rv[k] + BN_EPS);
             for (size_t j = 0; j < rsc; j++) wf[k * rsc + j] = (float)(w[k * rsc + j] * s);
             bias[k] = (float)(beta[k] - rm[k] * s);
         }
+        if (op->wino) winograd_weights(f->weights + op->w_off, wf, op->K, op->C);
     }
 }
 
@@ -162,6 +174,7 @@ void fold_free(FoldNet *f) {
     free(f->ops);
     free(f->slot_c);
     free(f->weights);
+    free(f->tmp);
     free(f->dims);
     free(f->slot_buf);
     free(f->arena);
@@ -255,8 +268,9 @@ static const float *run(FoldNet *f, int N) {
         switch (op->kind) {
         case OP_CONV: {
             ConvShape s = conv_shape(N, din.H, din.W, din.C, op->K, op->R, op->S, op->stride, op->pad);
-            conv2d_forward_ep(&s, y, x, f->weights + op->w_off, f->weights + op->b_off,
-                              op->in2 >= 0 ? slot(f, op->in2) : NULL, op->relu);
+            const float *res = op->in2 >= 0 ? slot(f, op->in2) : NULL;
+            if (op->wino) conv3x3_winograd_ep(&s, y, x, f->weights + op->w_off, f->weights + op->b_off, res, op->relu);
+            else conv2d_forward_ep(&s, y, x, f->weights + op->w_off, f->weights + op->b_off, res, op->relu);
             break;
         }
         case OP_MAXPOOL:

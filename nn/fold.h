@@ -11,8 +11,9 @@
 // the copy after the ResNet's weights or running statistics changed (evaluation during training).
 //
 // Numerics: float32 like the reference executor (nn/model_cpu.h) but not the same bits: the BN
-// scale multiplies the weights before the sum instead of the sum after it. tests/test_fold.c
-// holds the two to a tolerance and checks the folded logits against torchvision in float64.
+// scale multiplies the weights before the sum instead of the sum after it, and Winograd sums
+// transformed values. tests/test_fold.c holds the two executors to a tolerance, and
+// tests/test_fold_torch.sh the folded logits to torchvision's in float64.
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -28,7 +29,10 @@ typedef struct FoldNet FoldNet;
 // Folds m's current state. NULL when the graph has a BN that does not directly follow a conv
 // whose output only it reads (never the case for the ResNets of nn/resnet.h); the caller then
 // keeps the reference executor.
+// The 3x3 stride-1 convolutions run as Winograd F(2x2, 3x3) (nn/winograd.h) where the CPU has
+// the AVX-512 kernels; fold_create_ex(m, 0) keeps them direct (comparisons, benchmarks).
 FoldNet *fold_create(const ResNet *m);
+FoldNet *fold_create_ex(const ResNet *m, int winograd);
 // Refolds from m, which must be the network fold_create saw (same arch, channels and classes).
 void fold_refresh(FoldNet *f, const ResNet *m);
 void fold_free(FoldNet *f);

@@ -6,9 +6,11 @@
 #include <string.h>
 
 #include "nn/fold.h"
+#include "nn/gemm.h"
 #include "nn/layers.h"
 #include "nn/model_cpu.h"
 #include "nn/resnet.h"
+#include "nn/winograd.h"
 #include "tests/test.h"
 #include "util/common.h"
 #include "util/rng.h"
@@ -43,6 +45,41 @@ static void test_conv_ep(void) {
                   t, s.C, s.K, s.R, s.S, s.stride, use_res, relu, max_abs_diff(got, ref, nout));
         }
         free(x), free(w), free(bias), free(res), free(ref), free(got);
+    }
+}
+
+// Winograd F(2x2, 3x3) against the direct convolution with the same epilogue: odd output sizes
+// (clipped edge tiles), 1x1 images, tile counts that are not a multiple of the block, several
+// block sizes of C and K. Winograd adds a few roundings (the transforms) to each output: held to
+// 1e-5 of the output's norm (measured up to ~1e-6); a coefficient off by 2% gives 1e-2.
+static void test_winograd(void) {
+    const int shapes[][5] = {{3, 7, 9, 16, 32}, {1, 1, 1, 32, 64}, {2, 14, 14, 64, 64}, {1, 5, 6, 48, 96},
+                             {2, 3, 29, 128, 32}, {1, 7, 7, 512, 512}};
+    if (strcmp(sgemm_kernel_name(), "avx512")) {
+        printf("winograd: no AVX-512 here, the fold keeps direct convolutions\n");
+        return;
+    }
+    for (size_t t = 0; t < sizeof shapes / sizeof shapes[0]; t++) {
+        const int *d = shapes[t];
+        ConvShape s = conv_shape(d[0], d[1], d[2], d[3], d[4], 3, 3, 1, 1);
+        CHECK(winograd_ok(&s), "shape %zu should take winograd", t);
+        const size_t nin = (size_t)s.N * s.H * s.W * s.C, nout = (size_t)s.N * s.P * s.Q * s.K;
+        float *x = rand_buf(nin, 1.0f), *w = rand_buf((size_t)s.K * 9 * s.C, 0.2f);
+        float *bias = rand_buf(s.K, 0.5f), *res = rand_buf(nout, 1.0f);
+        float *u = ct_alloc((size_t)16 * s.C * s.K * sizeof(float));
+        float *ref = ct_alloc(nout * sizeof(float)), *got = ct_alloc(nout * sizeof(float));
+        winograd_weights(u, w, s.K, s.C);
+        for (int mode = 0; mode < 3; mode++) {
+            const float *b = mode ? bias : NULL, *r = mode == 2 ? res : NULL;
+            conv2d_forward_ep(&s, ref, x, w, b, r, mode == 2);
+            memset(got, 0xff, nout * sizeof(float));
+            conv3x3_winograd_ep(&s, got, x, u, b, r, mode == 2);
+            const double e = rel_err_norm(got, ref, nout);
+            CHECK(e <= 1e-5, "winograd shape %zu (N=%d %dx%d C=%d K=%d) mode %d: rel err %.3g", t, s.N, s.H, s.W, s.C, s.K,
+                  mode, e);
+            if (mode == 2) printf("winograd N=%d %2dx%-2d C=%3d K=%3d: rel. norm error vs direct %.2e\n", s.N, s.H, s.W, s.C, s.K, e);
+        }
+        free(x), free(w), free(bias), free(res), free(u), free(ref), free(got);
     }
 }
 
@@ -87,11 +124,15 @@ static void test_arch(const char *arch, int in_ch, int classes, int N, int H, in
     CHECK(f != NULL, "%s does not fold", arch);
     if (!f) return;
     float *got = ct_alloc(nl * sizeof(float));
+    FoldNet *fd = fold_create_ex(m, 0);  // without Winograd
+    const double err_direct = rel_err_norm(fold_forward(fd, x, N, H, W), ref, nl);
+    CHECK(err_direct <= 1e-5, "%s: folded (no Winograd) vs reference eval %.3g", arch, err_direct);
+    fold_free(fd);
     memcpy(got, fold_forward(f, x, N, H, W), nl * sizeof(float));
     double err = rel_err_norm(got, ref, nl);
     printf("%-9s %d x %dx%dx%d: %2d folded ops, %zu KB of activation buffers (reference eval %zu KB); "
-           "folded vs reference logits rel. norm %.2e\n",
-           arch, N, H, W, in_ch, fold_op_count(f), fold_arena_bytes(f) >> 10, cpu_exec_arena_bytes(e) >> 10, err);
+           "folded vs reference logits rel. norm %.2e (no Winograd %.2e)\n",
+           arch, N, H, W, in_ch, fold_op_count(f), fold_arena_bytes(f) >> 10, cpu_exec_arena_bytes(e) >> 10, err, err_direct);
     CHECK(err <= 1e-5, "%s: folded vs reference eval %.3g", arch, err);
 
     // The uint8 entry is normalize_u8 + the float entry.
@@ -135,6 +176,7 @@ static void test_unfoldable(void) {
 int main(void) {
     test_rng = rng_make(41, 0, 0);
     test_conv_ep();
+    test_winograd();
     test_arch("resnet20", 3, 10, 3, 32, 32);
     test_arch("resnet20", 3, 7, 2, 19, 13);
     test_arch("resnet18", 1, 5, 2, 40, 36);

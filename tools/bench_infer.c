@@ -2,7 +2,9 @@
 // BN-folded (nn/fold.h) or through the reference executor (nn/model_cpu.h), on a fixed input.
 //   build/tools/bench_infer save ARCH FILE
 //       write ARCH (1000 classes, 3 channels) initialised from seed 1 with non-trivial BN state
-//   build/tools/bench_infer run ARCH SIZE BATCH ITERS WARMUP fold|ref FILE
+//   build/tools/bench_infer run ARCH SIZE BATCH ITERS WARMUP fold|direct|ref FILE
+//       fold: BN-folded with Winograd for the 3x3 stride-1 convs (what predict and eval run),
+//       direct: BN-folded without Winograd, ref: the reference executor (nn/model_cpu.h)
 //       load FILE and time ITERS forwards of BATCH images of SIZE x SIZE after WARMUP untimed ones
 // The input is the same in every peer of tools/bench_infer.sh: uint8 NHWC pixel i is
 // (i * 2654435761 mod 2^32) >> 13 & 255, normalised with ImageNet's mean and std; the line ends
@@ -58,8 +60,8 @@ int main(int argc, char **argv) {
     const char *arch = argv[2];
     const int S = ct_parse_int("SIZE", argv[3], 8, 1 << 16), N = ct_parse_int("BATCH", argv[4], 1, 1 << 16);
     const int iters = ct_parse_int("ITERS", argv[5], 1, 1 << 20), warmup = ct_parse_int("WARMUP", argv[6], 0, 1 << 20);
-    const int fold = !strcmp(argv[7], "fold");
-    if (!fold && strcmp(argv[7], "ref")) ct_die("bench_infer: mode '%s' (fold or ref)", argv[7]);
+    const int fold = !strcmp(argv[7], "fold") || !strcmp(argv[7], "direct");
+    if (!fold && strcmp(argv[7], "ref")) ct_die("bench_infer: mode '%s' (fold, direct or ref)", argv[7]);
     ResNet *m = make(arch);
     st_load_resnet(argv[8], m);
 
@@ -73,7 +75,7 @@ int main(int argc, char **argv) {
     FoldNet *f = NULL;
     CpuExec *e = NULL;
     if (fold) {
-        f = fold_create(m);
+        f = fold_create_ex(m, !strcmp(argv[7], "fold"));
         if (!f) ct_die("bench_infer: %s does not fold", arch);
         resnet_free(m);
         m = NULL;
@@ -95,9 +97,9 @@ int main(int argc, char **argv) {
     const double med = ct_median(wall, iters);
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
-    printf("ctrain-%-4s %-9s %dx%d batch %-3d threads %d: %7.2f img/s (median batch %.1f ms), %7.2f img/CPU-s, "
+    printf("ctrain-%-6s %-9s %dx%d batch %-3d threads %d: %7.2f img/s (median batch %.1f ms), %7.2f img/CPU-s, "
            "peak RSS %4.0f MB, logits[0][:3] %.5f %.5f %.5f\n",
-           fold ? "fold" : "ref", arch, S, S, N, omp_get_max_threads(), N / med, med * 1e3,
+           argv[7], arch, S, S, N, omp_get_max_threads(), N / med, med * 1e3,
            (double)N * iters / cpu_total, ru.ru_maxrss / 1024.0, logits[0], logits[1], logits[2]);
     fold_free(f);
     cpu_exec_free(e);
