@@ -261,13 +261,17 @@ static void row_epilogue(const GemmEpilogue *ep, float *restrict out, const floa
     }
 }
 
-static void direct_forward(const ConvShape *s, float *out, const float *in, const float *w, const GemmEpilogue *ep) {
+// w is KRSC, or already RSCK (the layout the kernels read) when w_rsck.
+static void direct_forward(const ConvShape *s, float *out, const float *in, const float *w, int w_rsck,
+                           const GemmEpilogue *ep) {
 #if HAVE_DIRECT
     const int R = s->R, S = s->S, C = s->C, K = s->K, Wp = s->W + 2 * s->pad;
     const size_t xsz = (size_t)(s->H + 2 * s->pad) * Wp * C;
-    float *wt = ct_alloc((size_t)R * S * C * K * sizeof(float));
-    for (int k = 0; k < K; k++)
-        for (int j = 0; j < R * S * C; j++) wt[(size_t)j * K + k] = w[(size_t)k * R * S * C + j];
+    float *wt = w_rsck ? NULL : ct_alloc((size_t)R * S * C * K * sizeof(float));
+    if (!w_rsck)
+        for (int k = 0; k < K; k++)
+            for (int j = 0; j < R * S * C; j++) wt[(size_t)j * K + k] = w[(size_t)k * R * S * C + j];
+    const float *wk = w_rsck ? w : wt;
     const int nthr = omp_get_max_threads();
     float *xbuf = ct_alloc((size_t)nthr * xsz * sizeof(float));
 #pragma omp parallel for schedule(static)
@@ -276,14 +280,14 @@ static void direct_forward(const ConvShape *s, float *out, const float *in, cons
         pad_image(s, xp, in, n);
         for (int p = 0; p < s->P; p++) {
             const size_t o = (((size_t)n * s->P + p) * s->Q) * K;
-            direct_fwd_row(s, xp + (size_t)p * s->stride * Wp * C, wt, out + o, Wp);
+            direct_fwd_row(s, xp + (size_t)p * s->stride * Wp * C, wk, out + o, Wp);
             if (ep) row_epilogue(ep, out + o, ep->res ? ep->res + o : NULL, s->Q, K);
         }
     }
     free(xbuf);
     free(wt);
 #else
-    (void)s, (void)out, (void)in, (void)w, (void)ep;
+    (void)s, (void)out, (void)in, (void)w, (void)w_rsck, (void)ep;
     ct_die("direct_forward: not built for this target");
 #endif
 }
@@ -327,7 +331,7 @@ void conv2d_forward(const ConvShape *s, float *out, const float *in, const float
     const size_t npq = (size_t)s->N * s->P * s->Q;
     const int rsc = s->R * s->S * s->C;
     if (direct_ok(s)) {
-        direct_forward(s, out, in, w, NULL);
+        direct_forward(s, out, in, w, 0, NULL);
         return;
     }
     // out[NPQ, K] = im2col(in)[NPQ, RSC] w^T; a pointwise conv's im2col is the input itself.
@@ -337,16 +341,18 @@ void conv2d_forward(const ConvShape *s, float *out, const float *in, const float
 }
 
 // The same convolution with the inference epilogue applied to each output tile while it is in
-// cache (GemmEpilogue), instead of separate passes over the whole output.
-void conv2d_forward_ep(const ConvShape *s, float *out, const float *in, const float *w, const float *bias,
+// cache (GemmEpilogue), instead of separate passes over the whole output. The weights come RSCK
+// (wt[(r, s, c)][k]): the GEMM then packs its B panels from contiguous rows, and the direct
+// kernels read them as they are, so nothing is transposed per call.
+void conv2d_forward_ep(const ConvShape *s, float *out, const float *in, const float *wt, const float *bias,
                        const float *res, int relu) {
     const GemmEpilogue ep = {bias, res, s->K, relu};
     if (direct_ok(s)) {
-        direct_forward(s, out, in, w, &ep);
+        direct_forward(s, out, in, wt, 1, &ep);
         return;
     }
     const GemmView a = is_pointwise(s) ? (GemmView){in, s->C, 1, NULL, 0} : (GemmView){in, 0, 0, s, 0};
-    const GemmView b = {w, 1, s->R * s->S * s->C, NULL, 0};
+    const GemmView b = {wt, s->K, 1, NULL, 0};
     sgemm_view_ep((int)((size_t)s->N * s->P * s->Q), s->K, s->R * s->S * s->C, &a, &b, out, s->K, &ep);
 }
 

@@ -35,7 +35,7 @@ struct FoldNet {
     int n_ops;
     FOp *ops;
     int *slot_c;        // channels per slot
-    float *weights;     // folded conv weights (KRSC, or Winograd u) and biases, fc weight and bias
+    float *weights;     // folded conv weights (RSCK, or Winograd u) and biases, fc weight and bias
     size_t n_weights;
     float *tmp;         // one folded KRSC conv weight before its Winograd transform
     size_t tmp_floats;
@@ -159,10 +159,12 @@ void fold_refresh(FoldNet *f, const ResNet *m) {
         const float *rm = m->bufs + m->entries[op->e_rm].offset, *rv = m->bufs + m->entries[op->e_rv].offset;
         const size_t rsc = (size_t)op->R * op->S * op->C;
         float *wf = op->wino ? f->tmp : f->weights + op->w_off, *bias = f->weights + op->b_off;
-        // The scale and shift in double, each rounded once to float.
+        // The scale and shift in double, each rounded once to float. Direct convs keep the weights
+        // RSCK (conv2d_forward_ep), Winograd's transform reads them KRSC.
+        const size_t ks = op->wino ? rsc : 1, js = op->wino ? 1 : (size_t)op->K;
         for (int k = 0; k < op->K; k++) {
             const double s = gamma[k] / sqrt((double)rv[k] + BN_EPS);
-            for (size_t j = 0; j < rsc; j++) wf[k * rsc + j] = (float)(w[k * rsc + j] * s);
+            for (size_t j = 0; j < rsc; j++) wf[k * ks + j * js] = (float)(w[k * rsc + j] * s);
             bias[k] = (float)(beta[k] - rm[k] * s);
         }
         if (op->wino) winograd_weights(f->weights + op->w_off, wf, op->K, op->C);

@@ -29,10 +29,11 @@ ConvShape conv_shape(int N, int H, int W, int C, int K, int R, int S, int stride
 
 // out[N,P,Q,K] = conv(in[N,H,W,C], w[K,R,S,C])
 void conv2d_forward(const ConvShape *s, float *out, const float *in, const float *w);
-// Inference form (BN folded into w and bias): out = relu?(conv(in, w) + bias[k] + res), each
-// output tile finished while it is in cache. bias [K] and res [N,P,Q,K] may be NULL. Bit-identical
-// to conv2d_forward followed by those additions in that order.
-void conv2d_forward_ep(const ConvShape *s, float *out, const float *in, const float *w, const float *bias,
+// Inference form (BN folded into the weights and bias): out = relu?(conv(in, w) + bias[k] + res),
+// each output tile finished while it is in cache. The weights come transposed, wt[R,S,C,K] (RSCK,
+// what the kernels read, made once when folding). bias [K] and res [N,P,Q,K] may be NULL.
+// Bit-identical to conv2d_forward (KRSC w) followed by those additions in that order.
+void conv2d_forward_ep(const ConvShape *s, float *out, const float *in, const float *wt, const float *bias,
                        const float *res, int relu);
 // din[N,H,W,C] = gradient wrt the input, given dout[N,P,Q,K]
 void conv2d_backward_data(const ConvShape *s, float *din, const float *dout, const float *w);
