@@ -12,6 +12,7 @@
 
 #include "nn/layers.h"
 #include "nn/winograd.h"
+#include "util/crc32c.h"
 #include "util/common.h"
 
 #define BN_EPS 1e-5
@@ -37,6 +38,7 @@ struct FoldNet {
     int *slot_c;        // channels per slot
     float *weights;     // folded conv weights (RSCK, or Winograd u) and biases, fc weight and bias
     size_t n_weights;
+    uint32_t state_crc; // CRC-32C of the params and bufs of the last fold (fold_sync)
     float *tmp;         // one folded KRSC conv weight before its Winograd transform
     size_t tmp_floats;
     // Current plan.
@@ -140,6 +142,16 @@ unfoldable:
     return NULL;
 }
 
+static uint32_t state_crc(const ResNet *m) {
+    return crc32c(crc32c(0, m->params, m->n_params * sizeof(float)), m->bufs, m->n_bufs * sizeof(float));
+}
+
+int fold_sync(FoldNet *f, const ResNet *m) {
+    if (state_crc(m) == f->state_crc) return 0;
+    fold_refresh(f, m);
+    return 1;
+}
+
 void fold_refresh(FoldNet *f, const ResNet *m) {
     if (strcmp(f->arch, m->arch) || f->n_params != m->n_params || f->n_bufs != m->n_bufs ||
         f->num_classes != m->num_classes || f->in_channels != m->in_channels)
@@ -161,14 +173,28 @@ void fold_refresh(FoldNet *f, const ResNet *m) {
         float *wf = op->wino ? f->tmp : f->weights + op->w_off, *bias = f->weights + op->b_off;
         // The scale and shift in double, each rounded once to float. Direct convs keep the weights
         // RSCK (conv2d_forward_ep), Winograd's transform reads them KRSC.
-        const size_t ks = op->wino ? rsc : 1, js = op->wino ? 1 : (size_t)op->K;
-        for (int k = 0; k < op->K; k++) {
-            const double s = gamma[k] / sqrt((double)rv[k] + BN_EPS);
-            for (size_t j = 0; j < rsc; j++) wf[k * ks + j * js] = (float)(w[k * rsc + j] * s);
-            bias[k] = (float)(beta[k] - rm[k] * s);
+        const int K = op->K;
+        double *sc = ct_alloc((size_t)K * sizeof(double));
+        for (int k = 0; k < K; k++) {
+            sc[k] = gamma[k] / sqrt((double)rv[k] + BN_EPS);
+            bias[k] = (float)(beta[k] - rm[k] * sc[k]);
         }
-        if (op->wino) winograd_weights(f->weights + op->w_off, wf, op->K, op->C);
+        if (op->wino) {
+#pragma omp parallel for schedule(static)
+            for (int k = 0; k < K; k++)
+                for (size_t j = 0; j < rsc; j++) wf[k * rsc + j] = (float)(w[k * rsc + j] * sc[k]);
+            winograd_weights(f->weights + op->w_off, wf, K, op->C);
+        } else {
+            // Transposed in 16-column strips: the reads of a row stay within a cache line, and the
+            // 16 rows being written stay in cache while k runs.
+#pragma omp parallel for schedule(static)
+            for (size_t j0 = 0; j0 < rsc; j0 += 16)
+                for (int k = 0; k < K; k++)
+                    for (size_t j = j0; j < CT_MIN(j0 + 16, rsc); j++) wf[j * K + k] = (float)(w[k * rsc + j] * sc[k]);
+        }
+        free(sc);
     }
+    f->state_crc = state_crc(m);
 }
 
 void fold_free(FoldNet *f) {

@@ -35,6 +35,9 @@ FoldNet *fold_create(const ResNet *m);
 FoldNet *fold_create_ex(const ResNet *m, int winograd);
 // Refolds from m, which must be the network fold_create saw (same arch, channels and classes).
 void fold_refresh(FoldNet *f, const ResNet *m);
+// fold_refresh only when m's params or running statistics differ from the last fold's (their
+// CRC-32C, a read of the state: about a tenth of a refold). Returns 1 when it refolded.
+int fold_sync(FoldNet *f, const ResNet *m);
 void fold_free(FoldNet *f);
 
 // Eval forward of a float NHWC input x[N,H,W,in_channels] (already normalised). Returns the

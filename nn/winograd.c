@@ -32,8 +32,10 @@ int winograd_ok(const ConvShape *s) {
 
 // u[xi][c][k] (xi = 4 i + j) = (G g G^T)[i][j] of filter g = w[k][.][.][c] (KRSC).
 void winograd_weights(float *u, const float *w, int K, int C) {
-    for (int k = 0; k < K; k++)
-        for (int c = 0; c < C; c++) {
+    // c outer, k inner: the 16 output rows u[xi][c][.] are written contiguously.
+#pragma omp parallel for schedule(static)
+    for (int c = 0; c < C; c++)
+        for (int k = 0; k < K; k++) {
             double g[3][3], t[4][3];
             for (int r = 0; r < 3; r++)
                 for (int s = 0; s < 3; s++) g[r][s] = w[(((size_t)k * 3 + r) * 3 + s) * C + c];

@@ -162,7 +162,18 @@ static void test_arch(const char *arch, int in_ch, int classes, int N, int H, in
     for (size_t i = 0; i < 50; i++) m->params[(i * 7919) % m->n_params] *= 1.5f;
     memcpy(ref, cpu_forward(e, m, x, N, H, W, 0), nl * sizeof(float));
     CHECK(rel_err_norm(fold_forward(f, x, N, H, W), ref, nl) > 1e-3, "%s: stale fold matches new weights", arch);
+    CHECK(fold_sync(f, m) == 1, "%s: fold_sync missed a change", arch);
+    CHECK(fold_sync(f, m) == 0, "%s: fold_sync refolded an unchanged state", arch);
+    err = rel_err_norm(fold_forward(f, x, N, H, W), ref, nl);
+    CHECK(err <= 1e-5, "%s: after fold_sync %.3g", arch, err);
+    // Two weights swapped: same values, other places; the running statistics alone changed.
+    float t = m->params[3];
+    m->params[3] = m->params[4], m->params[4] = t;
+    CHECK(t == m->params[3] || fold_sync(f, m) == 1, "%s: fold_sync missed a swap", arch);
+    m->bufs[m->n_bufs - 1] += 0.25f;
+    CHECK(fold_sync(f, m) == 1, "%s: fold_sync missed a running-statistics change", arch);
     fold_refresh(f, m);
+    memcpy(ref, cpu_forward(e, m, x, N, H, W, 0), nl * sizeof(float));
     err = rel_err_norm(fold_forward(f, x, N, H, W), ref, nl);
     CHECK(err <= 1e-5, "%s: after fold_refresh %.3g", arch, err);
     // The fold is a copy: freeing the ResNet leaves it working.

@@ -74,8 +74,11 @@ int main(int argc, char **argv) {
     // process that loaded only to fold would.
     FoldNet *f = NULL;
     CpuExec *e = NULL;
+    double fold_ms = 0;
     if (fold) {
+        const double t0 = ct_now();
         f = fold_create_ex(m, !strcmp(argv[7], "fold"));
+        fold_ms = (ct_now() - t0) * 1e3;
         if (!f) ct_die("bench_infer: %s does not fold", arch);
         resnet_free(m);
         m = NULL;
@@ -98,9 +101,9 @@ int main(int argc, char **argv) {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     printf("ctrain-%-6s %-9s %dx%d batch %-3d threads %d: %7.2f img/s (median batch %.1f ms), %7.2f img/CPU-s, "
-           "peak RSS %4.0f MB, logits[0][:3] %.5f %.5f %.5f\n",
+           "peak RSS %4.0f MB, logits[0][:3] %.5f %.5f %.5f, fold %.0f ms\n",
            argv[7], arch, S, S, N, omp_get_max_threads(), N / med, med * 1e3,
-           (double)N * iters / cpu_total, ru.ru_maxrss / 1024.0, logits[0], logits[1], logits[2]);
+           (double)N * iters / cpu_total, ru.ru_maxrss / 1024.0, logits[0], logits[1], logits[2], fold_ms);
     fold_free(f);
     cpu_exec_free(e);
     resnet_free(m);

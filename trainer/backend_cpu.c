@@ -58,12 +58,12 @@ static void cpu_backend_bind_thread(const Backend *b) { (void)b; }
 static const float *cpu_backend_forward(Backend *base, const uint8_t *x, int N, int hw, const float *mean, const float *std,
                                 int train) {
     CpuBackend *b = cpu_of(base);
-    // Eval runs BN-folded (nn/fold.h), refolded from the live weights and statistics at every call:
-    // they may have changed since the last one, and refolding costs ~1% of a batch's forward.
+    // Eval runs BN-folded (nn/fold.h), refolded whenever the live weights or statistics changed
+    // since the last fold (checked at every call: whoever changed them need not say so).
     // bf16 mode keeps the reference executor, the oracle of the GPU's bf16 path.
     if (!train && !cpu_exec_bf16(b->exec)) {
         if (!b->fold) b->fold = fold_create(base->m);
-        else fold_refresh(b->fold, base->m);
+        else fold_sync(b->fold, base->m);
         if (b->fold) return fold_forward_u8(b->fold, x, N, hw, hw, mean, std);
     }
     return cpu_forward_u8(b->exec, base->m, x, N, hw, hw, mean, std, train);
