@@ -335,8 +335,8 @@ void conv2d_forward(const ConvShape *s, float *out, const float *in, const float
         return;
     }
     // out[NPQ, K] = im2col(in)[NPQ, RSC] w^T; a pointwise conv's im2col is the input itself.
-    const GemmView a = is_pointwise(s) ? (GemmView){in, s->C, 1, NULL, 0} : (GemmView){in, 0, 0, s, 0};
-    const GemmView b = {w, 1, rsc, NULL, 0};
+    const GemmView a = is_pointwise(s) ? (GemmView){in, s->C, 1, NULL, 0, 0} : (GemmView){in, 0, 0, s, 0, 0};
+    const GemmView b = {w, 1, rsc, NULL, 0, 0};
     sgemm_view((int)npq, s->K, rsc, &a, &b, out, s->K, 0);
 }
 
@@ -344,15 +344,16 @@ void conv2d_forward(const ConvShape *s, float *out, const float *in, const float
 // cache (GemmEpilogue), instead of separate passes over the whole output. The weights come RSCK
 // (wt[(r, s, c)][k]): the GEMM then packs its B panels from contiguous rows, and the direct
 // kernels read them as they are, so nothing is transposed per call.
-void conv2d_forward_ep(const ConvShape *s, float *out, const float *in, const float *wt, const float *bias,
-                       const float *res, int relu) {
+void conv2d_forward_ep(const ConvShape *s, float *out, const float *in, const float *wt, int packed,
+                       const float *bias, const float *res, int relu) {
     const GemmEpilogue ep = {bias, res, s->K, relu};
     if (direct_ok(s)) {
+        if (packed) ct_die("conv2d_forward_ep: packed weights for a direct convolution");
         direct_forward(s, out, in, wt, 1, &ep);
         return;
     }
-    const GemmView a = is_pointwise(s) ? (GemmView){in, s->C, 1, NULL, 0} : (GemmView){in, 0, 0, s, 0};
-    const GemmView b = {wt, s->K, 1, NULL, 0};
+    const GemmView a = is_pointwise(s) ? (GemmView){in, s->C, 1, NULL, 0, 0} : (GemmView){in, 0, 0, s, 0, 0};
+    const GemmView b = {wt, s->K, 1, NULL, 0, packed};
     sgemm_view_ep((int)((size_t)s->N * s->P * s->Q), s->K, s->R * s->S * s->C, &a, &b, out, s->K, &ep);
 }
 
@@ -407,8 +408,8 @@ void conv2d_backward_weight(const ConvShape *s, float *dw, const float *dout, co
     while (G > 1 && (size_t)G * nw * sizeof(float) > ((size_t)16 << 20)) G--;
     const int pw = is_pointwise(s);
     if (G <= 1) {
-        const GemmView a = {dout, 1, K, NULL, 0};
-        const GemmView b = pw ? (GemmView){in, s->C, 1, NULL, 0} : (GemmView){in, 0, 0, s, 0};
+        const GemmView a = {dout, 1, K, NULL, 0, 0};
+        const GemmView b = pw ? (GemmView){in, s->C, 1, NULL, 0, 0} : (GemmView){in, 0, 0, s, 0, 0};
         sgemm_view(K, rsc, (int)npq, &a, &b, dw, rsc, 0);
         return;
     }
@@ -417,8 +418,8 @@ void conv2d_backward_weight(const ConvShape *s, float *dw, const float *dout, co
 #pragma omp parallel for schedule(dynamic, 1)
     for (int g = 0; g < G; g++) {
         const size_t r0 = (size_t)g * chunk, rows = CT_MIN(chunk, npq - r0);
-        const GemmView a = {dout + r0 * K, 1, K, NULL, 0};
-        const GemmView b = pw ? (GemmView){in + r0 * s->C, s->C, 1, NULL, 0} : (GemmView){in, 0, 0, s, r0};
+        const GemmView a = {dout + r0 * K, 1, K, NULL, 0, 0};
+        const GemmView b = pw ? (GemmView){in + r0 * s->C, s->C, 1, NULL, 0, 0} : (GemmView){in, 0, 0, s, r0, 0};
         sgemm_view(K, rsc, (int)rows, &a, &b, part + (size_t)g * nw, rsc, 0);
     }
 #pragma omp parallel for schedule(static)
@@ -428,4 +429,15 @@ void conv2d_backward_weight(const ConvShape *s, float *dw, const float *dout, co
         dw[i] = v;
     }
     free(part);
+}
+
+size_t conv2d_packed_weights_size(const ConvShape *s) {
+    if (direct_ok(s) || !sgemm_packs_b()) return 0;
+    return sgemm_packed_b_size(s->R * s->S * s->C, s->K);
+}
+
+void conv2d_pack_weights(const ConvShape *s, float *dst, const float *wt) {
+    if (!conv2d_packed_weights_size(s)) ct_die("conv2d_pack_weights: this convolution does not take packed weights");
+    const GemmView b = {wt, s->K, 1, NULL, 0, 0};
+    sgemm_pack_b(dst, &b, s->R * s->S * s->C, s->K);
 }

@@ -24,6 +24,7 @@ typedef struct {
     int relu;
     int C, K, R, S, stride, pad;
     int wino;           // OP_CONV through conv3x3_winograd_ep (weights in its u[16][C][K] form)
+    int packed;         // OP_CONV weights packed once into GEMM panels (conv2d_pack_weights)
     size_t w_off, b_off;       // into FoldNet.weights (OP_CONV, OP_FC)
     int e_w, e_g, e_b, e_rm, e_rv, e_fcb;  // the ResNet entries folded from (-1: none)
     char name[48];
@@ -36,7 +37,7 @@ struct FoldNet {
     int n_ops;
     FOp *ops;
     int *slot_c;        // channels per slot
-    float *weights;     // folded conv weights (RSCK, or Winograd u) and biases, fc weight and bias
+    float *weights;     // folded conv weights (RSCK, GEMM panels or Winograd u) and biases, fc weight and bias
     size_t n_weights;
     uint32_t state_crc; // CRC-32C of the params and bufs of the last fold (fold_sync)
     float *tmp;         // one folded KRSC conv weight before its Winograd transform
@@ -80,9 +81,11 @@ FoldNet *fold_create_ex(const ResNet *m, int winograd) {
             f->out = bn->out, f->relu = bn->relu;
             const ConvShape probe = {1, 3, 3, op->C, op->K, op->R, op->S, op->stride, op->pad, 3, 3};
             f->wino = winograd && winograd_ok(&probe);
-            f->w_off = nw, nw += f->wino ? (size_t)16 * op->C * op->K : m->entries[op->w].count;
+            const size_t packed = f->wino ? 0 : conv2d_packed_weights_size(&probe);
+            f->packed = packed > 0;
+            f->w_off = nw, nw += f->wino ? (size_t)16 * op->C * op->K : f->packed ? packed : m->entries[op->w].count;
             f->b_off = nw, nw += op->K;
-            tmp = CT_MAX(tmp, f->wino ? m->entries[op->w].count : 0);
+            tmp = CT_MAX(tmp, f->wino || f->packed ? m->entries[op->w].count : 0);
             i++;  // the BN is inside the conv now
             break;
         }
@@ -170,9 +173,9 @@ void fold_refresh(FoldNet *f, const ResNet *m) {
         const float *gamma = m->params + m->entries[op->e_g].offset, *beta = m->params + m->entries[op->e_b].offset;
         const float *rm = m->bufs + m->entries[op->e_rm].offset, *rv = m->bufs + m->entries[op->e_rv].offset;
         const size_t rsc = (size_t)op->R * op->S * op->C;
-        float *wf = op->wino ? f->tmp : f->weights + op->w_off, *bias = f->weights + op->b_off;
+        float *wf = op->wino || op->packed ? f->tmp : f->weights + op->w_off, *bias = f->weights + op->b_off;
         // The scale and shift in double, each rounded once to float. Direct convs keep the weights
-        // RSCK (conv2d_forward_ep), Winograd's transform reads them KRSC.
+        // RSCK (conv2d_forward_ep) or pack them from RSCK; Winograd's transform reads them KRSC.
         const int K = op->K;
         double *sc = ct_alloc((size_t)K * sizeof(double));
         for (int k = 0; k < K; k++) {
@@ -191,6 +194,10 @@ void fold_refresh(FoldNet *f, const ResNet *m) {
             for (size_t j0 = 0; j0 < rsc; j0 += 16)
                 for (int k = 0; k < K; k++)
                     for (size_t j = j0; j < CT_MIN(j0 + 16, rsc); j++) wf[j * K + k] = (float)(w[k * rsc + j] * sc[k]);
+            if (op->packed) {
+                const ConvShape probe = {1, 3, 3, op->C, K, op->R, op->S, op->stride, op->pad, 3, 3};
+                conv2d_pack_weights(&probe, f->weights + op->w_off, wf);
+            }
         }
         free(sc);
     }
@@ -298,7 +305,7 @@ static const float *run(FoldNet *f, int N) {
             ConvShape s = conv_shape(N, din.H, din.W, din.C, op->K, op->R, op->S, op->stride, op->pad);
             const float *res = op->in2 >= 0 ? slot(f, op->in2) : NULL;
             if (op->wino) conv3x3_winograd_ep(&s, y, x, f->weights + op->w_off, f->weights + op->b_off, res, op->relu);
-            else conv2d_forward_ep(&s, y, x, f->weights + op->w_off, f->weights + op->b_off, res, op->relu);
+            else conv2d_forward_ep(&s, y, x, f->weights + op->w_off, op->packed, f->weights + op->b_off, res, op->relu);
             break;
         }
         case OP_MAXPOOL:

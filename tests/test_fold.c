@@ -18,11 +18,13 @@
 // conv2d_forward_ep must equal conv2d_forward followed by + bias, + res, ReLU, bit for bit: the
 // direct kernels (small C and K, AVX-512) and the GEMM (pointwise, im2col, depth over one K block).
 static void test_conv_ep(void) {
+    int packed_checked = 0;
     const int shapes[][8] = {
         // N, H, W, C, K, R, stride, pad
         {2, 9, 7, 3, 16, 3, 1, 1},   {1, 7, 5, 5, 7, 3, 2, 1},     {3, 6, 6, 19, 33, 1, 1, 0},
         {2, 9, 11, 24, 40, 1, 2, 0}, {1, 23, 21, 3, 64, 7, 2, 3},  {2, 10, 9, 64, 64, 3, 1, 1},
         {2, 8, 8, 96, 40, 3, 1, 1},  {1, 13, 3, 300, 17, 1, 1, 0}, {5, 5, 5, 17, 130, 3, 2, 1},
+        {2, 6, 7, 70, 45, 3, 1, 1},  {4, 9, 9, 40, 96, 1, 2, 0},
     };
     for (size_t t = 0; t < sizeof shapes / sizeof shapes[0]; t++) {
         const int *d = shapes[t];
@@ -44,12 +46,26 @@ static void test_conv_ep(void) {
                 ref[i] = relu && !(v > 0) ? 0.0f : v;
             }
             memset(got, 0xff, nout * sizeof(float));  // NaN: every element must be written
-            conv2d_forward_ep(&s, got, x, wt, bias, use_res ? res : NULL, relu);
+            conv2d_forward_ep(&s, got, x, wt, 0, bias, use_res ? res : NULL, relu);
             CHECK(!memcmp(ref, got, nout * sizeof(float)), "conv ep shape %zu (C=%d K=%d %dx%d/%d) res %d relu %d: %.3g",
                   t, s.C, s.K, s.R, s.S, s.stride, use_res, relu, max_abs_diff(got, ref, nout));
+            // Weights packed once into GEMM panels: the same bits.
+            const size_t np = conv2d_packed_weights_size(&s);
+            if (np) {
+                float *wp = ct_alloc(np * sizeof(float));
+                conv2d_pack_weights(&s, wp, wt);
+                memset(got, 0xff, nout * sizeof(float));
+                conv2d_forward_ep(&s, got, x, wp, 1, bias, use_res ? res : NULL, relu);
+                CHECK(!memcmp(ref, got, nout * sizeof(float)), "packed conv ep shape %zu (C=%d K=%d) res %d relu %d: %.3g", t,
+                      s.C, s.K, use_res, relu, max_abs_diff(got, ref, nout));
+                packed_checked++;
+                free(wp);
+            }
         }
         free(x), free(w), free(wt), free(bias), free(res), free(ref), free(got);
     }
+    printf("conv epilogue: %d checks with packed weights\n", packed_checked);
+    CHECK(packed_checked > 0 || strcmp(sgemm_kernel_name(), "avx512"), "no shape took packed weights");
 }
 
 // Winograd F(2x2, 3x3) against the direct convolution with the same epilogue: odd output sizes
@@ -111,7 +127,7 @@ static void randomize_bn(ResNet *m, uint64_t seed) {
 // Folded vs reference eval logits. The fold multiplies each weight by its channel's BN scale
 // before the sum instead of scaling the sum: both are float32 with about 1 ulp (6e-8 relative)
 // per rounding, so each layer's outputs differ by a few ulp of their magnitude and the difference
-// grows with depth; measured 4e-7 (resnet20) to 2.5e-6 (resnet34) relative norm. 1e-5 leaves 4x
+// grows with depth; measured 3e-7 (resnet20) to 3e-6 (resnet34) relative norm. 1e-5 leaves 3x
 // room and still catches a wrong fold (leaving out eps gives 3e-4 to 1.2e-3).
 static void test_arch(const char *arch, int in_ch, int classes, int N, int H, int W) {
     ResNet *m = resnet_create(arch, in_ch, classes);
