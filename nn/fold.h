@@ -3,8 +3,11 @@
 // In eval mode a BN after a conv is a per-output-channel affine map with fixed coefficients, so
 //   bn(conv(x, w)) = conv(x, w * s) + (beta - mean * s),   s = gamma / sqrt(running_var + eps)
 // and the network becomes convolutions with a bias, whose residual add and ReLU are applied to
-// each output tile while it is still in cache (conv2d_forward_ep). Nothing training needs is kept:
-// activations live only until their last reader, in a few equally sized buffers reused in turn.
+// each output tile while it is still in cache (conv2d_forward_ep). The folded weights are stored
+// as the kernels read them, made once per fold: GEMM panels (conv2d_pack_weights), RSCK for the
+// direct kernels, the Winograd domain for 3x3 stride-1 convs (nn/winograd.h). Nothing training
+// needs is kept: activations live only until their last reader, in a few equally sized buffers
+// reused in turn.
 //
 // The fold is a copy: the ResNet (what is trained and saved) is never modified, and a FoldNet
 // does not point into it, so the ResNet may be freed after fold_create. fold_refresh recomputes
