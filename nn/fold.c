@@ -50,6 +50,8 @@ struct FoldNet {
     size_t buf_floats;
     float *arena;
     size_t arena_floats;
+    float *logits;      // [N, classes] of the last forward
+    size_t logits_cap;
 };
 
 static int consumers(const ResNet *m, int t) {
@@ -213,6 +215,7 @@ void fold_free(FoldNet *f) {
     free(f->dims);
     free(f->slot_buf);
     free(f->arena);
+    free(f->logits);
     free(f);
 }
 
@@ -330,15 +333,34 @@ static const float *run(FoldNet *f, int N) {
     return slot(f, f->n_tensors - 1);
 }
 
+// A batch runs CHUNK images at a time: the buffers stay bounded (a resnet50 eval batch of 256
+// would otherwise hold 4 x 822 MB), and each image's logits do not depend on its batch anyway.
+#define CHUNK 16
+
+static const float *forward(FoldNet *f, const float *xf, const uint8_t *xu, int N, int H, int W, const float *mean,
+                            const float *std) {
+    if (N < 1) ct_die("%s: batch size %d", f->arch, N);
+    const size_t pix = (size_t)H * W, nl = (size_t)N * f->num_classes;
+    if (nl > f->logits_cap) {
+        free(f->logits);
+        f->logits = ct_alloc(nl * sizeof(float));
+        f->logits_cap = nl;
+    }
+    for (int n0 = 0; n0 < N; n0 += CHUNK) {
+        const int n = CT_MIN(CHUNK, N - n0);
+        ensure_plan(f, n, H, W);
+        if (xf) memcpy(slot(f, 0), xf + n0 * pix * f->in_channels, n * pix * f->in_channels * sizeof(float));
+        else normalize_u8(slot(f, 0), xu + n0 * pix * f->in_channels, n * pix, f->in_channels, mean, std);
+        memcpy(f->logits + (size_t)n0 * f->num_classes, run(f, n), (size_t)n * f->num_classes * sizeof(float));
+    }
+    return f->logits;
+}
+
 const float *fold_forward(FoldNet *f, const float *x, int N, int H, int W) {
-    ensure_plan(f, N, H, W);
-    memcpy(slot(f, 0), x, (size_t)N * H * W * f->in_channels * sizeof(float));
-    return run(f, N);
+    return forward(f, x, NULL, N, H, W, NULL, NULL);
 }
 
 const float *fold_forward_u8(FoldNet *f, const uint8_t *x, int N, int H, int W, const float *mean,
                              const float *std) {
-    ensure_plan(f, N, H, W);
-    normalize_u8(slot(f, 0), x, (size_t)N * H * W, f->in_channels, mean, std);
-    return run(f, N);
+    return forward(f, NULL, x, N, H, W, mean, std);
 }

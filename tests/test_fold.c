@@ -217,6 +217,7 @@ int main(void) {
     test_arch("resnet18", 1, 5, 2, 40, 36);
     test_arch("resnet50", 3, 11, 2, 64, 48);
     test_arch("resnet34", 3, 3, 1, 33, 33);
+    test_arch("resnet20", 1, 4, 37, 12, 10);  // more images than a chunk (fold.c: 16), a partial last one
     test_unfoldable();
     return test_summary("test_fold");
 }
