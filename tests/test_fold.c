@@ -127,7 +127,7 @@ static void randomize_bn(ResNet *m, uint64_t seed) {
 // Folded vs reference eval logits. The fold multiplies each weight by its channel's BN scale
 // before the sum instead of scaling the sum: both are float32 with about 1 ulp (6e-8 relative)
 // per rounding, so each layer's outputs differ by a few ulp of their magnitude and the difference
-// grows with depth; measured 3e-7 (resnet20) to 3e-6 (resnet34) relative norm. 1e-5 leaves 3x
+// grows with depth; measured 3e-7 (resnet20) to 1.3e-6 (resnet18), 3e-6 for resnet34. 1e-5 leaves 3x
 // room and still catches a wrong fold (leaving out eps gives 3e-4 to 1.2e-3).
 static void test_arch(const char *arch, int in_ch, int classes, int N, int H, int W) {
     ResNet *m = resnet_create(arch, in_ch, classes);
@@ -214,9 +214,8 @@ int main(void) {
     test_winograd();
     test_arch("resnet20", 3, 10, 3, 32, 32);
     test_arch("resnet20", 3, 7, 2, 19, 13);
-    test_arch("resnet18", 1, 5, 2, 40, 36);
-    test_arch("resnet50", 3, 11, 2, 64, 48);
-    test_arch("resnet34", 3, 3, 1, 33, 33);
+    test_arch("resnet18", 1, 5, 2, 36, 28);
+    test_arch("resnet50", 3, 11, 2, 40, 33);
     test_arch("resnet20", 1, 4, 37, 12, 10);  // more images than a chunk (fold.c: 16), a partial last one
     test_unfoldable();
     return test_summary("test_fold");
