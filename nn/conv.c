@@ -248,26 +248,46 @@ static void direct_bwd_weight_image_k(const ConvShape *s, float *restrict dwn, c
 #define HAVE_DIRECT 0
 #endif
 
-static void direct_forward(const ConvShape *s, float *out, const float *in, const float *w) {
+// out[0, n) = relu?(out + bias[j % K] + res): the inference epilogue of one finished output row.
+static void row_epilogue(const GemmEpilogue *ep, float *restrict out, const float *restrict res, size_t pixels, int K) {
+    for (size_t i = 0; i < pixels; i++) {
+        float *restrict o = out + i * K;
+        if (ep->bias)
+            for (int k = 0; k < K; k++) o[k] += ep->bias[k];
+        if (res)
+            for (int k = 0; k < K; k++) o[k] += res[i * K + k];
+        if (ep->relu)
+            for (int k = 0; k < K; k++) o[k] = o[k] > 0.0f ? o[k] : 0.0f;
+    }
+}
+
+// w is KRSC, or already RSCK (the layout the kernels read) when w_rsck.
+static void direct_forward(const ConvShape *s, float *out, const float *in, const float *w, int w_rsck,
+                           const GemmEpilogue *ep) {
 #if HAVE_DIRECT
     const int R = s->R, S = s->S, C = s->C, K = s->K, Wp = s->W + 2 * s->pad;
     const size_t xsz = (size_t)(s->H + 2 * s->pad) * Wp * C;
-    float *wt = ct_alloc((size_t)R * S * C * K * sizeof(float));
-    for (int k = 0; k < K; k++)
-        for (int j = 0; j < R * S * C; j++) wt[(size_t)j * K + k] = w[(size_t)k * R * S * C + j];
+    float *wt = w_rsck ? NULL : ct_alloc((size_t)R * S * C * K * sizeof(float));
+    if (!w_rsck)
+        for (int k = 0; k < K; k++)
+            for (int j = 0; j < R * S * C; j++) wt[(size_t)j * K + k] = w[(size_t)k * R * S * C + j];
+    const float *wk = w_rsck ? w : wt;
     const int nthr = omp_get_max_threads();
     float *xbuf = ct_alloc((size_t)nthr * xsz * sizeof(float));
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < s->N; n++) {
         float *xp = xbuf + (size_t)omp_get_thread_num() * xsz;
         pad_image(s, xp, in, n);
-        for (int p = 0; p < s->P; p++)
-            direct_fwd_row(s, xp + (size_t)p * s->stride * Wp * C, wt, out + (((size_t)n * s->P + p) * s->Q) * K, Wp);
+        for (int p = 0; p < s->P; p++) {
+            const size_t o = (((size_t)n * s->P + p) * s->Q) * K;
+            direct_fwd_row(s, xp + (size_t)p * s->stride * Wp * C, wk, out + o, Wp);
+            if (ep) row_epilogue(ep, out + o, ep->res ? ep->res + o : NULL, s->Q, K);
+        }
     }
     free(xbuf);
     free(wt);
 #else
-    (void)s, (void)out, (void)in, (void)w;
+    (void)s, (void)out, (void)in, (void)w, (void)w_rsck, (void)ep;
     ct_die("direct_forward: not built for this target");
 #endif
 }
@@ -311,13 +331,30 @@ void conv2d_forward(const ConvShape *s, float *out, const float *in, const float
     const size_t npq = (size_t)s->N * s->P * s->Q;
     const int rsc = s->R * s->S * s->C;
     if (direct_ok(s)) {
-        direct_forward(s, out, in, w);
+        direct_forward(s, out, in, w, 0, NULL);
         return;
     }
     // out[NPQ, K] = im2col(in)[NPQ, RSC] w^T; a pointwise conv's im2col is the input itself.
-    const GemmView a = is_pointwise(s) ? (GemmView){in, s->C, 1, NULL, 0} : (GemmView){in, 0, 0, s, 0};
-    const GemmView b = {w, 1, rsc, NULL, 0};
+    const GemmView a = is_pointwise(s) ? (GemmView){in, s->C, 1, NULL, 0, 0} : (GemmView){in, 0, 0, s, 0, 0};
+    const GemmView b = {w, 1, rsc, NULL, 0, 0};
     sgemm_view((int)npq, s->K, rsc, &a, &b, out, s->K, 0);
+}
+
+// The same convolution with the inference epilogue applied to each output tile while it is in
+// cache (GemmEpilogue), instead of separate passes over the whole output. The weights come RSCK
+// (wt[(r, s, c)][k]): the GEMM then packs its B panels from contiguous rows, and the direct
+// kernels read them as they are, so nothing is transposed per call.
+void conv2d_forward_ep(const ConvShape *s, float *out, const float *in, const float *wt, int packed,
+                       const float *bias, const float *res, int relu) {
+    const GemmEpilogue ep = {bias, res, s->K, relu};
+    if (direct_ok(s)) {
+        if (packed) ct_die("conv2d_forward_ep: packed weights for a direct convolution");
+        direct_forward(s, out, in, wt, 1, &ep);
+        return;
+    }
+    const GemmView a = is_pointwise(s) ? (GemmView){in, s->C, 1, NULL, 0, 0} : (GemmView){in, 0, 0, s, 0, 0};
+    const GemmView b = {wt, s->K, 1, NULL, 0, packed};
+    sgemm_view_ep((int)((size_t)s->N * s->P * s->Q), s->K, s->R * s->S * s->C, &a, &b, out, s->K, &ep);
 }
 
 void conv2d_backward_data(const ConvShape *s, float *din, const float *dout, const float *w) {
@@ -371,8 +408,8 @@ void conv2d_backward_weight(const ConvShape *s, float *dw, const float *dout, co
     while (G > 1 && (size_t)G * nw * sizeof(float) > ((size_t)16 << 20)) G--;
     const int pw = is_pointwise(s);
     if (G <= 1) {
-        const GemmView a = {dout, 1, K, NULL, 0};
-        const GemmView b = pw ? (GemmView){in, s->C, 1, NULL, 0} : (GemmView){in, 0, 0, s, 0};
+        const GemmView a = {dout, 1, K, NULL, 0, 0};
+        const GemmView b = pw ? (GemmView){in, s->C, 1, NULL, 0, 0} : (GemmView){in, 0, 0, s, 0, 0};
         sgemm_view(K, rsc, (int)npq, &a, &b, dw, rsc, 0);
         return;
     }
@@ -381,8 +418,8 @@ void conv2d_backward_weight(const ConvShape *s, float *dw, const float *dout, co
 #pragma omp parallel for schedule(dynamic, 1)
     for (int g = 0; g < G; g++) {
         const size_t r0 = (size_t)g * chunk, rows = CT_MIN(chunk, npq - r0);
-        const GemmView a = {dout + r0 * K, 1, K, NULL, 0};
-        const GemmView b = pw ? (GemmView){in + r0 * s->C, s->C, 1, NULL, 0} : (GemmView){in, 0, 0, s, r0};
+        const GemmView a = {dout + r0 * K, 1, K, NULL, 0, 0};
+        const GemmView b = pw ? (GemmView){in + r0 * s->C, s->C, 1, NULL, 0, 0} : (GemmView){in, 0, 0, s, r0, 0};
         sgemm_view(K, rsc, (int)rows, &a, &b, part + (size_t)g * nw, rsc, 0);
     }
 #pragma omp parallel for schedule(static)
@@ -392,4 +429,15 @@ void conv2d_backward_weight(const ConvShape *s, float *dw, const float *dout, co
         dw[i] = v;
     }
     free(part);
+}
+
+size_t conv2d_packed_weights_size(const ConvShape *s) {
+    if (direct_ok(s) || !sgemm_packs_b()) return 0;
+    return sgemm_packed_b_size(s->R * s->S * s->C, s->K);
+}
+
+void conv2d_pack_weights(const ConvShape *s, float *dst, const float *wt) {
+    if (!conv2d_packed_weights_size(s)) ct_die("conv2d_pack_weights: this convolution does not take packed weights");
+    const GemmView b = {wt, s->K, 1, NULL, 0, 0};
+    sgemm_pack_b(dst, &b, s->R * s->S * s->C, s->K);
 }

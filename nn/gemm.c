@@ -134,23 +134,25 @@ static double tile_use(int M, int N, int mr, int nr) {
     return (double)M / (((M + mr - 1) / mr) * mr) * N / (((N + nr - 1) / nr) * nr);
 }
 
-static Ukr pick_kernel(int M, int N) {
+// nr32: only the 32-wide kernels (B prepacked for them).
+static Ukr pick_kernel(int M, int N, int nr32) {
     switch (current_isa()) {
     case ISA_AVX512: {
-        const Ukr c[4] = {{14, 32, ukr_avx512_14x32}, {28, 16, ukr_avx512_28x16}, {8, 32, ukr_avx512_8x32},
+        const Ukr c[4] = {{14, 32, ukr_avx512_14x32}, {8, 32, ukr_avx512_8x32}, {28, 16, ukr_avx512_28x16},
                           {16, 16, ukr_avx512_16x16}};
-        const double w[4] = {1.0, 0.97, 0.9, 0.85};
+        const double w[4] = {1.0, 0.9, 0.97, 0.85};
         int best = 0;
         double bu = 0;
-        for (int i = 0; i < 4; i++) {
+        for (int i = 0; i < (nr32 ? 2 : 4); i++) {
             const double u = w[i] * tile_use(M, N, c[i].mr, c[i].nr);
             if (u > bu) bu = u, best = i;
         }
         return c[best];
     }
-    case ISA_AVX2: return (Ukr){6, 16, ukr_avx2_6x16};
-    default: return (Ukr){4, 16, ukr_generic_4x16};
+    case ISA_AVX2: if (!nr32) return (Ukr){6, 16, ukr_avx2_6x16}; break;
+    default: if (!nr32) return (Ukr){4, 16, ukr_generic_4x16};
     }
+    ct_die("sgemm: B was packed for the AVX-512 kernels, but the %s kernel is in use", sgemm_kernel_name());
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -281,19 +283,35 @@ PACK_CLONES static void pack_a(float *restrict ap, const GemmView *A, int pc, in
     for (int i = m; i < mr; i++) memset(ap + (size_t)i * AS, 0, (size_t)kc * sizeof(float));
 }
 
+// The epilogue on rows [i0, i0 + m), columns [j0, j0 + n) of C (see GemmEpilogue).
+PACK_CLONES static void apply_epilogue(const GemmEpilogue *ep, float *restrict c, ptrdiff_t ldc, int i0, int j0,
+                                       int m, int n) {
+    for (int i = 0; i < m; i++) {
+        float *restrict row = c + (ptrdiff_t)i * ldc;
+        if (ep->bias)
+            for (int j = 0; j < n; j++) row[j] += ep->bias[j0 + j];
+        if (ep->res) {
+            const float *restrict r = ep->res + (ptrdiff_t)(i0 + i) * ep->ldr + j0;
+            for (int j = 0; j < n; j++) row[j] += r[j];
+        }
+        if (ep->relu)
+            for (int j = 0; j < n; j++) row[j] = row[j] > 0.0f ? row[j] : 0.0f;
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // A task is one block of MC rows times one segment of B slivers, over the whole depth K: it packs
 // its own panels (a little duplicated work across tasks, no barriers), and it alone writes its
 // part of C, summing the K blocks in order.
-void sgemm_view(int M, int N, int K, const GemmView *A, const GemmView *B, float *C, ptrdiff_t ldc,
-                int accumulate) {
+static void gemm_run(int M, int N, int K, const GemmView *A, const GemmView *B, float *C, ptrdiff_t ldc,
+                     int accumulate, const GemmEpilogue *ep) {
     if (M <= 0 || N <= 0) return;
     if (K <= 0) {
         if (!accumulate)
             for (int i = 0; i < M; i++) memset(C + (ptrdiff_t)i * ldc, 0, (size_t)N * sizeof(float));
         return;
     }
-    const Ukr u = pick_kernel(M, N);
+    const Ukr u = pick_kernel(M, N, B->packed);
     const int mr = u.mr, nr = u.nr;
     const int MC = mr * (112 / mr);
     const int mc_blocks = (M + MC - 1) / MC;
@@ -309,16 +327,17 @@ void sgemm_view(int M, int N, int K, const GemmView *A, const GemmView *B, float
     // B shared by several row blocks is packed once, by all threads, before the tasks start
     // (bounded: B larger than 32 MB packed is packed per task instead).
     const size_t bfull = (size_t)K * slivers * nr;
-    const int shared_b = mc_blocks > 1 && bfull * sizeof(float) <= ((size_t)32 << 20);
+    const int prepacked = B->packed;
+    const int shared_b = prepacked || (mc_blocks > 1 && bfull * sizeof(float) <= ((size_t)32 << 20));
     const int kcmax = CT_MIN(K, KC);
     const size_t ap_size = (size_t)MC * AS, bp_size = shared_b ? 0 : (size_t)kcmax * per_seg * nr;
-    float *buf = ct_alloc(((size_t)nthr * (ap_size + bp_size) + (shared_b ? bfull : 0)) * sizeof(float));
-    float *bshared = buf + (size_t)nthr * (ap_size + bp_size);
+    float *buf = ct_alloc(((size_t)nthr * (ap_size + bp_size) + (shared_b && !prepacked ? bfull : 0)) * sizeof(float));
+    float *bshared = prepacked ? (float *)B->p : buf + (size_t)nthr * (ap_size + bp_size);
     const int kblocks = (K + KC - 1) / KC;
 #pragma omp parallel num_threads(nthr)
     {
         float *ap = buf + (size_t)omp_get_thread_num() * (ap_size + bp_size), *bp = ap + ap_size;
-        if (shared_b) {
+        if (shared_b && !prepacked) {
             // Block pc (depth kc) sliver s lives at pc * slivers * nr + s * nr * kc.
 #pragma omp for schedule(static)
             for (int t = 0; t < kblocks * slivers; t++) {
@@ -365,6 +384,7 @@ void sgemm_view(int M, int N, int K, const GemmView *A, const GemmView *B, float
                                     c[(ptrdiff_t)i * ldc + j] =
                                         acc ? c[(ptrdiff_t)i * ldc + j] + tile[i * nr + j] : tile[i * nr + j];
                         }
+                        if (ep && pc + KC >= K) apply_epilogue(ep, c, ldc, i0 + a * mr, j0, m, n);
                     }
                 }
             }
@@ -373,8 +393,35 @@ void sgemm_view(int M, int N, int K, const GemmView *A, const GemmView *B, float
     free(buf);
 }
 
+int sgemm_packs_b(void) { return current_isa() == ISA_AVX512; }
+
+size_t sgemm_packed_b_size(int K, int N) { return (size_t)K * ((N + 31) / 32) * 32; }
+
+// The layout of gemm_run's shared B for nr = 32: block pc (depth kc) sliver s at
+// pc * slivers * 32 + s * 32 * kc, element (p, j) of the sliver at p * 32 + j.
+void sgemm_pack_b(float *dst, const GemmView *B, int K, int N) {
+    if (B->conv || B->packed) ct_die("sgemm_pack_b: B must be a strided view");
+    const int slivers = (N + 31) / 32;
+    for (int pc = 0; pc < K; pc += KC) {
+        const int kc = CT_MIN(KC, K - pc);
+        for (int sl = 0; sl < slivers; sl++)
+            pack_b(dst + (size_t)pc * slivers * 32 + (size_t)sl * 32 * kc, B, pc, kc, sl * 32, CT_MIN(32, N - sl * 32), 32);
+    }
+}
+
+void sgemm_view(int M, int N, int K, const GemmView *A, const GemmView *B, float *C, ptrdiff_t ldc,
+                int accumulate) {
+    gemm_run(M, N, K, A, B, C, ldc, accumulate, NULL);
+}
+
+void sgemm_view_ep(int M, int N, int K, const GemmView *A, const GemmView *B, float *C, ptrdiff_t ldc,
+                   const GemmEpilogue *ep) {
+    if (K <= 0) ct_die("sgemm_view_ep: depth %d", K);
+    gemm_run(M, N, K, A, B, C, ldc, 0, ep);
+}
+
 void sgemm(int M, int N, int K, const float *A, ptrdiff_t a_rs, ptrdiff_t a_cs, const float *B,
            ptrdiff_t b_rs, ptrdiff_t b_cs, float *C, ptrdiff_t ldc, int accumulate) {
-    const GemmView a = {A, a_rs, a_cs, NULL, 0}, b = {B, b_rs, b_cs, NULL, 0};
+    const GemmView a = {A, a_rs, a_cs, NULL, 0, 0}, b = {B, b_rs, b_cs, NULL, 0, 0};
     sgemm_view(M, N, K, &a, &b, C, ldc, accumulate);
 }

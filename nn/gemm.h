@@ -28,9 +28,33 @@ typedef struct {
     ptrdiff_t rs, cs;
     const ConvShape *conv;  // NULL: strided view
     size_t row0;
+    int packed;             // B only: p holds panels from sgemm_pack_b (rs, cs, conv unused)
 } GemmView;
 void sgemm_view(int M, int N, int K, const GemmView *A, const GemmView *B, float *C, ptrdiff_t ldc,
                 int accumulate);
+
+// sgemm_view, then on each finished tile of C while it is still in cache (inference: a
+// convolution with batch norm folded in, followed by its residual add and ReLU):
+//   C[i][j] = relu?(C[i][j] + bias[j] + res[i * ldr + j])      bias / res may be NULL.
+// The products are summed exactly as sgemm_view sums them, so the result has the same bits as
+// sgemm_view followed by the same additions in a separate pass.
+typedef struct {
+    const float *bias;  // [N] or NULL
+    const float *res;   // [M, ldr] or NULL
+    ptrdiff_t ldr;
+    int relu;
+} GemmEpilogue;
+void sgemm_view_ep(int M, int N, int K, const GemmView *A, const GemmView *B, float *C, ptrdiff_t ldc,
+                   const GemmEpilogue *ep);
+
+// B packed once for many products (inference weights), in the panels sgemm_view would otherwise
+// pack at every call: sgemm_pack_b writes sgemm_packed_b_size(K, N) floats from the view B
+// (K x N), and a view {dst, .packed = 1} then stands for it. Same sums, same bits. The panels
+// are those of the 32-wide AVX-512 kernels: sgemm_view dies on packed B when another kernel is in
+// use (sgemm_packs_b says whether to pack).
+int sgemm_packs_b(void);
+size_t sgemm_packed_b_size(int K, int N);
+void sgemm_pack_b(float *dst, const GemmView *B, int K, int N);
 
 // The micro-kernel in use: "avx512", "avx2" or "generic".
 const char *sgemm_kernel_name(void);

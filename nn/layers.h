@@ -29,6 +29,18 @@ ConvShape conv_shape(int N, int H, int W, int C, int K, int R, int S, int stride
 
 // out[N,P,Q,K] = conv(in[N,H,W,C], w[K,R,S,C])
 void conv2d_forward(const ConvShape *s, float *out, const float *in, const float *w);
+// Inference form (BN folded into the weights and bias): out = relu?(conv(in, w) + bias[k] + res),
+// each output tile finished while it is in cache. The weights come transposed, wt[R,S,C,K] (RSCK,
+// what the kernels read, made once when folding), or with packed = 1 as conv2d_pack_weights made
+// them. bias [K] and res [N,P,Q,K] may be NULL. Bit-identical to conv2d_forward (KRSC w) followed
+// by those additions in that order.
+void conv2d_forward_ep(const ConvShape *s, float *out, const float *in, const float *wt, int packed,
+                       const float *bias, const float *res, int relu);
+// Floats of s's weights packed once into GEMM panels (the GEMM route would otherwise pack them at
+// every call); 0 when s does not take them (direct kernels, no AVX-512). The batch size and the
+// image size do not matter. conv2d_pack_weights packs RSCK wt into dst.
+size_t conv2d_packed_weights_size(const ConvShape *s);
+void conv2d_pack_weights(const ConvShape *s, float *dst, const float *wt);
 // din[N,H,W,C] = gradient wrt the input, given dout[N,P,Q,K]
 void conv2d_backward_data(const ConvShape *s, float *din, const float *dout, const float *w);
 // dw[K,R,S,C] = gradient wrt the weights, given dout[N,P,Q,K] and the forward input

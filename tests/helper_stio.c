@@ -3,8 +3,10 @@
 //                                                   and counts) and write OUT
 //   helper_stio eval ARCH IN_CH CLASSES WEIGHTS X OUT strict-load WEIGHTS, run the eval-mode forward
 //                                                   on tensor "x" (NHWC F32) of X, write "logits"
+//   helper_stio evalfold ...                        the same through the BN-folded executor (nn/fold.h)
 #include <string.h>
 
+#include "nn/fold.h"
 #include "nn/model_cpu.h"
 #include "nn/resnet.h"
 #include "nn/safetensors.h"
@@ -29,7 +31,7 @@ int main(int argc, char **argv) {
                 for (size_t j = 0; j < e->count; j++) m->params[e->offset + j] += 0.1f * rng_normal(&r);
         }
         st_save_resnet(argv[6], m, NULL, 0, NULL, NULL, 0);
-    } else if (!strcmp(argv[1], "eval") && argc == 8) {
+    } else if ((!strcmp(argv[1], "eval") || !strcmp(argv[1], "evalfold")) && argc == 8) {
         st_load_resnet(argv[5], m);
         StFile xf;
         char *err = st_open(argv[6], &xf);
@@ -41,9 +43,12 @@ int main(int argc, char **argv) {
         float *xb = ct_alloc(x->nbytes);
         memcpy(xb, x->data, x->nbytes);
         CpuExec *e = cpu_exec_create(m);
-        const float *logits = cpu_forward(e, m, xb, N, H, W, 0);
+        FoldNet *f = strcmp(argv[1], "evalfold") ? NULL : fold_create(m);
+        if (!strcmp(argv[1], "evalfold") && !f) ct_die("%s does not fold", m->arch);
+        const float *logits = f ? fold_forward(f, xb, N, H, W) : cpu_forward(e, m, xb, N, H, W, 0);
         StWrite out = {"logits", ST_F32, 2, {N, m->num_classes}, logits};
         st_write(argv[7], &out, 1, NULL, NULL, 0);
+        fold_free(f);
         cpu_exec_free(e);
         free(xb);
         st_close(&xf);

@@ -6,6 +6,7 @@
 #include "dist/gradsync.h"
 #include "nn/ema.h"
 #include "nn/lars.h"
+#include "nn/fold.h"
 #include "nn/layers.h"
 #include "nn/model_cpu.h"
 #include "trainer/backend_impl.h"
@@ -19,6 +20,7 @@ typedef struct {
     size_t dlogits_cap;
     float *bufs_backup;   // BN running statistics before a step
     GradSync *gradsync;   // data parallel, else NULL
+    FoldNet *fold;        // eval forward with BN folded into the convs (fp32 mode only)
 } CpuBackend;
 
 static CpuBackend *cpu_of(Backend *b) { return (CpuBackend *)b; }
@@ -45,6 +47,7 @@ static void cpu_backend_free(Backend *base) {
     CpuBackend *b = cpu_of(base);
     if (b->gradsync) gradsync_free(b->gradsync);
     cpu_exec_free(b->exec);
+    fold_free(b->fold);
     free(b->grads);
     free(b->dlogits);
     free(b->bufs_backup);
@@ -55,7 +58,16 @@ static void cpu_backend_bind_thread(const Backend *b) { (void)b; }
 
 static const float *cpu_backend_forward(Backend *base, const uint8_t *x, int N, int hw, const float *mean, const float *std,
                                 int train) {
-    return cpu_forward_u8(cpu_of(base)->exec, base->m, x, N, hw, hw, mean, std, train);
+    CpuBackend *b = cpu_of(base);
+    // Eval runs BN-folded (nn/fold.h), refolded whenever the live weights or statistics changed
+    // since the last fold (checked at every call: whoever changed them need not say so).
+    // bf16 mode keeps the reference executor, the oracle of the GPU's bf16 path.
+    if (!train && !cpu_exec_bf16(b->exec)) {
+        if (!b->fold) b->fold = fold_create(base->m);
+        else fold_sync(b->fold, base->m);
+        if (b->fold) return fold_forward_u8(b->fold, x, N, hw, hw, mean, std);
+    }
+    return cpu_forward_u8(b->exec, base->m, x, N, hw, hw, mean, std, train);
 }
 
 // Cross-entropy writes dlogits scaled by (1 - alpha); distillation adds its alpha share. With no
