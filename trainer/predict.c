@@ -117,7 +117,7 @@ static int load_image(const char *path, const ModelFile *mf, uint8_t *crop, Resa
 }
 
 // The one place predict runs the network: the eval forward of N preprocessed crops on the
-// backend. (An inference-only transformation of the model, such as folding BN, belongs here.)
+// backend (on the CPU that forward runs BN-folded: trainer/backend_cpu.c).
 // --tta flip: the same averaging as train's evaluation (trainer/step.c): the logits of the crops
 // and of their mirrors, (a + m) * 0.5 in float32; mirror and avg have room for N crops / rows.
 static const float *predict_forward(Backend *b, const uint8_t *crops, int N, int S, const ModelFile *mf, int flip,
