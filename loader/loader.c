@@ -20,6 +20,10 @@
 
 #define CHUNK 8
 
+// A slot's progress once its batch is taken: samples being filled, the finished batch being mixed
+// (Mixup/CutMix), ready for the consumer.
+enum { SLOT_FILLING = 0, SLOT_MIXING = 1, SLOT_READY = 2 };
+
 typedef struct {
     uint8_t *images;
     int32_t *labels, *labels_b;
@@ -28,7 +32,7 @@ typedef struct {
     int64_t batch;  // batch this slot holds or is being filled with; -1: free
     int count;      // samples in that batch
     int done;       // samples finished
-    int ready;      // done, and mixed (the last worker to finish a sample mixes the batch)
+    int ready;      // SLOT_*: the consumer takes the slot at SLOT_READY (done, and mixed)
     int held;       // handed to the consumer, not yet released
     int failed;
     char err[SHARD_ERR_LEN + 128];
@@ -134,7 +138,7 @@ static void *worker_main(void *arg) {
                     slot->batch = b;
                     slot->count = sampler_batch(&l->sampler, b, slot->indices);
                     slot->done = 0;
-                    slot->ready = 0;
+                    slot->ready = SLOT_FILLING;
                     slot->failed = 0;
                     break;
                 }
@@ -174,11 +178,13 @@ static void *worker_main(void *arg) {
             memcpy(slot->err, err, sizeof err);
         }
         if (s1 > s0) slot->done += s1 - s0;
-        if (!slot->failed && slot->done == slot->count && !slot->ready) {
+        if (!slot->failed && slot->done == slot->count && slot->ready == SLOT_FILLING) {
             // This worker finished the batch: mix it (a pure function of the finished batch, so
-            // which worker does it changes nothing), still counted in flight.
-            slot->ready = 1;
+            // which worker does it changes nothing), still counted in flight. The slot is ready
+            // for the consumer only after the mixing: SLOT_MIXING keeps both the consumer and a
+            // worker whose chunk was empty (a short last batch) away meanwhile.
             if (l->cfg.train && mix_enabled(&l->mix)) {
+                slot->ready = SLOT_MIXING;
                 l->inflight++;
                 pthread_mutex_unlock(&l->mu);
                 mix_batch(l, slot, b, epoch);
@@ -188,8 +194,9 @@ static void *worker_main(void *arg) {
                 memcpy(slot->labels_b, slot->labels, sizeof(int32_t) * slot->count);
                 slot->mix_lam = 1.0f;
             }
+            slot->ready = SLOT_READY;
         }
-        if (slot->failed || slot->ready || l->inflight == 0) pthread_cond_broadcast(&l->ready_cv);
+        if (slot->failed || slot->ready == SLOT_READY || l->inflight == 0) pthread_cond_broadcast(&l->ready_cv);
     }
     pthread_mutex_unlock(&l->mu);
     return NULL;
@@ -335,7 +342,7 @@ int loader_next_err(Loader *l, LoaderBatch *out, char *err, size_t errlen) {
                l->nslots);
     int waited = 0;
     double t0 = 0;
-    while (!(s->batch == b && (s->failed || s->ready))) {
+    while (!(s->batch == b && (s->failed || s->ready == SLOT_READY))) {
         if (!waited) t0 = ct_now();
         waited = 1;
         pthread_cond_wait(&l->ready_cv, &l->mu);
