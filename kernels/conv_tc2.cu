@@ -118,7 +118,7 @@ __global__ void __launch_bounds__(T2_THREADS) gemm_tc2_k(GemmArgs g, int tiles_m
 
     // A rows (FWD/DGRAD): window origin (y, x) and the row's base offset; a row past M gets a
     // y that fails every bound check.
-    long long a_base[4];
+    const uint16_t *a_row[4];  // the row's window origin (may point outside the tensor: never read)
     int a_y[4], a_x[4];
     int hh = MODE == GEMM_FWD ? s.H : s.P, wwid = MODE == GEMM_FWD ? s.W : s.Q;
     if (MODE != GEMM_WGRAD) {
@@ -139,20 +139,21 @@ __global__ void __launch_bounds__(T2_THREADS) gemm_tc2_k(GemmArgs g, int tiles_m
                 }
             }
             int cd = MODE == GEMM_FWD ? s.C : s.K;
-            a_base[i] = ((long long)(img * hh + y) * wwid + x) * cd;
+            a_row[i] = a + ((long long)(img * hh + y) * wwid + x) * cd;
             a_y[i] = y;
             a_x[i] = x;
         }
     }
-    // FWD B rows: weight rows n; pointer into row n at k = kb + chunk, advanced by 32 per tile.
-    const uint16_t *b_ptr[4];
+    // FWD B rows: weight rows n at k = kb + chunk; one k offset advanced by 32 per tile.
+    const uint16_t *b_row[4];
     bool b_ok[4];
+    int b_k = 0;
     if (MODE == GEMM_FWD) {
         T2_UNROLL
         for (int i = 0; i < 4; i++) {
             int n = n0 + r4 + 32 * i;
             b_ok[i] = n < g.N;
-            b_ptr[i] = b + (size_t)(b_ok[i] ? n : 0) * g.K + kb + q4 * 8;
+            b_row[i] = b + (size_t)(b_ok[i] ? n : 0) * g.K + kb + q4 * 8;
         }
     }
     // DGRAD B / WGRAD A columns: chunk i covers columns c0 + 8*(q4 + 4*i) of the n (m) range.
@@ -192,8 +193,8 @@ __global__ void __launch_bounds__(T2_THREADS) gemm_tc2_k(GemmArgs g, int tiles_m
         st_img = T2_BK / pq;
     }
 
-    auto load_tile = [&](int stage, int t) {
-        uint16_t *As = sm + stage * (2 * T2_TILE_ELEMS);
+    // Chunks that are padding or past the end go with src-size 0: zero-filled, the address unread.
+    auto load_tile = [&](uint16_t *As, int t) {
         uint16_t *Bs = As + T2_TILE_ELEMS;
         int k0 = kb + t * T2_BK;
         if (MODE != GEMM_WGRAD) {
@@ -201,15 +202,14 @@ __global__ void __launch_bounds__(T2_THREADS) gemm_tc2_k(GemmArgs g, int tiles_m
             T2_UNROLL
             for (int i = 0; i < 4; i++) {
                 bool ok = (unsigned)(a_y[i] + e.tr) < (unsigned)hh && (unsigned)(a_x[i] + e.ts) < (unsigned)wwid;
-                const uint16_t *src = ok ? a + a_base[i] + e.delta : a;
-                ct_cp_async_cg16(As + dst_rk + i * 1024, src, ok ? 16 : 0);
+                ct_cp_async_cg16(As + dst_rk + i * 1024, a_row[i] + e.delta, ok ? 16 : 0);
             }
         } else {
             bool jok = k0 + r4 < ke;
             T2_UNROLL
             for (int i = 0; i < 4; i++) {
                 bool ok = jok && (col_ok >> i & 1);
-                ct_cp_async_cg16(As + dst_kr[i], ok ? wa_ptr + 32 * i : a, ok ? 16 : 0);
+                ct_cp_async_cg16(As + dst_kr[i], wa_ptr + 32 * i, ok ? 16 : 0);
             }
             wa_ptr += (size_t)T2_BK * s.K;
         }
@@ -218,25 +218,25 @@ __global__ void __launch_bounds__(T2_THREADS) gemm_tc2_k(GemmArgs g, int tiles_m
             T2_UNROLL
             for (int i = 0; i < 4; i++) {
                 bool ok = kok && b_ok[i];
-                ct_cp_async_cg16(Bs + dst_rk + i * 1024, ok ? b_ptr[i] : b, ok ? 16 : 0);
-                b_ptr[i] += T2_BK;
+                ct_cp_async_cg16(Bs + dst_rk + i * 1024, b_row[i] + b_k, ok ? 16 : 0);
             }
+            b_k += T2_BK;
         } else if (MODE == GEMM_DGRAD) {
             int off = tab_b[t * T2_BK + r4];
             const uint16_t *row = b + off + n0 + 8 * q4;
             T2_UNROLL
             for (int i = 0; i < 4; i++) {
                 bool ok = off >= 0 && (col_ok >> i & 1);
-                ct_cp_async_cg16(Bs + dst_kr[i], ok ? row + 32 * i : b, ok ? 16 : 0);
+                ct_cp_async_cg16(Bs + dst_kr[i], row + 32 * i, ok ? 16 : 0);
             }
         } else {
             int y = px_p * s.stride - s.pad, x = px_q * s.stride - s.pad;
-            long long base = ((long long)(px_img * s.H + y) * s.W + x) * s.C;
+            const uint16_t *bp = b + (long long)((px_img * s.H + y) * s.W + x) * s.C;
             bool jok = k0 + r4 < ke;
             T2_UNROLL
             for (int i = 0; i < 4; i++) {
                 bool ok = jok && (unsigned)(y + wb_r[i]) < (unsigned)s.H && (unsigned)(x + wb_s[i]) < (unsigned)s.W;
-                ct_cp_async_cg16(Bs + dst_kr[i], ok ? b + base + wb_off[i] : b, ok ? 16 : 0);
+                ct_cp_async_cg16(Bs + dst_kr[i], bp + wb_off[i], ok ? 16 : 0);
             }
             // Next pixel 32 on: add the precomputed (img, p, q) step with carries.
             px_q += st_q;
@@ -249,27 +249,20 @@ __global__ void __launch_bounds__(T2_THREADS) gemm_tc2_k(GemmArgs g, int tiles_m
         }
     };
 
-    // ldmatrix source offsets per lane (elements within a tile), fixed over the loop.
-    // A: 4 m16 tiles, B: 4 pairs of n8 tiles; [ks/16][tile].
-    int a_lm[2][4], b_lm[2][4];
+    // ldmatrix source offsets per lane (elements within a tile): a register part fixed over the
+    // loop plus a constant. "rk" tiles: the register part depends on the k half (the swizzle
+    // flips chunk bits), the 16-row tile adds 512; "kr" tiles: it depends on the 16-wide tile,
+    // the k half adds 2048. So an ldmatrix costs at most one address add per distinct register.
+    int a_reg[4], b_reg[4];
     T2_UNROLL
-    for (int kh = 0; kh < 2; kh++)
-        T2_UNROLL
-        for (int i = 0; i < 4; i++) {
-            if (MODE != GEMM_WGRAD) {  // A rows m, contiguous k
-                a_lm[kh][i] = t2_rk(wm * 64 + i * 16 + lane % 16, kh * 2 + lane / 16);
-            } else {  // A k rows, contiguous m: .trans
-                int k = kh * 16 + lane % 8 + (lane / 16) * 8;
-                a_lm[kh][i] = t2_kr(k, wm * 8 + i * 2 + ((lane / 8) & 1));
-            }
-            if (MODE == GEMM_FWD) {  // B rows n, contiguous k
-                int n = wn * 64 + i * 16 + lane % 8 + (lane / 16) * 8;
-                b_lm[kh][i] = t2_rk(n, kh * 2 + ((lane / 8) & 1));
-            } else {  // B k rows, contiguous n: .trans
-                int k = kh * 16 + lane % 8 + ((lane / 8) & 1) * 8;
-                b_lm[kh][i] = t2_kr(k, wn * 8 + i * 2 + lane / 16);
-            }
-        }
+    for (int x = 0; x < 4; x++) {
+        a_reg[x] = MODE != GEMM_WGRAD ? t2_rk(wm * 64 + lane % 16, (x & 1) * 2 + lane / 16)
+                                      : t2_kr(lane % 8 + (lane / 16) * 8, wm * 8 + x * 2 + ((lane / 8) & 1));
+        b_reg[x] = MODE == GEMM_FWD ? t2_rk(wn * 64 + lane % 8 + (lane / 16) * 8, (x & 1) * 2 + ((lane / 8) & 1))
+                                    : t2_kr(lane % 8 + ((lane / 8) & 1) * 8, wn * 8 + x * 2 + lane / 16);
+    }
+    auto a_lm = [&](int kh, int i) { return MODE != GEMM_WGRAD ? a_reg[kh] + i * 512 : a_reg[i] + kh * 2048; };
+    auto b_lm = [&](int kh, int i) { return MODE == GEMM_FWD ? b_reg[kh] + i * 512 : b_reg[i] + kh * 2048; };
 
     if (MODE != GEMM_WGRAD) __syncthreads();  // tables visible
     float acc[4][8][4];
@@ -282,16 +275,17 @@ __global__ void __launch_bounds__(T2_THREADS) gemm_tc2_k(GemmArgs g, int tiles_m
 
     T2_UNROLL
     for (int st = 0; st < T2_STAGES - 1; st++) {
-        if (st < ktiles) load_tile(st, st);
+        if (st < ktiles) load_tile(sm + st * (2 * T2_TILE_ELEMS), st);
         ct_cp_async_commit();
     }
-    int rd = 0, wr = T2_STAGES - 1;  // stage read this iteration, stage the prefetch fills
-    for (int kt = 0; kt < ktiles; kt++) {
+    // One k-tile: wait for it, prefetch STAGES-1 ahead into the stage freed last, multiply.
+    auto step = [&](int kt, int stage) {
         ct_cp_async_wait<T2_STAGES - 2>();
         __syncthreads();  // tile kt visible to all; everyone is done with the stage refilled next
-        if (kt + T2_STAGES - 1 < ktiles) load_tile(wr, kt + T2_STAGES - 1);
+        if (kt + T2_STAGES - 1 < ktiles)
+            load_tile(sm + ((stage + T2_STAGES - 1) % T2_STAGES) * (2 * T2_TILE_ELEMS), kt + T2_STAGES - 1);
         ct_cp_async_commit();
-        const uint16_t *As = sm + rd * (2 * T2_TILE_ELEMS);
+        const uint16_t *As = sm + stage * (2 * T2_TILE_ELEMS);
         const uint16_t *Bs = As + T2_TILE_ELEMS;
         T2_UNROLL
         for (int kh = 0; kh < 2; kh++) {
@@ -299,8 +293,8 @@ __global__ void __launch_bounds__(T2_THREADS) gemm_tc2_k(GemmArgs g, int tiles_m
             T2_UNROLL
             for (int np = 0; np < 4; np++) {
                 uint32_t r[4];
-                if (MODE == GEMM_FWD) ct_ldmatrix_x4(r, Bs + b_lm[kh][np]);
-                else ct_ldmatrix_x4_trans(r, Bs + b_lm[kh][np]);
+                if (MODE == GEMM_FWD) ct_ldmatrix_x4(r, Bs + b_lm(kh, np));
+                else ct_ldmatrix_x4_trans(r, Bs + b_lm(kh, np));
                 bf[2 * np][0] = r[0];
                 bf[2 * np][1] = r[1];
                 bf[2 * np + 1][0] = r[2];
@@ -309,15 +303,19 @@ __global__ void __launch_bounds__(T2_THREADS) gemm_tc2_k(GemmArgs g, int tiles_m
             T2_UNROLL
             for (int mi = 0; mi < 4; mi++) {
                 uint32_t af[4];
-                if (MODE != GEMM_WGRAD) ct_ldmatrix_x4(af, As + a_lm[kh][mi]);
-                else ct_ldmatrix_x4_trans(af, As + a_lm[kh][mi]);
+                if (MODE != GEMM_WGRAD) ct_ldmatrix_x4(af, As + a_lm(kh, mi));
+                else ct_ldmatrix_x4_trans(af, As + a_lm(kh, mi));
                 T2_UNROLL
                 for (int ni = 0; ni < 8; ni++) ct_mma_m16n8k16_bf16(acc[mi][ni], af, bf[ni], acc[mi][ni]);
             }
         }
-        rd = rd == T2_STAGES - 1 ? 0 : rd + 1;
-        wr = wr == T2_STAGES - 1 ? 0 : wr + 1;
-    }
+    };
+    // Unrolled by the stage count (every stage address a constant), then the last < 4 tiles.
+    int kt = 0;
+    for (; kt + T2_STAGES <= ktiles; kt += T2_STAGES)
+        T2_UNROLL
+        for (int u = 0; u < T2_STAGES; u++) step(kt + u, u);
+    for (; kt < ktiles; kt++) step(kt, kt % T2_STAGES);
     ct_cp_async_wait<0>();
 
     // Accumulator fragment: c0,c1 at (row g, cols 2t, 2t+1), c2,c3 at row g+8.
