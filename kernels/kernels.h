@@ -72,6 +72,11 @@ int conv2d_backward_data_gpu_ex(const ConvShape *s, void *din, const void *dout,
                                 CtDtype dt, ct_stream_t stream, int algo);
 int conv2d_backward_weight_gpu_ex(const ConvShape *s, float *dw, const void *dout, const void *in,
                                   float *work, CtDtype dt, ct_stream_t stream, int algo);
+// Channel padding (kernels/conv_pad.cu; CPU twins nn/pad.h): out[r, c] = in[r, c] for c < C, 0 for
+// C <= c < Cpad, over `rows` rows; and back (the first C of Cpad channels, fp32 gradients).
+void conv_pad_channels_gpu(void *out, const void *in, size_t rows, int C, int Cpad, CtDtype dt,
+                           ct_stream_t stream);
+void conv_unpad_channels_gpu(float *out, const float *in, size_t rows, int Cpad, int C, ct_stream_t stream);
 int linear_forward_gpu_ex(float *out, const void *in, const void *w, const float *b, int N, int I,
                           int O, CtDtype dt, ct_stream_t stream, int algo);
 

@@ -12,6 +12,7 @@
 
 #include "kernels/kernels.h"
 #include "nn/layers.h"
+#include "nn/pad.h"
 #include "tests/test.h"
 #include "util/bf16.h"
 #include "util/common.h"
@@ -184,6 +185,68 @@ static void test_conv(int N, int H, int W, int C, int K, int R, int S, int strid
     printf("%s: split work %zu floats, %.2f s\n", what, nwork, ct_now() - t0);
 }
 
+// The stem as the GPU executor runs it in bf16: input and weights padded from C to 8 channels
+// (kernels/conv_pad.cu against its twins nn/pad.c, bit for bit), the convolution on engine v2,
+// the weight gradient's first C channels taken back; against the CPU layers on C channels.
+static void test_stem_pad(int N, int H, int W, int C, int K, int R, int S, int stride, int pad) {
+    const int CP = 8;
+    ConvShape s = conv_shape(N, H, W, C, K, R, S, stride, pad), sp = s;
+    sp.C = CP;
+    char what[128];
+    snprintf(what, sizeof what, "stem N%d H%d W%d C%d->%d K%d %dx%d/%d", N, H, W, C, CP, K, R, S, stride);
+    size_t rows = (size_t)N * H * W, wrows = (size_t)K * R * S, nout = (size_t)N * s.P * s.Q * K;
+    uint64_t key = 9000000 + (uint64_t)N * 1000 + H * 10 + C;
+    float *in = host_random(rows * C, key * 4, CT_BF16), *w = host_random(wrows * C, key * 4 + 1, CT_BF16);
+    float *dout = host_random(nout, key * 4 + 2, CT_BF16);
+    float *ref = (float *)ct_alloc((rows * CP + nout + wrows * CP) * 4), *got = (float *)ct_alloc((rows * CP + nout + wrows * CP) * 4);
+    for (int dti = 0; dti < 2; dti++) {  // the pad kernel in both dtypes against its twin
+        CtDtype dt = dti ? CT_BF16 : CT_F32;
+        void *d_in = dev_upload(in, rows * C, dt), *d_p = dev_alloc_poisoned(rows * CP * esize(dt));
+        conv_pad_channels_gpu(d_p, d_in, rows, C, CP, dt, stream);
+        sync();
+        dev_download(got, d_p, rows * CP, dt);
+        pad_channels(ref, in, rows, C, CP);
+        CHECK(memcmp(got, ref, rows * CP * 4) == 0, "%s: pad_channels %s differs from its twin", what, dti ? "bf16" : "fp32");
+        cudaFree(d_in);
+        cudaFree(d_p);
+    }
+    void *d_in = dev_upload(in, rows * C, CT_BF16), *d_w = dev_upload(w, wrows * C, CT_BF16);
+    void *d_dout = dev_upload(dout, nout, CT_BF16);
+    void *d_inp = dev_alloc_poisoned(rows * CP * 2), *d_wp = dev_alloc_poisoned(wrows * CP * 2);
+    void *d_out = dev_alloc_poisoned(nout * 2);
+    float *d_dwp = (float *)dev_alloc_poisoned(wrows * CP * 4), *d_dw = (float *)dev_alloc_poisoned(wrows * C * 4);
+    size_t nwork = conv2d_gpu_work_floats(&sp);
+    float *work = nwork ? (float *)dev_alloc_poisoned(nwork * 4) : NULL;
+    conv_pad_channels_gpu(d_inp, d_in, rows, C, CP, CT_BF16, stream);
+    conv_pad_channels_gpu(d_wp, d_w, wrows, C, CP, CT_BF16, stream);
+    int used = conv2d_forward_gpu_ex(&sp, d_out, d_inp, d_wp, CT_BF16, stream, CT_CONV_TC2);
+    sync();
+    CHECK(used == CT_CONV_TC2, "%s: forward ran on engine %d, not v2", what, used);
+    conv2d_forward(&s, ref, in, w);
+    dev_download(got, d_out, nout, CT_BF16);
+    record(K_FWD, E_TC2, rel_err_norm(got, ref, nout), 1e-2, what);
+    used = conv2d_backward_weight_gpu_ex(&sp, d_dwp, d_dout, d_inp, work, CT_BF16, stream, CT_CONV_TC2);
+    conv_unpad_channels_gpu(d_dw, d_dwp, wrows, CP, C, stream);
+    sync();
+    CHECK(used == CT_CONV_TC2, "%s: weight gradient ran on engine %d, not v2", what, used);
+    float *dwp = (float *)ct_alloc(wrows * CP * 4);
+    dev_download(dwp, d_dwp, wrows * CP, CT_F32);
+    unpad_channels(ref, dwp, wrows, CP, C);
+    dev_download(got, d_dw, wrows * C, CT_F32);
+    CHECK(memcmp(got, ref, wrows * C * 4) == 0, "%s: unpad_channels differs from its twin", what);
+    conv2d_backward_weight(&s, ref, dout, in);
+    record(K_WGRAD, E_TC2, rel_err_norm(got, ref, wrows * C), fp32_out_tol(E_TC2), what);
+    void *ptrs[] = {d_in, d_w, d_dout, d_inp, d_wp, d_out, d_dwp, d_dw, work};
+    for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++)
+        if (ptrs[i]) cudaFree(ptrs[i]);
+    free(in);
+    free(w);
+    free(dout);
+    free(ref);
+    free(got);
+    free(dwp);
+}
+
 static void test_linear(int N, int I, int O, int bias) {
     char what[96];
     snprintf(what, sizeof what, "N%d I%d O%d%s", N, I, O, bias ? " +bias" : "");
@@ -302,6 +365,9 @@ int main(void) {
         }
         test_conv(N, H, W, C, K, R, S, stride, pad, i == 0);
     }
+    test_stem_pad(2, 13, 11, 3, 16, 7, 7, 2, 3);  // ResNet's 7x7/2 stem
+    test_stem_pad(1, 9, 9, 3, 8, 3, 3, 1, 1);     // CIFAR ResNet's 3x3 stem
+    test_stem_pad(2, 6, 7, 1, 8, 3, 3, 2, 1);     // one channel (grey input)
     test_linear(1, 5, 3, 1);
     test_linear(4, 16, 10, 1);
     test_linear(3, 24, 70, 0);
