@@ -39,9 +39,11 @@ typedef struct {
 // output (logits) and its incoming gradient dout are fp32 too (the losses take fp32 logits),
 // and its bias b is fp32. Backward functions overwrite their outputs, like the CPU ones.
 // Engines: a generic tiled implicit GEMM (any shape, fp32 or bf16, fp32 math; the fp32 path) and
-// a bf16 tensor-core one (mma.sync) that CT_CONV_AUTO uses for every bf16 call: fastest when the
-// channel counts are multiples of 8 and pointers 16-byte aligned (cp.async), element gathers
-// otherwise. The linear backward always takes the generic engine (its dout is fp32).
+// two bf16 tensor-core ones (mma.sync) that CT_CONV_AUTO uses for every bf16 call: v2
+// (kernels/conv_tc2.cu, 128x128 tiles) for convolutions whose channel counts are multiples of 8
+// with 16-byte aligned pointers, v1 (kernels/conv.cu, 128x64; cp.async where the channels allow,
+// element gathers otherwise) for the rest, the linear layer, and every conv when the environment
+// says CTRAIN_CONV_ENGINE=v1. The linear backward always takes the generic engine (fp32 dout).
 // Determinism: no atomics; the weight gradient's reduction over N*P*Q is split in a number of
 // parts fixed by the shape, partials are summed in order: bit-identical reruns on any GPU.
 
