@@ -16,10 +16,14 @@
 //     others (the 3-channel stem) are gathered element by element into the same tiles. The
 //     data gradient runs once per stride phase (input pixels with equal h % st, w % st), each a
 //     stride-1 GEMM over only the taps that reach those pixels: no mma work on skipped taps.
+// A third, engine v2 (kernels/conv_tc2.cu: 128x128 tiles, 4 stages, gather tables), takes the
+// bf16 convolutions whose operands are all vectorisable; conv_tc_engine() below picks it.
 // The weight gradient reduces over N*P*Q, which is long when K*R*S*C is small: the reduction is
 // cut into a number of splits that depends only on the shape; each split writes its own fp32
 // partial buffer and a second kernel sums the partials in split order. No atomics anywhere, so a
 // rerun is bit-identical.
+#include <string.h>
+
 #include "kernels/common.cuh"
 #include "kernels/act.cuh"  // ct_ld, ct_st, ct_check_vec_align
 #include "kernels/conv_gemm.cuh"
@@ -603,6 +607,29 @@ static SplitPlan split_plan(int M, int N, int K, int bm, int bn, int bk) {
     return sp;
 }
 
+extern "C" void ct_split_plan(int M, int N, int K, int bm, int bn, int bk, int *splits, int *k_split) {
+    SplitPlan sp = split_plan(M, N, K, bm, bn, bk);
+    *splits = sp.splits;
+    *k_split = sp.k_split;
+}
+
+extern "C" void ct_conv_reduce_splits(float *dst, const float *part, int splits, size_t n, cudaStream_t st) {
+    unsigned blocks = (unsigned)((n + 255) / 256);
+    if (blocks > 4096) blocks = 4096;
+    CT_LAUNCH(reduce_splits_k, blocks, 256, 0, st, dst, part, splits, n);
+    CT_CHECK_LAUNCH("conv split-K reduction");
+}
+
+// Which tensor-core engine CT_CONV_AUTO takes for bf16: CTRAIN_CONV_ENGINE=v1|v2 (default v2), so
+// one GPU run can compare them. v2 falls back to v1 for the shapes it does not take.
+static int conv_tc_engine(int algo) {
+    if (algo != CT_CONV_AUTO) return algo;
+    const char *e = getenv("CTRAIN_CONV_ENGINE");
+    if (!e || !*e || !strcmp(e, "v2")) return CT_CONV_TC2;
+    if (!strcmp(e, "v1")) return CT_CONV_TC;
+    ct_die("CTRAIN_CONV_ENGINE=%s: expected v1 or v2", e);
+}
+
 // Weight gradients with at most 64 output channels (the stem, ResNet layer1) take 64-row tiles:
 // a 128-row tile would multiply zeros in half of its mma work.
 static int tc_wgrad_bm(int M) { return M <= 64 ? 64 : TC_BM; }
@@ -612,7 +639,9 @@ extern "C" size_t conv2d_gpu_work_floats(const ConvShape *s) {
     if (M <= 0 || N <= 0 || K <= 0) return 0;
     SplitPlan a = split_plan(M, N, K, GN_BM, GN_BN, GN_BK);
     SplitPlan b = split_plan(M, N, K, tc_wgrad_bm(M), TC_BN, TC_BK);
-    int splits = a.splits > b.splits ? a.splits : b.splits;
+    int splits = a.splits > b.splits ? a.splits : b.splits, s2, k2;
+    ct_conv_tc2_split(M, N, K, &s2, &k2);
+    if (s2 > splits) splits = s2;
     return splits > 1 ? (size_t)splits * M * N : 0;
 }
 
@@ -679,13 +708,7 @@ extern "C" int ct_gemm_run(int mode, GemmArgs g, CtDtype dt, int a_f32, int c_f3
     }
     CT_LAUNCH(kern, grid, threads, 0, st, g);
     CT_CHECK_LAUNCH(use_tc ? "conv GEMM (tensor cores)" : "conv GEMM (generic)");
-    if (splits > 1) {
-        size_t n = (size_t)g.M * g.N;
-        unsigned blocks = (unsigned)((n + 255) / 256);
-        if (blocks > 4096) blocks = 4096;
-        CT_LAUNCH(reduce_splits_k, blocks, 256, 0, st, final_out, work, splits, n);
-        CT_CHECK_LAUNCH("conv split-K reduction");
-    }
+    if (splits > 1) ct_conv_reduce_splits(final_out, work, splits, (size_t)g.M * g.N, st);
     return use_tc ? CT_CONV_TC : CT_CONV_GENERIC;
 }
 
@@ -705,6 +728,12 @@ extern "C" int conv2d_forward_gpu_ex(const ConvShape *s, void *out, const void *
     g.N = s->K;
     g.K = g.k_end = s->R * s->S * s->C;
     ct_gemm_tc_setup(&g, GEMM_FWD, dt);
+    algo = g.tc_ok ? conv_tc_engine(algo) : algo;
+    if (algo == CT_CONV_TC2 && ct_conv_tc2_eligible(GEMM_FWD, &g)) {
+        ct_conv_tc2_run(GEMM_FWD, g, NULL, NULL, (cudaStream_t)st);
+        return CT_CONV_TC2;
+    }
+    if (algo == CT_CONV_TC2) algo = CT_CONV_TC;
     return ct_gemm_run(GEMM_FWD, g, dt, dt == CT_F32, dt == CT_F32, algo, NULL, NULL, (cudaStream_t)st);
 }
 
@@ -722,6 +751,7 @@ extern "C" int conv2d_backward_data_gpu_ex(const ConvShape *s, void *din, const 
     g.c = din;
     g.N = s->C;
     ct_gemm_tc_setup(&g, GEMM_DGRAD, dt);
+    algo = g.tc_ok ? conv_tc_engine(algo) : algo;
     if (algo == CT_CONV_GENERIC || !g.tc_ok) {  // the generic engine walks all taps at once
         g.M = s->N * s->H * s->W;
         g.K = g.k_end = s->R * s->S * s->K;
@@ -729,7 +759,7 @@ extern "C" int conv2d_backward_data_gpu_ex(const ConvShape *s, void *din, const 
     }
     // Tensor cores: one GEMM per stride phase (one in all for stride 1). A phase whose taps are
     // all skipped (1x1 stride 2, odd rows) still runs with K = 0 and writes its zeros.
-    int used = CT_CONV_TC, str = s->stride;
+    int used = algo == CT_CONV_TC2 ? CT_CONV_TC2 : CT_CONV_TC, str = s->stride;
     for (int ph = 0; ph < str; ph++)
         for (int pw = 0; pw < str; pw++) {
             g.ph_h = ph;
@@ -745,7 +775,13 @@ extern "C" int conv2d_backward_data_gpu_ex(const ConvShape *s, void *din, const 
             g.M = s->N * g.Hp * g.Wp;
             g.K = g.k_end = g.nr * g.ns * s->K;
             if (g.K == 0) g.nr = g.ns = 1;  // no taps: keep the kernel's index arithmetic defined
-            if (g.M > 0) used = ct_gemm_run(GEMM_DGRAD, g, dt, 0, 0, CT_CONV_TC, NULL, NULL, (cudaStream_t)st);
+            if (g.M <= 0) continue;
+            if (algo == CT_CONV_TC2 && ct_conv_tc2_eligible(GEMM_DGRAD, &g)) {
+                ct_conv_tc2_run(GEMM_DGRAD, g, NULL, NULL, (cudaStream_t)st);
+                continue;
+            }
+            ct_gemm_run(GEMM_DGRAD, g, dt, 0, 0, CT_CONV_TC, NULL, NULL, (cudaStream_t)st);
+            used = CT_CONV_TC;  // a phase v2 does not take ran on v1
         }
     return used;
 }
@@ -767,6 +803,12 @@ extern "C" int conv2d_backward_weight_gpu_ex(const ConvShape *s, float *dw, cons
     g.N = s->R * s->S * s->C;
     g.K = g.k_end = s->N * s->P * s->Q;
     ct_gemm_tc_setup(&g, GEMM_WGRAD, dt);
+    algo = g.tc_ok ? conv_tc_engine(algo) : algo;
+    if (algo == CT_CONV_TC2 && ct_conv_tc2_eligible(GEMM_WGRAD, &g)) {
+        ct_conv_tc2_run(GEMM_WGRAD, g, work, dw, (cudaStream_t)st);
+        return CT_CONV_TC2;
+    }
+    if (algo == CT_CONV_TC2) algo = CT_CONV_TC;
     return ct_gemm_run(GEMM_WGRAD, g, dt, dt == CT_F32, 1, algo, work, dw, (cudaStream_t)st);
 }
 

@@ -38,3 +38,14 @@ void ct_gemm_tc_setup(GemmArgs *g, int mode, CtDtype dt);
 // WGRAD with several splits writes partials into work, then sums them into final_out.
 extern "C" int ct_gemm_run(int mode, GemmArgs g, CtDtype dt, int a_f32, int c_f32, int algo, float *work,
                            float *final_out, cudaStream_t st);
+
+// The weight gradient's split-K plan for bm x bn x bk tiles: a function of the shape only.
+extern "C" void ct_split_plan(int M, int N, int K, int bm, int bn, int bk, int *splits, int *k_split);
+// dst[i] = sum over z in order of part[z * n + i] (the split partials).
+extern "C" void ct_conv_reduce_splits(float *dst, const float *part, int splits, size_t n, cudaStream_t st);
+
+// Engine v2 (kernels/conv_tc2.cu): 128x128 tiles, 4 stages, gather tables; bf16 only.
+// eligible: operands vectorisable, N a multiple of 8, tables within shared memory.
+extern "C" int ct_conv_tc2_eligible(int mode, const GemmArgs *g);
+extern "C" void ct_conv_tc2_split(int M, int N, int K, int *splits, int *k_split);
+extern "C" void ct_conv_tc2_run(int mode, GemmArgs g, float *work, float *final_out, cudaStream_t st);

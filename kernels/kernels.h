@@ -39,9 +39,11 @@ typedef struct {
 // output (logits) and its incoming gradient dout are fp32 too (the losses take fp32 logits),
 // and its bias b is fp32. Backward functions overwrite their outputs, like the CPU ones.
 // Engines: a generic tiled implicit GEMM (any shape, fp32 or bf16, fp32 math; the fp32 path) and
-// a bf16 tensor-core one (mma.sync) that CT_CONV_AUTO uses for every bf16 call: fastest when the
-// channel counts are multiples of 8 and pointers 16-byte aligned (cp.async), element gathers
-// otherwise. The linear backward always takes the generic engine (its dout is fp32).
+// two bf16 tensor-core ones (mma.sync) that CT_CONV_AUTO uses for every bf16 call: v2
+// (kernels/conv_tc2.cu, 128x128 tiles) for convolutions whose channel counts are multiples of 8
+// with 16-byte aligned pointers, v1 (kernels/conv.cu, 128x64; cp.async where the channels allow,
+// element gathers otherwise) for the rest, the linear layer, and every conv when the environment
+// says CTRAIN_CONV_ENGINE=v1. The linear backward always takes the generic engine (fp32 dout).
 // Determinism: no atomics; the weight gradient's reduction over N*P*Q is split in a number of
 // parts fixed by the shape, partials are summed in order: bit-identical reruns on any GPU.
 
@@ -63,13 +65,20 @@ void linear_backward_gpu(void *din, float *dw, float *db, const float *dout, con
 
 // Tests and benchmarks: the same with an explicit engine. CT_CONV_TC with dt == CT_F32 is a fatal
 // error. Returns the engine that ran.
-typedef enum { CT_CONV_AUTO = 0, CT_CONV_GENERIC = 1, CT_CONV_TC = 2 } CtConvAlgo;
+// CT_CONV_TC2: engine v2 (kernels/conv_tc2.cu) where it takes the shape, v1 otherwise (the
+// return value says which ran). CT_CONV_AUTO on bf16 takes v2, or v1 with CTRAIN_CONV_ENGINE=v1.
+typedef enum { CT_CONV_AUTO = 0, CT_CONV_GENERIC = 1, CT_CONV_TC = 2, CT_CONV_TC2 = 3 } CtConvAlgo;
 int conv2d_forward_gpu_ex(const ConvShape *s, void *out, const void *in, const void *w, CtDtype dt,
                           ct_stream_t stream, int algo);
 int conv2d_backward_data_gpu_ex(const ConvShape *s, void *din, const void *dout, const void *w,
                                 CtDtype dt, ct_stream_t stream, int algo);
 int conv2d_backward_weight_gpu_ex(const ConvShape *s, float *dw, const void *dout, const void *in,
                                   float *work, CtDtype dt, ct_stream_t stream, int algo);
+// Channel padding (kernels/conv_pad.cu; CPU twins nn/pad.h): out[r, c] = in[r, c] for c < C, 0 for
+// C <= c < Cpad, over `rows` rows; and back (the first C of Cpad channels, fp32 gradients).
+void conv_pad_channels_gpu(void *out, const void *in, size_t rows, int C, int Cpad, CtDtype dt,
+                           ct_stream_t stream);
+void conv_unpad_channels_gpu(float *out, const float *in, size_t rows, int Cpad, int C, ct_stream_t stream);
 int linear_forward_gpu_ex(float *out, const void *in, const void *w, const float *b, int N, int I,
                           int O, CtDtype dt, ct_stream_t stream, int algo);
 

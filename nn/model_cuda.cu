@@ -79,6 +79,10 @@ struct GpuExec {
     float *work;       // reduction workspace
     size_t work_floats;
     float *bnstat;     // per BN op: mean[C], invstd[C]
+    int cpad;          // bf16 stem with < 8 input channels: padded to cpad = 8 (0: not padded)
+    void *xpad;        // the input padded to cpad channels
+    uint16_t *wpad;    // the stem's weights padded to cpad channels
+    float *dwpad;      // the stem's weight gradient over cpad channels
     size_t *bnstat_off;// [n_ops]
     float *logits, *dlogits;
     int32_t *labels, *labels_b;  // labels_b: a mixed batch's partners
@@ -200,6 +204,12 @@ static void free_plan(GpuExec *e, const ResNet *m) {
     dfree(e->scratch);
     dfree(e->work);
     dfree(e->bnstat);
+    dfree(e->xpad);
+    dfree(e->wpad);
+    dfree(e->dwpad);
+    e->xpad = NULL;
+    e->wpad = NULL;
+    e->dwpad = NULL;
     dfree(e->logits);
     dfree(e->dlogits);
     dfree(e->labels);
@@ -394,9 +404,16 @@ static size_t slot_elems(const GpuExec *e, int s, int N) {
     return (size_t)N * e->dims[s].H * e->dims[s].W * e->dims[s].C;
 }
 
+// The stem (a conv reading the input, slot 0) in bf16 with fewer than 8 input channels runs on
+// the input and weights padded to 8 zero-extended channels (kernels/conv_pad.cu), so that the
+// tensor-core engine loads it by 16-byte copies instead of element gathers.
+static int stem_padded(const GpuExec *e, const Op *op) { return e->cpad && op->in == 0; }
+
 static ConvShape op_conv_shape(const GpuExec *e, const Op *op, int N) {
     const TensorDim *d = &e->dims[op->in];
-    return conv_shape(N, d->H, d->W, d->C, op->K, op->R, op->S, op->stride, op->pad);
+    ConvShape s = conv_shape(N, d->H, d->W, d->C, op->K, op->R, op->S, op->stride, op->pad);
+    if (stem_padded(e, op)) s.C = e->cpad;
+    return s;
 }
 
 // Build the memory plan for batches of up to N images of H x W.
@@ -422,6 +439,18 @@ static void plan(GpuExec *e, const ResNet *m, int N, int H, int W) {
     e->act = (void **)ct_zalloc((size_t)m->n_tensors * sizeof(void *));
     for (int s = 0; s < m->n_tensors; s++)
         e->act[s] = s == last ? (void *)e->logits : dmalloc(e, slot_elems(e, s, N) * e->esz);
+    e->cpad = e->dt == CT_BF16 && e->dims[0].C < 8 ? 8 : 0;
+    if (e->cpad) {
+        size_t wmax = 0;
+        for (int i = 0; i < m->n_ops; i++)
+            if (m->ops[i].kind == OP_CONV && m->ops[i].in == 0) {
+                size_t w = (size_t)m->ops[i].K * m->ops[i].R * m->ops[i].S;
+                if (w > wmax) wmax = w;
+            }
+        e->xpad = dmalloc(e, (size_t)N * H * W * e->cpad * e->esz);
+        e->wpad = (uint16_t *)dmalloc(e, wmax * e->cpad * sizeof(uint16_t));
+        e->dwpad = (float *)dmalloc(e, wmax * e->cpad * sizeof(float));
+    }
 
     // Gradient pool: walk backward, take a buffer for a slot at its first consumer, give the
     // producer's output buffer back after the producer.
@@ -528,7 +557,14 @@ static void forward_ops(GpuExec *e, const ResNet *m, int N, int train) {
         switch (op->kind) {
         case OP_CONV: {
             ConvShape s = op_conv_shape(e, op, N);
-            conv2d_forward_gpu(&s, out, in, wop(e, m, op->w), dt, st);
+            const void *x = in, *w = wop(e, m, op->w);
+            if (stem_padded(e, op)) {
+                conv_pad_channels_gpu(e->xpad, in, (size_t)N * di->H * di->W, di->C, e->cpad, dt, st);
+                conv_pad_channels_gpu(e->wpad, w, (size_t)op->K * op->R * op->S, di->C, e->cpad, dt, st);
+                x = e->xpad;
+                w = e->wpad;
+            }
+            conv2d_forward_gpu(&s, out, x, w, dt, st);
             break;
         }
         case OP_BN: {
@@ -815,7 +851,12 @@ static void backward_ops(GpuExec *e, const ResNet *m, GradReadyFn ready, void *c
         switch (op->kind) {
         case OP_CONV: {
             ConvShape s = op_conv_shape(e, op, N);
-            conv2d_backward_weight_gpu(&s, pgrad(e, m, op->w), gout, in, e->work, dt, st);
+            if (stem_padded(e, op)) {  // slot 0 needs no data gradient
+                conv2d_backward_weight_gpu(&s, e->dwpad, gout, e->xpad, e->work, dt, st);
+                conv_unpad_channels_gpu(pgrad(e, m, op->w), e->dwpad, (size_t)op->K * op->R * op->S, e->cpad, di->C, st);
+            } else {
+                conv2d_backward_weight_gpu(&s, pgrad(e, m, op->w), gout, in, e->work, dt, st);
+            }
             prof_mark(e, i, PROF_BWD_DATA);
             if (need_din) {
                 conv2d_backward_data_gpu(&s, grad_target(e, op->in, init), gout, wop(e, m, op->w), dt, st);

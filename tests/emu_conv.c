@@ -12,6 +12,7 @@
 
 #include "kernels/kernels.h"
 #include "nn/layers.h"
+#include "nn/pad.h"
 #include "tests/test.h"
 #include "util/bf16.h"
 #include "util/common.h"
@@ -72,8 +73,8 @@ static int dev_equal(const void *a, const void *b, size_t bytes) {
 enum { K_FWD, K_DGRAD, K_WGRAD, K_LIN_FWD, K_LIN_DIN, K_LIN_DW, K_LIN_DB, NKERN };
 static const char *kname[NKERN] = {"conv fwd", "conv dgrad", "conv wgrad", "linear fwd",
                                    "linear din", "linear dw", "linear db"};
-enum { E_F32, E_BF16, E_TC, NENG };
-static const char *ename[NENG] = {"generic fp32", "generic bf16", "tensor-core bf16"};
+enum { E_F32, E_BF16, E_TC, E_TC2, NENG };
+static const char *ename[NENG] = {"generic fp32", "generic bf16", "tensor-core bf16", "tensor-core v2"};
 static double worst[NKERN][NENG];
 static int runs[NKERN][NENG];
 
@@ -87,7 +88,7 @@ static void record(int k, int e, double err, double tol, const char *what) {
 // Tolerance for an fp32 result of bf16 operands. Emulated mma adds in IEEE fp32 (measured:
 // 0 to 1e-7); real tensor cores align the addends of one mma with few extra bits, so on a GPU
 // (tests/gpu.sh runs this file) allow 1e-4. Any indexing error is O(1) either way.
-static double fp32_out_tol(int engine) { return engine == E_TC ? 1e-4 : 1e-5; }
+static double fp32_out_tol(int engine) { return engine >= E_TC ? 1e-4 : 1e-5; }
 
 static cudaStream_t stream;
 
@@ -119,17 +120,19 @@ static void test_conv(int N, int H, int W, int C, int K, int R, int S, int strid
         void *o1 = dev_alloc_poisoned(nout * esize(dt)), *o2 = dev_alloc_poisoned(nout * esize(dt));
         void *di1 = dev_alloc_poisoned(nin * esize(dt)), *di2 = dev_alloc_poisoned(nin * esize(dt));
         float *dw1 = (float *)dev_alloc_poisoned(nw * 4), *dw2 = (float *)dev_alloc_poisoned(nw * 4);
-        for (int algo = CT_CONV_GENERIC; algo <= CT_CONV_TC; algo++) {
-            if (algo == CT_CONV_TC && dt != CT_BF16) continue;
-            int e = algo == CT_CONV_TC ? E_TC : dt == CT_BF16 ? E_BF16 : E_F32;
+        for (int algo = CT_CONV_GENERIC; algo <= CT_CONV_TC2; algo++) {
+            if (algo >= CT_CONV_TC && dt != CT_BF16) continue;
+            int e = algo == CT_CONV_TC2 ? E_TC2 : algo == CT_CONV_TC ? E_TC : dt == CT_BF16 ? E_BF16 : E_F32;
             double tol_act = dt == CT_BF16 ? 1e-2 : 1e-5;
+            // v2 takes the shapes whose channel counts are multiples of 8 and hands the others to v1.
+            int want = algo == CT_CONV_TC2 && !(C % 8 == 0 && K % 8 == 0) ? CT_CONV_TC : algo;
 
             // Forward.
             int used = 0;
             for (int rep = 0; rep < 1 + rerun; rep++)
                 used = conv2d_forward_gpu_ex(&s, rep ? o2 : o1, d_in, d_w, dt, stream, algo);
             sync();
-            CHECK(used == algo, "fwd %s: engine %d ran, %d asked", what, used, algo);
+            CHECK(used == want, "fwd %s: engine %d ran, %d expected", what, used, want);
             conv2d_forward(&s, ref, in, w);
             dev_download(got, o1, nout, dt);
             record(K_FWD, e, rel_err_norm(got, ref, nout), tol_act, what);
@@ -139,7 +142,7 @@ static void test_conv(int N, int H, int W, int C, int K, int R, int S, int strid
             for (int rep = 0; rep < 1 + rerun; rep++)
                 used = conv2d_backward_data_gpu_ex(&s, rep ? di2 : di1, d_dout, d_w, dt, stream, algo);
             sync();
-            CHECK(used == algo, "dgrad %s: engine %d ran, %d asked", what, used, algo);
+            CHECK(used == want, "dgrad %s: engine %d ran, %d expected", what, used, want);
             conv2d_backward_data(&s, ref, dout, w);
             dev_download(got, di1, nin, dt);
             record(K_DGRAD, e, rel_err_norm(got, ref, nin), tol_act, what);
@@ -150,7 +153,7 @@ static void test_conv(int N, int H, int W, int C, int K, int R, int S, int strid
                 used = conv2d_backward_weight_gpu_ex(&s, rep ? dw2 : dw1, d_dout, d_in, work, dt, stream, algo);
             }
             sync();
-            CHECK(used == algo, "wgrad %s: engine %d ran, %d asked", what, used, algo);
+            CHECK(used == want, "wgrad %s: engine %d ran, %d expected", what, used, want);
             conv2d_backward_weight(&s, ref, dout, in);
             dev_download(got, dw1, nw, CT_F32);
             // fp32 output from exactly representable products: only the summation order differs.
@@ -180,6 +183,68 @@ static void test_conv(int N, int H, int W, int C, int K, int R, int S, int strid
     free(ref);
     free(got);
     printf("%s: split work %zu floats, %.2f s\n", what, nwork, ct_now() - t0);
+}
+
+// The stem as the GPU executor runs it in bf16: input and weights padded from C to 8 channels
+// (kernels/conv_pad.cu against its twins nn/pad.c, bit for bit), the convolution on engine v2,
+// the weight gradient's first C channels taken back; against the CPU layers on C channels.
+static void test_stem_pad(int N, int H, int W, int C, int K, int R, int S, int stride, int pad) {
+    const int CP = 8;
+    ConvShape s = conv_shape(N, H, W, C, K, R, S, stride, pad), sp = s;
+    sp.C = CP;
+    char what[128];
+    snprintf(what, sizeof what, "stem N%d H%d W%d C%d->%d K%d %dx%d/%d", N, H, W, C, CP, K, R, S, stride);
+    size_t rows = (size_t)N * H * W, wrows = (size_t)K * R * S, nout = (size_t)N * s.P * s.Q * K;
+    uint64_t key = 9000000 + (uint64_t)N * 1000 + H * 10 + C;
+    float *in = host_random(rows * C, key * 4, CT_BF16), *w = host_random(wrows * C, key * 4 + 1, CT_BF16);
+    float *dout = host_random(nout, key * 4 + 2, CT_BF16);
+    float *ref = (float *)ct_alloc((rows * CP + nout + wrows * CP) * 4), *got = (float *)ct_alloc((rows * CP + nout + wrows * CP) * 4);
+    for (int dti = 0; dti < 2; dti++) {  // the pad kernel in both dtypes against its twin
+        CtDtype dt = dti ? CT_BF16 : CT_F32;
+        void *d_in = dev_upload(in, rows * C, dt), *d_p = dev_alloc_poisoned(rows * CP * esize(dt));
+        conv_pad_channels_gpu(d_p, d_in, rows, C, CP, dt, stream);
+        sync();
+        dev_download(got, d_p, rows * CP, dt);
+        pad_channels(ref, in, rows, C, CP);
+        CHECK(memcmp(got, ref, rows * CP * 4) == 0, "%s: pad_channels %s differs from its twin", what, dti ? "bf16" : "fp32");
+        cudaFree(d_in);
+        cudaFree(d_p);
+    }
+    void *d_in = dev_upload(in, rows * C, CT_BF16), *d_w = dev_upload(w, wrows * C, CT_BF16);
+    void *d_dout = dev_upload(dout, nout, CT_BF16);
+    void *d_inp = dev_alloc_poisoned(rows * CP * 2), *d_wp = dev_alloc_poisoned(wrows * CP * 2);
+    void *d_out = dev_alloc_poisoned(nout * 2);
+    float *d_dwp = (float *)dev_alloc_poisoned(wrows * CP * 4), *d_dw = (float *)dev_alloc_poisoned(wrows * C * 4);
+    size_t nwork = conv2d_gpu_work_floats(&sp);
+    float *work = nwork ? (float *)dev_alloc_poisoned(nwork * 4) : NULL;
+    conv_pad_channels_gpu(d_inp, d_in, rows, C, CP, CT_BF16, stream);
+    conv_pad_channels_gpu(d_wp, d_w, wrows, C, CP, CT_BF16, stream);
+    int used = conv2d_forward_gpu_ex(&sp, d_out, d_inp, d_wp, CT_BF16, stream, CT_CONV_TC2);
+    sync();
+    CHECK(used == CT_CONV_TC2, "%s: forward ran on engine %d, not v2", what, used);
+    conv2d_forward(&s, ref, in, w);
+    dev_download(got, d_out, nout, CT_BF16);
+    record(K_FWD, E_TC2, rel_err_norm(got, ref, nout), 1e-2, what);
+    used = conv2d_backward_weight_gpu_ex(&sp, d_dwp, d_dout, d_inp, work, CT_BF16, stream, CT_CONV_TC2);
+    conv_unpad_channels_gpu(d_dw, d_dwp, wrows, CP, C, stream);
+    sync();
+    CHECK(used == CT_CONV_TC2, "%s: weight gradient ran on engine %d, not v2", what, used);
+    float *dwp = (float *)ct_alloc(wrows * CP * 4);
+    dev_download(dwp, d_dwp, wrows * CP, CT_F32);
+    unpad_channels(ref, dwp, wrows, CP, C);
+    dev_download(got, d_dw, wrows * C, CT_F32);
+    CHECK(memcmp(got, ref, wrows * C * 4) == 0, "%s: unpad_channels differs from its twin", what);
+    conv2d_backward_weight(&s, ref, dout, in);
+    record(K_WGRAD, E_TC2, rel_err_norm(got, ref, wrows * C), fp32_out_tol(E_TC2), what);
+    void *ptrs[] = {d_in, d_w, d_dout, d_inp, d_wp, d_out, d_dwp, d_dw, work};
+    for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++)
+        if (ptrs[i]) cudaFree(ptrs[i]);
+    free(in);
+    free(w);
+    free(dout);
+    free(ref);
+    free(got);
+    free(dwp);
 }
 
 static void test_linear(int N, int I, int O, int bias) {
@@ -273,6 +338,14 @@ int main(void) {
         {3, 5, 7, 32, 24, 3, 3, 1, 0},   // pad 0
         {1, 11, 11, 8, 8, 7, 7, 2, 3},   // tensor cores: 7x7/2 stem with C padded to 8
         {1, 1, 1, 16, 16, 3, 3, 1, 1},   // 1x1 image, 3x3 kernel: mostly padding
+        // Engine v2 (128x128x32 tiles): several tiles in M and N with ragged edges, k tails
+        // (K = 9*24 = 216, 1x1 with C = 40), a rasterisation group boundary (9 row tiles, 2
+        // column tiles), stride-2 data-gradient phases, split weight gradients.
+        {2, 9, 9, 24, 136, 3, 3, 1, 1},
+        {1, 12, 11, 40, 16, 3, 3, 2, 1},
+        {2, 24, 24, 8, 136, 1, 1, 1, 0},
+        {3, 16, 16, 16, 8, 3, 3, 1, 1},
+        {2, 10, 10, 16, 24, 5, 5, 2, 2},
     };
     for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++) {
         const int *f = fixed[i];
@@ -292,6 +365,9 @@ int main(void) {
         }
         test_conv(N, H, W, C, K, R, S, stride, pad, i == 0);
     }
+    test_stem_pad(2, 13, 11, 3, 16, 7, 7, 2, 3);  // ResNet's 7x7/2 stem
+    test_stem_pad(1, 9, 9, 3, 8, 3, 3, 1, 1);     // CIFAR ResNet's 3x3 stem
+    test_stem_pad(2, 6, 7, 1, 8, 3, 3, 2, 1);     // one channel (grey input)
     test_linear(1, 5, 3, 1);
     test_linear(4, 16, 10, 1);
     test_linear(3, 24, 70, 0);

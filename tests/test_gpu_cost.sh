@@ -4,10 +4,11 @@
 # - counting on vs off: the same loss and gradient bits (--verify runs the step both ways);
 # - tensor FLOPs (mma.sync count x 4096) against the analytic 2*N*P*Q*K*R*S*C of every GEMM the
 #   tensor-core engine runs (conv forward, weight gradient, data gradient but the stem's, the
-#   linear forward): the engine computes whole 128x64 block tiles in k steps of 32, so every
-#   GEMM's count must be >= its analytic FLOPs, and every forward GEMM's must EQUAL its FLOPs with
-#   M, N, K padded to 128, 64, 32 (at 8x8 the padding is most of the work: the tool prints the
-#   ratio per GEMM; the gradients' split-K and stride-phase plans are only held to >=);
+#   linear forward): the engines compute whole block tiles (v2 128x128, v1 128x64) in k steps of
+#   32, so every GEMM's count must be >= its analytic FLOPs, and every forward GEMM's must EQUAL
+#   its FLOPs with M, N, K padded to its engine's tiles (at 8x8 the padding is most of the work:
+#   the tool prints the ratio per GEMM; the gradients' split-K and stride-phase plans are only
+#   held to >=); the same with CTRAIN_CONV_ENGINE=v1, and a bad engine name is refused;
 # - requested bytes >= compulsory (distinct) bytes > 0;
 # - the build against the real kernels refuses (no counters there) rather than print zeros.
 source "$(dirname "$0")/train_lib.sh"
@@ -31,7 +32,15 @@ ok "requested bytes $req >= compulsory $uq > 0"
 # Every launch line has the kernel's grid and block, and the conv GEMMs are named by their symbol.
 [ "$(grep -c '^[0-9]\+ ' <<<"$out")" = "$nl" ] || fail "launch lines do not match the $nl launches"
 grep -q 'gemm_tc_k<' <<<"$out" || fail "the tensor-core conv kernel is not named by its symbol"
+grep -q 'gemm_tc2_k<' <<<"$out" || fail "conv engine v2 did not run (the default)"
 ok "$nl launch lines"
+out1=$(CTRAIN_CONV_ENGINE=v1 "$EMU" resnet20 8 2 --quiet --launches) || { echo "$out1"; fail "bench_gpu_cost with engine v1 failed"; }
+grep -q 'every forward GEMM == its tile-padded FLOPs: yes' <<<"$out1" || fail "engine v1: a forward GEMM's mma count is not its padded FLOPs"
+if grep -q 'gemm_tc2_k<' <<<"$out1"; then fail "CTRAIN_CONV_ENGINE=v1 still ran engine v2"; fi
+ok "CTRAIN_CONV_ENGINE=v1: every conv on engine v1, forward counts exact"
+err=$(CTRAIN_CONV_ENGINE=v3 "$EMU" resnet20 8 2 --quiet 2>&1) && fail "CTRAIN_CONV_ENGINE=v3 was accepted"
+grep -q 'CTRAIN_CONV_ENGINE=v3: expected v1 or v2' <<<"$err" || { echo "$err"; fail "a bad engine name got no clear error"; }
+ok "CTRAIN_CONV_ENGINE=v3 refused with a message"
 # The build against the real kernels has no counters: it must refuse, not print zeros.
 if [ -x "$CTRAIN_BUILD/tools/bench_gpu_cost" ]; then
   err=$(mktemp)

@@ -182,6 +182,7 @@ int main(int argc, char **argv) {
     memset(by, 0, sizeof by);
     Sum tot = {0};
     double *op_mma = calloc((size_t)(m->n_ops + 1) * 4, sizeof(double));
+    int *op_v2 = calloc((size_t)m->n_ops + 1, sizeof(int));  // the op's forward ran on conv engine v2
     if (launches)
         printf("%-5s %-22s %-6s %-48s %-15s %-11s %6s %6s %4s %5s %12s %12s %12s %12s %12s %3s\n", "#", "op", "pass",
                "kernel", "grid", "block", "dsmem", "ssmem", "regs", "spill", "mma", "rd_req", "wr_req", "rd_uniq",
@@ -196,6 +197,7 @@ int main(int argc, char **argv) {
         add(&by[row][part], &c, t);
         add(&tot, &c, t);
         if (op >= 0 && op <= m->n_ops) op_mma[op * 4 + part] += (double)c.mma;
+        if (op >= 0 && op <= m->n_ops && part == 0 && strstr(c.name, "gemm_tc2_k")) op_v2[op] = 1;
         if (!launches) continue;
         const Res *rs = find_res(c.symbol);
         char grid[40], block[40], regs[16] = "-", spill[16] = "-", ssm[16] = "-";
@@ -234,12 +236,15 @@ int main(int argc, char **argv) {
     // gradient, the data gradient of every conv but the stem (its input needs none), the linear
     // forward (its backward takes the fp32 generic engine: no mma). The engine pads M and N to its
     // tiles and K to 16, so counted >= analytic; the ratio is the padding's waste.
-    // A forward GEMM (M = N*P*Q rows, N = K columns, reduction R*S*C) runs on 128 x 64 block tiles
-    // with k steps of 32 (kernels/conv.cu TC_BM, TC_BN, TC_BK): its count must equal exactly its
-    // dimensions padded to those. The gradients' split-K and stride-phase plans are not modelled here.
+    // A forward GEMM (M = N*P*Q rows, N = K columns, reduction R*S*C) runs on block tiles with k
+    // steps of 32: its count must equal exactly its dimensions padded to those: 128x128 on conv
+    // engine v2 (kernels/conv_tc2.cu; the launch's symbol says which engine ran), 128x64 on v1
+    // (kernels/conv.cu). The executor pads a stem of fewer than 8 channels to 8 (nn/model_cuda.cu),
+    // so its reduction is R*S*8. The gradients' split-K and stride-phase plans are not modelled.
     double analytic = 0;
     if (!quiet)
-        printf("\ntensor FLOPs per conv/fc op (analytic 2*N*P*Q*K*R*S*C per GEMM; fwd also padded to 128x64x32 tiles;\n"
+        printf("\ntensor FLOPs per conv/fc op (analytic 2*N*P*Q*K*R*S*C per GEMM; fwd also padded to its engine's tiles,\n"
+               "128x128x32 on v2, 128x64x32 on v1; "
                "counted = mma x 4096):\n  %-22s %-6s %14s %14s %14s %7s\n", "op", "pass", "analytic", "padded",
                "counted", "ratio");
     int all_ge = 1, fwd_exact = 1;
@@ -251,7 +256,13 @@ int main(int argc, char **argv) {
                                        : 2.0 * N * dims[op->in].C * dout->C;
         double gm = (double)N * dout->H * dout->W, gn = dout->C;
         double gk = op->kind == OP_CONV ? (double)op->R * op->S * op->C : dims[op->in].C;
-        double padded = 2.0 * ceil(gm / 128) * 128 * ceil(gn / 64) * 64 * ceil(gk / 32) * 32;
+        int cin = op->kind == OP_CONV ? op->C : dims[op->in].C;
+        if (op->kind == OP_CONV && op->in == 0 && cin < 8) {
+            cin = 8;
+            gk = (double)op->R * op->S * cin;
+        }
+        double bn = op_v2[i] ? 128 : 64;
+        double padded = 2.0 * ceil(gm / 128) * 128 * ceil(gn / bn) * bn * ceil(gk / 32) * 32;
         int parts[3] = {0, 1, 2}, np = op->kind == OP_CONV ? (op->in > 0 ? 3 : 2) : 1;
         for (int j = 0; j < np; j++) {
             double c = op_mma[i * 4 + parts[j]] * 4096;
@@ -289,6 +300,6 @@ int main(int argc, char **argv) {
     gpu_exec_free(e);
     sgd_free(&st);
     resnet_free(m);
-    free(x), free(labels), free(dims), free(op_mma), free(grads_off), free(grads_on), free(res_tab);
+    free(x), free(labels), free(dims), free(op_mma), free(op_v2), free(grads_off), free(grads_on), free(res_tab);
     return 0;
 }

@@ -6,7 +6,8 @@
 # build.sh's NVFLAGS for one architecture) and prints per kernel: registers, spill stores/loads
 # (bytes), static shared memory (bytes) and, for every kernel with HMMA instructions, its main loop:
 # the backward-branch loop (a label branched to from below) that holds the most HMMAs, innermost on
-# a tie, with its instructions per HMMA. One HMMA.16816.F32.BF16 is one mma.sync m16n8k16 = 4096
+# a tie, with its instructions per HMMA, and any other HMMA loop outside it (e.g. the remainder of
+# a main loop unrolled by the pipeline depth). One HMMA.16816.F32.BF16 is one mma.sync m16n8k16 = 4096
 # tensor FLOPs, so "instr/HMMA" is the issue cost of feeding the tensor cores. Dynamic shared
 # memory is a launch argument, not in the binary: tools/bench_gpu_cost.c prints it per launch.
 # --table FILE also writes "symbol regs spill_st spill_ld static_smem" lines, which
@@ -86,7 +87,7 @@ for p in sorted(glob.glob(os.path.join(outd, "*.sass"))):
             else: ins.append(b)
         nh = sum(1 for t in ins if "HMMA" in t)
         if not nh: return
-        best = None
+        best, spans = None, []
         for j, t in enumerate(ins):
             m = re.search(r"\bBRA\b.*`\((\.L_x_\d+)\)", t)
             if not m or m.group(1) not in labels: continue
@@ -94,8 +95,12 @@ for p in sorted(glob.glob(os.path.join(outd, "*.sass"))):
             if s > j: continue
             h = sum(1 for t2 in ins[s:j + 1] if "HMMA" in t2)
             n = j + 1 - s
-            if h and (best is None or h > best[1] or (h == best[1] and n < best[0])): best = (n, h)
-        loops[fn] = (nh, best)
+            if h: spans.append((s, j, n, h))
+            if h and (best is None or h > best[1] or (h == best[1] and n < best[0])): best = (n, h, s, j)
+        # Other HMMA loops outside the main one (e.g. the remainder of a main loop unrolled by the
+        # pipeline depth): their density matters for the k-tiles they run.
+        other = [] if best is None else [(n, h) for s, j, n, h in spans if j < best[2] or s > best[3]]
+        loops[fn] = (nh, best, other)
     for line in open(p):
         m = re.match(r"^//-+ \.text\.(\S+) -+", line)
         if m: finish(); fn, body = m.group(1), []; continue
@@ -115,8 +120,9 @@ print()
 print("tensor-core main loops (instructions issued per HMMA.16816.F32.BF16 = per 4096 tensor FLOPs, per warp):")
 print("%5s %6s %6s %9s  %s" % ("HMMA", "loopI", "loopH", "instr/H", "kernel"))
 for s in sorted(loops, key=lambda k: names.get(k, k)):
-    nh, best = loops[s]
-    if best: print("%5d %6d %6d %9.2f  %s" % (nh, best[0], best[1], best[0] / best[1], names.get(s, s)[:110]))
+    nh, best, other = loops[s]
+    extra = "".join("  [other loop: %d/%d = %.2f]" % (n, h, n / h) for n, h in other)
+    if best: print("%5d %6d %6d %9.2f  %s%s" % (nh, best[0], best[1], best[0] / best[1], names.get(s, s)[:110], extra))
     else: print("%5d %6s %6s %9s  %s" % (nh, "-", "-", "-", names.get(s, s)[:110]))
 if table:
     with open(table, "w") as f:
