@@ -46,7 +46,7 @@ static float *bn_consts(float *work, int M, int C) { return work + (size_t)4 * b
 // Per-channel parameters of a thread's channel vector.
 template <int V>
 __device__ static inline void bn_ld_f32(float (&v)[V], const float *p, int c) {
-    for (int k = 0; k < V; k++) v[k] = p[c + k];
+    for (int k = 0; k < V; k++) v[k] = ct_ld(p, (size_t)(c + k));
 }
 
 // This thread's place in a block of tx_n channel vectors x ty_n rows: its first channel c0, its
@@ -150,8 +150,8 @@ __global__ void __launch_bounds__(BN_THREADS)
             }
         double *p1 = partial + (size_t)blockIdx.y * 2 * C, *p2 = p1 + C;
         for (int k = 0; k < V; k++) {
-            p1[c0 + k] = a1[k];
-            p2[c0 + k] = a2[k];
+            ct_st(p1, (size_t)(c0 + k), a1[k]);
+            ct_st(p2, (size_t)(c0 + k), a2[k]);
         }
     }
 }
@@ -166,20 +166,20 @@ __global__ void bn_finish_stats_k(float *save_mean, float *save_invstd, float *s
     if (c >= C) return;
     double s1 = 0.0, s2 = 0.0;
     for (int k = 0; k < nchunks; k++) {
-        s1 += partial[(size_t)k * 2 * C + c];
-        s2 += partial[(size_t)k * 2 * C + C + c];
+        s1 += ct_ld(partial, (size_t)k * 2 * C + c);
+        s2 += ct_ld(partial, (size_t)k * 2 * C + C + c);
     }
     double d = s1 / M, var = fmax(0.0, s2 / M - d * d);
     float mean = (float)((double)ct_ld(x, (size_t)c) + d);
     float invstd = (float)(1.0 / sqrt(var + eps));
-    save_mean[c] = mean;
-    save_invstd[c] = invstd;
-    scale[c] = __fmul_rn(gamma[c], invstd);
+    ct_st(save_mean, c, mean);
+    ct_st(save_invstd, c, invstd);
+    ct_st(scale, c, __fmul_rn(ct_ld(gamma, c), invstd));
     if (running_mean)
-        running_mean[c] = __fadd_rn(__fmul_rn(1.f - momentum, running_mean[c]), __fmul_rn(momentum, mean));
+        ct_st(running_mean, c, __fadd_rn(__fmul_rn(1.f - momentum, ct_ld(running_mean, c)), __fmul_rn(momentum, mean)));
     if (running_var) {
         double unbiased = M > 1 ? var * M / (M - 1) : var;
-        running_var[c] = (float)((double)__fmul_rn(1.f - momentum, running_var[c]) + (double)momentum * unbiased);
+        ct_st(running_var, c, (float)((double)__fmul_rn(1.f - momentum, ct_ld(running_var, c)) + (double)momentum * unbiased));
     }
 }
 
@@ -198,7 +198,8 @@ __global__ void __launch_bounds__(BN_THREADS)
     if (scale) {
         bn_ld_f32<V>(sc, scale, c0);
     } else {
-        for (int k = 0; k < V; k++) sc[k] = (float)((double)gamma[c0 + k] / sqrt((double)var[c0 + k] + eps));
+        for (int k = 0; k < V; k++)
+            sc[k] = (float)((double)ct_ld(gamma, (size_t)(c0 + k)) / sqrt((double)ct_ld(var, (size_t)(c0 + k)) + eps));
     }
     for (int r = blockIdx.y * l.ty_n + l.ty; r < M; r += gridDim.y * l.ty_n) {
         size_t i = (size_t)r * C + c0;
@@ -220,16 +221,16 @@ __global__ void bn_finish_grad_k(float *dgamma, float *dbeta, float *k, const do
     if (c >= C) return;
     double sg = 0.0, sgx = 0.0;
     for (int j = 0; j < nchunks; j++) {
-        sg += partial[(size_t)j * 2 * C + c];
-        sgx += partial[(size_t)j * 2 * C + C + c];
+        sg += ct_ld(partial, (size_t)j * 2 * C + c);
+        sgx += ct_ld(partial, (size_t)j * 2 * C + C + c);
     }
-    double inv = invstd[c];
-    dbeta[c] = (float)sg;
-    dgamma[c] = (float)(sgx * inv);
-    double a = (double)gamma[c] * inv, b = sgx * inv * inv / M;
-    k[c] = (float)a;
-    k[C + c] = (float)(-a * b);
-    k[2 * C + c] = (float)(a * (b * mean[c] - sg / M));
+    double inv = ct_ld(invstd, c);
+    ct_st(dbeta, c, (float)sg);
+    ct_st(dgamma, c, (float)(sgx * inv));
+    double a = (double)ct_ld(gamma, c) * inv, b = sgx * inv * inv / M;
+    ct_st(k, c, (float)a);
+    ct_st(k, (size_t)C + c, (float)(-a * b));
+    ct_st(k, (size_t)2 * C + c, (float)(a * (b * ct_ld(mean, c) - sg / M)));
 }
 
 // dx = k0 * g + k1 * x + k2 (dx may alias dy: each element is read before it is written).

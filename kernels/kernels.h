@@ -168,6 +168,7 @@ void lars_step_gpu(float *params, const float *grads, float *buf, const CtLarsTe
 // leaves a record: the warp-level mma.sync m16n8k16 instructions it issued (4096 FLOPs each), the
 // global-memory bytes it requested through cp.async and kernels/act.cuh's accessors (plain
 // pointer dereferences in kernels are NOT seen), and the distinct bytes those requests touched.
+// Device-to-device copies and memsets leave a record too (grid and block 0).
 // ct_cost_tag labels the following launches (the GPU executor's profiler marks ops with it).
 typedef struct {
     char name[160];    // demangled kernel symbol (or the launch site's spelling)

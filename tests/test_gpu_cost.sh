@@ -32,6 +32,12 @@ ok "requested bytes $req >= compulsory $uq > 0"
 [ "$(grep -c '^[0-9]\+ ' <<<"$out")" = "$nl" ] || fail "launch lines do not match the $nl launches"
 grep -q 'gemm_tc_k<' <<<"$out" || fail "the tensor-core conv kernel is not named by its symbol"
 ok "$nl launch lines"
+# Coverage: every launch but the loss's (kernels/loss.cu still dereferences plain pointers) made
+# counted accesses, so the totals hold every byte of the step; device-to-device copies and
+# memsets are records of their own.
+uncov=$(awk '$1 ~ /^[0-9]+$/ && $NF == "NO" && $0 !~ /softmax_xent_k/' <<<"$out")
+[ -z "$uncov" ] || { echo "$uncov"; fail "launches with no counted access (plain pointer dereferences)"; }
+ok "every launch but the loss counted"
 # The build against the real kernels has no counters: it must refuse, not print zeros.
 if [ -x "$CTRAIN_BUILD/tools/bench_gpu_cost" ]; then
   err=$(mktemp)
