@@ -185,9 +185,10 @@ __global__ void bn_finish_stats_k(float *save_mean, float *save_invstd, float *s
 
 // y = (x - mean) * scale + beta [relu]. scale == NULL (eval): scale = gamma / sqrt(var + eps)
 // from the running variance, formed per thread in double like the CPU's.
+// res != NULL: y = bn(x) + res [relu] (a residual block's tail; the BN output is never stored).
 template <typename T, int V>
 __global__ void __launch_bounds__(BN_THREADS)
-    bn_affine_k(T *y, const T *x, const float *mean, const float *scale, const float *gamma,
+    bn_affine_k(T *y, const T *x, const T *res, const float *mean, const float *scale, const float *gamma,
                 const float *var, float eps, const float *beta, int M, int C, int tx_n, int relu) {
     const BnLane l = bn_lane<V>(tx_n, C);
     if (!l.active) return;
@@ -203,10 +204,12 @@ __global__ void __launch_bounds__(BN_THREADS)
     }
     for (int r = blockIdx.y * l.ty_n + l.ty; r < M; r += gridDim.y * l.ty_n) {
         size_t i = (size_t)r * C + c0;
-        float v[V];
+        float v[V], rv[V];
         ct_ldv<V>(v, x, i);
+        if (res) ct_ldv<V>(rv, res, i);
         for (int k = 0; k < V; k++) {
             float o = __fadd_rn(__fmul_rn(__fsub_rn(v[k], mu[k]), sc[k]), be[k]);
+            if (res) o = __fadd_rn(o, rv[k]);
             v[k] = relu && !(o > 0.f) ? 0.f : o;
         }
         ct_stv<V>(y, i, v);
@@ -233,10 +236,13 @@ __global__ void bn_finish_grad_k(float *dgamma, float *dbeta, float *k, const do
     ct_st(k, (size_t)2 * C + c, (float)(a * (b * ct_ld(mean, c) - sg / M)));
 }
 
-// dx = k0 * g + k1 * x + k2 (dx may alias dy: each element is read before it is written).
+// dx = k0 * g + k1 * x + k2, and with dres the residual's gradient g written (res_acc: added to
+// what dres holds) in the same pass. dx or dres may alias dy: each element is read before it is
+// written, by the same thread.
 template <typename T, int V>
 __global__ void __launch_bounds__(BN_THREADS)
-    bn_dx_k(T *dx, const T *dy, const T *x, const T *y, const float *k, int M, int C, int tx_n) {
+    bn_dx_k(T *dx, T *dres, int res_acc, const T *dy, const T *x, const T *y, const float *k, int M, int C,
+            int tx_n) {
     const BnLane l = bn_lane<V>(tx_n, C);
     if (!l.active) return;
     const int c0 = l.c0;
@@ -255,6 +261,16 @@ __global__ void __launch_bounds__(BN_THREADS)
             for (int j = 0; j < V; j++)
                 if (!(yv[j] > 0.f)) g[j] = 0.f;
         }
+        if (dres) {
+            float r[V];
+            if (res_acc) {
+                ct_ldv<V>(r, dres, i);
+                for (int j = 0; j < V; j++) r[j] = __fadd_rn(r[j], g[j]);
+            } else {
+                for (int j = 0; j < V; j++) r[j] = g[j];
+            }
+            ct_stv<V>(dres, i, r);
+        }
         for (int j = 0; j < V; j++) g[j] = __fadd_rn(__fadd_rn(__fmul_rn(k0[j], g[j]), __fmul_rn(k1[j], xv[j])), k2[j]);
         ct_stv<V>(dx, i, g);
     }
@@ -266,13 +282,14 @@ __global__ void __launch_bounds__(BN_THREADS)
 // 16-byte vectors when C is a multiple of the vector and every activation pointer is aligned
 // (cudaMalloc'd activations always are; a view into the middle of one might not be).
 template <typename T>
-static int bn_vec_width(int C, const void *a, const void *b, const void *c, const void *d) {
-    return C % CT_VEC(T) == 0 && ct_aligned(16, a, b, c, d) ? CT_VEC(T) : 1;
+static int bn_vec_width(int C, const void *a, const void *b, const void *c, const void *d,
+                        const void *e = NULL) {
+    return C % CT_VEC(T) == 0 && ct_aligned(16, a, b, c, d) && ct_aligned(16, e) ? CT_VEC(T) : 1;
 }
 
 template <typename T, int V>
 static void bn_forward_train_launch(T *y, float *save_mean, float *save_invstd, float *running_mean,
-                                    float *running_var, const T *x, const float *gamma,
+                                    float *running_var, const T *x, const T *res, const float *gamma,
                                     const float *beta, int M, int C, float momentum, float eps,
                                     int relu, float *work, cudaStream_t stream) {
     int nchunks = bn_chunks(M), rows = bn_rows_per_chunk(M);
@@ -283,59 +300,74 @@ static void bn_forward_train_launch(T *y, float *save_mean, float *save_invstd, 
               (const T *)NULL, (const T *)NULL, (const float *)NULL, M, C, rows, g.tx);
     CT_LAUNCH(bn_finish_stats_k<T>, (C + 127) / 128, 128, 0, stream, save_mean, save_invstd, scale,
               running_mean, running_var, (const double *)partial, x, gamma, nchunks, M, C, momentum, eps);
-    CT_LAUNCH((bn_affine_k<T, V>), dim3(g.gx, bn_row_blocks(M, g)), BN_THREADS, 0, stream, y, x,
+    CT_LAUNCH((bn_affine_k<T, V>), dim3(g.gx, bn_row_blocks(M, g)), BN_THREADS, 0, stream, y, x, res,
               (const float *)save_mean, (const float *)scale, gamma, (const float *)NULL, eps, beta, M,
               C, g.tx, relu);
 }
 
+extern "C" void batchnorm_add_forward_train_gpu(void *y, float *save_mean, float *save_invstd,
+                                                float *running_mean, float *running_var, const void *x,
+                                                const void *res, const float *gamma, const float *beta,
+                                                int M, int C, float momentum, float eps, int relu,
+                                                float *work, CtDtype dt, ct_stream_t stream) {
+    if (M < 1 || C < 1) ct_die("batchnorm_forward_train_gpu: M = %d, C = %d", M, C);
+    CT_DISPATCH(dt, T, {
+        if (bn_vec_width<T>(C, y, x, res, NULL) > 1)
+            bn_forward_train_launch<T, CT_VEC(T)>((T *)y, save_mean, save_invstd, running_mean, running_var,
+                                                  (const T *)x, (const T *)res, gamma, beta, M, C, momentum,
+                                                  eps, relu, work, (cudaStream_t)stream);
+        else
+            bn_forward_train_launch<T, 1>((T *)y, save_mean, save_invstd, running_mean, running_var,
+                                          (const T *)x, (const T *)res, gamma, beta, M, C, momentum, eps,
+                                          relu, work, (cudaStream_t)stream);
+    });
+    CT_CHECK_LAUNCH("batchnorm_forward_train_gpu");
+}
 extern "C" void batchnorm_forward_train_gpu(void *y, float *save_mean, float *save_invstd,
                                             float *running_mean, float *running_var, const void *x,
                                             const float *gamma, const float *beta, int M, int C,
                                             float momentum, float eps, int relu, float *work,
                                             CtDtype dt, ct_stream_t stream) {
-    if (M < 1 || C < 1) ct_die("batchnorm_forward_train_gpu: M = %d, C = %d", M, C);
-    CT_DISPATCH(dt, T, {
-        if (bn_vec_width<T>(C, y, x, NULL, NULL) > 1)
-            bn_forward_train_launch<T, CT_VEC(T)>((T *)y, save_mean, save_invstd, running_mean,
-                                                              running_var, (const T *)x, gamma, beta, M, C,
-                                                              momentum, eps, relu, work, (cudaStream_t)stream);
-        else
-            bn_forward_train_launch<T, 1>((T *)y, save_mean, save_invstd, running_mean, running_var,
-                                          (const T *)x, gamma, beta, M, C, momentum, eps, relu, work,
-                                          (cudaStream_t)stream);
-    });
-    CT_CHECK_LAUNCH("batchnorm_forward_train_gpu");
+    batchnorm_add_forward_train_gpu(y, save_mean, save_invstd, running_mean, running_var, x, NULL, gamma,
+                                    beta, M, C, momentum, eps, relu, work, dt, stream);
 }
 
 template <typename T, int V>
-static void bn_forward_eval_launch(T *y, const T *x, const float *gamma, const float *beta,
+static void bn_forward_eval_launch(T *y, const T *x, const T *res, const float *gamma, const float *beta,
                                    const float *running_mean, const float *running_var, int M, int C,
                                    float eps, int relu, cudaStream_t stream) {
     BnGrid g = bn_grid(C, V);
-    CT_LAUNCH((bn_affine_k<T, V>), dim3(g.gx, bn_row_blocks(M, g)), BN_THREADS, 0, stream, y, x,
+    CT_LAUNCH((bn_affine_k<T, V>), dim3(g.gx, bn_row_blocks(M, g)), BN_THREADS, 0, stream, y, x, res,
               running_mean, (const float *)NULL, gamma, running_var, eps, beta, M, C, g.tx, relu);
 }
 
+extern "C" void batchnorm_add_forward_eval_gpu(void *y, const void *x, const void *res, const float *gamma,
+                                               const float *beta, const float *running_mean,
+                                               const float *running_var, int M, int C, float eps, int relu,
+                                               CtDtype dt, ct_stream_t stream) {
+    if (M < 1 || C < 1) ct_die("batchnorm_forward_eval_gpu: M = %d, C = %d", M, C);
+    CT_DISPATCH(dt, T, {
+        if (bn_vec_width<T>(C, y, x, res, NULL) > 1)
+            bn_forward_eval_launch<T, CT_VEC(T)>((T *)y, (const T *)x, (const T *)res, gamma, beta, running_mean,
+                                                 running_var, M, C, eps, relu, (cudaStream_t)stream);
+        else
+            bn_forward_eval_launch<T, 1>((T *)y, (const T *)x, (const T *)res, gamma, beta, running_mean,
+                                         running_var, M, C, eps, relu, (cudaStream_t)stream);
+    });
+    CT_CHECK_LAUNCH("batchnorm_forward_eval_gpu");
+}
 extern "C" void batchnorm_forward_eval_gpu(void *y, const void *x, const float *gamma,
                                            const float *beta, const float *running_mean,
                                            const float *running_var, int M, int C, float eps,
                                            int relu, CtDtype dt, ct_stream_t stream) {
-    if (M < 1 || C < 1) ct_die("batchnorm_forward_eval_gpu: M = %d, C = %d", M, C);
-    CT_DISPATCH(dt, T, {
-        if (bn_vec_width<T>(C, y, x, NULL, NULL) > 1)
-            bn_forward_eval_launch<T, CT_VEC(T)>((T *)y, (const T *)x, gamma, beta, running_mean,
-                                                             running_var, M, C, eps, relu, (cudaStream_t)stream);
-        else
-            bn_forward_eval_launch<T, 1>((T *)y, (const T *)x, gamma, beta, running_mean, running_var, M, C,
-                                         eps, relu, (cudaStream_t)stream);
-    });
-    CT_CHECK_LAUNCH("batchnorm_forward_eval_gpu");
+    batchnorm_add_forward_eval_gpu(y, x, NULL, gamma, beta, running_mean, running_var, M, C, eps, relu, dt,
+                                   stream);
 }
 
 template <typename T, int V>
-static void bn_backward_launch(T *dx, float *dgamma, float *dbeta, const T *dy, const T *x, const T *y,
-                               const float *gamma, const float *save_mean, const float *save_invstd,
-                               int M, int C, float *work, cudaStream_t stream) {
+static void bn_backward_launch(T *dx, T *dres, int res_acc, float *dgamma, float *dbeta, const T *dy,
+                               const T *x, const T *y, const float *gamma, const float *save_mean,
+                               const float *save_invstd, int M, int C, float *work, cudaStream_t stream) {
     int nchunks = bn_chunks(M), rows = bn_rows_per_chunk(M);
     BnGrid g = bn_grid(C, V);
     double *partial = (double *)work;
@@ -344,23 +376,31 @@ static void bn_backward_launch(T *dx, float *dgamma, float *dbeta, const T *dy, 
               save_mean, M, C, rows, g.tx);
     CT_LAUNCH(bn_finish_grad_k, (C + 127) / 128, 128, 0, stream, dgamma, dbeta, k, (const double *)partial,
               gamma, save_mean, save_invstd, nchunks, M, C);
-    CT_LAUNCH((bn_dx_k<T, V>), dim3(g.gx, bn_row_blocks(M, g)), BN_THREADS, 0, stream, dx, dy, x, y,
-              (const float *)k, M, C, g.tx);
+    CT_LAUNCH((bn_dx_k<T, V>), dim3(g.gx, bn_row_blocks(M, g)), BN_THREADS, 0, stream, dx, dres, res_acc, dy,
+              x, y, (const float *)k, M, C, g.tx);
 }
 
+extern "C" void batchnorm_add_backward_gpu(void *dx, void *dres, int res_acc, float *dgamma, float *dbeta,
+                                           const void *dy, const void *x, const void *y, const float *gamma,
+                                           const float *save_mean, const float *save_invstd, int M, int C,
+                                           float *work, CtDtype dt, ct_stream_t stream) {
+    if (M < 1 || C < 1) ct_die("batchnorm_backward_gpu: M = %d, C = %d", M, C);
+    CT_DISPATCH(dt, T, {
+        if (bn_vec_width<T>(C, dx, dy, x, y, dres) > 1)
+            bn_backward_launch<T, CT_VEC(T)>((T *)dx, (T *)dres, res_acc, dgamma, dbeta, (const T *)dy,
+                                             (const T *)x, (const T *)y, gamma, save_mean, save_invstd, M, C,
+                                             work, (cudaStream_t)stream);
+        else
+            bn_backward_launch<T, 1>((T *)dx, (T *)dres, res_acc, dgamma, dbeta, (const T *)dy, (const T *)x,
+                                     (const T *)y, gamma, save_mean, save_invstd, M, C, work,
+                                     (cudaStream_t)stream);
+    });
+    CT_CHECK_LAUNCH("batchnorm_backward_gpu");
+}
 extern "C" void batchnorm_backward_gpu(void *dx, float *dgamma, float *dbeta, const void *dy,
                                        const void *x, const void *y, const float *gamma,
                                        const float *save_mean, const float *save_invstd, int M,
                                        int C, float *work, CtDtype dt, ct_stream_t stream) {
-    if (M < 1 || C < 1) ct_die("batchnorm_backward_gpu: M = %d, C = %d", M, C);
-    CT_DISPATCH(dt, T, {
-        if (bn_vec_width<T>(C, dx, dy, x, y) > 1)
-            bn_backward_launch<T, CT_VEC(T)>((T *)dx, dgamma, dbeta, (const T *)dy, (const T *)x,
-                                                         (const T *)y, gamma, save_mean, save_invstd, M, C,
-                                                         work, (cudaStream_t)stream);
-        else
-            bn_backward_launch<T, 1>((T *)dx, dgamma, dbeta, (const T *)dy, (const T *)x, (const T *)y, gamma,
-                                     save_mean, save_invstd, M, C, work, (cudaStream_t)stream);
-    });
-    CT_CHECK_LAUNCH("batchnorm_backward_gpu");
+    batchnorm_add_backward_gpu(dx, NULL, 0, dgamma, dbeta, dy, x, y, gamma, save_mean, save_invstd, M, C, work,
+                               dt, stream);
 }

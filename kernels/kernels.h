@@ -99,6 +99,20 @@ void batchnorm_backward_gpu(void *dx, float *dgamma, float *dbeta, const void *d
                             const void *y, const float *gamma, const float *save_mean,
                             const float *save_invstd, int M, int C, float *work, CtDtype dt,
                             ct_stream_t stream);
+// A residual block's tail in one pass (twins of nn/layers.h's batchnorm_add_*): y = bn(x) + res
+// [relu], the BN output never stored; backward: g = dy masked by y > 0 (y NULL: no ReLU), dres = g
+// (res_acc: dres += g, accumulated in place), dx, dgamma, dbeta of g. dx or dres may alias dy.
+void batchnorm_add_forward_train_gpu(void *y, float *save_mean, float *save_invstd, float *running_mean,
+                                     float *running_var, const void *x, const void *res, const float *gamma,
+                                     const float *beta, int M, int C, float momentum, float eps, int relu,
+                                     float *work, CtDtype dt, ct_stream_t stream);
+void batchnorm_add_forward_eval_gpu(void *y, const void *x, const void *res, const float *gamma,
+                                    const float *beta, const float *running_mean, const float *running_var,
+                                    int M, int C, float eps, int relu, CtDtype dt, ct_stream_t stream);
+void batchnorm_add_backward_gpu(void *dx, void *dres, int res_acc, float *dgamma, float *dbeta, const void *dy,
+                                const void *x, const void *y, const float *gamma, const float *save_mean,
+                                const float *save_invstd, int M, int C, float *work, CtDtype dt,
+                                ct_stream_t stream);
 
 // Elementwise (dx may alias dy; y may alias a or x).
 void relu_forward_gpu(void *y, const void *x, size_t n, CtDtype dt, ct_stream_t stream);
