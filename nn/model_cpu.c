@@ -151,6 +151,7 @@ static void plan(CpuExec *e, const ResNet *m, int N, int H, int W, int train) {
     for (int t = 0; t < m->n_tensors; t++) {
         size_t size = (size_t)N * e->dims[t].H * e->dims[t].W * e->dims[t].C;
         max_slot = CT_MAX(max_slot, size);
+        if (producer[t] >= 0 && e->fuse[producer[t]]) size = 0;  // a fused BN's output: never stored
         int start = producer[t] < 0 ? 0 : span_lo(e, producer[t]), end = start;
         int first_bwd_use = T;  // gradient: time of the first contribution
         for (int i = 0; i < n; i++) {
