@@ -641,6 +641,11 @@ int main(void) {
         test_maxpool(2, 8, 9, 5, 3, 2, 1, 1, dt);
         test_maxpool(1, 6, 5, 9, 2, 2, 0, 1, dt);
         test_maxpool(2, 5, 5, 1, 3, 1, 1, 1, dt);
+        // 16-byte vectors over channels (C a multiple of 8 bf16 / 4 floats): the stem's 3x3/2
+        // pad 1, ties, one and several vectors, windows that overlap and windows that do not.
+        test_maxpool(2, 9, 7, 8, 3, 2, 1, 1, dt);
+        test_maxpool(1, 6, 6, 24, 3, 2, 1, 0, dt);
+        test_maxpool(1, 5, 4, 16, 2, 2, 0, 1, dt);
         test_avgpool(1, 1, 7, dt);
         test_avgpool(2, 49, 13, dt);
         test_avgpool(3, 16, 40, dt);
