@@ -33,6 +33,20 @@ __host__ __device__ static inline float ct_ld(const uint16_t *p, size_t i) {
     CT_COST_ACCESS(p + i, 2, false);
     return ct_bf16_to_f32(p[i]);
 }
+// Counted loads and stores of the other element types kernels keep in global memory: uint8
+// images (as float), doubles (reduction partials), int32 (labels, flags).
+__host__ __device__ static inline float ct_ld(const uint8_t *p, size_t i) {
+    CT_COST_ACCESS(p + i, 1, false);
+    return (float)p[i];
+}
+__host__ __device__ static inline double ct_ld(const double *p, size_t i) {
+    CT_COST_ACCESS(p + i, 8, false);
+    return p[i];
+}
+__host__ __device__ static inline void ct_st(double *p, size_t i, double v) {
+    CT_COST_ACCESS(p + i, 8, true);
+    p[i] = v;
+}
 __host__ __device__ static inline void ct_st(float *p, size_t i, float v) {
     CT_COST_ACCESS(p + i, 4, true);
     p[i] = v;

@@ -24,8 +24,12 @@
 #include "kernels/kernels.h"
 
 #define BN_THREADS 256
-#define BN_MAX_CHUNKS 256
+// Row chunks of the sums: at most 1024 (an H100 holds 132 x 8 blocks of 256 threads, and layer1
+// of resnet50 at batch 256 has one block across its 64 channels), at least 64 rows each (the
+// double partials, 16 bytes per channel and chunk, stay small beside the rows they sum).
+#define BN_MAX_CHUNKS 1024
 #define BN_MIN_ROWS 64
+#define BN_UNROLL 4
 
 static int bn_chunks(int M) {
     int n = (M + BN_MIN_ROWS - 1) / BN_MIN_ROWS;
@@ -46,7 +50,7 @@ static float *bn_consts(float *work, int M, int C) { return work + (size_t)4 * b
 // Per-channel parameters of a thread's channel vector.
 template <int V>
 __device__ static inline void bn_ld_f32(float (&v)[V], const float *p, int c) {
-    for (int k = 0; k < V; k++) v[k] = p[c + k];
+    for (int k = 0; k < V; k++) v[k] = ct_ld(p, (size_t)(c + k));
 }
 
 // This thread's place in a block of tx_n channel vectors x ty_n rows: its first channel c0, its
@@ -110,28 +114,38 @@ __global__ void __launch_bounds__(BN_THREADS)
         if (GRAD) bn_ld_f32<V>(kc, mean, c0);
         else ct_ldv<V>(kc, x, (size_t)c0);
         int r0 = blockIdx.y * rows, r1 = min(M, r0 + rows);
-        for (int r = r0 + ty; r < r1; r += ty_n) {
-            size_t i = (size_t)r * C + c0;
-            float xv[V];
-            ct_ldv<V>(xv, x, i);
-            if (GRAD) {
-                float g[V];
-                ct_ldv<V>(g, dy, i);
-                if (y) {
-                    float yv[V];
-                    ct_ldv<V>(yv, y, i);
-                    for (int k = 0; k < V; k++)
-                        if (!(yv[k] > 0.f)) g[k] = 0.f;
+        // BN_UNROLL rows a step: their loads are all issued before the first is used, so a thread
+        // keeps several transactions in flight; the sums still take the rows in order.
+        for (int rb = r0 + ty; rb < r1; rb += BN_UNROLL * ty_n) {
+            float xv[BN_UNROLL][V], g[BN_UNROLL][V];
+            for (int u = 0; u < BN_UNROLL; u++) {
+                int r = rb + u * ty_n;
+                if (r >= r1) break;
+                size_t i = (size_t)r * C + c0;
+                ct_ldv<V>(xv[u], x, i);
+                if (GRAD) {
+                    ct_ldv<V>(g[u], dy, i);
+                    if (y) {
+                        float yv[V];
+                        ct_ldv<V>(yv, y, i);
+                        for (int k = 0; k < V; k++)
+                            if (!(yv[k] > 0.f)) g[u][k] = 0.f;
+                    }
                 }
-                for (int k = 0; k < V; k++) {
-                    a1[k] += (double)g[k];
-                    a2[k] += (double)g[k] * ((double)xv[k] - (double)kc[k]);
-                }
-            } else {
-                for (int k = 0; k < V; k++) {
-                    double d = (double)xv[k] - (double)kc[k];
-                    a1[k] += d;
-                    a2[k] += d * d;
+            }
+            for (int u = 0; u < BN_UNROLL; u++) {
+                if (rb + u * ty_n >= r1) break;
+                if (GRAD) {
+                    for (int k = 0; k < V; k++) {
+                        a1[k] += (double)g[u][k];
+                        a2[k] += (double)g[u][k] * ((double)xv[u][k] - (double)kc[k]);
+                    }
+                } else {
+                    for (int k = 0; k < V; k++) {
+                        double d = (double)xv[u][k] - (double)kc[k];
+                        a1[k] += d;
+                        a2[k] += d * d;
+                    }
                 }
             }
         }
@@ -150,8 +164,8 @@ __global__ void __launch_bounds__(BN_THREADS)
             }
         double *p1 = partial + (size_t)blockIdx.y * 2 * C, *p2 = p1 + C;
         for (int k = 0; k < V; k++) {
-            p1[c0 + k] = a1[k];
-            p2[c0 + k] = a2[k];
+            ct_st(p1, (size_t)(c0 + k), a1[k]);
+            ct_st(p2, (size_t)(c0 + k), a2[k]);
         }
     }
 }
@@ -166,28 +180,29 @@ __global__ void bn_finish_stats_k(float *save_mean, float *save_invstd, float *s
     if (c >= C) return;
     double s1 = 0.0, s2 = 0.0;
     for (int k = 0; k < nchunks; k++) {
-        s1 += partial[(size_t)k * 2 * C + c];
-        s2 += partial[(size_t)k * 2 * C + C + c];
+        s1 += ct_ld(partial, (size_t)k * 2 * C + c);
+        s2 += ct_ld(partial, (size_t)k * 2 * C + C + c);
     }
     double d = s1 / M, var = fmax(0.0, s2 / M - d * d);
     float mean = (float)((double)ct_ld(x, (size_t)c) + d);
     float invstd = (float)(1.0 / sqrt(var + eps));
-    save_mean[c] = mean;
-    save_invstd[c] = invstd;
-    scale[c] = __fmul_rn(gamma[c], invstd);
+    ct_st(save_mean, c, mean);
+    ct_st(save_invstd, c, invstd);
+    ct_st(scale, c, __fmul_rn(ct_ld(gamma, c), invstd));
     if (running_mean)
-        running_mean[c] = __fadd_rn(__fmul_rn(1.f - momentum, running_mean[c]), __fmul_rn(momentum, mean));
+        ct_st(running_mean, c, __fadd_rn(__fmul_rn(1.f - momentum, ct_ld(running_mean, c)), __fmul_rn(momentum, mean)));
     if (running_var) {
         double unbiased = M > 1 ? var * M / (M - 1) : var;
-        running_var[c] = (float)((double)__fmul_rn(1.f - momentum, running_var[c]) + (double)momentum * unbiased);
+        ct_st(running_var, c, (float)((double)__fmul_rn(1.f - momentum, ct_ld(running_var, c)) + (double)momentum * unbiased));
     }
 }
 
 // y = (x - mean) * scale + beta [relu]. scale == NULL (eval): scale = gamma / sqrt(var + eps)
 // from the running variance, formed per thread in double like the CPU's.
+// res != NULL: y = bn(x) + res [relu] (a residual block's tail; the BN output is never stored).
 template <typename T, int V>
 __global__ void __launch_bounds__(BN_THREADS)
-    bn_affine_k(T *y, const T *x, const float *mean, const float *scale, const float *gamma,
+    bn_affine_k(T *y, const T *x, const T *res, const float *mean, const float *scale, const float *gamma,
                 const float *var, float eps, const float *beta, int M, int C, int tx_n, int relu) {
     const BnLane l = bn_lane<V>(tx_n, C);
     if (!l.active) return;
@@ -198,14 +213,17 @@ __global__ void __launch_bounds__(BN_THREADS)
     if (scale) {
         bn_ld_f32<V>(sc, scale, c0);
     } else {
-        for (int k = 0; k < V; k++) sc[k] = (float)((double)gamma[c0 + k] / sqrt((double)var[c0 + k] + eps));
+        for (int k = 0; k < V; k++)
+            sc[k] = (float)((double)ct_ld(gamma, (size_t)(c0 + k)) / sqrt((double)ct_ld(var, (size_t)(c0 + k)) + eps));
     }
     for (int r = blockIdx.y * l.ty_n + l.ty; r < M; r += gridDim.y * l.ty_n) {
         size_t i = (size_t)r * C + c0;
-        float v[V];
+        float v[V], rv[V];
         ct_ldv<V>(v, x, i);
+        if (res) ct_ldv<V>(rv, res, i);
         for (int k = 0; k < V; k++) {
             float o = __fadd_rn(__fmul_rn(__fsub_rn(v[k], mu[k]), sc[k]), be[k]);
+            if (res) o = __fadd_rn(o, rv[k]);
             v[k] = relu && !(o > 0.f) ? 0.f : o;
         }
         ct_stv<V>(y, i, v);
@@ -220,22 +238,25 @@ __global__ void bn_finish_grad_k(float *dgamma, float *dbeta, float *k, const do
     if (c >= C) return;
     double sg = 0.0, sgx = 0.0;
     for (int j = 0; j < nchunks; j++) {
-        sg += partial[(size_t)j * 2 * C + c];
-        sgx += partial[(size_t)j * 2 * C + C + c];
+        sg += ct_ld(partial, (size_t)j * 2 * C + c);
+        sgx += ct_ld(partial, (size_t)j * 2 * C + C + c);
     }
-    double inv = invstd[c];
-    dbeta[c] = (float)sg;
-    dgamma[c] = (float)(sgx * inv);
-    double a = (double)gamma[c] * inv, b = sgx * inv * inv / M;
-    k[c] = (float)a;
-    k[C + c] = (float)(-a * b);
-    k[2 * C + c] = (float)(a * (b * mean[c] - sg / M));
+    double inv = ct_ld(invstd, c);
+    ct_st(dbeta, c, (float)sg);
+    ct_st(dgamma, c, (float)(sgx * inv));
+    double a = (double)ct_ld(gamma, c) * inv, b = sgx * inv * inv / M;
+    ct_st(k, c, (float)a);
+    ct_st(k, (size_t)C + c, (float)(-a * b));
+    ct_st(k, (size_t)2 * C + c, (float)(a * (b * ct_ld(mean, c) - sg / M)));
 }
 
-// dx = k0 * g + k1 * x + k2 (dx may alias dy: each element is read before it is written).
+// dx = k0 * g + k1 * x + k2, and with dres the residual's gradient g written (res_acc: added to
+// what dres holds) in the same pass. dx or dres may alias dy: each element is read before it is
+// written, by the same thread.
 template <typename T, int V>
 __global__ void __launch_bounds__(BN_THREADS)
-    bn_dx_k(T *dx, const T *dy, const T *x, const T *y, const float *k, int M, int C, int tx_n) {
+    bn_dx_k(T *dx, T *dres, int res_acc, const T *dy, const T *x, const T *y, const float *k, int M, int C,
+            int tx_n) {
     const BnLane l = bn_lane<V>(tx_n, C);
     if (!l.active) return;
     const int c0 = l.c0;
@@ -254,6 +275,16 @@ __global__ void __launch_bounds__(BN_THREADS)
             for (int j = 0; j < V; j++)
                 if (!(yv[j] > 0.f)) g[j] = 0.f;
         }
+        if (dres) {
+            float r[V];
+            if (res_acc) {
+                ct_ldv<V>(r, dres, i);
+                for (int j = 0; j < V; j++) r[j] = __fadd_rn(r[j], g[j]);
+            } else {
+                for (int j = 0; j < V; j++) r[j] = g[j];
+            }
+            ct_stv<V>(dres, i, r);
+        }
         for (int j = 0; j < V; j++) g[j] = __fadd_rn(__fadd_rn(__fmul_rn(k0[j], g[j]), __fmul_rn(k1[j], xv[j])), k2[j]);
         ct_stv<V>(dx, i, g);
     }
@@ -265,13 +296,14 @@ __global__ void __launch_bounds__(BN_THREADS)
 // 16-byte vectors when C is a multiple of the vector and every activation pointer is aligned
 // (cudaMalloc'd activations always are; a view into the middle of one might not be).
 template <typename T>
-static int bn_vec_width(int C, const void *a, const void *b, const void *c, const void *d) {
-    return C % CT_VEC(T) == 0 && ct_aligned(16, a, b, c, d) ? CT_VEC(T) : 1;
+static int bn_vec_width(int C, const void *a, const void *b, const void *c, const void *d,
+                        const void *e = NULL) {
+    return C % CT_VEC(T) == 0 && ct_aligned(16, a, b, c, d) && ct_aligned(16, e) ? CT_VEC(T) : 1;
 }
 
 template <typename T, int V>
 static void bn_forward_train_launch(T *y, float *save_mean, float *save_invstd, float *running_mean,
-                                    float *running_var, const T *x, const float *gamma,
+                                    float *running_var, const T *x, const T *res, const float *gamma,
                                     const float *beta, int M, int C, float momentum, float eps,
                                     int relu, float *work, cudaStream_t stream) {
     int nchunks = bn_chunks(M), rows = bn_rows_per_chunk(M);
@@ -282,59 +314,74 @@ static void bn_forward_train_launch(T *y, float *save_mean, float *save_invstd, 
               (const T *)NULL, (const T *)NULL, (const float *)NULL, M, C, rows, g.tx);
     CT_LAUNCH(bn_finish_stats_k<T>, (C + 127) / 128, 128, 0, stream, save_mean, save_invstd, scale,
               running_mean, running_var, (const double *)partial, x, gamma, nchunks, M, C, momentum, eps);
-    CT_LAUNCH((bn_affine_k<T, V>), dim3(g.gx, bn_row_blocks(M, g)), BN_THREADS, 0, stream, y, x,
+    CT_LAUNCH((bn_affine_k<T, V>), dim3(g.gx, bn_row_blocks(M, g)), BN_THREADS, 0, stream, y, x, res,
               (const float *)save_mean, (const float *)scale, gamma, (const float *)NULL, eps, beta, M,
               C, g.tx, relu);
 }
 
+extern "C" void batchnorm_add_forward_train_gpu(void *y, float *save_mean, float *save_invstd,
+                                                float *running_mean, float *running_var, const void *x,
+                                                const void *res, const float *gamma, const float *beta,
+                                                int M, int C, float momentum, float eps, int relu,
+                                                float *work, CtDtype dt, ct_stream_t stream) {
+    if (M < 1 || C < 1) ct_die("batchnorm_forward_train_gpu: M = %d, C = %d", M, C);
+    CT_DISPATCH(dt, T, {
+        if (bn_vec_width<T>(C, y, x, res, NULL) > 1)
+            bn_forward_train_launch<T, CT_VEC(T)>((T *)y, save_mean, save_invstd, running_mean, running_var,
+                                                  (const T *)x, (const T *)res, gamma, beta, M, C, momentum,
+                                                  eps, relu, work, (cudaStream_t)stream);
+        else
+            bn_forward_train_launch<T, 1>((T *)y, save_mean, save_invstd, running_mean, running_var,
+                                          (const T *)x, (const T *)res, gamma, beta, M, C, momentum, eps,
+                                          relu, work, (cudaStream_t)stream);
+    });
+    CT_CHECK_LAUNCH("batchnorm_forward_train_gpu");
+}
 extern "C" void batchnorm_forward_train_gpu(void *y, float *save_mean, float *save_invstd,
                                             float *running_mean, float *running_var, const void *x,
                                             const float *gamma, const float *beta, int M, int C,
                                             float momentum, float eps, int relu, float *work,
                                             CtDtype dt, ct_stream_t stream) {
-    if (M < 1 || C < 1) ct_die("batchnorm_forward_train_gpu: M = %d, C = %d", M, C);
-    CT_DISPATCH(dt, T, {
-        if (bn_vec_width<T>(C, y, x, NULL, NULL) > 1)
-            bn_forward_train_launch<T, CT_VEC(T)>((T *)y, save_mean, save_invstd, running_mean,
-                                                              running_var, (const T *)x, gamma, beta, M, C,
-                                                              momentum, eps, relu, work, (cudaStream_t)stream);
-        else
-            bn_forward_train_launch<T, 1>((T *)y, save_mean, save_invstd, running_mean, running_var,
-                                          (const T *)x, gamma, beta, M, C, momentum, eps, relu, work,
-                                          (cudaStream_t)stream);
-    });
-    CT_CHECK_LAUNCH("batchnorm_forward_train_gpu");
+    batchnorm_add_forward_train_gpu(y, save_mean, save_invstd, running_mean, running_var, x, NULL, gamma,
+                                    beta, M, C, momentum, eps, relu, work, dt, stream);
 }
 
 template <typename T, int V>
-static void bn_forward_eval_launch(T *y, const T *x, const float *gamma, const float *beta,
+static void bn_forward_eval_launch(T *y, const T *x, const T *res, const float *gamma, const float *beta,
                                    const float *running_mean, const float *running_var, int M, int C,
                                    float eps, int relu, cudaStream_t stream) {
     BnGrid g = bn_grid(C, V);
-    CT_LAUNCH((bn_affine_k<T, V>), dim3(g.gx, bn_row_blocks(M, g)), BN_THREADS, 0, stream, y, x,
+    CT_LAUNCH((bn_affine_k<T, V>), dim3(g.gx, bn_row_blocks(M, g)), BN_THREADS, 0, stream, y, x, res,
               running_mean, (const float *)NULL, gamma, running_var, eps, beta, M, C, g.tx, relu);
 }
 
+extern "C" void batchnorm_add_forward_eval_gpu(void *y, const void *x, const void *res, const float *gamma,
+                                               const float *beta, const float *running_mean,
+                                               const float *running_var, int M, int C, float eps, int relu,
+                                               CtDtype dt, ct_stream_t stream) {
+    if (M < 1 || C < 1) ct_die("batchnorm_forward_eval_gpu: M = %d, C = %d", M, C);
+    CT_DISPATCH(dt, T, {
+        if (bn_vec_width<T>(C, y, x, res, NULL) > 1)
+            bn_forward_eval_launch<T, CT_VEC(T)>((T *)y, (const T *)x, (const T *)res, gamma, beta, running_mean,
+                                                 running_var, M, C, eps, relu, (cudaStream_t)stream);
+        else
+            bn_forward_eval_launch<T, 1>((T *)y, (const T *)x, (const T *)res, gamma, beta, running_mean,
+                                         running_var, M, C, eps, relu, (cudaStream_t)stream);
+    });
+    CT_CHECK_LAUNCH("batchnorm_forward_eval_gpu");
+}
 extern "C" void batchnorm_forward_eval_gpu(void *y, const void *x, const float *gamma,
                                            const float *beta, const float *running_mean,
                                            const float *running_var, int M, int C, float eps,
                                            int relu, CtDtype dt, ct_stream_t stream) {
-    if (M < 1 || C < 1) ct_die("batchnorm_forward_eval_gpu: M = %d, C = %d", M, C);
-    CT_DISPATCH(dt, T, {
-        if (bn_vec_width<T>(C, y, x, NULL, NULL) > 1)
-            bn_forward_eval_launch<T, CT_VEC(T)>((T *)y, (const T *)x, gamma, beta, running_mean,
-                                                             running_var, M, C, eps, relu, (cudaStream_t)stream);
-        else
-            bn_forward_eval_launch<T, 1>((T *)y, (const T *)x, gamma, beta, running_mean, running_var, M, C,
-                                         eps, relu, (cudaStream_t)stream);
-    });
-    CT_CHECK_LAUNCH("batchnorm_forward_eval_gpu");
+    batchnorm_add_forward_eval_gpu(y, x, NULL, gamma, beta, running_mean, running_var, M, C, eps, relu, dt,
+                                   stream);
 }
 
 template <typename T, int V>
-static void bn_backward_launch(T *dx, float *dgamma, float *dbeta, const T *dy, const T *x, const T *y,
-                               const float *gamma, const float *save_mean, const float *save_invstd,
-                               int M, int C, float *work, cudaStream_t stream) {
+static void bn_backward_launch(T *dx, T *dres, int res_acc, float *dgamma, float *dbeta, const T *dy,
+                               const T *x, const T *y, const float *gamma, const float *save_mean,
+                               const float *save_invstd, int M, int C, float *work, cudaStream_t stream) {
     int nchunks = bn_chunks(M), rows = bn_rows_per_chunk(M);
     BnGrid g = bn_grid(C, V);
     double *partial = (double *)work;
@@ -343,23 +390,31 @@ static void bn_backward_launch(T *dx, float *dgamma, float *dbeta, const T *dy, 
               save_mean, M, C, rows, g.tx);
     CT_LAUNCH(bn_finish_grad_k, (C + 127) / 128, 128, 0, stream, dgamma, dbeta, k, (const double *)partial,
               gamma, save_mean, save_invstd, nchunks, M, C);
-    CT_LAUNCH((bn_dx_k<T, V>), dim3(g.gx, bn_row_blocks(M, g)), BN_THREADS, 0, stream, dx, dy, x, y,
-              (const float *)k, M, C, g.tx);
+    CT_LAUNCH((bn_dx_k<T, V>), dim3(g.gx, bn_row_blocks(M, g)), BN_THREADS, 0, stream, dx, dres, res_acc, dy,
+              x, y, (const float *)k, M, C, g.tx);
 }
 
+extern "C" void batchnorm_add_backward_gpu(void *dx, void *dres, int res_acc, float *dgamma, float *dbeta,
+                                           const void *dy, const void *x, const void *y, const float *gamma,
+                                           const float *save_mean, const float *save_invstd, int M, int C,
+                                           float *work, CtDtype dt, ct_stream_t stream) {
+    if (M < 1 || C < 1) ct_die("batchnorm_backward_gpu: M = %d, C = %d", M, C);
+    CT_DISPATCH(dt, T, {
+        if (bn_vec_width<T>(C, dx, dy, x, y, dres) > 1)
+            bn_backward_launch<T, CT_VEC(T)>((T *)dx, (T *)dres, res_acc, dgamma, dbeta, (const T *)dy,
+                                             (const T *)x, (const T *)y, gamma, save_mean, save_invstd, M, C,
+                                             work, (cudaStream_t)stream);
+        else
+            bn_backward_launch<T, 1>((T *)dx, (T *)dres, res_acc, dgamma, dbeta, (const T *)dy, (const T *)x,
+                                     (const T *)y, gamma, save_mean, save_invstd, M, C, work,
+                                     (cudaStream_t)stream);
+    });
+    CT_CHECK_LAUNCH("batchnorm_backward_gpu");
+}
 extern "C" void batchnorm_backward_gpu(void *dx, float *dgamma, float *dbeta, const void *dy,
                                        const void *x, const void *y, const float *gamma,
                                        const float *save_mean, const float *save_invstd, int M,
                                        int C, float *work, CtDtype dt, ct_stream_t stream) {
-    if (M < 1 || C < 1) ct_die("batchnorm_backward_gpu: M = %d, C = %d", M, C);
-    CT_DISPATCH(dt, T, {
-        if (bn_vec_width<T>(C, dx, dy, x, y) > 1)
-            bn_backward_launch<T, CT_VEC(T)>((T *)dx, dgamma, dbeta, (const T *)dy, (const T *)x,
-                                                         (const T *)y, gamma, save_mean, save_invstd, M, C,
-                                                         work, (cudaStream_t)stream);
-        else
-            bn_backward_launch<T, 1>((T *)dx, dgamma, dbeta, (const T *)dy, (const T *)x, (const T *)y, gamma,
-                                     save_mean, save_invstd, M, C, work, (cudaStream_t)stream);
-    });
-    CT_CHECK_LAUNCH("batchnorm_backward_gpu");
+    batchnorm_add_backward_gpu(dx, NULL, 0, dgamma, dbeta, dy, x, y, gamma, save_mean, save_invstd, M, C, work,
+                               dt, stream);
 }

@@ -91,7 +91,7 @@ __global__ void normalize_u8_k(T *out, const uint8_t *in, size_t n, int C, const
     GRID_STRIDE(i, n) {
         int c = (int)(i % C);
         // Same operation order as the CPU reference: in / 255, minus mean, divided by std.
-        ct_st(out, i, ((float)in[i] / 255.0f - mean[c]) / std[c]);
+        ct_st(out, i, (ct_ld(in, i) / 255.0f - ct_ld(mean, c)) / ct_ld(std, c));
     }
 }
 

@@ -108,6 +108,20 @@ void batchnorm_backward_gpu(void *dx, float *dgamma, float *dbeta, const void *d
                             const void *y, const float *gamma, const float *save_mean,
                             const float *save_invstd, int M, int C, float *work, CtDtype dt,
                             ct_stream_t stream);
+// A residual block's tail in one pass (twins of nn/layers.h's batchnorm_add_*): y = bn(x) + res
+// [relu], the BN output never stored; backward: g = dy masked by y > 0 (y NULL: no ReLU), dres = g
+// (res_acc: dres += g, accumulated in place), dx, dgamma, dbeta of g. dx or dres may alias dy.
+void batchnorm_add_forward_train_gpu(void *y, float *save_mean, float *save_invstd, float *running_mean,
+                                     float *running_var, const void *x, const void *res, const float *gamma,
+                                     const float *beta, int M, int C, float momentum, float eps, int relu,
+                                     float *work, CtDtype dt, ct_stream_t stream);
+void batchnorm_add_forward_eval_gpu(void *y, const void *x, const void *res, const float *gamma,
+                                    const float *beta, const float *running_mean, const float *running_var,
+                                    int M, int C, float eps, int relu, CtDtype dt, ct_stream_t stream);
+void batchnorm_add_backward_gpu(void *dx, void *dres, int res_acc, float *dgamma, float *dbeta, const void *dy,
+                                const void *x, const void *y, const float *gamma, const float *save_mean,
+                                const float *save_invstd, int M, int C, float *work, CtDtype dt,
+                                ct_stream_t stream);
 
 // Elementwise (dx may alias dy; y may alias a or x).
 void relu_forward_gpu(void *y, const void *x, size_t n, CtDtype dt, ct_stream_t stream);
@@ -191,6 +205,7 @@ void ema_swap_gpu(float *a, float *b, size_t n, uint16_t *a_bf16, ct_stream_t st
 // leaves a record: the warp-level mma.sync m16n8k16 instructions it issued (4096 FLOPs each), the
 // global-memory bytes it requested through cp.async and kernels/act.cuh's accessors (plain
 // pointer dereferences in kernels are NOT seen), and the distinct bytes those requests touched.
+// Device-to-device copies and memsets leave a record too (grid and block 0).
 // ct_cost_tag labels the following launches (the GPU executor's profiler marks ops with it).
 typedef struct {
     char name[160];    // demangled kernel symbol (or the launch site's spelling)

@@ -2,6 +2,7 @@
 // the 1x1 convolution of an N x 1 x 1 x I image with O filters. The bias gradient is a column
 // sum over the batch, one thread per output walking the rows in order (deterministic).
 #include "kernels/common.cuh"
+#include "kernels/act.cuh"
 #include "kernels/conv_gemm.cuh"
 #include "kernels/kernels.h"
 
@@ -21,8 +22,8 @@ static ConvShape linear_shape(int N, int I, int O) {
 __global__ void bias_grad_k(float *db, const float *dout, int N, int O) {
     for (int o = blockIdx.x * blockDim.x + threadIdx.x; o < O; o += gridDim.x * blockDim.x) {
         float acc = 0.f;
-        for (int n = 0; n < N; n++) acc += dout[(size_t)n * O + o];
-        db[o] = acc;
+        for (int n = 0; n < N; n++) acc += ct_ld(dout, (size_t)n * O + o);
+        ct_st(db, o, acc);
     }
 }
 

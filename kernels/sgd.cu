@@ -33,6 +33,7 @@ __global__ void sgd_k(float *p, const float *g, float *buf, const uint8_t *decay
         ct_ldv<4>(gv, g, j * 4);
         if (momentum != 0.0f && !first) ct_ldv<4>(bv, buf, j * 4);
         if (decay) ct_check_vec_align(decay + j * 4, sizeof(uint32_t));
+        if (decay) CT_COST_ACCESS(decay + j * 4, 4, false);
         uint32_t dm = decay ? *(const uint32_t *)(decay + j * 4) : 0x01010101u;
         for (int k = 0; k < 4; k++)
             sgd_one(pv[k], gv[k], bv[k], (dm >> (8 * k)) & 0xffu, lr, momentum, wd, nesterov, first);
@@ -41,11 +42,11 @@ __global__ void sgd_k(float *p, const float *g, float *buf, const uint8_t *decay
         if (p_bf16) ct_stv<4>(p_bf16, j * 4, pv);
     }
     for (size_t i = nv * 4 + blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        float pi = p[i], b = momentum != 0.0f && !first ? buf[i] : 0.f;
-        sgd_one(pi, g[i], b, !decay || decay[i], lr, momentum, wd, nesterov, first);
-        p[i] = pi;
-        if (momentum != 0.0f) buf[i] = b;
-        if (p_bf16) p_bf16[i] = ct_f32_to_bf16(pi);
+        float pi = ct_ld(p, i), b = momentum != 0.0f && !first ? ct_ld(buf, i) : 0.f;
+        sgd_one(pi, ct_ld(g, i), b, !decay || ct_ld(decay, i) != 0.f, lr, momentum, wd, nesterov, first);
+        ct_st(p, i, pi);
+        if (momentum != 0.0f) ct_st(buf, i, b);
+        if (p_bf16) ct_st(p_bf16, i, pi);
     }
 }
 

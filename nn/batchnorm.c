@@ -143,16 +143,25 @@ static void channel_sums(double *s1, double *s2, int mode, const float *x, const
     free(part);
 }
 
-// y = (x - mean[c]) * scale[c] + beta[c], optionally clamped at zero. Subtracting the mean first
-// (rather than folding it into a shift) avoids cancellation when invstd is large.
-static void affine(float *y, const float *x, const float *mean, const float *scale, const float *beta, int M,
-                   int C, int relu) {
+// y = (x - mean[c]) * scale[c] + beta[c] [+ res], optionally clamped at zero. Subtracting the mean
+// first (rather than folding it into a shift) avoids cancellation when invstd is large. The
+// residual is added to the float BN output, exactly as add_forward adds two tensors.
+static void affine(float *y, const float *x, const float *res, const float *mean, const float *scale,
+                   const float *beta, int M, int C, int relu) {
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < M; r++) {
         const size_t o = (size_t)r * C;
-        for (int c = 0; c < C; c++) {
-            float v = (x[o + c] - mean[c]) * scale[c] + beta[c];
-            y[o + c] = relu && !(v > 0) ? 0.0f : v;
+        if (res) {
+            for (int c = 0; c < C; c++) {
+                float v = (x[o + c] - mean[c]) * scale[c] + beta[c];
+                v = v + res[o + c];
+                y[o + c] = relu && !(v > 0) ? 0.0f : v;
+            }
+        } else {
+            for (int c = 0; c < C; c++) {
+                float v = (x[o + c] - mean[c]) * scale[c] + beta[c];
+                y[o + c] = relu && !(v > 0) ? 0.0f : v;
+            }
         }
     }
 }
@@ -160,6 +169,13 @@ static void affine(float *y, const float *x, const float *mean, const float *sca
 void batchnorm_forward_train(float *y, float *save_mean, float *save_invstd, float *running_mean,
                              float *running_var, const float *x, const float *gamma, const float *beta,
                              int M, int C, float momentum, float eps, int relu) {
+    batchnorm_add_forward_train(y, save_mean, save_invstd, running_mean, running_var, x, NULL, gamma, beta, M, C,
+                                momentum, eps, relu);
+}
+
+void batchnorm_add_forward_train(float *y, float *save_mean, float *save_invstd, float *running_mean,
+                                 float *running_var, const float *x, const float *res, const float *gamma,
+                                 const float *beta, int M, int C, float momentum, float eps, int relu) {
     double *sum = ct_alloc((size_t)C * 2 * sizeof(double)), *sq = sum + C;
     float *scale = ct_alloc((size_t)C * 2 * sizeof(float)), *shift = scale + C;
     // One pass: sums of (x - x[0]) and its square, mean and variance from those in double.
@@ -177,7 +193,7 @@ void batchnorm_forward_train(float *y, float *save_mean, float *save_invstd, flo
             running_var[c] = (float)((1 - momentum) * running_var[c] + momentum * unbiased);
         }
     }
-    affine(y, x, save_mean, scale, beta, M, C, relu);
+    affine(y, x, res, save_mean, scale, beta, M, C, relu);
     free(scale);
     free(sum);
 }
@@ -185,9 +201,15 @@ void batchnorm_forward_train(float *y, float *save_mean, float *save_invstd, flo
 void batchnorm_forward_eval(float *y, const float *x, const float *gamma, const float *beta,
                             const float *running_mean, const float *running_var, int M, int C, float eps,
                             int relu) {
+    batchnorm_add_forward_eval(y, x, NULL, gamma, beta, running_mean, running_var, M, C, eps, relu);
+}
+
+void batchnorm_add_forward_eval(float *y, const float *x, const float *res, const float *gamma,
+                                const float *beta, const float *running_mean, const float *running_var, int M,
+                                int C, float eps, int relu) {
     float *scale = ct_alloc((size_t)C * sizeof(float));
     for (int c = 0; c < C; c++) scale[c] = (float)(gamma[c] / sqrt((double)running_var[c] + eps));
-    affine(y, x, running_mean, scale, beta, M, C, relu);
+    affine(y, x, res, running_mean, scale, beta, M, C, relu);
     free(scale);
 }
 
@@ -197,6 +219,14 @@ void batchnorm_forward_eval(float *y, const float *x, const float *gamma, const 
 void batchnorm_backward(float *dx, float *dgamma, float *dbeta, const float *dy, const float *x,
                         const float *y, const float *gamma, const float *save_mean,
                         const float *save_invstd, int M, int C) {
+    batchnorm_add_backward(dx, NULL, 0, dgamma, dbeta, dy, x, y, gamma, save_mean, save_invstd, M, C);
+}
+
+// The residual operand's gradient is g itself (d(bn + res)/dres = 1 under the ReLU mask): written
+// to dres, or added to it (res_acc) when the residual tensor already holds a gradient.
+void batchnorm_add_backward(float *dx, float *dres, int res_acc, float *dgamma, float *dbeta, const float *dy,
+                            const float *x, const float *y, const float *gamma, const float *save_mean,
+                            const float *save_invstd, int M, int C) {
     double *sg = ct_alloc((size_t)C * 2 * sizeof(double)), *sgx = sg + C;
     float *k0 = ct_alloc((size_t)C * 3 * sizeof(float)), *k1 = k0 + C, *k2 = k1 + C;
     channel_sums(sg, sgx, SUM_GRAD, x, dy, y, save_mean, M, C);
@@ -214,7 +244,15 @@ void batchnorm_backward(float *dx, float *dgamma, float *dbeta, const float *dy,
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < M; r++) {
         const size_t o = (size_t)r * C;
-        if (y) {
+        if (dres) {
+            // Every element of dy, y and x is read before dx or dres is written (either may alias dy).
+            for (int c = 0; c < C; c++) {
+                const float gv = dy[o + c], g = !y || y[o + c] > 0 ? gv : 0.0f;
+                const float xv = x[o + c];
+                dres[o + c] = res_acc ? dres[o + c] + g : g;
+                dx[o + c] = k0[c] * g + k1[c] * xv + k2[c];
+            }
+        } else if (y) {
             for (int c = 0; c < C; c++) {
                 const float gv = dy[o + c], g = y[o + c] > 0 ? gv : 0.0f;
                 dx[o + c] = k0[c] * g + k1[c] * x[o + c] + k2[c];

@@ -64,6 +64,19 @@ void batchnorm_forward_eval(float *y, const float *x, const float *gamma, const 
 void batchnorm_backward(float *dx, float *dgamma, float *dbeta, const float *dy, const float *x,
                         const float *y, const float *gamma, const float *save_mean,
                         const float *save_invstd, int M, int C);
+// A residual block's tail in one pass: y = bn(x) + res [relu] (the BN output never stored), and
+// its backward: g = dy masked by y > 0 (y NULL: no ReLU); dres = g, or dres += g when res_acc
+// (the residual tensor already holds a gradient: accumulated in place); dx, dgamma, dbeta as in
+// batchnorm_backward of g. dx or dres may alias dy. res == NULL / dres == NULL: plain batch norm.
+void batchnorm_add_forward_train(float *y, float *save_mean, float *save_invstd, float *running_mean,
+                                 float *running_var, const float *x, const float *res, const float *gamma,
+                                 const float *beta, int M, int C, float momentum, float eps, int relu);
+void batchnorm_add_forward_eval(float *y, const float *x, const float *res, const float *gamma,
+                                const float *beta, const float *running_mean, const float *running_var, int M,
+                                int C, float eps, int relu);
+void batchnorm_add_backward(float *dx, float *dres, int res_acc, float *dgamma, float *dbeta, const float *dy,
+                            const float *x, const float *y, const float *gamma, const float *save_mean,
+                            const float *save_invstd, int M, int C);
 
 // ---------------------------------------------------------------------------------------------
 // Elementwise.

@@ -5,6 +5,8 @@
 // [first write, last read] on that timeline and an offset in one arena; buffers whose lifetimes
 // do not intersect may share memory. Offsets are assigned greedily, largest buffer first, at the
 // lowest offset that does not collide with an already placed buffer of intersecting lifetime.
+// A fused pair (bn3 + add, resnet_bn_add_fusable) runs at the BN's step in both directions, so
+// both ops' buffers are live over both steps of the pair.
 #include "nn/model_cpu.h"
 
 #include <string.h>
@@ -33,6 +35,7 @@ struct CpuExec {
     float *bn_save;
     // Backward bookkeeping.
     char *grad_written;
+    uint8_t *fuse;  // per op: 1 for a BN run together with the ADD after it
     int forward_was_train;  // batch size of the last forward if it was a training one, else 0
     size_t dlogits_cap;
     // bf16 mode (cpu_exec_set_bf16): wq holds the params rounded to bf16, the conv/fc operands.
@@ -50,6 +53,8 @@ CpuExec *cpu_exec_create(const ResNet *m) {
     e->grad_off = ct_zalloc(m->n_tensors * sizeof(size_t));
     e->grad_written = ct_zalloc(m->n_tensors);
     e->bn_off = ct_zalloc(m->n_ops * sizeof(size_t));
+    e->fuse = ct_zalloc(m->n_ops);
+    for (int i = 0; i < m->n_ops; i++) e->fuse[i] = (uint8_t)resnet_bn_add_fusable(m, i);
     size_t bn_total = 0;
     for (int i = 0; i < m->n_ops; i++) {
         e->bn_off[i] = bn_total;
@@ -65,6 +70,7 @@ void cpu_exec_free(CpuExec *e) {
     free(e->act_off);
     free(e->grad_off);
     free(e->grad_written);
+    free(e->fuse);
     free(e->bn_off);
     free(e->bn_save);
     free(e->arena);
@@ -127,6 +133,10 @@ static int bwd_needs_input(const Op *op) {
 }
 static int bwd_needs_output(const Op *op) { return (op->kind == OP_BN || op->kind == OP_ADD) && op->relu; }
 
+// The forward steps op k's work may run at: [span_lo, span_hi] (a fused pair runs at its BN's).
+static int span_lo(const CpuExec *e, int k) { return k > 0 && e->fuse[k - 1] ? k - 1 : k; }
+static int span_hi(const CpuExec *e, int k) { return e->fuse[k] ? k + 1 : k; }
+
 static void plan(CpuExec *e, const ResNet *m, int N, int H, int W, int train) {
     if (resnet_shapes(m, H, W, e->dims) != 0)
         ct_die("%s: input %dx%d is too small for the network (a feature map would be empty)", m->arch, H, W);
@@ -141,24 +151,25 @@ static void plan(CpuExec *e, const ResNet *m, int N, int H, int W, int train) {
     for (int t = 0; t < m->n_tensors; t++) {
         size_t size = (size_t)N * e->dims[t].H * e->dims[t].W * e->dims[t].C;
         max_slot = CT_MAX(max_slot, size);
-        int start = producer[t] < 0 ? 0 : producer[t], end = start;
+        if (producer[t] >= 0 && e->fuse[producer[t]]) size = 0;  // a fused BN's output: never stored
+        int start = producer[t] < 0 ? 0 : span_lo(e, producer[t]), end = start;
         int first_bwd_use = T;  // gradient: time of the first contribution
         for (int i = 0; i < n; i++) {
             const Op *op = &m->ops[i];
-            int bt = T - 1 - i;
+            int lo = span_lo(e, i), hi = span_hi(e, i), blo = T - 1 - hi, bhi = T - 1 - lo;
             if (op->in == t || op->in2 == t) {
-                end = CT_MAX(end, i);
-                if (train && op->in == t && bwd_needs_input(op)) end = CT_MAX(end, bt);
-                if (train) first_bwd_use = CT_MIN(first_bwd_use, bt);
+                end = CT_MAX(end, hi);
+                if (train && op->in == t && bwd_needs_input(op)) end = CT_MAX(end, bhi);
+                if (train) first_bwd_use = CT_MIN(first_bwd_use, blo);
             }
-            if (op->out == t && train && bwd_needs_output(op)) end = CT_MAX(end, bt);
+            if (op->out == t && train && bwd_needs_output(op)) end = CT_MAX(end, bhi);
         }
         if (t == m->n_tensors - 1) end = T;  // logits stay valid until the next forward
         iv[niv++] = (Interval){size, start, end, &e->act_off[t]};
         e->grad_off[t] = NONE;
         // A gradient for every slot but the input and the logits (the caller passes dlogits).
         if (train && t != 0 && t != m->n_tensors - 1 && producer[t] >= 0) {
-            int gend = T - 1 - producer[t];
+            int gend = T - 1 - span_lo(e, producer[t]);
             iv[niv++] = (Interval){size, first_bwd_use, gend, &e->grad_off[t]};
         }
     }
@@ -221,9 +232,15 @@ static void forward_ops(CpuExec *e, ResNet *m, int N, int train) {
     store(e, act(e, 0), (size_t)N * e->H * e->W * m->in_channels);
     for (int i = 0; i < m->n_ops; i++) {
         const Op *op = &m->ops[i];
-        const TensorDim din = e->dims[op->in], dout = e->dims[op->out];
-        float *y = act(e, op->out);
+        if (i > 0 && e->fuse[i - 1]) continue;  // the ADD of a fused pair: done with its BN
+        const TensorDim din = e->dims[op->in];
+        // A fused BN writes its ADD's output: y = bn(x) + res [relu].
+        const Op *add = e->fuse[i] ? &m->ops[i + 1] : NULL;
+        const int out = add ? add->out : op->out;
+        const TensorDim dout = e->dims[out];
+        float *y = act(e, out);
         const float *x = act(e, op->in);
+        const float *res = add ? act(e, add->in == op->out ? add->in2 : add->in) : NULL;
         switch (op->kind) {
         case OP_CONV: {
             ConvShape s = conv_shape(N, din.H, din.W, din.C, op->K, op->R, op->S, op->stride, op->pad);
@@ -237,10 +254,12 @@ static void forward_ops(CpuExec *e, ResNet *m, int N, int train) {
             int M = N * din.H * din.W;
             if (train && !m->freeze_backbone) {
                 float *sm = e->bn_save + e->bn_off[i], *si = sm + op->C;
-                batchnorm_forward_train(y, sm, si, rm, rv, x, gamma, beta, M, op->C, BN_MOMENTUM, BN_EPS, op->relu);
+                batchnorm_add_forward_train(y, sm, si, rm, rv, x, res, gamma, beta, M, op->C, BN_MOMENTUM, BN_EPS,
+                                            add ? add->relu : op->relu);
                 m->counts[m->entries[op->nbt].offset] += 1;
             } else {
-                batchnorm_forward_eval(y, x, gamma, beta, rm, rv, M, op->C, BN_EPS, op->relu);
+                batchnorm_add_forward_eval(y, x, res, gamma, beta, rm, rv, M, op->C, BN_EPS,
+                                           add ? add->relu : op->relu);
             }
             break;
         }
@@ -263,7 +282,7 @@ static void forward_ops(CpuExec *e, ResNet *m, int N, int train) {
         default:
             ct_die("%s: op %d (%s) has unknown kind %d", m->arch, i, op->name, op->kind);
         }
-        if (op->out != m->n_tensors - 1) store(e, y, (size_t)N * dout.H * dout.W * dout.C);  // logits stay fp32
+        if (out != m->n_tensors - 1) store(e, y, (size_t)N * dout.H * dout.W * dout.C);  // logits stay fp32
     }
     e->forward_was_train = train ? N : 0;
 }
@@ -314,10 +333,13 @@ void cpu_backward(CpuExec *e, const ResNet *m, const float *dlogits, float *grad
     memset(e->grad_written, 0, m->n_tensors);
     for (int i = m->n_ops - 1; i >= 0; i--) {
         const Op *op = &m->ops[i];
-        const TensorDim din = e->dims[op->in], dout = e->dims[op->out];
-        const float *dy = op->out == m->n_tensors - 1 ? dlogits : e->arena + e->grad_off[op->out];
+        if (i > 0 && e->fuse[i - 1]) continue;  // the ADD of a fused pair: done with its BN
+        const Op *add = e->fuse[i] ? &m->ops[i + 1] : NULL;
+        const int out = add ? add->out : op->out;
+        const TensorDim din = e->dims[op->in], dout = e->dims[out];
+        const float *dy = out == m->n_tensors - 1 ? dlogits : e->arena + e->grad_off[out];
         const float *x = act(e, op->in);
-        const float *y = act(e, op->out);
+        const float *y = act(e, out);
         size_t n_in = (size_t)N * din.H * din.W * din.C;
         // A frozen backbone needs no gradient below fc: backward ends with fc's weight gradients.
         float *dx = m->freeze_backbone && op->kind == OP_FC ? NULL : grad_dest(e, op->in);
@@ -331,9 +353,19 @@ void cpu_backward(CpuExec *e, const ResNet *m, const float *dlogits, float *grad
         case OP_BN: {
             const float *sm = e->bn_save + e->bn_off[i], *si = sm + op->C;
             float *tmp = dx ? dx : e->scratch;  // the BN input always has a gradient in a ResNet
-            batchnorm_backward(tmp, grads + m->entries[op->w].offset, grads + m->entries[op->b].offset, dy, x,
-                               op->relu ? y : NULL, m->params + m->entries[op->w].offset, sm, si,
-                               N * din.H * din.W, op->C);
+            // Fused with its ADD: the residual operand's gradient is written (or accumulated in
+            // place) by the same pass; dy is masked by the ADD's ReLU.
+            int rs = add ? (add->in == op->out ? add->in2 : add->in) : -1;
+            float *dres = rs >= 0 && e->grad_off[rs] != NONE ? e->arena + e->grad_off[rs] : NULL;
+            int res_acc = dres && e->grad_written[rs];
+            batchnorm_add_backward(tmp, dres, res_acc, grads + m->entries[op->w].offset,
+                                   grads + m->entries[op->b].offset, dy, x,
+                                   (add ? add->relu : op->relu) ? y : NULL, m->params + m->entries[op->w].offset,
+                                   sm, si, N * din.H * din.W, op->C);
+            if (dres) {
+                store(e, dres, n_in);
+                e->grad_written[rs] = 1;
+            }
             break;
         }
         case OP_RELU:

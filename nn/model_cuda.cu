@@ -10,7 +10,10 @@
 // - one fp32 scratch covers the largest reduction workspace (BN partials, conv split-K partials).
 // The second contribution to a gradient slot (a block input feeds both the residual add and a
 // conv or the shortcut) goes through a scratch buffer and add_inplace, because every backward
-// kernel overwrites its output (the CPU convention).
+// kernel overwrites its output (the CPU convention); a fused block tail accumulates in place.
+// Fusion (resnet_bn_add_fusable, CTRAIN_FUSE_BN_ADD=0 turns it off): bn3 + add [+ relu] runs as one
+// batch norm whose last pass adds the residual (the BN output slot is never allocated), and its
+// backward writes the residual's gradient in the BN's dx pass (no ReLU pass, no device copies).
 #include <string.h>
 
 #include "kernels/common.cuh"
@@ -56,6 +59,7 @@ struct GpuExec {
     size_t esz;  // bytes per activation element
     cudaStream_t st, cp;
     const ResNet *graph;  // the model this executor was made for (shape checks)
+    uint8_t *fuse;        // per op: 1 for a BN run together with the ADD after it
 
     // Model state on the device.
     float *params, *grads, *mom, *bufs;
@@ -164,6 +168,8 @@ GpuExec *gpu_exec_create(const ResNet *m, CtDtype dt) {
     e->esz = dt == CT_BF16 ? 2 : 4;
     e->graph = m;
     e->decay_mode = -1;
+    e->fuse = (uint8_t *)ct_zalloc((size_t)m->n_ops);
+    for (int i = 0; i < m->n_ops; i++) e->fuse[i] = (uint8_t)resnet_bn_add_fusable(m, i);
     CK(cudaStreamCreateWithFlags(&e->st, cudaStreamNonBlocking));
     CK(cudaStreamCreateWithFlags(&e->cp, cudaStreamNonBlocking));
     for (int i = 0; i < 2; i++) {
@@ -324,6 +330,7 @@ void gpu_exec_free(GpuExec *e) {
     if (!e) return;
     prof_free(e->prof);
     free_plan(e, e->graph);
+    free(e->fuse);
     dfree(e->params);
     dfree(e->grads);
     dfree(e->mom);
@@ -437,8 +444,12 @@ static void plan(GpuExec *e, const ResNet *m, int N, int H, int W) {
     CK(cudaMallocHost((void **)&e->h_logits, (size_t)N * K * sizeof(float)));
 
     e->act = (void **)ct_zalloc((size_t)m->n_tensors * sizeof(void *));
+    // A fused BN's own output is never written: no buffer (NULL).
+    uint8_t *unused = (uint8_t *)ct_zalloc((size_t)m->n_tensors);
+    for (int i = 0; i < m->n_ops; i++)
+        if (e->fuse[i]) unused[m->ops[i].out] = 1;
     for (int s = 0; s < m->n_tensors; s++)
-        e->act[s] = s == last ? (void *)e->logits : dmalloc(e, slot_elems(e, s, N) * e->esz);
+        e->act[s] = s == last ? (void *)e->logits : unused[s] ? NULL : dmalloc(e, slot_elems(e, s, N) * e->esz);
     e->cpad = e->dt == CT_BF16 && e->dims[0].C < 8 ? 8 : 0;
     if (e->cpad) {
         size_t wmax = 0;
@@ -466,7 +477,7 @@ static void plan(GpuExec *e, const ResNet *m, int N, int H, int W) {
         int ins[2] = {op->in, op->kind == OP_ADD ? op->in2 : -1};
         for (int j = 0; j < 2; j++) {
             int s = ins[j];
-            if (s <= 0 || owner[s] >= 0) continue;  // slot 0 (the input) needs no gradient
+            if (s <= 0 || owner[s] >= 0 || unused[s]) continue;  // slot 0 (the input) needs no gradient
             size_t need = slot_elems(e, s, N) * e->esz;
             if (need > max_slot) max_slot = need;
             int best = -1;
@@ -493,6 +504,7 @@ static void plan(GpuExec *e, const ResNet *m, int N, int H, int W) {
     free(owner);
     free(cap);
     free(busy);
+    free(unused);
 
     // BN statistics and the reduction workspace.
     e->bnstat_off = (size_t *)ct_zalloc((size_t)m->n_ops * sizeof(size_t));
@@ -549,6 +561,7 @@ static void forward_ops(GpuExec *e, const ResNet *m, int N, int train) {
     cudaStream_t st = e->st;
     for (int i = 0; i < m->n_ops; i++) {
         const Op *op = &m->ops[i];
+        if (i > 0 && e->fuse[i - 1]) continue;  // the ADD of a fused pair: done with its BN
         const TensorDim *di = &e->dims[op->in], *dout = &e->dims[op->out];
         void *out = e->act[op->out];
         const void *in = e->act[op->in];
@@ -571,12 +584,17 @@ static void forward_ops(GpuExec *e, const ResNet *m, int N, int train) {
             int M = N * di->H * di->W, C = di->C;
             float *gamma = pparam(e, m, op->w), *beta = pparam(e, m, op->b);
             float *rm = e->bufs + entry(m, op->rm)->offset, *rv = e->bufs + entry(m, op->rv)->offset;
+            // Fused with the ADD after it: write the ADD's output, bn(in) + res [relu].
+            const Op *add = e->fuse[i] ? &m->ops[i + 1] : NULL;
+            const void *res = add ? e->act[add->in == op->out ? add->in2 : add->in] : NULL;
+            int relu = add ? add->relu : op->relu;
+            if (add) out = e->act[add->out];
             if (train && !m->freeze_backbone) {
                 float *mean = e->bnstat + e->bnstat_off[i], *invstd = mean + C;
-                batchnorm_forward_train_gpu(out, mean, invstd, rm, rv, in, gamma, beta, M, C, BN_MOMENTUM,
-                                            BN_EPS, op->relu, e->work, dt, st);
+                batchnorm_add_forward_train_gpu(out, mean, invstd, rm, rv, in, res, gamma, beta, M, C, BN_MOMENTUM,
+                                                BN_EPS, relu, e->work, dt, st);
             } else {
-                batchnorm_forward_eval_gpu(out, in, gamma, beta, rm, rv, M, C, BN_EPS, op->relu, dt, st);
+                batchnorm_add_forward_eval_gpu(out, in, res, gamma, beta, rm, rv, M, C, BN_EPS, relu, dt, st);
             }
             break;
         }
@@ -841,8 +859,10 @@ static void backward_ops(GpuExec *e, const ResNet *m, GradReadyFn ready, void *c
     int last = m->n_tensors - 1;
     for (int i = m->n_ops - 1; i >= 0; i--) {
         const Op *op = &m->ops[i];
+        if (i > 0 && e->fuse[i - 1]) continue;  // the ADD of a fused pair: done with its BN
+        const Op *add = e->fuse[i] ? &m->ops[i + 1] : NULL;
         const TensorDim *di = &e->dims[op->in], *dout = &e->dims[op->out];
-        void *gout = op->out == last ? (void *)e->dlogits : e->grad[op->out];
+        void *gout = add ? e->grad[add->out] : op->out == last ? (void *)e->dlogits : e->grad[op->out];
         const void *in = e->act[op->in];
         size_t n_in = slot_elems(e, op->in, N);
         // A frozen backbone needs no gradient below fc: backward ends with fc's weight gradients.
@@ -867,9 +887,16 @@ static void backward_ops(GpuExec *e, const ResNet *m, GradReadyFn ready, void *c
         case OP_BN: {
             int M = N * di->H * di->W, C = di->C;
             const float *mean = e->bnstat + e->bnstat_off[i], *invstd = mean + C;
-            batchnorm_backward_gpu(grad_target(e, op->in, init), pgrad(e, m, op->w), pgrad(e, m, op->b), gout,
-                                   in, op->relu ? e->act[op->out] : NULL, pparam(e, m, op->w), mean, invstd,
-                                   M, C, e->work, dt, st);
+            // Fused: dy is masked by the ADD's ReLU, and the residual operand's gradient is
+            // written, or accumulated in place, by the dx pass. dx may share dy's pool buffer.
+            int rs = add ? (add->in == op->out ? add->in2 : add->in) : -1;
+            void *dres = rs > 0 ? e->grad[rs] : NULL;
+            int relu = add ? add->relu : op->relu;
+            batchnorm_add_backward_gpu(grad_target(e, op->in, init), dres, dres ? init[rs] : 0, pgrad(e, m, op->w),
+                                       pgrad(e, m, op->b), gout, in,
+                                       relu ? e->act[add ? add->out : op->out] : NULL, pparam(e, m, op->w), mean,
+                                       invstd, M, C, e->work, dt, st);
+            if (dres) init[rs] = 1;
             finish_grad(e, op->in, init, n_in);
             break;
         }

@@ -567,6 +567,79 @@ static void test_sgd(size_t n, float momentum, float wd, int nesterov) {
     free(hb);
 }
 
+// The fused block tail, batchnorm_add_*: y = bn(x) + res [relu], and its backward writing (or
+// accumulating into) the residual's gradient, against the CPU twin. In bf16 the CPU twin gets the
+// GPU's rounded inputs, so what is left is the order of the statistics' sums.
+static void test_batchnorm_add(int M, int C, int relu, int res_acc, CtDtype dt) {
+    char what[112];
+    size_t n = (size_t)M * C;
+    float *x = rand_vec(n, -2.f, 3.f, dt), *res = rand_vec(n, -2.f, 2.f, dt);
+    float *gamma = rand_vec(C, 0.5f, 1.5f, CT_F32), *beta = rand_vec(C, -0.5f, 0.5f, CT_F32);
+    float *rm = rand_vec(C, -0.1f, 0.1f, CT_F32), *rv = rand_vec(C, 0.9f, 1.1f, CT_F32);
+    float *y = (float *)ct_alloc(n * 4), *mean = (float *)ct_alloc(C * 4), *invstd = (float *)ct_alloc(C * 4);
+    float *rm_c = (float *)ct_alloc(C * 4), *rv_c = (float *)ct_alloc(C * 4);
+    memcpy(rm_c, rm, C * 4);
+    memcpy(rv_c, rv, C * 4);
+    batchnorm_add_forward_train(y, mean, invstd, rm_c, rv_c, x, res, gamma, beta, M, C, 0.1f, 1e-5f, relu);
+    void *dx_ = dev_act(x, n, dt), *dres_ = dev_act(res, n, dt), *dy_ = dev_act(NULL, n, dt);
+    float *dg = dev_f32(gamma, C), *db = dev_f32(beta, C), *drm = dev_f32(rm, C), *drv = dev_f32(rv, C);
+    float *dmean = dev_f32(NULL, C), *dinv = dev_f32(NULL, C);
+    float *work = dev_f32(NULL, batchnorm_gpu_work_floats(M, C));
+    batchnorm_add_forward_train_gpu(dy_, dmean, dinv, drm, drv, dx_, dres_, dg, db, M, C, 0.1f, 1e-5f, relu, work,
+                                    dt, 0);
+    float *gy = host_act(dy_, n, dt), *gm = host_f32(dmean, C), *grv = host_f32(drv, C);
+    snprintf(what, sizeof what, "bn+add fwd train M=%d C=%d relu=%d: y", M, C, relu);
+    expect_close(what, gy, y, n, tol(dt), dt);
+    // Where both sides' statistics agree bit for bit (they do on these shapes), the one rounding
+    // of bn(x) + res must be the CPU twin's exactly: a misplaced rounding shows here, not hidden
+    // by the bf16 tolerance.
+    float *ginv = host_f32(dinv, C);
+    if (!memcmp(gm, mean, C * 4) && !memcmp(ginv, invstd, C * 4)) {
+        size_t nd = 0;
+        for (size_t i = 0; i < n; i++) nd += gy[i] != (dt == CT_BF16 ? ct_round_bf16(y[i]) : y[i]);
+        CHECK(nd == 0, "%s (%s): %zu of %zu elements differ from the rounded CPU twin", what, dtname(dt), nd, n);
+    }
+    free(ginv);
+    snprintf(what, sizeof what, "bn+add fwd train M=%d C=%d: mean, running var", M, C);
+    expect_close(what, gm, mean, C, 1e-5, dt);
+    expect_close(what, grv, rv_c, C, 1e-5, dt);
+
+    // Eval: the same pass with the running statistics.
+    float *ye = (float *)ct_alloc(n * 4);
+    batchnorm_add_forward_eval(ye, x, res, gamma, beta, rm_c, rv_c, M, C, 1e-5f, relu);
+    float *drmc = dev_f32(rm_c, C), *drvc = dev_f32(rv_c, C);
+    void *dye = dev_act(NULL, n, dt);
+    batchnorm_add_forward_eval_gpu(dye, dx_, dres_, dg, db, drmc, drvc, M, C, 1e-5f, relu, dt, 0);
+    float *gye = host_act(dye, n, dt);
+    snprintf(what, sizeof what, "bn+add fwd eval M=%d C=%d relu=%d", M, C, relu);
+    expect_close(what, gye, ye, n, tol(dt), dt);
+
+    // Backward: the mask from the GPU's y; the residual gradient starts as r0 (res_acc) and must
+    // end as r0 + g exactly (one rounding in bf16); dx aliases dy as the executor may do.
+    float *dy = rand_vec(n, -1.f, 1.f, dt), *r0 = rand_vec(n, -1.f, 1.f, dt);
+    float *dxc = (float *)ct_alloc(n * 4), *dgam = (float *)ct_alloc(C * 4), *dbet = (float *)ct_alloc(C * 4);
+    float *drc = (float *)ct_alloc(n * 4);
+    memcpy(drc, r0, n * 4);
+    batchnorm_add_backward(dxc, drc, res_acc, dgam, dbet, dy, x, relu ? gy : NULL, gamma, mean, invstd, M, C);
+    round_to(drc, n, dt);  // the GPU stores the residual gradient in dt
+    void *ddy = dev_act(dy, n, dt), *dyr = dev_act(gy, n, dt), *ddr = dev_act(r0, n, dt);
+    float *ddg = dev_f32(NULL, C), *ddb = dev_f32(NULL, C), *dmean_c = dev_f32(mean, C), *dinv_c = dev_f32(invstd, C);
+    batchnorm_add_backward_gpu(ddy, ddr, res_acc, ddg, ddb, ddy, dx_, relu ? dyr : NULL, dg, dmean_c, dinv_c, M, C,
+                               work, dt, 0);
+    float *gdx = host_act(ddy, n, dt), *gdr = host_act(ddr, n, dt), *gdg = host_f32(ddg, C);
+    CHECK(!memcmp(gdr, drc, n * 4), "bn+add bwd M=%d C=%d relu=%d acc=%d (%s): residual gradient not exact", M, C,
+          relu, res_acc, dtname(dt));
+    snprintf(what, sizeof what, "bn+add bwd M=%d C=%d relu=%d acc=%d: dx", M, C, relu, res_acc);
+    expect_close(what, gdx, dxc, n, tol(dt), dt);
+    snprintf(what, sizeof what, "bn+add bwd M=%d C=%d relu=%d: dgamma", M, C, relu);
+    expect_close(what, gdg, dgam, C, 1e-5, dt);
+
+    void *dptrs[] = {dx_, dres_, dy_, dg, db, drm, drv, dmean, dinv, work, drmc, drvc, dye, ddy, dyr, ddr, ddg, ddb, dmean_c, dinv_c};
+    for (size_t i = 0; i < CT_ARRAY_LEN(dptrs); i++) cudaFree(dptrs[i]);
+    float *hptrs[] = {x, res, gamma, beta, rm, rv, y, mean, invstd, rm_c, rv_c, gy, gm, grv, ye, gye, dy, r0, dxc, dgam, dbet, drc, gdx, gdr, gdg};
+    for (size_t i = 0; i < CT_ARRAY_LEN(hptrs); i++) free(hptrs[i]);
+}
+
 int main(void) {
     double t0 = ct_now();
     test_rng = rng_make(20261122, 5, 0);
@@ -582,6 +655,11 @@ int main(void) {
                        {520, 32}, {70, 264}, {3, 2056}, {2, 8}};
         for (size_t i = 0; i < CT_ARRAY_LEN(bn); i++) test_batchnorm(bn[i][0], bn[i][1], (int)(i & 1), dt);
         test_batchnorm(300, 17, 1, dt);
+        // The fused tail: vector and scalar paths, one and several row chunks, with and without
+        // ReLU and in-place accumulation of the residual gradient.
+        int bna[][2] = {{1, 3}, {49, 13}, {2 * 7 * 7, 40}, {300, 64}, {70, 264}, {3, 2056}};
+        for (size_t i = 0; i < CT_ARRAY_LEN(bna); i++)
+            test_batchnorm_add(bna[i][0], bna[i][1], (int)(i % 3 != 1), (int)(i & 1), dt);
         test_elementwise(1, 1, dt);
         test_elementwise(3 * 37, 3, dt);
         test_elementwise(2 * 5 * 5 * 13, 13, dt);
@@ -589,6 +667,11 @@ int main(void) {
         test_maxpool(2, 8, 9, 5, 3, 2, 1, 1, dt);
         test_maxpool(1, 6, 5, 9, 2, 2, 0, 1, dt);
         test_maxpool(2, 5, 5, 1, 3, 1, 1, 1, dt);
+        // 16-byte vectors over channels (C a multiple of 8 bf16 / 4 floats): the stem's 3x3/2
+        // pad 1, ties, one and several vectors, windows that overlap and windows that do not.
+        test_maxpool(2, 9, 7, 8, 3, 2, 1, 1, dt);
+        test_maxpool(1, 6, 6, 24, 3, 2, 1, 0, dt);
+        test_maxpool(1, 5, 4, 16, 2, 2, 0, 1, dt);
         test_avgpool(1, 1, 7, dt);
         test_avgpool(2, 49, 13, dt);
         test_avgpool(3, 16, 40, dt);

@@ -112,8 +112,15 @@ static void run_case(const char *arch, int N, int H, int W, CtDtype dt, int full
         cpu_train_step(ce2, mr, x, labels, N, H, W, 0.1f, gr, NULL);
         double noise = rel_err_norm(gr, gc, mc->n_params), all = rel_err_norm(gg, gc, mc->n_params);
 #ifdef CTRAIN_EMU
-        // Emulated, the whole gradient is held to 1e-2 outright (measured 7e-8 and 3e-3).
-        const double tol_all = tol_grad_bf16;
+        // Emulated, the whole gradient is held to 1e-2 (measured: resnet20 8e-8), or to a quarter
+        // of bf16's noise where that is larger. resnet18 at 36x36 needs the latter: the emulated
+        // tensor-core sums still differ from the CPU GEMM's in the last fp32 bit now and then, and
+        // which elements flip depends on the data. Unfused, its gradient measured 7e-4; with the
+        // fused block tail (one rounding fewer per block) 0.021, while the fused op's own output
+        // is bit for bit the CPU's: the first difference is 1 element of 6400 in the next conv's
+        // output, which layer4's 8-row batch norms amplify (bf16 noise here 0.16). The fused
+        // kernels are held bit for bit to their CPU twins in emu_kernels.
+        const double tol_all = fmax(tol_grad_bf16, noise / 4);
 #else
         // A real GPU's tensor cores sum in their own order: more flips, bounded by bf16's noise.
         const double tol_all = fmax(tol_grad_bf16, 2 * noise);

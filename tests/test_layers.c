@@ -467,6 +467,51 @@ static void test_round_bf16(void) {
     free(x), free(r), free(r2);
 }
 
+// The fused block tail against the unfused layers it replaces (bn, then add [+ relu]; backward:
+// relu_backward, then batchnorm_backward and the residual gradient copied or added): bit for
+// bit in fp32, since the same float operations run in the same order.
+static void test_batchnorm_add(void) {
+    for (int it = 0; it < 6; it++) {
+        const int M = it == 0 ? 1 : rnd(2, 2000), C = it >= 4 ? 16 * it : rnd(1, 40), relu = it % 2 == 0,
+                  acc = it % 3 == 0;
+        const size_t n = (size_t)M * C;
+        float *x = rand_buf(n, 2), *res = rand_buf(n, 2), *gamma = rand_buf(C, 1), *beta = rand_buf(C, 1);
+        float *rm = rand_buf(C, 1), *rv = rand_buf(C, 1), *rm2 = ct_alloc(C * 4), *rv2 = ct_alloc(C * 4);
+        for (int c = 0; c < C; c++) rv[c] = 1 + rv[c] * 0.5f;
+        memcpy(rm2, rm, C * 4);
+        memcpy(rv2, rv, C * 4);
+        float *y = ct_alloc(n * 4), *z = ct_alloc(n * 4), *zf = ct_alloc(n * 4);
+        float *mean = ct_alloc(C * 4), *inv = ct_alloc(C * 4), *mean2 = ct_alloc(C * 4), *inv2 = ct_alloc(C * 4);
+        batchnorm_forward_train(y, mean, inv, rm, rv, x, gamma, beta, M, C, 0.1f, 1e-5f, 0);
+        add_forward(z, y, res, n, relu);
+        batchnorm_add_forward_train(zf, mean2, inv2, rm2, rv2, x, res, gamma, beta, M, C, 0.1f, 1e-5f, relu);
+        CHECK(!memcmp(z, zf, n * 4) && !memcmp(mean, mean2, C * 4) && !memcmp(rv, rv2, C * 4),
+              "bn+add fwd M=%d C=%d relu=%d: differs from bn then add", M, C, relu);
+        batchnorm_forward_eval(y, x, gamma, beta, rm, rv, M, C, 1e-5f, 0);
+        add_forward(z, y, res, n, relu);
+        batchnorm_add_forward_eval(zf, x, res, gamma, beta, rm, rv, M, C, 1e-5f, relu);
+        CHECK(!memcmp(z, zf, n * 4), "bn+add eval M=%d C=%d relu=%d: differs from bn then add", M, C, relu);
+
+        // Backward with z as the mask; the residual gradient starts as r0 when accumulated.
+        float *dz = rand_buf(n, 1), *r0 = rand_buf(n, 1), *g = ct_alloc(n * 4), *dx = ct_alloc(n * 4);
+        float *dr = ct_alloc(n * 4), *dxf = ct_alloc(n * 4), *drf = ct_alloc(n * 4);
+        float *dg = ct_alloc(C * 4), *db = ct_alloc(C * 4), *dgf = ct_alloc(C * 4), *dbf = ct_alloc(C * 4);
+        if (relu) relu_backward(g, dz, z, n);
+        else memcpy(g, dz, n * 4);
+        batchnorm_backward(dx, dg, db, g, x, NULL, gamma, mean, inv, M, C);
+        memcpy(dr, r0, n * 4);
+        if (acc) add_inplace(dr, g, n);
+        else memcpy(dr, g, n * 4);
+        memcpy(drf, r0, n * 4);
+        batchnorm_add_backward(dxf, drf, acc, dgf, dbf, dz, x, relu ? z : NULL, gamma, mean, inv, M, C);
+        CHECK(!memcmp(dx, dxf, n * 4) && !memcmp(dr, drf, n * 4) && !memcmp(dg, dgf, C * 4) &&
+                  !memcmp(db, dbf, C * 4),
+              "bn+add bwd M=%d C=%d relu=%d acc=%d: differs from the unfused layers", M, C, relu, acc);
+        float *bufs[] = {x, res, gamma, beta, rm, rv, rm2, rv2, y, z, zf, mean, inv, mean2, inv2, dz, r0, g, dx, dr, dxf, drf, dg, db, dgf, dbf};
+        for (size_t i = 0; i < CT_ARRAY_LEN(bufs); i++) free(bufs[i]);
+    }
+}
+
 int main(void) {
     test_rng = rng_make(1234, 0, 0);
     const char *kernels[] = {"avx512", "avx2", "generic"};
@@ -480,6 +525,7 @@ int main(void) {
         test_gemm();
         test_conv();
         test_batchnorm();
+        test_batchnorm_add();
     }
     sgemm_set_kernel(dflt);
     test_maxpool();

@@ -14,11 +14,10 @@
 // What is counted (exact, per launch): grid, block, dynamic shared memory, warp-level mma.sync
 // m16n8k16 bf16 instructions (x 4096 FLOPs), global bytes requested through cp.async and
 // kernels/act.cuh's ct_ld/ct_st/ct_ldv/ct_stv, and the distinct bytes those requests touched
-// (reads and writes apart: "compulsory", what a perfect cache would still move). NOT counted:
-// plain pointer dereferences in kernels (e.g. the conv engine's scalar gathers of unaligned
-// operands, split-K sums, BN statistics, SGD); the byte figures are therefore lower bounds for
-// kernels that use them, and the `cov` column says NO for a launch that made no counted access
-// at all (all its traffic is plain dereferences).
+// (reads and writes apart: "compulsory", what a perfect cache would still move), and device-to-
+// device copies and memsets as records of their own (grid 0x0x0). NOT counted: plain pointer
+// dereferences in kernels (today only kernels/loss.cu's); the `cov` column says NO for a launch that made no counted access at
+// all (all its traffic is plain dereferences).
 // build.sh links it twice; the build against the real kernels (build/tools/) has no counters and
 // says so.
 #include <math.h>

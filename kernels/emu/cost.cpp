@@ -121,6 +121,21 @@ void cost_launch_end() {
     g_records.push_back(g_cur);
 }
 
+// A device-to-device copy (src) or a memset (src NULL) that runs now: global traffic without a
+// kernel of ours, recorded like a launch (grid and block 0) so the totals hold every byte a step
+// moves in device memory. Host<->device copies cross PCIe and are not counted.
+void cost_copy(const char *name, const void *src, size_t bytes) {
+    if (!bytes) return;
+    CostRecord r{};
+    r.name = name;
+    r.grid = dim3(0, 0, 0), r.block = dim3(0, 0, 0);
+    r.tag_op = g_tag_op, r.tag_part = g_tag_part;
+    r.wr_bytes = r.wr_unique = bytes;
+    if (src) r.rd_bytes = r.rd_unique = bytes;
+    r.accesses = 1;
+    g_records.push_back(r);
+}
+
 }  // namespace emu
 
 // The C face (kernels/kernels.h declares these; kernels/cost.cu forwards to them).

@@ -25,6 +25,8 @@ void dev_alloc_ranges(std::vector<std::pair<uintptr_t, size_t>> &out);
 // Cost accounting around one launch that runs now (kernels/emu/cost.cpp).
 void cost_launch_begin(const char *name, const void *func, dim3 grid, dim3 block, size_t smem);
 void cost_launch_end();
+// A device-to-device copy (src) or a device memset (src NULL) of `bytes`, counted as it runs.
+void cost_copy(const char *name, const void *src, size_t bytes);
 
 constexpr size_t kDefaultDynSmem = 48 * 1024;
 constexpr size_t kMaxDynSmemOptin = 227 * 1024;  // sm_90: 232448 bytes per block

@@ -326,6 +326,7 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind 
     cudaError_t e = check_sync_allowed();
     if (e == cudaSuccess) e = check_copy("cudaMemcpy", dst, src, bytes, kind);
     if (e != cudaSuccess) return set_error(e);
+    if (g_cost_on && kind == cudaMemcpyDeviceToDevice) cost_copy("cudaMemcpy(DeviceToDevice)", src, bytes);
     if (bytes) memmove(dst, src, bytes);
     return cudaSuccess;
 }
@@ -334,9 +335,12 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpy
                             cudaStream_t stream) {
     cudaError_t e = check_copy("cudaMemcpyAsync", dst, src, bytes, kind);
     if (e != cudaSuccess) return set_error(e);
-    if (capture_append(stream, [=] { if (bytes) memmove(dst, src, bytes); }, &e))
-        return set_error(e);
-    if (bytes) memmove(dst, src, bytes);
+    auto run = [=] {
+        if (g_cost_on && kind == cudaMemcpyDeviceToDevice) cost_copy("cudaMemcpyAsync(DeviceToDevice)", src, bytes);
+        if (bytes) memmove(dst, src, bytes);
+    };
+    if (capture_append(stream, run, &e)) return set_error(e);
+    run();
     return cudaSuccess;
 }
 
@@ -382,6 +386,7 @@ cudaError_t cudaMemset(void *ptr, int value, size_t bytes) {
     cudaError_t e = check_sync_allowed();
     if (e == cudaSuccess) e = check_range("cudaMemset", ptr, bytes, true, "destination");
     if (e != cudaSuccess) return set_error(e);
+    if (g_cost_on) cost_copy("cudaMemset", nullptr, bytes);
     if (bytes) memset(ptr, value, bytes);
     return cudaSuccess;
 }
@@ -389,9 +394,12 @@ cudaError_t cudaMemset(void *ptr, int value, size_t bytes) {
 cudaError_t cudaMemsetAsync(void *ptr, int value, size_t bytes, cudaStream_t stream) {
     cudaError_t e = check_range("cudaMemsetAsync", ptr, bytes, true, "destination");
     if (e != cudaSuccess) return set_error(e);
-    if (capture_append(stream, [=] { if (bytes) memset(ptr, value, bytes); }, &e))
-        return set_error(e);
-    if (bytes) memset(ptr, value, bytes);
+    auto run = [=] {
+        if (g_cost_on) cost_copy("cudaMemsetAsync", nullptr, bytes);
+        if (bytes) memset(ptr, value, bytes);
+    };
+    if (capture_append(stream, run, &e)) return set_error(e);
+    run();
     return cudaSuccess;
 }
 
