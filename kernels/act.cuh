@@ -43,6 +43,14 @@ __host__ __device__ static inline double ct_ld(const double *p, size_t i) {
     CT_COST_ACCESS(p + i, 8, false);
     return p[i];
 }
+__host__ __device__ static inline int32_t ct_ldi(const int32_t *p, size_t i) {
+    CT_COST_ACCESS(p + i, 4, false);
+    return p[i];
+}
+__host__ __device__ static inline void ct_sti(int32_t *p, size_t i, int32_t v) {
+    CT_COST_ACCESS(p + i, 4, true);
+    p[i] = v;
+}
 __host__ __device__ static inline void ct_st(double *p, size_t i, double v) {
     CT_COST_ACCESS(p + i, 8, true);
     p[i] = v;

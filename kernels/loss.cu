@@ -1,6 +1,7 @@
 // Losses on the GPU: softmax cross-entropy with label smoothing and soft (Mixup/CutMix) targets,
 // Hinton distillation, top-k hits. Twins of nn/layers.h's softmax_xent_mix / kd_loss / topk_correct.
 //
+// Every global access goes through act.cuh's counted loads and stores (tools/bench_gpu_cost).
 // Multi-block and deterministic: each block takes rows (row r in block r % grid), reduces each
 // row with a fixed shared-memory tree and writes the row's loss and hit into the workspace
 // (loss_workspace_bytes); one small block then sums the rows in a fixed order (contiguous runs
@@ -40,9 +41,12 @@ __device__ static float block_max(float v, float *sh) {
 // before it, so that 0 means "y is the first argmax" (the CPU's top-1 rule) and, without
 // first_wins, "< k" means a top-k hit with ties counted as hits (the CPU's top-k rule).
 __device__ static int block_rank(const float *x, int K, int y, int first_wins, float *sh) {
-    float ref = x[y], cnt = 0.f;
+    float ref = ct_ld(x, (size_t)y), cnt = 0.f;
     for (int j = threadIdx.x; j < K; j += LOSS_THREADS)
-        cnt += (x[j] > ref || (first_wins && j < y && x[j] == ref)) ? 1.f : 0.f;
+        {
+        float xj = ct_ld(x, (size_t)j);
+        cnt += (xj > ref || (first_wins && j < y && xj == ref)) ? 1.f : 0.f;
+    }
     return (int)block_sum(cnt, sh);
 }
 
@@ -59,27 +63,28 @@ __global__ void xent_rows_k(float *dlogits, const float *logits, const int32_t *
     for (int n = blockIdx.x; n < N; n += gridDim.x) {
         const float *z = logits + (size_t)n * K;
         float *dz = dlogits ? dlogits + (size_t)n * K : (float *)0;
-        int ya = labels[n], yb = labels_b[n];
+        int ya = ct_ldi(labels, (size_t)n), yb = ct_ldi(labels_b, (size_t)n);
         float m = -INFINITY, zs = 0.f;
         for (int j = threadIdx.x; j < K; j += LOSS_THREADS) {
-            m = fmaxf(m, z[j]);
-            zs += z[j];
+            float zj = ct_ld(z, (size_t)j);
+            m = fmaxf(m, zj);
+            zs += zj;
         }
         m = block_max(m, sh);
         zs = block_sum(zs, sh);
         float e = 0.f;
-        for (int j = threadIdx.x; j < K; j += LOSS_THREADS) e += expf(z[j] - m);
+        for (int j = threadIdx.x; j < K; j += LOSS_THREADS) e += expf(ct_ld(z, (size_t)j) - m);
         e = block_sum(e, sh);
         float lse = m + logf(e);
         for (int j = threadIdx.x; dz && j < K; j += LOSS_THREADS) {
-            float p = expf(z[j] - m) / e;
+            float p = expf(ct_ld(z, (size_t)j) - m) / e;
             float t = off + (j == ya ? ta : 0.f) + (j == yb ? tb : 0.f);
-            dz[j] = gs * (p - t);
+            ct_st(dz, (size_t)j, gs * (p - t));
         }
         int gt = row_hit ? block_rank(z, K, lam >= 0.5f ? ya : yb, 1, sh) : 1;
         if (threadIdx.x == 0) {
-            row_loss[n] = lse - on * (lam * z[ya] + (1.f - lam) * z[yb]) - off * zs;
-            if (row_hit) row_hit[n] = gt == 0;
+            ct_st(row_loss, (size_t)n, lse - on * (lam * ct_ld(z, (size_t)ya) + (1.f - lam) * ct_ld(z, (size_t)yb)) - off * zs);
+            if (row_hit) ct_sti(row_hit, (size_t)n, gt == 0);
         }
     }
 }
@@ -96,36 +101,36 @@ __global__ void kd_rows_k(float *dlogits, const float *logits, const float *teac
         float *dz = dlogits ? dlogits + (size_t)n * K : (float *)0;
         float ms = -INFINITY, mt = -INFINITY;
         for (int j = threadIdx.x; j < K; j += LOSS_THREADS) {
-            ms = fmaxf(ms, zs[j] * invT);
-            mt = fmaxf(mt, zt[j] * invT);
+            ms = fmaxf(ms, ct_ld(zs, (size_t)j) * invT);
+            mt = fmaxf(mt, ct_ld(zt, (size_t)j) * invT);
         }
         ms = block_max(ms, sh);
         mt = block_max(mt, sh);
         float es = 0.f, et = 0.f;
         for (int j = threadIdx.x; j < K; j += LOSS_THREADS) {
-            es += expf(zs[j] * invT - ms);
-            et += expf(zt[j] * invT - mt);
+            es += expf(ct_ld(zs, (size_t)j) * invT - ms);
+            et += expf(ct_ld(zt, (size_t)j) * invT - mt);
         }
         es = block_sum(es, sh);
         et = block_sum(et, sh);
         float lse_s = ms + logf(es), lse_t = mt + logf(et);
         float kl = 0.f;
         for (int j = threadIdx.x; j < K; j += LOSS_THREADS) {
-            float lps = zs[j] * invT - lse_s, lpt = zt[j] * invT - lse_t;
+            float lps = ct_ld(zs, (size_t)j) * invT - lse_s, lpt = ct_ld(zt, (size_t)j) * invT - lse_t;
             float pt = expf(lpt), ps = expf(lps);
             if (pt > 0.f) kl += pt * (lpt - lps);
-            if (dz) dz[j] += gs * (ps - pt);
+            if (dz) ct_st(dz, (size_t)j, ct_ld(dz, (size_t)j) + gs * (ps - pt));
         }
         kl = block_sum(kl, sh);
-        if (threadIdx.x == 0) row_loss[n] = kl;
+        if (threadIdx.x == 0) ct_st(row_loss, (size_t)n, kl);
     }
 }
 
 __global__ void topk_rows_k(const float *logits, const int32_t *labels, int N, int K, int k, int *row_hit) {
     __shared__ float sh[LOSS_THREADS];
     for (int n = blockIdx.x; n < N; n += gridDim.x) {
-        int gt = block_rank(logits + (size_t)n * K, K, labels[n], 0, sh);
-        if (threadIdx.x == 0) row_hit[n] = gt < k;
+        int gt = block_rank(logits + (size_t)n * K, K, ct_ldi(labels, (size_t)n), 0, sh);
+        if (threadIdx.x == 0) ct_sti(row_hit, (size_t)n, gt < k);
     }
 }
 
@@ -140,8 +145,8 @@ __global__ void rows_sum_k(const float *row_loss, const int *row_hit, int N, dou
     double s = 0.0;
     int h = 0;
     for (int n = n0; n < n1; n++) {
-        if (row_loss) s += (double)row_loss[n];
-        if (row_hit) h += row_hit[n];
+        if (row_loss) s += (double)ct_ld(row_loss, (size_t)n);
+        if (row_hit) h += ct_ldi(row_hit, (size_t)n);
     }
     sd[threadIdx.x] = s;
     si[threadIdx.x] = h;
@@ -154,8 +159,8 @@ __global__ void rows_sum_k(const float *row_loss, const int *row_hit, int N, dou
         __syncthreads();
     }
     if (threadIdx.x == 0) {
-        if (loss) *loss = (float)(sd[0] * scale);
-        if (count) *count = si[0];
+        if (loss) ct_st(loss, 0, (float)(sd[0] * scale));
+        if (count) ct_sti(count, 0, si[0]);
     }
 }
 
