@@ -187,7 +187,11 @@ grep -q '"ema_val_top1"' "$TMP/p/metrics.jsonl" || fail "the resumed run does no
 "$TRAIN" "${F[@]}" --epochs 3 --resume "$TMP/p/last.ckpt" --out "$TMP/p" 2>"$TMP/p3.log" || { cat "$TMP/p3.log"; fail "resume without --ema failed"; }
 grep -q "holds an EMA of the weights (decay 0.9); this run has no --ema, so it is dropped" "$TMP/p3.log" \
   || { cat "$TMP/p3.log"; fail "no note about the dropped average"; }
-ok "resuming across --ema on and off says what happens to the average"
+out=$("$TRAIN" --evaluate -a resnet20 --crop-size 16 --val-resize 16 -b 64 --resume "$TMP/a/last.ckpt" "$TMP/d" 2>&1) \
+  || { echo "$out"; fail "--evaluate of an EMA checkpoint failed"; }
+grep -q "the checkpoint also holds an EMA of the weights; this takes its plain weights" <<<"$out" \
+  || fail "--evaluate --resume of an EMA checkpoint does not say which weights it takes: $out"
+ok "resuming across --ema on and off, or evaluating an EMA checkpoint, says what happens to the average"
 
 # --ranks 2: the parameters' average is the same on every rank (the replica check at each epoch
 # end covers the live weights; the average is checked through rank 0's checkpoint being the

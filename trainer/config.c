@@ -25,7 +25,7 @@ const Flag CONFIG_FLAGS[] = {
     {"nesterov", 0, F_BOOL, OFF(nesterov), "0", NULL, "Nesterov momentum", 0},
     {"optimizer", 0, F_STR, OFF(optimizer), "sgd", "sgd|lars", "sgd: torch.optim.SGD; lars: MLPerf's LARS (per-tensor trust ratio eta |w| / (|g| + wd |w|) on the rate; BN parameters and biases neither adapted nor decayed)", 0},
     {"lars-eta", 0, F_DBL, OFF(lars_eta), "0.001", "ETA", "LARS trust coefficient", 0},
-    {"ema", 0, F_DBL, OFF(ema), "0", "DECAY", "keep an exponential moving average of the weights and BN statistics (timm's ModelEma), ema += (1 - DECAY) (w - ema) after each update, e.g. 0.999; evaluation reports both models, model.safetensors holds the better by last val top-1 (0: off)", 0},
+    {"ema", 0, F_DBL, OFF(ema), "0", "DECAY", "keep an exponential moving average of the weights and BN statistics (timm's ModelEma), ema += (1 - DECAY) (w - ema) after each update, e.g. 0.999; evaluation reports both models, model.safetensors holds the better by last val top-1 (default 0: off; a DECAY given must be in (0, 1))", 0},
     {"ema-every", 0, F_INT, OFF(ema_every), "1", "K", "--ema: update the average every K optimizer steps", 0},
     {"lr-schedule", 0, F_STR, OFF(lr_schedule), "step", "step|cosine|linear|poly", "learning-rate schedule, set per step: step (x gamma every --lr-step-size epochs), cosine to 0, linear to 0 at the end (FFCV's), poly (MLPerf's: (lr - end) * (1 - progress)^power + end)", 0},
     {"warmup-epochs", 0, F_DBL, OFF(warmup_epochs), "0", "E", "linear warmup from 0 over E epochs (fractions allowed)", 0},

@@ -45,7 +45,7 @@ void state_save_checkpoint(Run *r, const char *name, int64_t global_step) {
     meta.optimizer = r->model.sgd.lars ? CKPT_OPT_LARS : CKPT_OPT_SGD;
     meta.frozen = (uint32_t)m->freeze_backbone;
     const RunEma *ema = &r->model.ema;
-    meta.ema_decay = ema->decay;
+    meta.ema_decay = ema_on(r) ? r->cfg->ema : 0;  // as given (the float in use is its rounding)
     meta.ema_every = (uint32_t)ema->every;
     meta.best_is_ema = (uint32_t)p->best_is_ema;
     checkpoint_save_ema(path, &meta, m->params, r->cfg->momentum > 0 ? r->model.opt.buf : NULL, m->bufs, m->counts,
@@ -137,6 +137,9 @@ void state_load_checkpoint(Run *r, const char *flag, const char *path, int resto
             ct_die("--resume %s: checkpoint stands at step %lld of epoch %d but an epoch has %lld steps with --batch-size %d",
                    path, (long long)p->step_in_epoch, p->epoch + 1, (long long)r->loaders.steps_per_epoch, c->batch);
         resume_ema(r, &ck, path);
+    } else if (ck.ema_params && r->rank.rank == 0) {
+        fprintf(stderr, "train: %s %s: the checkpoint also holds an EMA of the weights; this takes its plain weights "
+                        "(a run's model.safetensors holds the better of the two)\n", flag, path);
     }
     checkpoint_free(&ck);
 }
@@ -226,7 +229,7 @@ void state_save_model(Run *r, char *path, size_t path_len) {
     // least the plain weights') or "plain"; num_batches_tracked is the plain model's either way.
     int use_ema = ema_model_is_best(r);
     char decay[32];
-    snprintf(decay, sizeof decay, "%.9g", (double)r->model.ema.decay);
+    snprintf(decay, sizeof decay, "%.9g", r->cfg->ema);
     const char *keys[] = {"arch", "num_classes", "in_channels", "mean", "std", "crop_size", "val_resize", "classes",
                           "weights", "ema_decay"};
     const char *vals[] = {r->model.net->arch, ncls, nch, mean, std, crop, resize, classes, use_ema ? "ema" : "plain", decay};
