@@ -42,9 +42,10 @@ def read_ckpt(path):
     m = 16
     has_mom, = struct.unpack_from("<I", b, m + 52)
     n_params, n_bufs, n_counts = struct.unpack_from("<QQQ", b, m + 96)
-    has_ema, ema_every = struct.unpack_from("<II", b, m + 156)
-    ema_decay, = struct.unpack_from("<d", b, m + 164)
-    best_is_ema, = struct.unpack_from("<I", b, m + 172)
+    # after u32 optimizer (m + 152) and u32 frozen (m + 156): nn/checkpoint.h
+    has_ema, ema_every = struct.unpack_from("<II", b, m + 160)
+    ema_decay, = struct.unpack_from("<d", b, m + 168)
+    best_is_ema, = struct.unpack_from("<I", b, m + 176)
     best_top1, = struct.unpack_from("<d", b, m + 80)
     o = 16 + meta_bytes
     def take(n, dt):

@@ -44,7 +44,8 @@ PY
 ok "mixing changes training and stays finite"
 
 rm -rf "$TMP/e"
-"$TRAIN" "${F[@]}" "${M[@]}" --out "$TMP/e" 2>"$TMP/e.log" &
+# The loader delay (timing only, not the bits) keeps the 8-step run alive until the signal lands.
+CTRAIN_FAULT_LOADER_DELAY_MS=40 "$TRAIN" "${F[@]}" "${M[@]}" --out "$TMP/e" 2>"$TMP/e.log" &
 signal_after_steps INT $! "$TMP/e" 5
 [ $rc = 130 ] || { cat "$TMP/e.log"; fail "SIGINT: exit status $rc, expected 130"; }
 "$TRAIN" "${F[@]}" "${M[@]}" --resume "$TMP/e/last.ckpt" --out "$TMP/e" 2>"$TMP/e2.log" || { cat "$TMP/e2.log"; fail "resume failed"; }

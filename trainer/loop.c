@@ -87,6 +87,8 @@ static EvalResult finish_epoch(Run *r, double train_time, double train_wait, int
     const Config *c = r->cfg;
     Position *p = &r->pos;
     int64_t step = (int64_t)(p->epoch + 1) * r->loaders.steps_per_epoch;
+    // Replicas are compared before anything is saved: a checkpoint never holds diverged ones.
+    if (r->rank.world > 1) ranks_check_replicas(r, p->epoch + 1);
     // The epoch's training is saved before evaluating it: an evaluation that dies (a val record
     // that fails to decode) then costs the evaluation, not the epoch. The position says "all
     // batches done, evaluation pending"; --resume from it goes straight to the evaluation.
@@ -129,7 +131,6 @@ static EvalResult finish_epoch(Run *r, double train_time, double train_wait, int
     p->step_in_epoch = 0;
     p->epoch_loss_sum = 0;
     p->epoch_correct = p->epoch_seen = 0;
-    if (r->rank.world > 1) ranks_check_replicas(r, p->epoch);  // p->epoch already counts this one
     if (r->log) {
         state_save_checkpoint(r, "last.ckpt", step);
         if (best) state_save_checkpoint(r, "best.ckpt", step);
