@@ -38,7 +38,7 @@
 #define PEAK_MMA_SYNC 660e12 // mma.sync: an assumption (~2/3 of wgmma, the figure often quoted)
 #define PEAK_HBM 3.35e12    // bytes/s, HBM3
 
-// The executor's profiler marks parts of an op with these (nn/model_cuda.cu, enum PROF_*).
+// The executor's profiler marks parts of an op with these (nn/model_cuda_impl.h, enum PROF_*).
 static const char *part_name[4] = {"fwd", "wgrad", "dgrad", "bwd"};
 
 typedef struct {

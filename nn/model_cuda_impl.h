@@ -1,0 +1,152 @@
+// Private to the GPU executor's files (nn/model_cuda*.cu), like trainer/backend_impl.h is to the
+// backends: the executor's state (struct GpuExec and the structs it holds) and the small helpers
+// and internal calls that more than one of those files needs. The executor is split by concern:
+// nn/model_cuda.cu (create/free, forward and backward passes, CUDA graphs, losses),
+// nn/model_cuda_plan.cu (the memory plan), nn/model_cuda_state.cu (host<->device state, optimizer
+// steps, EMA, pinned memory) and nn/model_cuda_prof.cu (the per-op profiler).
+#pragma once
+#include "kernels/common.cuh"
+#include "nn/layers.h"  // conv_shape
+#include "nn/model_cuda.h"
+#include "util/common.h"
+
+#define CK(call) CT_CUDA_CHECK(call)
+
+typedef struct {
+    uint8_t *d;           // device copy of the batch
+    size_t cap;           // bytes allocated
+    const uint8_t *src;   // host pointer it was copied from (NULL: nothing staged)
+    int N, H, W;
+    cudaEvent_t copied;   // recorded on the copy stream after the copy
+    cudaEvent_t consumed; // recorded on the compute stream after normalisation read it
+} Stage;
+
+// A CUDA graph of one training pass (forward or backward) for one batch size and one memory plan:
+// its kernels' arguments are the plan's pointers and N, so a new plan or N makes it stale.
+typedef struct {
+    cudaGraphExec_t exec;  // NULL: not captured
+    int N, gen;            // batch and plan generation it was (or will be) captured for
+} StepGraph;
+
+// Per-op timing (gpu_exec_profile): events recorded between the parts of a pass; after the pass
+// the gap between consecutive marks is added to the part the earlier mark opened.
+enum { PROF_FWD, PROF_BWD_WGRAD, PROF_BWD_DATA, PROF_BWD, PROF_PARTS };
+typedef struct {
+    cudaEvent_t *ev;   // [cap]
+    int *what;         // [cap]: op * PROF_PARTS + part, or -1 for the closing mark
+    int n, cap;
+    double *ms;        // [(n_ops + 1) * PROF_PARTS] accumulated milliseconds (op n_ops: SGD)
+    long passes[3];    // forward, backward, SGD passes timed
+} Prof;
+
+struct GpuExec {
+    CtDtype dt;
+    size_t esz;  // bytes per activation element
+    cudaStream_t st, cp;
+    const ResNet *graph;  // the model this executor was made for (shape checks)
+    uint8_t *fuse;        // per op: 1 for a BN run together with the ADD after it
+
+    // Model state on the device.
+    float *params, *grads, *mom, *bufs;
+    float *bufs_snap;  // gpu_bufs_snapshot's copy of bufs
+    uint16_t *wbf;     // bf16 copy of params (dt == CT_BF16), refreshed by every SGD step
+    float *ema_params, *ema_bufs;  // --ema's average of params and bufs (gpu_ema_*), NULL without
+    uint8_t *decay;    // weight-decay mask for the last SgdConfig seen
+    int decay_mode;    // -1: mask not built; else cfg->wd_exclude_bn_bias it was built for
+    CtLarsTensor *lars_t;  // LARS: the parameter tensors (built on its first step)
+    double *lars_norms;    // LARS: 2 norms a tensor
+    int lars_n;
+
+    // Plan.
+    int pN, pH, pW;
+    TensorDim *dims;
+    void **act;        // [n_tensors] activation buffers (the logits slot points at `logits`)
+    void **grad;       // [n_tensors] gradient buffer of each slot (into gpool), NULL for slot 0
+    void **gpool;      // pooled gradient buffers
+    int n_gpool;
+    void *scratch;     // largest gradient slot, for the second contribution to a slot
+    float *work;       // reduction workspace
+    size_t work_floats;
+    float *bnstat;     // per BN op: mean[C], invstd[C]
+    int cpad;          // bf16 stem with < 8 input channels: padded to cpad = 8 (0: not padded)
+    void *xpad;        // the input padded to cpad channels
+    uint16_t *wpad;    // the stem's weights padded to cpad channels
+    float *dwpad;      // the stem's weight gradient over cpad channels
+    size_t *bnstat_off;// [n_ops]
+    float *logits, *dlogits;
+    int32_t *labels, *labels_b;  // labels_b: a mixed batch's partners
+    void *loss_work;   // loss_workspace_bytes(N): per-row losses and hits
+    float *xf;         // float input staging (gpu_forward with a float batch)
+    size_t xf_cap;
+    float *scalars;    // device: loss, correct (as int bits)
+    float *h_logits;   // pinned host copy of the logits
+    float *h_scalars;  // pinned host: loss, correct
+    float *meanstd;    // device mean[C], std[C] of the last u8 forward
+    float *h_meanstd;  // host copy (to skip identical re-uploads)
+    Stage stage[2];
+    int next_stage;
+    int fwd_train_N;   // N of the last training forward (0: none, backward refused)
+    // CUDA graphs (gpu_exec_use_graphs): a pass runs eagerly the first time it meets a batch size
+    // and plan, is captured the second time and replayed from then on. A launch costs a few
+    // microseconds of host time and ResNet passes are hundreds of small kernels.
+    int cg_on;         // 1 on, 0 off, -1 off since a capture failed
+    int plan_gen;      // bumped whenever plan() (re)allocates: graphs hold its pointers
+    StepGraph cg_fwd, cg_bwd;
+    long cg_launches;
+    Prof *prof;        // NULL unless profiling (which runs every pass eagerly)
+    size_t dev_bytes;  // device memory held
+    size_t plan_bytes; // of which the plan's
+};
+
+static inline void *dmalloc(GpuExec *e, size_t bytes) {
+    void *p = NULL;
+    if (bytes == 0) bytes = 16;
+    cudaError_t err = cudaMalloc(&p, bytes);
+    if (err != cudaSuccess)
+        ct_die("cuda: cannot allocate %zu bytes of device memory (%s); %zu already held by the executor: "
+               "use a smaller --batch-size or image size",
+               bytes, cudaGetErrorString(err), e->dev_bytes);
+    e->dev_bytes += bytes;
+    return p;
+}
+static inline void dfree(void *p) {
+    if (p) cudaFree(p);
+}
+
+static inline const StateEntry *entry(const ResNet *m, int i) { return &m->entries[i]; }
+static inline float *pparam(GpuExec *e, const ResNet *m, int i) { return e->params + entry(m, i)->offset; }
+static inline float *pgrad(GpuExec *e, const ResNet *m, int i) { return e->grads + entry(m, i)->offset; }
+// Conv / linear weight operand in the activation dtype.
+static inline const void *wop(GpuExec *e, const ResNet *m, int i) {
+    size_t off = entry(m, i)->offset;
+    return e->dt == CT_BF16 ? (const void *)(e->wbf + off) : (const void *)(e->params + off);
+}
+
+static inline size_t slot_elems(const GpuExec *e, int s, int N) {
+    return (size_t)N * e->dims[s].H * e->dims[s].W * e->dims[s].C;
+}
+
+// The stem (a conv reading the input, slot 0) in bf16 with fewer than 8 input channels runs on
+// the input and weights padded to 8 zero-extended channels (kernels/conv_pad.cu), so that the
+// tensor-core engine loads it by 16-byte copies instead of element gathers.
+static inline int stem_padded(const GpuExec *e, const Op *op) { return e->cpad && op->in == 0; }
+
+static inline ConvShape op_conv_shape(const GpuExec *e, const Op *op, int N) {
+    const TensorDim *d = &e->dims[op->in];
+    ConvShape s = conv_shape(N, d->H, d->W, d->C, op->K, op->R, op->S, op->stride, op->pad);
+    if (stem_padded(e, op)) s.C = e->cpad;
+    return s;
+}
+
+// nn/model_cuda.cu: drops a captured graph (a new plan makes it stale).
+void graph_drop(StepGraph *g);
+
+// nn/model_cuda_plan.cu: the memory plan for batches of up to N images of H x W (kept when it
+// already covers them), and its release.
+void exec_plan(GpuExec *e, const ResNet *m, int N, int H, int W);
+void exec_free_plan(GpuExec *e, const ResNet *m);
+
+// nn/model_cuda_prof.cu: the profiler's marks (no-ops unless gpu_exec_profile turned it on).
+void prof_free(Prof *p);
+void prof_mark(GpuExec *e, int op, int part);
+void prof_pass_done(GpuExec *e, int backward);

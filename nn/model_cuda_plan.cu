@@ -1,0 +1,159 @@
+// The GPU executor's memory plan (struct GpuExec in nn/model_cuda_impl.h): the device buffers
+// the passes use, and their release (which drops the CUDA graphs: they hold the plan's pointers).
+//
+// Memory plan (per N x H x W, grown when a larger batch or another image size comes):
+// - every activation slot has its own buffer (training keeps them all for backward anyway);
+//   the logits are fp32 whatever the dtype (the loss reads them);
+// - activation-gradient slots share a pool: walking backward, a slot's gradient buffer is taken
+//   when its first consumer's backward writes it and given back after its producer's backward
+//   read it, best fit from the free buffers, so only the gradients alive together cost memory;
+// - one fp32 scratch covers the largest reduction workspace (BN partials, conv split-K partials).
+#include "nn/model_cuda_impl.h"
+
+void exec_free_plan(GpuExec *e, const ResNet *m) {
+    if (!e->dims) return;
+    CK(cudaDeviceSynchronize());
+    graph_drop(&e->cg_fwd);
+    graph_drop(&e->cg_bwd);
+    for (int s = 0; s < m->n_tensors; s++)
+        if (e->act[s] != (void *)e->logits) dfree(e->act[s]);
+    for (int i = 0; i < e->n_gpool; i++) dfree(e->gpool[i]);
+    dfree(e->scratch);
+    dfree(e->work);
+    dfree(e->bnstat);
+    dfree(e->xpad);
+    dfree(e->wpad);
+    dfree(e->dwpad);
+    e->xpad = NULL;
+    e->wpad = NULL;
+    e->dwpad = NULL;
+    dfree(e->logits);
+    dfree(e->dlogits);
+    dfree(e->labels);
+    dfree(e->labels_b);
+    dfree(e->loss_work);
+    if (e->h_logits) cudaFreeHost(e->h_logits);
+    free(e->dims);
+    free(e->act);
+    free(e->grad);
+    free(e->gpool);
+    free(e->bnstat_off);
+    e->dims = NULL;
+    e->act = e->grad = e->gpool = NULL;
+    e->n_gpool = 0;
+    e->scratch = NULL;
+    e->work = e->bnstat = e->logits = e->dlogits = e->h_logits = NULL;
+    e->labels = e->labels_b = NULL;
+    e->loss_work = NULL;
+    e->bnstat_off = NULL;
+    e->pN = e->pH = e->pW = 0;
+    e->fwd_train_N = 0;
+    e->dev_bytes -= e->plan_bytes;
+    e->plan_bytes = 0;
+}
+
+// Build the memory plan for batches of up to N images of H x W.
+void exec_plan(GpuExec *e, const ResNet *m, int N, int H, int W) {
+    if (e->dims && N <= e->pN && H == e->pH && W == e->pW) return;
+    exec_free_plan(e, m);
+    e->dims = (TensorDim *)ct_alloc((size_t)m->n_tensors * sizeof(TensorDim));
+    if (resnet_shapes(m, H, W, e->dims) != 0)
+        ct_die("%s: input %dx%d is too small for the architecture", m->arch, H, W);
+    e->pN = N;
+    e->pH = H;
+    e->pW = W;
+    e->plan_gen++;
+    size_t bytes0 = e->dev_bytes;
+    int K = m->num_classes, last = m->n_tensors - 1;
+    e->logits = (float *)dmalloc(e, (size_t)N * K * sizeof(float));
+    e->dlogits = (float *)dmalloc(e, (size_t)N * K * sizeof(float));
+    e->labels = (int32_t *)dmalloc(e, (size_t)N * sizeof(int32_t));
+    e->labels_b = (int32_t *)dmalloc(e, (size_t)N * sizeof(int32_t));
+    e->loss_work = dmalloc(e, loss_workspace_bytes(N));
+    CK(cudaMallocHost((void **)&e->h_logits, (size_t)N * K * sizeof(float)));
+
+    e->act = (void **)ct_zalloc((size_t)m->n_tensors * sizeof(void *));
+    // A fused BN's own output is never written: no buffer (NULL).
+    uint8_t *unused = (uint8_t *)ct_zalloc((size_t)m->n_tensors);
+    for (int i = 0; i < m->n_ops; i++)
+        if (e->fuse[i]) unused[m->ops[i].out] = 1;
+    for (int s = 0; s < m->n_tensors; s++)
+        e->act[s] = s == last ? (void *)e->logits : unused[s] ? NULL : dmalloc(e, slot_elems(e, s, N) * e->esz);
+    e->cpad = e->dt == CT_BF16 && e->dims[0].C < 8 ? 8 : 0;
+    if (e->cpad) {
+        size_t wmax = 0;
+        for (int i = 0; i < m->n_ops; i++)
+            if (m->ops[i].kind == OP_CONV && m->ops[i].in == 0) {
+                size_t w = (size_t)m->ops[i].K * m->ops[i].R * m->ops[i].S;
+                if (w > wmax) wmax = w;
+            }
+        e->xpad = dmalloc(e, (size_t)N * H * W * e->cpad * e->esz);
+        e->wpad = (uint16_t *)dmalloc(e, wmax * e->cpad * sizeof(uint16_t));
+        e->dwpad = (float *)dmalloc(e, wmax * e->cpad * sizeof(float));
+    }
+
+    // Gradient pool: walk backward, take a buffer for a slot at its first consumer, give the
+    // producer's output buffer back after the producer.
+    e->grad = (void **)ct_zalloc((size_t)m->n_tensors * sizeof(void *));
+    int *owner = (int *)ct_alloc((size_t)m->n_tensors * sizeof(int));  // pool index per slot
+    size_t *cap = (size_t *)ct_zalloc((size_t)2 * m->n_tensors * sizeof(size_t));
+    int *busy = (int *)ct_zalloc((size_t)2 * m->n_tensors * sizeof(int));
+    int npool = 0;
+    size_t max_slot = 0;
+    for (int s = 0; s < m->n_tensors; s++) owner[s] = -1;
+    for (int i = m->n_ops - 1; i >= 0; i--) {
+        const Op *op = &m->ops[i];
+        int ins[2] = {op->in, op->kind == OP_ADD ? op->in2 : -1};
+        for (int j = 0; j < 2; j++) {
+            int s = ins[j];
+            if (s <= 0 || owner[s] >= 0 || unused[s]) continue;  // slot 0 (the input) needs no gradient
+            size_t need = slot_elems(e, s, N) * e->esz;
+            if (need > max_slot) max_slot = need;
+            int best = -1;
+            for (int b = 0; b < npool; b++) {  // best fit, else the largest free one (it grows)
+                if (busy[b]) continue;
+                if (best < 0) { best = b; continue; }
+                int fits_b = cap[b] >= need, fits_best = cap[best] >= need;
+                if (fits_b && (!fits_best || cap[b] < cap[best])) best = b;
+                else if (!fits_b && !fits_best && cap[b] > cap[best]) best = b;
+            }
+            if (best < 0) best = npool++;
+            if (cap[best] < need) cap[best] = need;
+            busy[best] = 1;
+            owner[s] = best;
+        }
+        if (op->out != last && owner[op->out] >= 0) busy[owner[op->out]] = 0;
+    }
+    e->n_gpool = npool;
+    e->gpool = (void **)ct_zalloc((size_t)(npool ? npool : 1) * sizeof(void *));
+    for (int b = 0; b < npool; b++) e->gpool[b] = dmalloc(e, cap[b]);
+    for (int s = 0; s < m->n_tensors; s++)
+        if (owner[s] >= 0) e->grad[s] = e->gpool[owner[s]];
+    e->scratch = dmalloc(e, max_slot);
+    free(owner);
+    free(cap);
+    free(busy);
+    free(unused);
+
+    // BN statistics and the reduction workspace.
+    e->bnstat_off = (size_t *)ct_zalloc((size_t)m->n_ops * sizeof(size_t));
+    size_t nstat = 0, work = 0;
+    for (int i = 0; i < m->n_ops; i++) {
+        const Op *op = &m->ops[i];
+        if (op->kind == OP_BN) {
+            e->bnstat_off[i] = nstat;
+            int C = e->dims[op->in].C;
+            nstat += 2 * (size_t)C;
+            size_t w = batchnorm_gpu_work_floats(N * e->dims[op->in].H * e->dims[op->in].W, C);
+            if (w > work) work = w;
+        } else if (op->kind == OP_CONV) {
+            ConvShape s = op_conv_shape(e, op, N);
+            size_t w = conv2d_gpu_work_floats(&s);
+            if (w > work) work = w;
+        }
+    }
+    e->bnstat = (float *)dmalloc(e, nstat * sizeof(float));
+    e->work_floats = work;
+    e->work = (float *)dmalloc(e, work * sizeof(float));
+    e->plan_bytes = e->dev_bytes - bytes0;
+}
