@@ -13,12 +13,12 @@ trap 'rm -rf "$T"' EXIT
 
 # 1. Arguments.
 got=$(BENCH_RECIPES_PARSE_ONLY=1 $B)
-[ "$got" = "quick=0 out=build/bench_recipes threads=2 only=demo tta ema999 ema996x2 mixup cutmix nols combo combo_ep torch" ] \
+[ "$got" = "quick=0 subset=0 out=build/bench_recipes threads=2 only=demo tta ema999 ema996x2 mixup cutmix nols combo combo_ep torch" ] \
   || fail "defaults: '$got'"
 got=$(BENCH_RECIPES_PARSE_ONLY=1 $B --quick --only demo,torch --threads=3)
-[ "$got" = "quick=1 out=build/bench_recipes_quick threads=3 only=demo torch" ] || fail "--quick --only: '$got'"
-got=$(BENCH_RECIPES_PARSE_ONLY=1 $B --out=/x --only=tta)
-[ "$got" = "quick=0 out=/x threads=2 only=tta" ] || fail "--out=, --only=: '$got'"
+[ "$got" = "quick=1 subset=0 out=build/bench_recipes_quick threads=3 only=demo torch" ] || fail "--quick --only: '$got'"
+got=$(BENCH_RECIPES_PARSE_ONLY=1 $B --out=/x --only=tta --subset 600)
+[ "$got" = "quick=0 subset=600 out=/x threads=2 only=tta" ] || fail "--out=, --only=: '$got'"
 $B --help | grep -q -- '--only NAMES' || fail "--help does not describe --only"
 bad() { # EXPECTED_MESSAGE ARGS...
   local want=$1; shift
@@ -34,6 +34,8 @@ bad "--threads: expected a positive integer, got '0'" --threads 0
 bad "--threads: expected a positive integer, got 'x'" --threads x
 bad "unknown argument '--epochs'" --epochs 3
 bad "--out needs a directory" --out
+bad "--subset: expected a number of training images >= 60, got '10'" --subset 10
+bad "--subset: expected a number of training images >= 60, got 'all'" --subset=all
 
 # 2. The tables on made-up runs. mkrun NAME ARGS "TOP1 TOP1 ..." ["EMA EMA ..."]: epochs of 10 s.
 mkrun() {

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Recipe ablation on Fashion-MNIST (issue 13), on a fixed number of CPU threads, in one run:
-#   tools/bench_recipes.sh [--quick] [--only NAME[,NAME...]] [--out DIR] [--threads N]
+#   tools/bench_recipes.sh [--quick] [--subset N] [--only NAME[,NAME...]] [--out DIR] [--threads N]
 # Trains the demo recipe (`train --demo`), then the demo with one new element at a time, then the
 # combination of the elements that beat the demo, then that combination for one more epoch; prints
 # wall time, CPU time and test top-1 (best and final, plain and EMA) of each from its metrics.jsonl.
@@ -22,9 +22,11 @@ declare -A FLAGS=(
 
 usage() {
   cat <<EOF
-usage: tools/bench_recipes.sh [--quick] [--only NAME[,NAME...]] [--out DIR] [--threads N]
+usage: tools/bench_recipes.sh [--quick] [--subset N] [--only NAME[,NAME...]] [--out DIR] [--threads N]
 
   --quick        1 epoch per run (2 for combo_ep): checks the script, measures nothing
+  --subset N     train on the first N training images and test on the first N/6 test images
+                 (packed into OUT/data/): checks the script on a busy machine, measures nothing
   --only NAMES   run only these variants (comma-separated; default: all, in this order):
                    demo      the demo recipe as it is (train --demo)
                    tta       + --tta flip
@@ -46,7 +48,7 @@ EOF
 
 die() { echo "bench_recipes.sh: $*" >&2; exit 2; }
 
-QUICK=0 ONLY="" OUT="" THREADS=2
+QUICK=0 ONLY="" OUT="" THREADS=2 SUBSET=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) QUICK=1 ;;
@@ -56,12 +58,16 @@ while [ $# -gt 0 ]; do
     --out=*) OUT=${1#--out=} ;;
     --threads) [ $# -ge 2 ] || die "--threads needs a number"; THREADS=$2; shift ;;
     --threads=*) THREADS=${1#--threads=} ;;
+    --subset) [ $# -ge 2 ] || die "--subset needs a number of images"; SUBSET=$2; shift ;;
+    --subset=*) SUBSET=${1#--subset=} ;;
     -h|--help) usage; exit 0 ;;
     *) die "unknown argument '$1' (see --help)" ;;
   esac
   shift
 done
 [[ "$THREADS" =~ ^[1-9][0-9]*$ ]] || die "--threads: expected a positive integer, got '$THREADS'"
+[[ "$SUBSET" =~ ^[0-9]+$ ]] && { [ "$SUBSET" = 0 ] || [ "$SUBSET" -ge 60 ]; } \
+  || die "--subset: expected a number of training images >= 60, got '$SUBSET'"
 [ -n "$OUT" ] || OUT=build/bench_recipes$([ $QUICK = 1 ] && echo _quick || true)
 SELECTED=()
 if [ -z "$ONLY" ]; then
@@ -73,15 +79,40 @@ else
     [[ " ${VARIANTS[*]} " == *" $v "* ]] || die "--only: unknown variant '$v' (variants: ${VARIANTS[*]})"
   done
 fi
-[ "${BENCH_RECIPES_PARSE_ONLY:-0}" = 1 ] && { echo "quick=$QUICK out=$OUT threads=$THREADS only=${SELECTED[*]}"; exit 0; }
+[ "${BENCH_RECIPES_PARSE_ONLY:-0}" = 1 ] && { echo "quick=$QUICK subset=$SUBSET out=$OUT threads=$THREADS only=${SELECTED[*]}"; exit 0; }
 
 [ -x ./train ] || ./build.sh >/dev/null
 export OMP_NUM_THREADS=$THREADS
 mkdir -p "$OUT/runs"
+OUT=$(cd "$OUT" && pwd)
+ROOT=$PWD
+# train --demo reads shards/fashion-mnist under its working directory: the full set here (packed
+# on first use), or with --subset a smaller one made from the same IDX files.
+WORKDIR=$ROOT
+if [ "$SUBSET" != 0 ]; then
+  WORKDIR=$OUT/data
+  if [ ! -f "$WORKDIR/shards/fashion-mnist/val.shard" ] || [ "$(cat "$WORKDIR/subset" 2>/dev/null)" != "$SUBSET" ]; then
+    rm -rf "$WORKDIR" && mkdir -p "$WORKDIR/idx"
+    /usr/bin/python3 - /usr/share/datasets/fashion-mnist "$WORKDIR/idx" "$SUBSET" <<'PY'
+import gzip, struct, sys
+src, dst, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+for split, k in (("train", n), ("t10k", max(10, n // 6))):
+    for kind, item in (("images-idx3", 784), ("labels-idx1", 1)):
+        with gzip.open("%s/%s-%s-ubyte.gz" % (src, split, kind)) as f:
+            data = f.read()
+        hdr = 16 if item == 784 else 8
+        out = data[:4] + struct.pack(">I", k) + data[8:hdr] + data[hdr:hdr + k * item]
+        with open("%s/%s-%s-ubyte" % (dst, split, kind), "wb") as f:
+            f.write(out)
+PY
+    "$ROOT/packdata" --idx "$WORKDIR/idx" "$WORKDIR/shards/fashion-mnist" >/dev/null
+    echo "$SUBSET" >"$WORKDIR/subset"
+  fi
+fi
 EPOCHS=4
 [ $QUICK = 1 ] && EPOCHS=1
 {
-  echo "# tools/bench_recipes.sh $([ $QUICK = 1 ] && echo --quick) (threads $THREADS)"
+  echo "# tools/bench_recipes.sh $([ $QUICK = 1 ] && echo --quick) $([ "$SUBSET" != 0 ] && echo "--subset $SUBSET") (threads $THREADS)"
   echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)," \
        "$(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores, load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 } >"$OUT/header.txt"
@@ -94,8 +125,8 @@ train() {
   mkdir -p "$dir"
   echo "$*" >"$dir/args.txt"
   echo "== $name: train --demo --epochs $EPOCHS $* (load $(cut -d' ' -f1 /proc/loadavg))"
-  if ! /usr/bin/time -f "%e %U %S" -o "$dir/time.txt" ./train --demo --epochs "$EPOCHS" --out "$dir" --overwrite "$@" \
-      >"$dir/log.txt" 2>&1; then
+  if ! (cd "$WORKDIR" && /usr/bin/time -f "%e %U %S" -o "$dir/time.txt" "$ROOT/train" --demo --epochs "$EPOCHS" --out "$dir" --overwrite "$@" \
+      >"$dir/log.txt" 2>&1); then
     tail -5 "$dir/log.txt" >&2
     echo "bench_recipes.sh: $name failed (log: $dir/log.txt)" >&2
     exit 1
@@ -121,8 +152,8 @@ for v in "${SELECTED[@]}"; do
       mkdir -p "$OUT/runs/torch"
       echo "== torch: dumping the demo run's batches (ctrain, not timed for the comparison)"
       rm -rf "$dump"
-      ./train --demo --epochs "$EPOCHS" --out "$OUT/runs/torch/ctrain" --overwrite --dump-batches "$dump" \
-        >"$OUT/runs/torch/dump_log.txt" 2>&1 || { tail -5 "$OUT/runs/torch/dump_log.txt" >&2; exit 1; }
+      (cd "$WORKDIR" && "$ROOT/train" --demo --epochs "$EPOCHS" --out "$OUT/runs/torch/ctrain" --overwrite \
+        --dump-batches "$dump" >"$OUT/runs/torch/dump_log.txt" 2>&1) || { tail -5 "$OUT/runs/torch/dump_log.txt" >&2; exit 1; }
       echo "== torch: replaying them in PyTorch (load $(cut -d' ' -f1 /proc/loadavg))"
       # The demo's recipe, as torch_train_ref.py spells it (DEMO_ARGS in trainer/config.c).
       /usr/bin/time -f "%e %U %S" -o "$OUT/runs/torch/time.txt" /usr/bin/python3 tools/torch_train_ref.py train \
