@@ -63,6 +63,9 @@ mkrun ema996x2 "--ema 0.996 --ema-every 2" "80 88 89" "75 86 90.8"  # wins, but 
 mkrun mixup "--mixup 0.2" "80 88 89"                          # loses
 mkrun cutmix "--cutmix 1.0" "80 91 90"                        # a tie at the end is no win
 mkrun nols "--label-smoothing 0" "80 88 90.2"                 # wins
+echo '{"settings":{"epochs":3}}' >"$T/runs/nols/config.json"
+mkrun combo_ep "--mixup 0.2" "80 95"                         # stopped after 2 of 3 epochs: no win
+echo '{"settings":{"epochs":3}}' >"$T/runs/combo_ep/config.json"
 got=$($PY tools/bench_recipes.py combo "$T")
 [ "$got" = "--tta flip --ema 0.999 --label-smoothing 0" ] || fail "combo: '$got'"
 ok "combo: $got"
@@ -77,6 +80,7 @@ grep -qF '| demo | (none) | 3 | 100 | 200 | 90.00 | 90.00 | - | - | +0.00 |' <<<
 grep -qF '| ema999 | `--ema 0.999` | 3 | 100 | 200 | 89.00 | 89.00 | 91.00 | 91.00 | +1.00 |' <<<"$rep" || fail "ema999 row"
 grep -qF '| mixup | `--mixup 0.2` | 3 | 100 | 200 | 89.00 | 89.00 | - | - | -1.00 |' <<<"$rep" || fail "mixup row"
 grep -qF '| cutmix | `--cutmix 1.0` | 3 | 100 | 200 | 90.00 | 91.00 | - | - | +0.00 |' <<<"$rep" || fail "cutmix row (best 91)"
+grep -qF '| combo_ep (stopped) | `--mixup 0.2` | 2 |' <<<"$rep" || fail "a stopped run is not marked"
 grep -qF '| 2 | 20 | 88.00 | 12 | 87.00 |' <<<"$rep" || fail "side-by-side epoch 2"
 grep -qF 'time to 89.50% test top-1 (the lower of the two final top-1s): ctrain 30 s, PyTorch 20 s, ctrain/PyTorch 1.50x (PyTorch process: 40 s wall, 75 s CPU' <<<"$rep" \
   || fail "time to target"

@@ -35,6 +35,11 @@ def load_run(out, name):
     if os.path.exists(a):
         with open(a) as f:
             run["args"] = f.read().strip()
+    run["stopped"] = False  # a run cut short (SIGINT, a crash): its row says so
+    c = os.path.join(d, "config.json")
+    if os.path.exists(c):
+        with open(c) as f:
+            run["stopped"] = len(epochs) < json.load(f)["settings"]["epochs"]
     run["final"] = epochs[-1]["val_top1"]
     run["best"] = max(e["val_top1"] for e in epochs)
     ema = [e["ema_val_top1"] for e in epochs if "ema_val_top1" in e]
@@ -51,7 +56,7 @@ def combo_flags(out):
     flags = []
     for runs in ELEMENTS:
         tried = [r for r in (load_run(out, n) for n in runs) if r is not None]
-        wins = [r for r in tried if r["kept"] > demo["kept"]]
+        wins = [r for r in tried if not r["stopped"] and r["kept"] > demo["kept"]]
         if wins:
             flags.append(max(wins, key=lambda r: r["kept"])["args"])
     return " ".join(flags)
@@ -75,7 +80,7 @@ def report(out):
     for r in runs:
         delta = "%+.2f" % (r["kept"] - demo["kept"]) if demo else "-"
         print("| %s | %s | %d | %s | %s | %s | %s | %s | %s | %s |" % (
-            r["name"], ("`%s`" % r["args"]) if r["args"] else "(none)", len(r["epochs"]), secs(r["wall"]), secs(r["cpu"]),
+            r["name"] + (" (stopped)" if r["stopped"] else ""), ("`%s`" % r["args"]) if r["args"] else "(none)", len(r["epochs"]), secs(r["wall"]), secs(r["cpu"]),
             pct(r["final"]), pct(r["best"]), pct(r["ema_final"]), pct(r["ema_best"]), delta))
     print("\nwall/CPU s: the whole process (packing check, training, every evaluation); kept: the better of the"
           "\nplain and EMA final top-1 (what model.safetensors holds).")
