@@ -9,6 +9,8 @@
 # test top-1. Results land in OUT (default build/bench_recipes, build/bench_recipes_quick with --quick):
 # OUT/runs/NAME/ (the run, time.txt, log.txt), OUT/results.md (the tables).
 # Runs already in OUT are trained again; those not selected by --only are reported as they are.
+# The environment passes through to both trainers: on a busy machine set OMP_WAIT_POLICY=passive,
+# or OpenMP's spinning threads inflate wall and CPU time alike (docs/BENCHMARKS.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -114,7 +116,8 @@ EPOCHS=4
 {
   echo "# tools/bench_recipes.sh $([ $QUICK = 1 ] && echo --quick) $([ "$SUBSET" != 0 ] && echo "--subset $SUBSET") (threads $THREADS)"
   echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)," \
-       "$(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores, load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+       "$(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores, OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-unset}," \
+       "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 } >"$OUT/header.txt"
 cat "$OUT/header.txt"
 
