@@ -23,6 +23,7 @@ import json
 import os
 import struct
 import sys
+import time
 
 import numpy as np
 import torch
@@ -154,7 +155,12 @@ def cmd_train(a):
     ranks = batch_files(a, "train_batches")
     if len({len(f) for f in ranks}) != 1:
         raise SystemExit("ranks dumped different numbers of batches: %s" % [len(f) for f in ranks])
-    for per_rank in zip(*ranks):
+    # --epoch-log: the val top-1 after every epoch and the seconds spent so far (training and those
+    # evaluations, not reading the batch files), for time-to-accuracy against ctrain's metrics.jsonl.
+    val = [b for f in batch_files(a, "val_batches") for b in f] if a.epoch_log else None
+    epoch_log, t_spent, t0 = [], 0.0, time.perf_counter()
+    steps_total = len(ranks[0])
+    for i, per_rank in enumerate(zip(*ranks)):
         b = per_rank[0]
         if any(x["step"] != b["step"] or x["lr"] != b["lr"] for x in per_rank):
             raise SystemExit("step %d: ranks disagree on the step or the learning rate" % b["step"])
@@ -169,8 +175,20 @@ def cmd_train(a):
         else:
             losses.append(ddp_step(model, opt, per_rank, mean, std, a.smoothing))
         steps.append(b["step"])
+        if val is not None and (i + 1 == steps_total or ranks[0][i + 1]["epoch"] != b["epoch"]):
+            t1 = time.perf_counter()
+            r = evaluate(model, val, mean, std)
+            model.train()
+            t2 = time.perf_counter()
+            t_spent += t2 - t0
+            epoch_log.append({"epoch": len(epoch_log) + 1, "step": b["step"], "time": t_spent, "eval_time": t2 - t1,
+                              "val_top1": r["top1"]})
+            print("torch: epoch %d val top-1 %.2f%% at %.1fs" % (len(epoch_log), r["top1"], t_spent), flush=True)
+            t0 = time.perf_counter()
     res = evaluate(model, [b for f in batch_files(a, "val_batches") for b in f], mean, std)
     res.update({"steps": steps, "losses": losses})
+    if val is not None:
+        res["epochs"] = epoch_log
     with open(a.out, "w") as f:
         json.dump(res, f)
     if a.save_weights:
@@ -226,6 +244,8 @@ def main():
     t.add_argument("--ranks", type=int, default=1, help="replay a --ranks R run with DDP semantics")
     t.add_argument("--out", required=True, help="JSON with per-step losses and the final val result")
     t.add_argument("--save-weights", help="final state_dict as safetensors")
+    t.add_argument("--epoch-log", action="store_true",
+                   help="evaluate after every epoch; the JSON gets epochs: val top-1 and seconds spent so far")
     e = sub.choices["evaluate"]
     e.add_argument("--weights", required=True)
     e.add_argument("--val", required=True, help="val_batches.bin from train --dump-batches")

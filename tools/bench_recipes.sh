@@ -1,0 +1,171 @@
+#!/usr/bin/env bash
+# Recipe ablation on Fashion-MNIST (issue 13), on a fixed number of CPU threads, in one run:
+#   tools/bench_recipes.sh [--quick] [--subset N] [--only NAME[,NAME...]] [--out DIR] [--threads N]
+# Trains the demo recipe (`train --demo`), then the demo with one new element at a time, then the
+# combination of the elements that beat the demo, then that combination for one more epoch; prints
+# wall time, CPU time and test top-1 (best and final, plain and EMA) of each from its metrics.jsonl.
+# Then replays the demo run in PyTorch (tools/torch_train_ref.py: same initial weights, same batches,
+# same learning rate every step, same threads) and prints the time each needs to reach the same
+# test top-1. Results land in OUT (default build/bench_recipes, build/bench_recipes_quick with --quick):
+# OUT/runs/NAME/ (the run, time.txt, log.txt), OUT/results.md (the tables).
+# Runs already in OUT are trained again; those not selected by --only are reported as they are.
+# The environment passes through to both trainers: on a busy machine set OMP_WAIT_POLICY=passive,
+# or OpenMP's spinning threads inflate wall and CPU time alike (docs/BENCHMARKS.md).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+VARIANTS=(demo tta ema999 ema996x2 mixup cutmix nols combo combo_ep torch)
+# The element each single-change variant adds to the demo recipe. EMA: ~1900 steps in 4 epochs, so
+# 0.999 averages over about the last 1000 steps and 0.996 every 2 steps over about the last 500.
+declare -A FLAGS=(
+  [demo]="" [tta]="--tta flip" [ema999]="--ema 0.999" [ema996x2]="--ema 0.996 --ema-every 2"
+  [mixup]="--mixup 0.2" [cutmix]="--cutmix 1.0" [nols]="--label-smoothing 0"
+)
+
+usage() {
+  cat <<EOF
+usage: tools/bench_recipes.sh [--quick] [--subset N] [--only NAME[,NAME...]] [--out DIR] [--threads N]
+
+  --quick        1 epoch per run (2 for combo_ep): checks the script, measures nothing
+  --subset N     train on the first N training images and test on the first N/6 test images
+                 (packed into OUT/data/): checks the script on a busy machine, measures nothing
+  --only NAMES   run only these variants (comma-separated; default: all, in this order):
+                   demo      the demo recipe as it is (train --demo)
+                   tta       + --tta flip
+                   ema999    + --ema 0.999
+                   ema996x2  + --ema 0.996 --ema-every 2
+                   mixup     + --mixup 0.2
+                   cutmix    + --cutmix 1.0
+                   nols      label smoothing off (--label-smoothing 0)
+                   combo     the demo + every element whose run beat the demo's final top-1
+                   combo_ep  combo with one more epoch
+                   torch     the demo recipe in PyTorch (replaying a --dump-batches run), time to
+                             the same test top-1 as ctrain's demo run (needs demo's run in OUT)
+                 combo and combo_ep use the runs of the single elements found in OUT.
+  --out DIR      results directory (default build/bench_recipes, with --quick build/bench_recipes_quick)
+  --threads N    CPU threads for both trainers (OMP_NUM_THREADS; default 2)
+  -h, --help     this help
+EOF
+}
+
+die() { echo "bench_recipes.sh: $*" >&2; exit 2; }
+
+QUICK=0 ONLY="" OUT="" THREADS=2 SUBSET=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --quick) QUICK=1 ;;
+    --only) [ $# -ge 2 ] || die "--only needs a value (variants: ${VARIANTS[*]})"; ONLY=$2; shift ;;
+    --only=*) ONLY=${1#--only=} ;;
+    --out) [ $# -ge 2 ] || die "--out needs a directory"; OUT=$2; shift ;;
+    --out=*) OUT=${1#--out=} ;;
+    --threads) [ $# -ge 2 ] || die "--threads needs a number"; THREADS=$2; shift ;;
+    --threads=*) THREADS=${1#--threads=} ;;
+    --subset) [ $# -ge 2 ] || die "--subset needs a number of images"; SUBSET=$2; shift ;;
+    --subset=*) SUBSET=${1#--subset=} ;;
+    -h|--help) usage; exit 0 ;;
+    *) die "unknown argument '$1' (see --help)" ;;
+  esac
+  shift
+done
+[[ "$THREADS" =~ ^[1-9][0-9]*$ ]] || die "--threads: expected a positive integer, got '$THREADS'"
+[[ "$SUBSET" =~ ^[0-9]+$ ]] && { [ "$SUBSET" = 0 ] || [ "$SUBSET" -ge 60 ]; } \
+  || die "--subset: expected a number of training images >= 60, got '$SUBSET'"
+[ -n "$OUT" ] || OUT=build/bench_recipes$([ $QUICK = 1 ] && echo _quick || true)
+SELECTED=()
+if [ -z "$ONLY" ]; then
+  SELECTED=("${VARIANTS[@]}")
+else
+  IFS=, read -r -a SELECTED <<<"$ONLY"
+  [ ${#SELECTED[@]} -gt 0 ] || die "--only: empty list (variants: ${VARIANTS[*]})"
+  for v in "${SELECTED[@]}"; do
+    [[ " ${VARIANTS[*]} " == *" $v "* ]] || die "--only: unknown variant '$v' (variants: ${VARIANTS[*]})"
+  done
+fi
+[ "${BENCH_RECIPES_PARSE_ONLY:-0}" = 1 ] && { echo "quick=$QUICK subset=$SUBSET out=$OUT threads=$THREADS only=${SELECTED[*]}"; exit 0; }
+
+[ -x ./train ] || ./build.sh >/dev/null
+export OMP_NUM_THREADS=$THREADS
+mkdir -p "$OUT/runs"
+OUT=$(cd "$OUT" && pwd)
+ROOT=$PWD
+# train --demo reads shards/fashion-mnist under its working directory: the full set here (packed
+# on first use), or with --subset a smaller one made from the same IDX files.
+WORKDIR=$ROOT
+if [ "$SUBSET" != 0 ]; then
+  WORKDIR=$OUT/data
+  if [ ! -f "$WORKDIR/shards/fashion-mnist/val.shard" ] || [ "$(cat "$WORKDIR/subset" 2>/dev/null)" != "$SUBSET" ]; then
+    rm -rf "$WORKDIR" && mkdir -p "$WORKDIR/idx"
+    /usr/bin/python3 - /usr/share/datasets/fashion-mnist "$WORKDIR/idx" "$SUBSET" <<'PY'
+import gzip, struct, sys
+src, dst, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+for split, k in (("train", n), ("t10k", max(10, n // 6))):
+    for kind, item in (("images-idx3", 784), ("labels-idx1", 1)):
+        with gzip.open("%s/%s-%s-ubyte.gz" % (src, split, kind)) as f:
+            data = f.read()
+        hdr = 16 if item == 784 else 8
+        out = data[:4] + struct.pack(">I", k) + data[8:hdr] + data[hdr:hdr + k * item]
+        with open("%s/%s-%s-ubyte" % (dst, split, kind), "wb") as f:
+            f.write(out)
+PY
+    "$ROOT/packdata" --idx "$WORKDIR/idx" "$WORKDIR/shards/fashion-mnist" >/dev/null
+    echo "$SUBSET" >"$WORKDIR/subset"
+  fi
+fi
+EPOCHS=4
+[ $QUICK = 1 ] && EPOCHS=1
+{
+  echo "# tools/bench_recipes.sh $([ $QUICK = 1 ] && echo --quick) $([ "$SUBSET" != 0 ] && echo "--subset $SUBSET") (threads $THREADS)"
+  echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)," \
+       "$(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores, OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-unset}," \
+       "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+} >"$OUT/header.txt"
+cat "$OUT/header.txt"
+
+# train NAME EXTRA_FLAGS...: one ctrain run into OUT/runs/NAME, timed by /usr/bin/time.
+train() {
+  local name=$1; shift
+  local dir=$OUT/runs/$name
+  mkdir -p "$dir"
+  echo "$*" >"$dir/args.txt"
+  echo "== $name: train --demo --epochs $EPOCHS $* (load $(cut -d' ' -f1 /proc/loadavg))"
+  if ! (cd "$WORKDIR" && /usr/bin/time -f "%e %U %S" -o "$dir/time.txt" "$ROOT/train" --demo --epochs "$EPOCHS" --out "$dir" --overwrite "$@" \
+      >"$dir/log.txt" 2>&1); then
+    tail -5 "$dir/log.txt" >&2
+    echo "bench_recipes.sh: $name failed (log: $dir/log.txt)" >&2
+    exit 1
+  fi
+  grep '^epoch [0-9]*/' "$dir/log.txt" | tail -1
+}
+
+for v in "${SELECTED[@]}"; do
+  case "$v" in
+    combo|combo_ep)
+      flags=$(/usr/bin/python3 tools/bench_recipes.py combo "$OUT") || exit 1
+      echo "== $v: elements that beat the demo: ${flags:-none}"
+      if [ "$v" = combo ]; then
+        # shellcheck disable=SC2086
+        train combo $flags
+      else
+        # shellcheck disable=SC2086
+        EPOCHS=$((EPOCHS + 1)) train combo_ep $flags
+      fi ;;
+    torch)
+      [ -f "$OUT/runs/demo/metrics.jsonl" ] || die "torch: needs the demo run in $OUT (run --only demo,torch)"
+      dump=$OUT/runs/torch/dump
+      mkdir -p "$OUT/runs/torch"
+      echo "== torch: dumping the demo run's batches (ctrain, not timed for the comparison)"
+      rm -rf "$dump"
+      (cd "$WORKDIR" && "$ROOT/train" --demo --epochs "$EPOCHS" --out "$OUT/runs/torch/ctrain" --overwrite \
+        --dump-batches "$dump" >"$OUT/runs/torch/dump_log.txt" 2>&1) || { tail -5 "$OUT/runs/torch/dump_log.txt" >&2; exit 1; }
+      echo "== torch: replaying them in PyTorch (load $(cut -d' ' -f1 /proc/loadavg))"
+      # The demo's recipe, as torch_train_ref.py spells it (DEMO_ARGS in trainer/config.c).
+      /usr/bin/time -f "%e %U %S" -o "$OUT/runs/torch/time.txt" /usr/bin/python3 tools/torch_train_ref.py train \
+        --arch resnet20 --in-ch 1 --classes 10 --mean 0.286 --std 0.353 --dump "$dump" --momentum 0.9 --wd 5e-4 \
+        --nesterov 1 --smoothing 0.1 --epoch-log --out "$OUT/runs/torch/torch.json" | tee "$OUT/runs/torch/log.txt"
+      rm -rf "$dump" ;;  # ~50 MB an epoch: not worth keeping
+    *) # shellcheck disable=SC2086
+      train "$v" ${FLAGS[$v]} ;;
+  esac
+done
+
+/usr/bin/python3 tools/bench_recipes.py report "$OUT" | tee "$OUT/results.md"
