@@ -14,7 +14,7 @@ mkdir -p "$OUT"
 if [ -z "${CTRAIN_PREBUILT:-}" ] || [ ! -x "$OUT/bench_conv" ]; then
   gcc -std=c11 -O2 -D_GNU_SOURCE -I. -c util/common.c -o "$OUT/common.o"
   "$NVCC" -std=c++17 -O3 -lineinfo -I. -DCTRAIN_CUDA -gencode arch=compute_$ARCH,code=sm_$ARCH \
-    -o "$OUT/bench_conv" tools/bench_conv.cu kernels/conv.cu kernels/linear.cu "$OUT/common.o"
+    -o "$OUT/bench_conv" tools/bench_conv.cu kernels/conv.cu kernels/conv_tc2.cu kernels/linear.cu "$OUT/common.o"
 fi
 [ -n "${BENCH_BUILD_ONLY:-}" ] && exit 0
 "$OUT/bench_conv" "${1:-64}" "${2:-10}"
