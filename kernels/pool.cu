@@ -9,78 +9,10 @@
 #define GRID_STRIDE(i, n) \
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n); i += (size_t)gridDim.x * blockDim.x)
 
-// Index (row-major window order) of the first maximum of window (p, q) of image n, channel c, or
-// -1 when the window holds only padding. Padding never wins: it is not a candidate at all.
-template <typename T>
-__device__ static int window_argmax(const T *in, int n, int p, int q, int c, int H, int W, int C,
-                                    int k, int stride, int pad, float *best_out) {
-    int best = -1;
-    float bv = 0.f;
-    for (int r = 0; r < k; r++) {
-        int h = p * stride - pad + r;
-        if (h < 0 || h >= H) continue;
-        for (int s = 0; s < k; s++) {
-            int w = q * stride - pad + s;
-            if (w < 0 || w >= W) continue;
-            float v = ct_ld(in, (((size_t)n * H + h) * W + w) * C + c);
-            if (best < 0 || v > bv) {
-                best = r * k + s;
-                bv = v;
-            }
-        }
-    }
-    if (best_out) *best_out = bv;
-    return best;
-}
-
-template <typename T>
-__global__ void maxpool_fwd_k(T *out, const T *in, int N, int H, int W, int C, int k, int stride,
-                              int pad, int P, int Q) {
-    size_t total = (size_t)N * P * Q * C;
-    GRID_STRIDE(i, total) {
-        int c = (int)(i % C);
-        size_t t = i / C;
-        int q = (int)(t % Q);
-        t /= Q;
-        int p = (int)(t % P);
-        int n = (int)(t / P);
-        float v = 0.f;
-        int a = window_argmax(in, n, p, q, c, H, W, C, k, stride, pad, &v);
-        ct_st(out, i, a < 0 ? -INFINITY : v);
-    }
-}
-
-template <typename T>
-__global__ void maxpool_bwd_k(T *din, const T *dout, const T *in, int N, int H, int W, int C, int k,
-                              int stride, int pad, int P, int Q) {
-    size_t total = (size_t)N * H * W * C;
-    GRID_STRIDE(i, total) {
-        int c = (int)(i % C);
-        size_t t = i / C;
-        int w = (int)(t % W);
-        t /= W;
-        int h = (int)(t % H);
-        int n = (int)(t / H);
-        // Windows p with p*stride - pad <= h <= p*stride - pad + k - 1.
-        int p0 = h + pad - k + 1;
-        p0 = p0 <= 0 ? 0 : (p0 + stride - 1) / stride;
-        int p1 = min(P - 1, (h + pad) / stride);
-        int q0 = w + pad - k + 1;
-        q0 = q0 <= 0 ? 0 : (q0 + stride - 1) / stride;
-        int q1 = min(Q - 1, (w + pad) / stride);
-        float g = 0.f;
-        for (int p = p0; p <= p1; p++)
-            for (int q = q0; q <= q1; q++) {
-                int a = window_argmax(in, n, p, q, c, H, W, C, k, stride, pad, (float *)0);
-                int r = h - (p * stride - pad), s = w - (q * stride - pad);
-                if (a == r * k + s) g += ct_ld(dout, (((size_t)n * P + p) * Q + q) * C + c);
-            }
-        ct_st(din, i, g);
-    }
-}
-
-// The same, V channels (one 16-byte vector) per thread when C is a multiple of V: every window
-// element is one vector load instead of V scalar ones. best[k] as window_argmax's, per channel.
+// V channels per thread (C a multiple of V): V = 16 bytes' worth makes every window element one
+// vector load; V = 1 is the scalar form. best[j]: the index (row-major window order) of channel
+// c+j's first maximum in window (p, q) of image n, or -1 when the window holds only padding
+// (padding never wins: it is not a candidate at all); bv[j] its value.
 template <int V, typename T>
 __device__ static void window_argmax_v(const T *in, int n, int p, int q, int c, int H, int W, int C, int k,
                                        int stride, int pad, int (&best)[V], float (&bv)[V]) {
@@ -156,8 +88,8 @@ __global__ void maxpool_bwd_v_k(T *din, const T *dout, const T *in, int N, int H
     }
 }
 
-// Vectors of 16 bytes when C and the pointers allow; CTRAIN_MAXPOOL_SCALAR=1 keeps the scalar
-// kernels (a comparison on a GPU).
+// Vectors of 16 bytes when C and the pointers allow, else V = 1; CTRAIN_MAXPOOL_SCALAR=1 always
+// takes V = 1 (a comparison on a GPU).
 static int pool_vec(int C, int V, const void *a, const void *b, const void *c) {
     static int scalar = -1;
     if (scalar < 0) {
@@ -176,7 +108,7 @@ extern "C" void maxpool_forward_gpu(void *out, const void *in, int N, int H, int
             CT_LAUNCH((maxpool_fwd_v_k<CT_VEC(T), T>), ct_grid_for(total / CT_VEC(T), POOL_THREADS), POOL_THREADS, 0,
                       stream, (T *)out, (const T *)in, N, H, W, C, k, stride, pad, P, Q);
         else
-            CT_LAUNCH(maxpool_fwd_k<T>, ct_grid_for(total, POOL_THREADS), POOL_THREADS, 0, stream, (T *)out,
+            CT_LAUNCH((maxpool_fwd_v_k<1, T>), ct_grid_for(total, POOL_THREADS), POOL_THREADS, 0, stream, (T *)out,
                       (const T *)in, N, H, W, C, k, stride, pad, P, Q);
     });
     CT_CHECK_LAUNCH("maxpool_forward_gpu");
@@ -191,7 +123,7 @@ extern "C" void maxpool_backward_gpu(void *din, const void *dout, const void *in
             CT_LAUNCH((maxpool_bwd_v_k<CT_VEC(T), T>), ct_grid_for(total / CT_VEC(T), POOL_THREADS), POOL_THREADS, 0,
                       stream, (T *)din, (const T *)dout, (const T *)in, N, H, W, C, k, stride, pad, P, Q);
         else
-            CT_LAUNCH(maxpool_bwd_k<T>, ct_grid_for(total, POOL_THREADS), POOL_THREADS, 0, stream, (T *)din,
+            CT_LAUNCH((maxpool_bwd_v_k<1, T>), ct_grid_for(total, POOL_THREADS), POOL_THREADS, 0, stream, (T *)din,
                       (const T *)dout, (const T *)in, N, H, W, C, k, stride, pad, P, Q);
     });
     CT_CHECK_LAUNCH("maxpool_backward_gpu");
