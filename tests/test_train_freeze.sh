@@ -12,27 +12,7 @@
 source "$(dirname "$0")/train_lib.sh"
 
 make_synth "$TMP/d" 160 32 32
-"$TORCH_PY" - "$CTRAIN_ROOT/tools" "$TMP/tv.safetensors" <<'PY' || fail "torchvision weights"
-import sys
-sys.path.insert(0, sys.argv[1])
-import torch, torchvision
-from torch_ref import save_safetensors
-torch.manual_seed(0)
-m = torchvision.models.resnet18(num_classes=1000)
-# BN statistics as a trained network has them (calibrated on random inputs), so "untouched" is
-# not "still 0 and 1", and the frozen features keep a sane scale.
-for mod in m.modules():
-    if isinstance(mod, torch.nn.BatchNorm2d):
-        mod.momentum = None  # cumulative average over the calibration batches
-m.train()
-with torch.no_grad():
-    for _ in range(4):
-        m(torch.randn(16, 3, 32, 32))
-    for mod in m.modules():
-        if isinstance(mod, torch.nn.BatchNorm2d):
-            mod.num_batches_tracked.fill_(123)
-save_safetensors(sys.argv[2], {k: v.numpy() for k, v in m.state_dict().items()})
-PY
+torchvision_weights "$TMP/tv.safetensors" --calibrate-bn
 FL=(-a resnet18 -b 16 --crop-size 32 --lr 0.005 -p 1 -j 2 --weights "$TMP/tv.safetensors" --reset-head --freeze-backbone)
 
 # frozen_check MODEL REF: backbone bit-identical to REF, fc moved (prints what moved).

@@ -123,3 +123,34 @@ assert abs(final["val_top1"] - ref["top1"]) <= 0.5, "val top-1 differs by more t
 assert final["val_top1"] > 60, "the run did not learn"
 PY
 }
+
+# torchvision_weights OUT [--calibrate-bn] [--drop-nbt]: a seeded torchvision resnet18 for 1000
+# classes as safetensors (torchvision's names), the stand-in for downloaded ImageNet weights.
+# --calibrate-bn gives BN the statistics a trained network has (averaged over random batches,
+# num_batches_tracked 123), so "untouched" is not "still 0 and 1" and frozen features keep a sane
+# scale; --drop-nbt leaves num_batches_tracked out, as older torchvision weights do.
+torchvision_weights() {
+  "$TORCH_PY" - "$CTRAIN_ROOT/tools" "$@" <<'PY' || fail "torchvision weights"
+import sys
+sys.path.insert(0, sys.argv[1])
+import torch, torchvision
+from torch_ref import save_safetensors
+out, opts = sys.argv[2], set(sys.argv[3:])
+assert opts <= {"--calibrate-bn", "--drop-nbt"}, opts
+torch.manual_seed(0)
+m = torchvision.models.resnet18(num_classes=1000)
+if "--calibrate-bn" in opts:
+    bns = [mod for mod in m.modules() if isinstance(mod, torch.nn.BatchNorm2d)]
+    for bn in bns:
+        bn.momentum = None  # cumulative average over the calibration batches
+    m.train()
+    with torch.no_grad():
+        for _ in range(4):
+            m(torch.randn(16, 3, 32, 32))
+    for bn in bns:
+        bn.num_batches_tracked.fill_(123)
+sd = {k: v.numpy() for k, v in m.state_dict().items()
+      if not ("--drop-nbt" in opts and k.endswith("num_batches_tracked"))}
+save_safetensors(out, sd)
+PY
+}
