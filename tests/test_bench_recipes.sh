@@ -13,12 +13,12 @@ trap 'rm -rf "$T"' EXIT
 
 # 1. Arguments.
 got=$(BENCH_RECIPES_PARSE_ONLY=1 $B)
-[ "$got" = "quick=0 subset=0 out=build/bench_recipes threads=2 only=demo tta ema999 ema996x2 mixup cutmix nols combo combo_ep torch" ] \
+[ "$got" = "quick=0 subset=0 out=build/bench_recipes threads=2 only=demo notta minscale lr02 prog ema999 ema996x2 mixup cutmix nols combo combo_ep torch" ] \
   || fail "defaults: '$got'"
 got=$(BENCH_RECIPES_PARSE_ONLY=1 $B --quick --only demo,torch --threads=3)
 [ "$got" = "quick=1 subset=0 out=build/bench_recipes_quick threads=3 only=demo torch" ] || fail "--quick --only: '$got'"
-got=$(BENCH_RECIPES_PARSE_ONLY=1 $B --out=/x --only=tta --subset 600)
-[ "$got" = "quick=0 subset=600 out=/x threads=2 only=tta" ] || fail "--out=, --only=: '$got'"
+got=$(BENCH_RECIPES_PARSE_ONLY=1 $B --out=/x --only=notta --subset 600)
+[ "$got" = "quick=0 subset=600 out=/x threads=2 only=notta" ] || fail "--out=, --only=: '$got'"
 $B --help | grep -q -- '--only NAMES' || fail "--help does not describe --only"
 bad() { # EXPECTED_MESSAGE ARGS...
   local want=$1; shift
@@ -57,7 +57,7 @@ echo "# header" >"$T/header.txt"
 rc=0; err=$($PY tools/bench_recipes.py combo "$T" 2>&1) || rc=$?
 [ $rc != 0 ] && grep -q "needs the demo run" <<<"$err" || fail "combo without a demo run: rc $rc, '$err'"
 mkrun demo "" "80 88 90"
-mkrun tta "--tta flip" "80 88.5 90.5"                          # wins
+mkrun notta "--tta none" "80 88.5 90.5"                         # wins
 mkrun ema999 "--ema 0.999" "80 88 89" "70 85 91"              # wins through its EMA (kept 91)
 mkrun ema996x2 "--ema 0.996 --ema-every 2" "80 88 89" "75 86 90.8"  # wins, but less than ema999
 mkrun mixup "--mixup 0.2" "80 88 89"                          # loses
@@ -67,7 +67,7 @@ echo '{"settings":{"epochs":3}}' >"$T/runs/nols/config.json"
 mkrun combo_ep "--mixup 0.2" "80 95"                         # stopped after 2 of 3 epochs: no win
 echo '{"settings":{"epochs":3}}' >"$T/runs/combo_ep/config.json"
 got=$($PY tools/bench_recipes.py combo "$T")
-[ "$got" = "--tta flip --ema 0.999 --label-smoothing 0" ] || fail "combo: '$got'"
+[ "$got" = "--tta none --ema 0.999 --label-smoothing 0" ] || fail "combo: '$got'"
 ok "combo: $got"
 mkdir -p "$T/runs/torch"
 echo '{"epochs":[{"epoch":1,"time":5,"val_top1":82},{"epoch":2,"time":12,"val_top1":87},{"epoch":3,"time":20,"val_top1":89.5}]}' \

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Tables of tools/bench_recipes.sh, from the runs in OUT/runs/NAME (metrics.jsonl, time.txt, args.txt).
 
-  combo OUT    the flags of the demo's combination: every element whose run beat the demo's final
+  combo OUT    the flags of the demo's combination: every change whose run beat the demo's final
                test top-1 (for an EMA run, the better of the plain and the EMA model, which is the
                one model.safetensors keeps)
   report OUT   the ablation table (markdown) and ctrain against PyTorch, time to the same top-1
@@ -10,9 +10,9 @@ import json
 import os
 import sys
 
-ORDER = ["demo", "tta", "ema999", "ema996x2", "mixup", "cutmix", "nols", "combo", "combo_ep"]
-# Elements the combination may take, each with the runs that try it (the better one wins).
-ELEMENTS = [["tta"], ["ema999", "ema996x2"], ["mixup"], ["cutmix"], ["nols"]]
+ORDER = ["demo", "notta", "minscale", "lr02", "prog", "ema999", "ema996x2", "mixup", "cutmix", "nols", "combo", "combo_ep"]
+# Changes the combination may take, each with the runs that try it (the better one wins).
+ELEMENTS = [["notta"], ["minscale"], ["lr02"], ["prog"], ["ema999", "ema996x2"], ["mixup"], ["cutmix"], ["nols"]]
 
 
 def load_run(out, name):

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Recipe ablation on Fashion-MNIST (issue 13), on a fixed number of CPU threads, in one run:
 #   tools/bench_recipes.sh [--quick] [--subset N] [--only NAME[,NAME...]] [--out DIR] [--threads N]
-# Trains the demo recipe (`train --demo`), then the demo with one new element at a time, then the
-# combination of the elements that beat the demo, then that combination for one more epoch; prints
+# Trains the demo recipe (`train --demo`), then the demo with one element changed at a time (turned
+# off if the demo has it, on if not), then the combination of the changes that beat the demo, then
+# that combination for one more epoch; prints
 # wall time, CPU time and test top-1 (best and final, plain and EMA) of each from its metrics.jsonl.
 # Then replays the demo run in PyTorch (tools/torch_train_ref.py: same initial weights, same batches,
 # same learning rate every step, same threads) and prints the time each needs to reach the same
@@ -14,11 +15,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-VARIANTS=(demo tta ema999 ema996x2 mixup cutmix nols combo combo_ep torch)
-# The element each single-change variant adds to the demo recipe. EMA: ~1900 steps in 4 epochs, so
-# 0.999 averages over about the last 1000 steps and 0.996 every 2 steps over about the last 500.
+VARIANTS=(demo notta minscale lr02 prog ema999 ema996x2 mixup cutmix nols combo combo_ep torch)
+# What each single-change variant changes in the demo recipe: elements the demo has are turned off
+# (notta, nols; minscale and lr02 go back to the previous demo recipe's crops and rate), the others
+# on. EMA: ~1900 steps in 4 epochs, so 0.999 averages over about the last 1000 steps and 0.996
+# every 2 steps over about the last 500. prog: 5 epochs at 16, 20, 24, 28 and 28 px (training time
+# about 0.9 of the demo's 4 epochs at 28 px, docs/BENCHMARKS.md).
 declare -A FLAGS=(
-  [demo]="" [tta]="--tta flip" [ema999]="--ema 0.999" [ema996x2]="--ema 0.996 --ema-every 2"
+  [demo]="" [notta]="--tta none" [minscale]="--min-scale 0.75" [lr02]="--lr 0.2"
+  [prog]="--epochs 5 --res-start 16 --res-end 28 --res-ramp 0,3 --res-step 4"
+  [ema999]="--ema 0.999" [ema996x2]="--ema 0.996 --ema-every 2"
   [mixup]="--mixup 0.2" [cutmix]="--cutmix 1.0" [nols]="--label-smoothing 0"
 )
 
@@ -26,12 +32,15 @@ usage() {
   cat <<EOF
 usage: tools/bench_recipes.sh [--quick] [--subset N] [--only NAME[,NAME...]] [--out DIR] [--threads N]
 
-  --quick        1 epoch per run (2 for combo_ep): checks the script, measures nothing
+  --quick        1 epoch per run (2 for combo_ep and prog): checks the script, measures nothing
   --subset N     train on the first N training images and test on the first N/6 test images
                  (packed into OUT/data/): checks the script on a busy machine, measures nothing
   --only NAMES   run only these variants (comma-separated; default: all, in this order):
                    demo      the demo recipe as it is (train --demo)
-                   tta       + --tta flip
+                   notta     without test-time flip averaging (--tta none)
+                   minscale  the crops of the previous demo recipe (--min-scale 0.75)
+                   lr02      the learning rate of the previous demo recipe (--lr 0.2)
+                   prog      progressive resizing: 5 epochs at 16, 20, 24, 28, 28 px
                    ema999    + --ema 0.999
                    ema996x2  + --ema 0.996 --ema-every 2
                    mixup     + --mixup 0.2
@@ -41,7 +50,8 @@ usage: tools/bench_recipes.sh [--quick] [--subset N] [--only NAME[,NAME...]] [--
                    combo_ep  combo with one more epoch
                    torch     the demo recipe in PyTorch (replaying a --dump-batches run), time to
                              the same test top-1 as ctrain's demo run (needs demo's run in OUT)
-                 combo and combo_ep use the runs of the single elements found in OUT.
+                 combo and combo_ep use the runs of the single elements found in OUT; combo_ep runs
+                 one epoch more than combo (prog's 5 included).
   --out DIR      results directory (default build/bench_recipes, with --quick build/bench_recipes_quick)
   --threads N    CPU threads for both trainers (OMP_NUM_THREADS; default 2)
   -h, --help     this help
@@ -112,7 +122,10 @@ PY
   fi
 fi
 EPOCHS=4
-[ $QUICK = 1 ] && EPOCHS=1
+if [ $QUICK = 1 ]; then
+  EPOCHS=1
+  FLAGS[prog]="--epochs 2 --res-start 16 --res-end 28 --res-ramp 0,1 --res-step 4"
+fi
 {
   echo "# tools/bench_recipes.sh $([ $QUICK = 1 ] && echo --quick) $([ "$SUBSET" != 0 ] && echo "--subset $SUBSET") (threads $THREADS)"
   echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)," \
@@ -146,8 +159,10 @@ for v in "${SELECTED[@]}"; do
         # shellcheck disable=SC2086
         train combo $flags
       else
+        # One epoch more than combo, whose flags may set their own (prog): the last --epochs wins.
+        e=$(sed -n 's/.*--epochs \([0-9]*\).*/\1/p' <<<"$flags")
         # shellcheck disable=SC2086
-        EPOCHS=$((EPOCHS + 1)) train combo_ep $flags
+        train combo_ep $flags --epochs $((${e:-$EPOCHS} + 1))
       fi ;;
     torch)
       [ -f "$OUT/runs/demo/metrics.jsonl" ] || die "torch: needs the demo run in $OUT (run --only demo,torch)"
@@ -161,7 +176,7 @@ for v in "${SELECTED[@]}"; do
       # The demo's recipe, as torch_train_ref.py spells it (DEMO_ARGS in trainer/config.c).
       /usr/bin/time -f "%e %U %S" -o "$OUT/runs/torch/time.txt" /usr/bin/python3 tools/torch_train_ref.py train \
         --arch resnet20 --in-ch 1 --classes 10 --mean 0.286 --std 0.353 --dump "$dump" --momentum 0.9 --wd 5e-4 \
-        --nesterov 1 --smoothing 0.1 --epoch-log --out "$OUT/runs/torch/torch.json" | tee "$OUT/runs/torch/log.txt"
+        --nesterov 1 --smoothing 0.1 --tta flip --epoch-log --out "$OUT/runs/torch/torch.json" | tee "$OUT/runs/torch/log.txt"
       rm -rf "$dump" ;;  # ~50 MB an epoch: not worth keeping
     *) # shellcheck disable=SC2086
       train "$v" ${FLAGS[$v]} ;;

@@ -177,7 +177,7 @@ def cmd_train(a):
         steps.append(b["step"])
         if val is not None and (i + 1 == steps_total or ranks[0][i + 1]["epoch"] != b["epoch"]):
             t1 = time.perf_counter()
-            r = evaluate(model, val, mean, std)
+            r = evaluate(model, val, mean, std, a.tta)
             model.train()
             t2 = time.perf_counter()
             t_spent += t2 - t0
@@ -185,7 +185,7 @@ def cmd_train(a):
                               "val_top1": r["top1"]})
             print("torch: epoch %d val top-1 %.2f%% at %.1fs" % (len(epoch_log), r["top1"], t_spent), flush=True)
             t0 = time.perf_counter()
-    res = evaluate(model, [b for f in batch_files(a, "val_batches") for b in f], mean, std)
+    res = evaluate(model, [b for f in batch_files(a, "val_batches") for b in f], mean, std, a.tta)
     res.update({"steps": steps, "losses": losses})
     if val is not None:
         res["epochs"] = epoch_log
@@ -242,6 +242,7 @@ def main():
     t.add_argument("--wd-exclude", type=int, default=0)
     t.add_argument("--smoothing", type=float, default=0.0)
     t.add_argument("--ranks", type=int, default=1, help="replay a --ranks R run with DDP semantics")
+    t.add_argument("--tta", choices=["none", "flip"], default="none", help="evaluations average the logits with the mirror image's")
     t.add_argument("--out", required=True, help="JSON with per-step losses and the final val result")
     t.add_argument("--save-weights", help="final state_dict as safetensors")
     t.add_argument("--epoch-log", action="store_true",
