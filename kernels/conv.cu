@@ -17,7 +17,9 @@
 //     data gradient runs once per stride phase (input pixels with equal h % st, w % st), each a
 //     stride-1 GEMM over only the taps that reach those pixels: no mma work on skipped taps.
 // A third, engine v2 (kernels/conv_tc2.cu: 128x128 tiles, 4 stages, gather tables), takes the
-// bf16 convolutions whose operands are all vectorisable; conv_tc_engine() below picks it.
+// bf16 convolutions whose operands are all vectorisable; conv_tc_engine() below picks it. A fourth,
+// the Hopper engine (kernels/conv_wgmma.cu: wgmma, warp-specialised), takes v2's forward shapes on
+// compute 9.0 when CTRAIN_CONV_ENGINE=wgmma.
 // The weight gradient reduces over N*P*Q, which is long when K*R*S*C is small: the reduction is
 // cut into a number of splits that depends only on the shape; each split writes its own fp32
 // partial buffer and a second kernel sums the partials in split order. No atomics anywhere, so a

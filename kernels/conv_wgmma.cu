@@ -53,7 +53,9 @@ __global__ void __launch_bounds__(WG_THREADS) conv_wgmma_fwd_k(GemmArgs g) {
     unsigned char *sm = raw + ((1024 - ct_smem_u32(raw) % 1024) % 1024);  // the swizzle repeats at 1 KiB
     uint64_t *full = (uint64_t *)(sm + WG_BAR_OFF), *empty = full + WG_STAGES;
     const ConvShape &s = g.s;
-    int tid = threadIdx.x, wg = tid / 128;
+    // The role from a shuffle: ptxas then knows it is warp-uniform and does not serialise the
+    // wgmma behind the role branch (C7520 "WG.AR in divergent path" with a plain tid / 128).
+    int tid = threadIdx.x, wg = __shfl_sync(0xffffffffu, tid / 128, 0);
     int m0 = blockIdx.x * WG_BM, n0 = blockIdx.y * WG_BN;
     int ktiles = (g.k_end + WG_BK - 1) / WG_BK;
     if (tid == 0) {
@@ -138,22 +140,29 @@ __global__ void __launch_bounds__(WG_THREADS) conv_wgmma_fwd_k(GemmArgs g) {
     // address field, which never carries: shared addresses stay below 256 KiB).
     uint64_t da0 = ct_wgmma_desc_bits(base + cw * 64 * 128, 16, 1024, CT_SWZ_128);
     uint64_t db0 = ct_wgmma_desc_bits(base + WG_TILE_BYTES, 16, 1024, CT_SWZ_128);
-    auto step = [&](int kt, int st) {
-        ct_mbar_wait(&full[st], (kt / WG_STAGES) & 1);
+    // One loop, the stage and phase carried along (not unrolled by the stage count: a loop
+    // boundary with a group in flight makes ptxas copy the accumulators, which serialises wgmma).
+    int st = 0, ph = 0, prev = 0;
+    ct_wgmma_fence_operand<64>(acc);
+    for (int kt = 0; kt < ktiles; kt++) {
+        ct_mbar_wait(&full[st], ph);
+        ct_wgmma_fence_operand<64>(acc);
         ct_wgmma_fence();
         uint64_t so = (uint64_t)(st * (WG_STAGE_BYTES >> 4));
         WG_UNROLL
         for (int ks = 0; ks < WG_BK / 16; ks++) ct_wgmma_bf16<128>(acc, da0 + so + 2 * ks, db0 + so + 2 * ks, 1);
         ct_wgmma_commit();
         ct_wgmma_wait<1>();  // the previous k-tile's wgmma are done with their stage
-        if (kt > 0) ct_mbar_arrive(&empty[(st + WG_STAGES - 1) % WG_STAGES]);
-    };
-    int kt = 0;
-    for (; kt + WG_STAGES <= ktiles; kt += WG_STAGES)
-        WG_UNROLL
-        for (int u = 0; u < WG_STAGES; u++) step(kt + u, u);
-    for (; kt < ktiles; kt++) step(kt, kt % WG_STAGES);
+        ct_wgmma_fence_operand<64>(acc);
+        if (kt > 0) ct_mbar_arrive(&empty[prev]);
+        prev = st;
+        if (++st == WG_STAGES) {
+            st = 0;
+            ph ^= 1;
+        }
+    }
     ct_wgmma_wait<0>();
+    ct_wgmma_fence_operand<64>(acc);
 
     // Fragment: warp w of the warpgroup, lane (gi, ti): acc[4j + e] at row 16w + gi + 8(e/2),
     // column 8j + 2ti + e%2.

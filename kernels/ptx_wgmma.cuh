@@ -68,6 +68,8 @@ static __device__ __forceinline__ void ct_wgmma_commit() { ::emu::wgmma_commit()
 template <int N>
 static __device__ __forceinline__ void ct_wgmma_wait() { ::emu::wgmma_wait(N); }
 static __device__ __forceinline__ void ct_fence_proxy_async() {}
+template <int R>
+static __device__ __forceinline__ void ct_wgmma_fence_operand(float *d) {}
 static __device__ __forceinline__ void ct_mbar_init(uint64_t *bar, int count) { ::emu::mbar_init(bar, count); }
 // Orders the inits before the barriers' use by other threads and the async proxy.
 static __device__ __forceinline__ void ct_mbar_init_fence() {}
@@ -175,6 +177,14 @@ static __device__ __forceinline__ void ct_wgmma_wait() {
 #else
     ct_wgmma_unavailable();
 #endif
+}
+// Pins accumulator registers at this point (an empty asm reading and writing each), so that the
+// compiler neither moves their other uses into an asynchronous window nor copies them there
+// (ptxas serialises wgmma when any other instruction touches their registers in flight: C7514).
+template <int R>
+static __device__ __forceinline__ void ct_wgmma_fence_operand(float *d) {
+#pragma unroll
+    for (int i = 0; i < R; i++) asm volatile("" : "+f"(d[i])::"memory");
 }
 static __device__ __forceinline__ void ct_fence_proxy_async() {
 #if CT_HAS_WGMMA
