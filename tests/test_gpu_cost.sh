@@ -39,7 +39,7 @@ grep -q 'every forward GEMM == its tile-padded FLOPs: yes' <<<"$out1" || fail "e
 if grep -q 'gemm_tc2_k<' <<<"$out1"; then fail "CTRAIN_CONV_ENGINE=v1 still ran engine v2"; fi
 ok "CTRAIN_CONV_ENGINE=v1: every conv on engine v1, forward counts exact"
 err=$(CTRAIN_CONV_ENGINE=v3 "$EMU" resnet20 8 2 --quiet 2>&1) && fail "CTRAIN_CONV_ENGINE=v3 was accepted"
-grep -q 'CTRAIN_CONV_ENGINE=v3: expected v1 or v2' <<<"$err" || { echo "$err"; fail "a bad engine name got no clear error"; }
+grep -q 'CTRAIN_CONV_ENGINE=v3: expected v1, v2 or wgmma' <<<"$err" || { echo "$err"; fail "a bad engine name got no clear error"; }
 ok "CTRAIN_CONV_ENGINE=v3 refused with a message"
 # Coverage: every launch made counted accesses (act.cuh's ct_ld/ct_st, the vector forms, the
 # conv engines' counted copies), so the totals hold every byte of the step; device-to-device
