@@ -17,7 +17,9 @@
 //     data gradient runs once per stride phase (input pixels with equal h % st, w % st), each a
 //     stride-1 GEMM over only the taps that reach those pixels: no mma work on skipped taps.
 // A third, engine v2 (kernels/conv_tc2.cu: 128x128 tiles, 4 stages, gather tables), takes the
-// bf16 convolutions whose operands are all vectorisable; conv_tc_engine() below picks it.
+// bf16 convolutions whose operands are all vectorisable; conv_tc_engine() below picks it. A fourth,
+// the Hopper engine (kernels/conv_wgmma.cu: wgmma, warp-specialised), takes v2's forward shapes on
+// compute 9.0 when CTRAIN_CONV_ENGINE=wgmma.
 // The weight gradient reduces over N*P*Q, which is long when K*R*S*C is small: the reduction is
 // cut into a number of splits that depends only on the shape; each split writes its own fp32
 // partial buffer and a second kernel sums the partials in split order. No atomics anywhere, so a
@@ -620,14 +622,16 @@ extern "C" void ct_conv_reduce_splits(float *dst, const float *part, int splits,
     CT_CHECK_LAUNCH("conv split-K reduction");
 }
 
-// Which tensor-core engine CT_CONV_AUTO takes for bf16: CTRAIN_CONV_ENGINE=v1|v2 (default v2), so
-// one GPU run can compare them. v2 falls back to v1 for the shapes it does not take.
+// Which tensor-core engine CT_CONV_AUTO takes for bf16: CTRAIN_CONV_ENGINE=v1|v2|wgmma (default
+// v2), so one GPU run can compare them. wgmma falls back to v2 for what it does not take (the
+// gradients, other devices), v2 to v1.
 static int conv_tc_engine(int algo) {
     if (algo != CT_CONV_AUTO) return algo;
     const char *e = getenv("CTRAIN_CONV_ENGINE");
     if (!e || !*e || !strcmp(e, "v2")) return CT_CONV_TC2;
     if (!strcmp(e, "v1")) return CT_CONV_TC;
-    ct_die("CTRAIN_CONV_ENGINE=%s: expected v1 or v2", e);
+    if (!strcmp(e, "wgmma")) return CT_CONV_WGMMA;
+    ct_die("CTRAIN_CONV_ENGINE=%s: expected v1, v2 or wgmma", e);
 }
 
 // Weight gradients with at most 64 output channels (the stem, ResNet layer1) take 64-row tiles:
@@ -729,6 +733,11 @@ extern "C" int conv2d_forward_gpu_ex(const ConvShape *s, void *out, const void *
     g.K = g.k_end = s->R * s->S * s->C;
     ct_gemm_tc_setup(&g, GEMM_FWD, dt);
     algo = g.tc_ok ? conv_tc_engine(algo) : algo;
+    if (algo == CT_CONV_WGMMA && ct_conv_wgmma_eligible(GEMM_FWD, &g)) {
+        ct_conv_wgmma_run(GEMM_FWD, g, (cudaStream_t)st);
+        return CT_CONV_WGMMA;
+    }
+    if (algo == CT_CONV_WGMMA) algo = CT_CONV_TC2;
     if (algo == CT_CONV_TC2 && ct_conv_tc2_eligible(GEMM_FWD, &g)) {
         ct_conv_tc2_run(GEMM_FWD, g, NULL, NULL, (cudaStream_t)st);
         return CT_CONV_TC2;
@@ -752,6 +761,7 @@ extern "C" int conv2d_backward_data_gpu_ex(const ConvShape *s, void *din, const 
     g.N = s->C;
     ct_gemm_tc_setup(&g, GEMM_DGRAD, dt);
     algo = g.tc_ok ? conv_tc_engine(algo) : algo;
+    if (algo == CT_CONV_WGMMA) algo = CT_CONV_TC2;  // forward only so far
     if (algo == CT_CONV_GENERIC || !g.tc_ok) {  // the generic engine walks all taps at once
         g.M = s->N * s->H * s->W;
         g.K = g.k_end = s->R * s->S * s->K;
@@ -804,6 +814,7 @@ extern "C" int conv2d_backward_weight_gpu_ex(const ConvShape *s, float *dw, cons
     g.K = g.k_end = s->N * s->P * s->Q;
     ct_gemm_tc_setup(&g, GEMM_WGRAD, dt);
     algo = g.tc_ok ? conv_tc_engine(algo) : algo;
+    if (algo == CT_CONV_WGMMA) algo = CT_CONV_TC2;  // forward only so far
     if (algo == CT_CONV_TC2 && ct_conv_tc2_eligible(GEMM_WGRAD, &g)) {
         ct_conv_tc2_run(GEMM_WGRAD, g, work, dw, (cudaStream_t)st);
         return CT_CONV_TC2;

@@ -5,12 +5,22 @@
 // On a GPU the same entry points check the hardware (and so the emulator's layouts).
 #include "kernels/common.cuh"
 #include "kernels/ptx.cuh"
+#include "kernels/ptx_wgmma.cuh"
+
+#ifdef __CUDACC__
+#define PC_UNROLL _Pragma("unroll")
+#else
+#define PC_UNROLL
+#endif
 
 extern "C" {
 void ct_ptx_check_ldmatrix(const uint16_t *m, uint32_t *out, int num, int trans, cudaStream_t stream);
 void ct_ptx_check_mma(const uint16_t *A, const uint16_t *B, const float *C, float *D, int M, int N,
                       int K, int mode, cudaStream_t stream);
 void ct_ptx_check_cp_async(const float *src, float *dst, int n, cudaStream_t stream);
+int ct_ptx_check_wgmma(const uint16_t *A, const uint16_t *B, float *D, int N, int K, int swz,
+                       cudaStream_t stream);
+int ct_ptx_check_mbarrier(const uint16_t *src, uint16_t *dst, int n, cudaStream_t stream);
 }
 
 // One warp: matrix `m` (32 rows of 8 bf16, row-major) is staged in shared memory; lane l points
@@ -132,4 +142,116 @@ extern "C" void ct_ptx_check_cp_async(const float *src, float *dst, int n, cudaS
     if (n % 4 || n > 1024) ct_die("ct_ptx_check_cp_async: n %d must be a multiple of 4 up to 1024", n);
     CT_LAUNCH(ptx_cp_async_kernel, 1, 256, 0, stream, src, dst, n);
     CT_CHECK_LAUNCH("ptx_cp_async_kernel");
+}
+
+// ---------------------------------------------------------------------------------------------
+// wgmma (kernels/ptx_wgmma.cuh): one warpgroup computes D (64 x N, fp32) = A (64 x K) * B^T with
+// A and B (N x K) row-major bf16 in global memory, staged by plain stores into shared memory in
+// the canonical K-major layout of swizzle mode `swz` (ct_wg_tile_offset) and read by wgmma
+// through descriptors (ct_wg_tile_desc), K/16 steps in one commit group; the first step has
+// scale-d = 0 over accumulators filled with NaN (so D must not be read). D is written from the
+// documented fragment layout. A layout or descriptor the hardware reads differently gives errors
+// of order one.
+template <int N>
+__global__ void __launch_bounds__(128) ptx_wgmma_kernel(const uint16_t *A, const uint16_t *B, float *D, int K, int swz) {
+    CT_DYN_SMEM(unsigned char, raw);
+    unsigned char *sa = raw + ((1024 - ct_smem_u32(raw) % 1024) % 1024);
+    unsigned char *sb = sa + 64 * K * 2;  // a multiple of 1024 for K % 8 == 0
+    int tid = threadIdx.x;
+    for (int i = tid; i < 64 * K; i += 128) *(uint16_t *)(sa + ct_wg_tile_offset(swz, 64, i / K, i % K)) = A[i];
+    for (int i = tid; i < N * K; i += 128) *(uint16_t *)(sb + ct_wg_tile_offset(swz, N, i / K, i % K)) = B[i];
+    ct_fence_proxy_async();  // generic-proxy stores, then the async proxy (wgmma) reads them
+    __syncthreads();
+    float acc[N / 2];
+PC_UNROLL
+    for (int i = 0; i < N / 2; i++) acc[i] = __int_as_float(0x7fc00000);
+    uint32_t a0 = ct_smem_u32(sa), b0 = ct_smem_u32(sb);
+    ct_wgmma_fence();
+    for (int s = 0; s < K / 16; s++)
+        ct_wgmma_bf16<N>(acc, ct_wg_tile_desc(swz, 64, a0, s), ct_wg_tile_desc(swz, N, b0, s), s > 0);
+    ct_wgmma_commit();
+    ct_wgmma_wait<0>();
+    int w = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+PC_UNROLL
+    for (int j = 0; j < N / 8; j++)
+PC_UNROLL
+        for (int e = 0; e < 4; e++) D[(16 * w + g + 8 * (e >> 1)) * N + 8 * j + 2 * t + (e & 1)] = acc[4 * j + e];
+}
+
+// Whether this device runs the sm_90a code (wgmma, mbarrier try_wait, cp.async.bulk).
+static int ptx_hopper_device() {
+#ifdef CTRAIN_EMU
+    return 1;
+#else
+    int dev = 0, major = 0, minor = 0;
+    CT_CUDA_CHECK(cudaGetDevice(&dev));
+    CT_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    CT_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+    return major == 9 && minor == 0;
+#endif
+}
+
+// Returns 0 (and does nothing) on a device without wgmma.
+extern "C" int ct_ptx_check_wgmma(const uint16_t *A, const uint16_t *B, float *D, int N, int K, int swz,
+                                  cudaStream_t stream) {
+    if (K % 64 || K <= 0 || K > 256) ct_die("ct_ptx_check_wgmma: K %d must be 64, 128, 192 or 256", K);
+    if (!ptx_hopper_device()) return 0;
+    size_t smem = 1024 + (size_t)(64 + N) * K * 2;
+    if (N == 16) {
+        CT_CUDA_CHECK(cudaFuncSetAttribute(ptx_wgmma_kernel<16>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        CT_LAUNCH(ptx_wgmma_kernel<16>, 1, 128, smem, stream, A, B, D, K, swz);
+    } else if (N == 64) {
+        CT_CUDA_CHECK(cudaFuncSetAttribute(ptx_wgmma_kernel<64>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        CT_LAUNCH(ptx_wgmma_kernel<64>, 1, 128, smem, stream, A, B, D, K, swz);
+    } else if (N == 128) {
+        CT_CUDA_CHECK(cudaFuncSetAttribute(ptx_wgmma_kernel<128>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        CT_LAUNCH(ptx_wgmma_kernel<128>, 1, 128, smem, stream, A, B, D, K, swz);
+    } else {
+        ct_die("ct_ptx_check_wgmma: N %d not among 16, 64, 128", N);
+    }
+    CT_CHECK_LAUNCH("ptx_wgmma_kernel");
+    return 1;
+}
+
+// mbarrier + cp.async.bulk: a two-slot ring through which thread 0 streams `n` bf16 (chunks of
+// 256 elements) to the other 127 threads, which copy each chunk out after waiting on its "full"
+// barrier (expect_tx of the chunk's bytes) and release it on its "empty" barrier (127 arrivals).
+// Exercises init, arrive, arrive.expect_tx, try_wait.parity over several phases, complete_tx.
+__global__ void __launch_bounds__(128) ptx_mbarrier_kernel(const uint16_t *src, uint16_t *dst, int n) {
+    CT_DYN_SMEM(unsigned char, raw);
+    uint64_t *full = (uint64_t *)raw, *empty = full + 2;
+    uint16_t *buf = (uint16_t *)(raw + 128);  // two slots of 256 elements
+    int tid = threadIdx.x, chunks = n / 256;
+    if (tid == 0) {
+        for (int i = 0; i < 2; i++) {
+            ct_mbar_init(&full[i], 1);
+            ct_mbar_init(&empty[i], 127);
+        }
+        ct_mbar_init_fence();
+    }
+    __syncthreads();
+    if (tid == 0) {
+        for (int c = 0; c < chunks; c++) {
+            int slot = c % 2, use = c / 2;
+            ct_mbar_wait(&empty[slot], (use & 1) ^ 1);  // fresh barrier: parity 1 passes at once
+            ct_mbar_arrive_expect_tx(&full[slot], 512);
+            ct_cp_async_bulk(buf + slot * 256, src + c * 256, 256, &full[slot]);
+            ct_cp_async_bulk(buf + slot * 256 + 128, src + c * 256 + 128, 256, &full[slot]);
+        }
+    } else {
+        for (int c = 0; c < chunks; c++) {
+            int slot = c % 2, use = c / 2;
+            ct_mbar_wait(&full[slot], use & 1);
+            for (int i = tid - 1; i < 256; i += 127) dst[c * 256 + i] = buf[slot * 256 + i];
+            ct_mbar_arrive(&empty[slot]);
+        }
+    }
+}
+
+extern "C" int ct_ptx_check_mbarrier(const uint16_t *src, uint16_t *dst, int n, cudaStream_t stream) {
+    if (n % 256 || n <= 0) ct_die("ct_ptx_check_mbarrier: n %d must be a positive multiple of 256", n);
+    if (!ptx_hopper_device()) return 0;
+    CT_LAUNCH(ptx_mbarrier_kernel, 1, 128, 128 + 2 * 256 * 2, stream, src, dst, n);
+    CT_CHECK_LAUNCH("ptx_mbarrier_kernel");
+    return 1;
 }

@@ -73,8 +73,8 @@ static int dev_equal(const void *a, const void *b, size_t bytes) {
 enum { K_FWD, K_DGRAD, K_WGRAD, K_LIN_FWD, K_LIN_DIN, K_LIN_DW, K_LIN_DB, NKERN };
 static const char *kname[NKERN] = {"conv fwd", "conv dgrad", "conv wgrad", "linear fwd",
                                    "linear din", "linear dw", "linear db"};
-enum { E_F32, E_BF16, E_TC, E_TC2, NENG };
-static const char *ename[NENG] = {"generic fp32", "generic bf16", "tensor-core bf16", "tensor-core v2"};
+enum { E_F32, E_BF16, E_TC, E_TC2, E_WG, NENG };
+static const char *ename[NENG] = {"generic fp32", "generic bf16", "tensor-core bf16", "tensor-core v2", "wgmma"};
 static double worst[NKERN][NENG];
 static int runs[NKERN][NENG];
 
@@ -120,19 +120,22 @@ static void test_conv(int N, int H, int W, int C, int K, int R, int S, int strid
         void *o1 = dev_alloc_poisoned(nout * esize(dt)), *o2 = dev_alloc_poisoned(nout * esize(dt));
         void *di1 = dev_alloc_poisoned(nin * esize(dt)), *di2 = dev_alloc_poisoned(nin * esize(dt));
         float *dw1 = (float *)dev_alloc_poisoned(nw * 4), *dw2 = (float *)dev_alloc_poisoned(nw * 4);
-        for (int algo = CT_CONV_GENERIC; algo <= CT_CONV_TC2; algo++) {
+        for (int algo = CT_CONV_GENERIC; algo <= CT_CONV_WGMMA; algo++) {
             if (algo >= CT_CONV_TC && dt != CT_BF16) continue;
-            int e = algo == CT_CONV_TC2 ? E_TC2 : algo == CT_CONV_TC ? E_TC : dt == CT_BF16 ? E_BF16 : E_F32;
+            int e = algo == CT_CONV_WGMMA ? E_WG : algo == CT_CONV_TC2 ? E_TC2 : algo == CT_CONV_TC ? E_TC : dt == CT_BF16 ? E_BF16 : E_F32;
             double tol_act = dt == CT_BF16 ? 1e-2 : 1e-5;
-            // v2 takes the shapes whose channel counts are multiples of 8 and hands the others to v1.
-            int want = algo == CT_CONV_TC2 && !(C % 8 == 0 && K % 8 == 0) ? CT_CONV_TC : algo;
+            // v2 takes the shapes whose channel counts are multiples of 8 and hands the others to
+            // v1; wgmma takes the forward of those shapes and hands its gradients to v2.
+            int v8 = C % 8 == 0 && K % 8 == 0;
+            int want = algo >= CT_CONV_TC2 && !v8 ? CT_CONV_TC : algo == CT_CONV_WGMMA ? CT_CONV_TC2 : algo;
+            int want_fwd = algo == CT_CONV_WGMMA && v8 ? CT_CONV_WGMMA : want;
 
             // Forward.
             int used = 0;
             for (int rep = 0; rep < 1 + rerun; rep++)
                 used = conv2d_forward_gpu_ex(&s, rep ? o2 : o1, d_in, d_w, dt, stream, algo);
             sync();
-            CHECK(used == want, "fwd %s: engine %d ran, %d expected", what, used, want);
+            CHECK(used == want_fwd, "fwd %s: engine %d ran, %d expected", what, used, want_fwd);
             conv2d_forward(&s, ref, in, w);
             dev_download(got, o1, nout, dt);
             record(K_FWD, e, rel_err_norm(got, ref, nout), tol_act, what);

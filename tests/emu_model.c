@@ -431,6 +431,17 @@ int main(void) {
     graph_case("resnet20", 2, 6, 6, CT_BF16, 1);
     if (q && *q == '1') return test_summary("emu_model");
     run_case("resnet20", 2, 8, 8, CT_BF16, 0);
+    // The same step with the forward convolutions on the Hopper engine (CTRAIN_CONV_ENGINE=wgmma;
+    // on a GPU other than compute 9.0 it falls back to v2 and this repeats the case above).
+    {
+        const char *prev = getenv("CTRAIN_CONV_ENGINE");
+        char saved[32] = "";
+        if (prev) snprintf(saved, sizeof saved, "%s", prev);
+        setenv("CTRAIN_CONV_ENGINE", "wgmma", 1);
+        run_case("resnet20", 2, 8, 8, CT_BF16, 0);
+        if (prev) setenv("CTRAIN_CONV_ENGINE", saved, 1);
+        else unsetenv("CTRAIN_CONV_ENGINE");
+    }
     // 36x36: layer4 is 2x2, so its batch norms see 8 rows. At 32x32 with batch 2 they would see
     // 2, where BN's backward is pure cancellation and neither backend's gradient means anything.
     run_case("resnet18", 2, 36, 36, CT_F32, 0);

@@ -1,10 +1,19 @@
 // PTX semantics only the emulator can promise (tests/emu_ptx_layouts.c checks the layouts, on
 // the emulator and on a GPU): a read of a cp.async destination before the wait_group covering it
-// sees stale shared memory, wait_group N retires exactly the older groups.
+// sees stale shared memory, wait_group N retires exactly the older groups. The Hopper path
+// (kernels/ptx_wgmma.cuh): wgmma accumulators keep their old values until the wgmma.wait_group
+// that retires the group; misuse of the fence/commit/wait discipline and of mbarrier counts
+// aborts with a message (checked in child processes).
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include "kernels/common.cuh"
 #include "kernels/ptx.cuh"
+#include "kernels/ptx_wgmma.cuh"
 #include "tests/test.h"
 
+#include <string>
 #include <vector>
 
 #include "tests/emu_util.h"
@@ -51,7 +60,117 @@ static void test_cp_async_wait() {
     cudaFree(da);
 }
 
-int main() {
+// One warpgroup, A = B = all ones (64 x 16 and 16 x 16, 128B swizzle layout, so every product
+// element is 16): acc starts at 1, one wgmma with scale-d accumulates. out[0..127] is acc[0]
+// before the wait, out[128..255] after. `misuse` selects a broken variant for the child cases.
+__global__ void wgmma_async_kernel(float *out, int misuse) {
+    CT_DYN_SMEM(unsigned char, sm);
+    int tid = threadIdx.x;
+    uint16_t one = 0x3f80;  // bf16 1.0
+    for (int i = tid; i < 80 * 64; i += 128) *(uint16_t *)(sm + ct_wg_tile_offset(CT_SWZ_128, 80, i / 64, i % 64)) = one;
+    ct_fence_proxy_async();
+    __syncthreads();
+    float acc[8];
+    for (int i = 0; i < 8; i++) acc[i] = 1.f;
+    uint32_t base = ct_smem_u32(sm);
+    uint64_t da = ct_wg_tile_desc(CT_SWZ_128, 80, base, 0);
+    // B: rows 64..79 of the same 80-row tile, 8 rows of 128 bytes = 1024 bytes per 8 rows.
+    uint64_t db = ct_wgmma_desc_bits(base + 64 * 128, 16, 1024, CT_SWZ_128);
+    if (misuse != 1) ct_wgmma_fence();  // 1: no fence before the first wgmma
+    ct_wgmma_bf16<16>(acc, da, db, 1);
+    if (misuse != 2) ct_wgmma_commit();  // 2: wait on an uncommitted wgmma
+    out[tid] = acc[0];
+    if (misuse != 3) ct_wgmma_wait<0>();  // 3: leave with the wgmma pending
+    out[128 + tid] = acc[0];
+}
+
+static void test_wgmma_async() {
+    float *d;
+    CT_CUDA_CHECK(cudaMalloc(&d, 256 * sizeof(float)));
+    CT_LAUNCH(wgmma_async_kernel, 1, 128, 80 * 128, 0, d, 0);
+    CT_CHECK_LAUNCH("wgmma_async_kernel");
+    std::vector<float> o = to_host(d, 256);
+    int before = 0, after = 0;
+    for (int i = 0; i < 128; i++) {
+        before += o[i] == 1.f;
+        after += o[128 + i] == 17.f;
+    }
+    CHECK(before == 128, "accumulators before wgmma.wait_group keep their old value (%d of 128)", before);
+    CHECK(after == 128, "after wgmma.wait_group 0 they hold 1 + 16 (%d of 128)", after);
+    cudaFree(d);
+}
+
+// mbarrier misuse: 1: more bytes delivered than expect_tx declared; 2: use before init;
+// 3: an arrival on a phase that has all its arrivals and waits for its bytes.
+__global__ void mbar_misuse_kernel(const uint16_t *src, int misuse) {
+    CT_DYN_SMEM(unsigned char, sm);
+    uint64_t *bar = (uint64_t *)sm;
+    if (threadIdx.x == 0) {
+        if (misuse != 2) ct_mbar_init(bar, 1);
+        ct_mbar_arrive_expect_tx(bar, 32);
+        if (misuse == 3) ct_mbar_arrive(bar);  // the phase waits for its bytes, not arrivals
+        ct_cp_async_bulk(sm + 128, src, misuse == 1 ? 48 : 32, bar);
+        ct_mbar_wait(bar, 0);
+    }
+}
+
+static std::string run_child(const char *self, const char *arg, bool *aborted) {
+    int fd[2];
+    if (pipe(fd) != 0) ct_die_errno("pipe");
+    pid_t pid = fork();
+    if (pid < 0) ct_die_errno("fork");
+    if (pid == 0) {
+        dup2(fd[1], 2);
+        close(fd[0]);
+        close(fd[1]);
+        setenv("CTRAIN_EMU_DEADLOCK_S", "2", 1);
+        execl(self, self, arg, (char *)nullptr);
+        _exit(127);
+    }
+    close(fd[1]);
+    std::string err;
+    char buf[4096];
+    ssize_t n;
+    while ((n = read(fd[0], buf, sizeof buf)) > 0) err.append(buf, (size_t)n);
+    close(fd[0]);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    *aborted = WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT;
+    return err;
+}
+
+static void test_misuse_aborts(const char *self) {
+    struct {
+        const char *arg, *want;
+    } cases[] = {
+        {"wg1", "without a wgmma.fence"},
+        {"wg2", "issued but not committed"},
+        {"wg3", "wgmma.mma_async pending"},
+        {"mb1", "more bytes than expect_tx declared"},
+        {"mb2", "used before mbarrier.init"},
+        {"mb3", "more arrivals than the count"},
+    };
+    for (auto &c : cases) {
+        bool aborted = false;
+        std::string err = run_child(self, c.arg, &aborted);
+        CHECK(aborted && err.find(c.want) != std::string::npos, "%s aborts saying '%s' (aborted %d): %s",
+              c.arg, c.want, aborted, err.c_str());
+    }
+}
+
+int main(int argc, char **argv) {
+    if (argc == 2) {  // child cases: expected to abort
+        float *d;
+        uint16_t *src;
+        CT_CUDA_CHECK(cudaMalloc(&d, 256 * sizeof(float)));
+        CT_CUDA_CHECK(cudaMalloc(&src, 64 * sizeof(uint16_t)));
+        if (!strncmp(argv[1], "wg", 2)) CT_LAUNCH(wgmma_async_kernel, 1, 128, 80 * 128, 0, d, atoi(argv[1] + 2));
+        if (!strncmp(argv[1], "mb", 2)) CT_LAUNCH(mbar_misuse_kernel, 1, 32, 1024, 0, src, atoi(argv[1] + 2));
+        CT_CHECK_LAUNCH("child case");
+        return 0;
+    }
     test_cp_async_wait();
+    test_wgmma_async();
+    test_misuse_aborts(argv[0]);
     return test_summary("emu_ptx");
 }

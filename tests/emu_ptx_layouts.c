@@ -6,7 +6,11 @@
 //   ldmatrix x1/x2/x4 (and .trans): every lane's registers, element by element;
 //   mma.m16n8k16 bf16 with fragments loaded three ways (ldmatrix, ldmatrix.trans, direct loads)
 //     == A * B with fp32 accumulation of the bf16 inputs;
-//   cp.async with partial sources zero-fills.
+//   cp.async with partial sources zero-fills;
+//   wgmma m64nNk16 (N = 16, 64, 128) from shared-memory descriptors in each swizzle mode (none,
+//     32B, 64B, 128B) == A * B^T, the first k step with scale-d = 0 over NaN accumulators;
+//   mbarrier + cp.async.bulk: a two-slot ring over several phases delivers every chunk.
+// The wgmma and mbarrier checks need sm_90a: on another GPU they say "skipped".
 // The emulator-only semantics (a read before cp.async.wait_group is stale) are in emu_ptx.cpp.
 #include "kernels/common.cuh"
 #include "kernels/ptx.cuh"
@@ -20,6 +24,9 @@ void ct_ptx_check_ldmatrix(const uint16_t *m, uint32_t *out, int num, int trans,
 void ct_ptx_check_mma(const uint16_t *A, const uint16_t *B, const float *C, float *D, int M, int N,
                       int K, int mode, cudaStream_t stream);
 void ct_ptx_check_cp_async(const float *src, float *dst, int n, cudaStream_t stream);
+int ct_ptx_check_wgmma(const uint16_t *A, const uint16_t *B, float *D, int N, int K, int swz,
+                       cudaStream_t stream);
+int ct_ptx_check_mbarrier(const uint16_t *src, uint16_t *dst, int n, cudaStream_t stream);
 }
 
 #include "tests/emu_util.h"
@@ -138,9 +145,75 @@ static void test_cp_async_zero_fill() {
     cudaFree(dd);
 }
 
+static void test_wgmma() {
+    const int K = 64;
+    const char *swz_name[4] = {"no swizzle", "128B swizzle", "64B swizzle", "32B swizzle"};
+    for (int N : {16, 64, 128}) {
+        std::vector<uint16_t> A(64 * K), B(N * K);
+        Rng ra = rng_make(11, 1, N), rb = rng_make(11, 2, N);
+        for (auto &v : A) v = bf16_bits(rng_normal(&ra));
+        for (auto &v : B) v = bf16_bits(rng_normal(&rb));
+        std::vector<float> ref(64 * N), wrong(64 * N);
+        for (int m = 0; m < 64; m++)
+            for (int n = 0; n < N; n++) {
+                double s = 0, w = 0;
+                for (int k = 0; k < K; k++) {
+                    s += (double)bf16_val(A[m * K + k]) * bf16_val(B[n * K + k]);
+                    // A wrong reading the comparison must tell: k chunks of 8 swapped in pairs.
+                    w += (double)bf16_val(A[m * K + (k ^ 8)]) * bf16_val(B[n * K + k]);
+                }
+                ref[m * N + n] = (float)s;
+                wrong[m * N + n] = (float)w;
+            }
+        CHECK(rel_err_norm(wrong.data(), ref.data(), 64 * N) > 0.1, "wgmma reference sanity");
+        uint16_t *dA = to_device(A), *dB = to_device(B);
+        float *dD;
+        CT_CUDA_CHECK(cudaMalloc(&dD, 64 * N * sizeof(float)));
+        for (int swz = 0; swz < 4; swz++) {
+            CT_CUDA_CHECK(cudaMemset(dD, 0xff, 64 * N * sizeof(float)));
+            if (!ct_ptx_check_wgmma(dA, dB, dD, N, K, swz, 0)) {
+                printf("wgmma: skipped (not an sm_90a device)\n");
+                cudaFree(dA);
+                cudaFree(dB);
+                cudaFree(dD);
+                return;
+            }
+            std::vector<float> D = to_host(dD, 64 * N);
+            double err = rel_err_norm(D.data(), ref.data(), 64 * N);
+            double mad = max_abs_diff(D.data(), ref.data(), 64 * N);
+            CHECK(err < 1e-5 && mad < 1e-3, "wgmma m64n%dk16, %s: rel err %g, max abs diff %g", N,
+                  swz_name[swz], err, mad);
+        }
+        cudaFree(dA);
+        cudaFree(dB);
+        cudaFree(dD);
+    }
+}
+
+static void test_mbarrier() {
+    const int n = 256 * 7;
+    std::vector<uint16_t> src(n);
+    for (int i = 0; i < n; i++) src[i] = (uint16_t)(i * 7 + 3);
+    uint16_t *ds = to_device(src), *dd;
+    CT_CUDA_CHECK(cudaMalloc(&dd, n * sizeof(uint16_t)));
+    CT_CUDA_CHECK(cudaMemset(dd, 0, n * sizeof(uint16_t)));
+    if (!ct_ptx_check_mbarrier(ds, dd, n, 0)) {
+        printf("mbarrier: skipped (not an sm_90a device)\n");
+    } else {
+        std::vector<uint16_t> out = to_host(dd, n);
+        int bad = 0;
+        for (int i = 0; i < n; i++) bad += out[i] != src[i];
+        CHECK(bad == 0, "mbarrier ring with cp.async.bulk: %d of %d elements wrong", bad, n);
+    }
+    cudaFree(ds);
+    cudaFree(dd);
+}
+
 int main() {
     test_ldmatrix();
     test_mma();
     test_cp_async_zero_fill();
+    test_wgmma();
+    test_mbarrier();
     return test_summary("emu_ptx_layouts");
 }

@@ -8,7 +8,8 @@
 #   32, so every GEMM's count must be >= its analytic FLOPs, and every forward GEMM's must EQUAL
 #   its FLOPs with M, N, K padded to its engine's tiles (at 8x8 the padding is most of the work:
 #   the tool prints the ratio per GEMM; the gradients' split-K and stride-phase plans are only
-#   held to >=); the same with CTRAIN_CONV_ENGINE=v1, and a bad engine name is refused;
+#   held to >=); the same with CTRAIN_CONV_ENGINE=v1 and =wgmma (its forward in k steps of 64;
+#   cost_mma counts each wgmma m64nNk16 as N/2 mma.sync), and a bad engine name is refused;
 # - requested bytes >= compulsory (distinct) bytes > 0;
 # - the build against the real kernels refuses (no counters there) rather than print zeros.
 source "$(dirname "$0")/train_lib.sh"
@@ -38,8 +39,12 @@ out1=$(CTRAIN_CONV_ENGINE=v1 "$EMU" resnet20 8 2 --quiet --launches) || { echo "
 grep -q 'every forward GEMM == its tile-padded FLOPs: yes' <<<"$out1" || fail "engine v1: a forward GEMM's mma count is not its padded FLOPs"
 if grep -q 'gemm_tc2_k<' <<<"$out1"; then fail "CTRAIN_CONV_ENGINE=v1 still ran engine v2"; fi
 ok "CTRAIN_CONV_ENGINE=v1: every conv on engine v1, forward counts exact"
+out2=$(CTRAIN_CONV_ENGINE=wgmma "$EMU" resnet20 8 2 --quiet --launches) || { echo "$out2"; fail "bench_gpu_cost with engine wgmma failed"; }
+grep -q 'conv_wgmma_fwd_k' <<<"$out2" || fail "CTRAIN_CONV_ENGINE=wgmma did not run the wgmma engine"
+grep -q 'every forward GEMM == its tile-padded FLOPs: yes' <<<"$out2" || fail "engine wgmma: a forward GEMM's mma count is not its padded FLOPs"
+ok "CTRAIN_CONV_ENGINE=wgmma: forward convs on the wgmma engine, counts exact"
 err=$(CTRAIN_CONV_ENGINE=v3 "$EMU" resnet20 8 2 --quiet 2>&1) && fail "CTRAIN_CONV_ENGINE=v3 was accepted"
-grep -q 'CTRAIN_CONV_ENGINE=v3: expected v1 or v2' <<<"$err" || { echo "$err"; fail "a bad engine name got no clear error"; }
+grep -q 'CTRAIN_CONV_ENGINE=v3: expected v1, v2 or wgmma' <<<"$err" || { echo "$err"; fail "a bad engine name got no clear error"; }
 ok "CTRAIN_CONV_ENGINE=v3 refused with a message"
 # Coverage: every launch made counted accesses (act.cuh's ct_ld/ct_st, the vector forms, the
 # conv engines' counted copies), so the totals hold every byte of the step; device-to-device

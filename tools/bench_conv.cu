@@ -1,6 +1,7 @@
 // GPU benchmark of the convolution engines on ResNet-50 layer shapes: the generic implicit GEMM
-// (fp32 and bf16) and the two bf16 tensor-core engines (v1, and v2 where it takes the shape: a '*'
-// marks a v1 fallback), side by side, in ms and TFLOP/s, plus the relative difference of each
+// (fp32 and bf16) and the bf16 tensor-core engines (v1; v2 where it takes the shape, a '*'
+// marks a v1 fallback; the Hopper wgmma engine for the forward on compute 9.0, a '*' marks a v2/v1
+// fallback, e.g. every gradient), side by side, in ms and TFLOP/s, plus the relative difference of each
 // tensor-core result to the generic bf16 one (a correctness check on real hardware, where the
 // emulated tests cannot go). Needs a GPU; build and run with
 //   tools/bench_gpu.sh [batch] [iters]
@@ -88,9 +89,10 @@ int main(int argc, char **argv) {
     cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
     printf("device %s, batch %d, %d iterations per timing\n", prop.name, B, iters);
-    printf("%-18s %-6s %9s %9s %9s %9s %9s %9s %9s %9s %10s %10s\n", "layer", "pass", "f32 ms", "f32 TF/s",
-           "bf16 ms", "bf16 TF/s", "tc ms", "tc TF/s", "tc2 ms", "tc2 TF/s", "tc-vs-bf16", "tc2-vs-bf16");
-    double tot[4] = {0, 0, 0, 0};
+    printf("%-18s %-6s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %10s %10s %10s\n", "layer", "pass", "f32 ms",
+           "f32 TF/s", "bf16 ms", "bf16 TF/s", "tc ms", "tc TF/s", "tc2 ms", "tc2 TF/s", "wg ms", "wg TF/s",
+           "tc-vs-bf16", "tc2-vs-bf16", "wg-vs-bf16");
+    double tot[5] = {0, 0, 0, 0, 0};
     for (size_t li = 0; li < sizeof layers / sizeof layers[0]; li++) {
         const Layer *L = &layers[li];
         ConvShape s = {B, L->H, L->H, L->C, L->K, L->R, L->R, L->stride, L->R / 2, 0, 0};
@@ -98,8 +100,8 @@ int main(int argc, char **argv) {
         size_t nin = (size_t)B * L->H * L->H * L->C, nout = (size_t)B * s.P * s.Q * L->K;
         size_t nw = (size_t)L->K * L->R * L->R * L->C;
         double flops = 2.0 * nout * L->R * L->R * L->C;
-        void *in[2], *w[2], *dout[2], *out[4], *din[4];
-        float *dw[4], *work = NULL;
+        void *in[2], *w[2], *dout[2], *out[5], *din[5];
+        float *dw[5], *work = NULL;
         size_t nwork = conv2d_gpu_work_floats(&s);
         if (nwork) CK(cudaMalloc(&work, nwork * 4));
         for (int d = 0; d < 2; d++) {
@@ -112,17 +114,18 @@ int main(int argc, char **argv) {
             fill(w[d], nw, dt, 2);
             fill(dout[d], nout, dt, 3);
         }
-        for (int v = 0; v < 4; v++) {
+        for (int v = 0; v < 5; v++) {
             size_t es = v ? 2 : 4;
             CK(cudaMalloc(&out[v], nout * es));
             CK(cudaMalloc(&din[v], nin * es));
             CK(cudaMalloc(&dw[v], nw * 4));
         }
         for (int pass = 0; pass < 3; pass++) {
-            double ms[4] = {-1, -1, -1, -1};
-            int fell_back = 0;  // engine v2 did not take the shape: its column timed v1
-            for (int v = 0; v < 4; v++) {  // 0: generic fp32, 1: generic bf16, 2: engine v1, 3: engine v2
-                int d = v ? 1 : 0, algo = v == 3 ? CT_CONV_TC2 : v == 2 ? CT_CONV_TC : CT_CONV_GENERIC;
+            double ms[5] = {-1, -1, -1, -1, -1};
+            int fell_back = 0, wg_fell_back = 0;  // v2 (wgmma) did not take the shape: its column timed v1 (v2 or v1)
+            for (int v = 0; v < 5; v++) {  // 0: generic fp32, 1: generic bf16, 2: engine v1, 3: v2, 4: wgmma
+                int d = v ? 1 : 0;
+                int algo = v == 4 ? CT_CONV_WGMMA : v == 3 ? CT_CONV_TC2 : v == 2 ? CT_CONV_TC : CT_CONV_GENERIC;
                 CtDtype dt = d ? CT_BF16 : CT_F32;
                 for (int it = -1; it < iters; it++) {
                     if (it == 0) CK(cudaEventRecord(e0, st));
@@ -131,6 +134,7 @@ int main(int argc, char **argv) {
                     else if (pass == 1) ran = conv2d_backward_data_gpu_ex(&s, din[v], dout[d], w[d], dt, st, algo);
                     else ran = conv2d_backward_weight_gpu_ex(&s, dw[v], dout[d], in[d], work, dt, st, algo);
                     if (v == 3 && ran != CT_CONV_TC2) fell_back = 1;
+                    if (v == 4 && ran != CT_CONV_WGMMA) wg_fell_back = 1;
                 }
                 CK(cudaEventRecord(e1, st));
                 CK(cudaEventSynchronize(e1));
@@ -139,26 +143,27 @@ int main(int argc, char **argv) {
                 ms[v] = t / iters;
                 tot[v] += ms[v];
             }
-            double diff[4] = {-1, -1, -1, -1};
-            for (int v = 2; v < 4; v++) {
+            double diff[5] = {-1, -1, -1, -1, -1};
+            for (int v = 2; v < 5; v++) {
                 if (pass == 0) diff[v] = rel_diff(out[v], out[1], nout, 1);
                 else if (pass == 1) diff[v] = rel_diff(din[v], din[1], nin, 1);
                 else diff[v] = rel_diff(dw[v], dw[1], nw, 0);
             }
             static const char *pn[3] = {"fwd", "dgrad", "wgrad"};
             printf("%-18s %-6s", L->name, pn[pass]);
-            for (int v = 0; v < 4; v++) {
+            for (int v = 0; v < 5; v++) {
+                int star = (v == 3 && fell_back) || (v == 4 && wg_fell_back);
                 if (ms[v] < 0) printf(" %9s %9s", "-", "-");
-                else printf(" %9.3f %8.1f%s", ms[v], flops / (ms[v] * 1e-3) / 1e12, v == 3 && fell_back ? "*" : " ");
+                else printf(" %9.3f %8.1f%s", ms[v], flops / (ms[v] * 1e-3) / 1e12, star ? "*" : " ");
             }
-            printf(" %10.2e %10.2e\n", diff[2], diff[3]);
+            printf(" %10.2e %10.2e %10.2e\n", diff[2], diff[3], diff[4]);
         }
         for (int d = 0; d < 2; d++) {
             cudaFree(in[d]);
             cudaFree(w[d]);
             cudaFree(dout[d]);
         }
-        for (int v = 0; v < 4; v++) {
+        for (int v = 0; v < 5; v++) {
             cudaFree(out[v]);
             cudaFree(din[v]);
             cudaFree(dw[v]);
@@ -166,7 +171,7 @@ int main(int argc, char **argv) {
         if (work) cudaFree(work);
     }
     CK(cudaGetLastError());
-    printf("sum of the timed passes (ms): f32 %.2f  bf16 %.2f  tc (v1) %.2f  tc2 (v2, '*' rows v1) %.2f\n", tot[0],
-           tot[1], tot[2], tot[3]);
+    printf("sum of the timed passes (ms): f32 %.2f  bf16 %.2f  tc (v1) %.2f  tc2 (v2, '*' rows v1) %.2f  "
+           "wgmma ('*' rows v2/v1) %.2f\n", tot[0], tot[1], tot[2], tot[3], tot[4]);
     return 0;
 }

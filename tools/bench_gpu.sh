@@ -13,8 +13,12 @@ mkdir -p "$OUT"
 # BENCH_BUILD_ONLY=1: build and stop (tools/gpu_stage.sh, on a machine without a GPU).
 if [ -z "${CTRAIN_PREBUILT:-}" ] || [ ! -x "$OUT/bench_conv" ]; then
   gcc -std=c11 -O2 -D_GNU_SOURCE -I. -c util/common.c -o "$OUT/common.o"
-  "$NVCC" -std=c++17 -O3 -lineinfo -I. -DCTRAIN_CUDA -gencode arch=compute_$ARCH,code=sm_$ARCH \
-    -o "$OUT/bench_conv" tools/bench_conv.cu kernels/conv.cu kernels/conv_tc2.cu kernels/linear.cu "$OUT/common.o"
+  # On Hopper build for sm_90a, which the wgmma engine needs (its code for plain sm_90 traps).
+  GA=$ARCH
+  [ "$ARCH" = 90 ] && GA=90a
+  "$NVCC" -std=c++17 -O3 -lineinfo -I. -DCTRAIN_CUDA -gencode arch=compute_$GA,code=sm_$GA \
+    -o "$OUT/bench_conv" tools/bench_conv.cu kernels/conv.cu kernels/conv_tc2.cu kernels/conv_wgmma.cu \
+    kernels/linear.cu "$OUT/common.o"
 fi
 [ -n "${BENCH_BUILD_ONLY:-}" ] && exit 0
 "$OUT/bench_conv" "${1:-64}" "${2:-10}"

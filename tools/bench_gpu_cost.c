@@ -181,7 +181,7 @@ int main(int argc, char **argv) {
     memset(by, 0, sizeof by);
     Sum tot = {0};
     double *op_mma = calloc((size_t)(m->n_ops + 1) * 4, sizeof(double));
-    int *op_v2 = calloc((size_t)m->n_ops + 1, sizeof(int));  // the op's forward ran on conv engine v2
+    int *op_v2 = calloc((size_t)m->n_ops + 1, sizeof(int));  // the op's forward ran on conv engine v2 (1), wgmma (2)
     if (launches)
         printf("%-5s %-22s %-6s %-48s %-15s %-11s %6s %6s %4s %5s %12s %12s %12s %12s %12s %3s\n", "#", "op", "pass",
                "kernel", "grid", "block", "dsmem", "ssmem", "regs", "spill", "mma", "rd_req", "wr_req", "rd_uniq",
@@ -197,6 +197,7 @@ int main(int argc, char **argv) {
         add(&tot, &c, t);
         if (op >= 0 && op <= m->n_ops) op_mma[op * 4 + part] += (double)c.mma;
         if (op >= 0 && op <= m->n_ops && part == 0 && strstr(c.name, "gemm_tc2_k")) op_v2[op] = 1;
+        if (op >= 0 && op <= m->n_ops && part == 0 && strstr(c.name, "conv_wgmma_fwd_k")) op_v2[op] = 2;
         if (!launches) continue;
         const Res *rs = find_res(c.symbol);
         char grid[40], block[40], regs[16] = "-", spill[16] = "-", ssm[16] = "-";
@@ -238,12 +239,12 @@ int main(int argc, char **argv) {
     // A forward GEMM (M = N*P*Q rows, N = K columns, reduction R*S*C) runs on block tiles with k
     // steps of 32: its count must equal exactly its dimensions padded to those: 128x128 on conv
     // engine v2 (kernels/conv_tc2.cu; the launch's symbol says which engine ran), 128x64 on v1
-    // (kernels/conv.cu). The executor pads a stem of fewer than 8 channels to 8 (nn/model_cuda.cu),
+    // (kernels/conv.cu), 128x128 with k steps of 64 on the wgmma engine (kernels/conv_wgmma.cu). The executor pads a stem of fewer than 8 channels to 8 (nn/model_cuda.cu),
     // so its reduction is R*S*8. The gradients' split-K and stride-phase plans are not modelled.
     double analytic = 0;
     if (!quiet)
         printf("\ntensor FLOPs per conv/fc op (analytic 2*N*P*Q*K*R*S*C per GEMM; fwd also padded to its engine's tiles,\n"
-               "128x128x32 on v2, 128x64x32 on v1; "
+               "128x128x32 on v2, 128x64x32 on v1, 128x128x64 on wgmma; "
                "counted = mma x 4096):\n  %-22s %-6s %14s %14s %14s %7s\n", "op", "pass", "analytic", "padded",
                "counted", "ratio");
     int all_ge = 1, fwd_exact = 1;
@@ -260,8 +261,8 @@ int main(int argc, char **argv) {
             cin = 8;
             gk = (double)op->R * op->S * cin;
         }
-        double bn = op_v2[i] ? 128 : 64;
-        double padded = 2.0 * ceil(gm / 128) * 128 * ceil(gn / bn) * bn * ceil(gk / 32) * 32;
+        double bn = op_v2[i] ? 128 : 64, bk = op_v2[i] == 2 ? 64 : 32;
+        double padded = 2.0 * ceil(gm / 128) * 128 * ceil(gn / bn) * bn * ceil(gk / bk) * bk;
         int parts[3] = {0, 1, 2}, np = op->kind == OP_CONV ? (op->in > 0 ? 3 : 2) : 1;
         for (int j = 0; j < np; j++) {
             double c = op_mma[i * 4 + parts[j]] * 4096;

@@ -410,6 +410,18 @@ void trap(const char *file, int line, const char *expr);
 void mma_m16n8k16_bf16(float *d, const uint32_t *a, const uint32_t *b, const float *c);
 void ldmatrix(uint32_t *r, int num, bool trans, const void *row);
 
+// Hopper async tensor-core path (kernels/ptx_wgmma.cuh wrappers; kernels/emu/wgmma.cpp).
+// Shared addresses in descriptors and mbarrier operands are offsets into the dynamic buffer.
+uint32_t smem_offset(const void *p);
+void wgmma_bf16(float *d, uint64_t desc_a, uint64_t desc_b, int n, int scale_d);
+void wgmma_fence();
+void wgmma_commit();
+void wgmma_wait(int keep_pending);
+void mbar_init(uint64_t *bar, int count);
+void mbar_arrive(uint64_t *bar, uint32_t tx_bytes);
+void mbar_wait(uint64_t *bar, int parity);
+void cp_async_bulk(void *dst_smem, const void *src_global, uint32_t bytes, uint64_t *bar);
+
 // Pending cp.async copies of this thread (deferred until wait_group, like the hardware may).
 void cp_async(void *dst_smem, const void *src_global, int bytes, int src_bytes);
 void cp_async_commit();

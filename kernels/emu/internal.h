@@ -28,6 +28,21 @@ void cost_launch_end();
 // A device-to-device copy (src) or a device memset (src NULL) of `bytes`, counted as it runs.
 void cost_copy(const char *name, const void *src, size_t bytes);
 
+// Fibers, for the Hopper emulation (kernels/emu/wgmma.cpp): the running CUDA thread, parking
+// it until fiber_unpark (the caller loops on its own condition, as with any wakeup), and one
+// pointer of per-thread state that lives as long as the fiber.
+void *fiber_current();
+void fiber_park(const char *what);
+void fiber_unpark(void *fiber);
+void *&fiber_slot();
+// Linear thread index within the block and threads per block of the running launch.
+unsigned fiber_tid();
+unsigned block_threads();
+// Block boundaries: per-thread checks when a thread leaves a block (pending wgmma), and the
+// per-block reset of mbarrier state (the last thread of a block, before the next starts).
+void wgmma_thread_end();
+void mbar_block_reset();
+
 constexpr size_t kDefaultDynSmem = 48 * 1024;
 constexpr size_t kMaxDynSmemOptin = 227 * 1024;  // sm_90: 232448 bytes per block
 }  // namespace emu

@@ -150,6 +150,7 @@ struct Fiber {
     std::vector<PendingCopy> copies;
     std::vector<size_t> groups;  // end index (into copies) of each committed group
     uint64_t rng = 0;
+    void *slot = nullptr;  // kernels/emu/wgmma.cpp's per-thread state
 };
 
 struct HostThread {
@@ -479,6 +480,12 @@ void warp_sync(uint32_t mask) {
 
 unsigned lane_id() { return cur()->lane; }
 
+void *fiber_current() { return cur(); }
+void fiber_park(const char *what) { park(what); }
+void fiber_unpark(void *fiber) { unpark(static_cast<Fiber *>(fiber)); }
+void *&fiber_slot() { return cur()->slot; }
+unsigned fiber_tid() { return cur()->tid; }
+
 static std::atomic<bool> s_warned_shfl{false};
 void shfl_fn(const WarpPayload *in, WarpPayload *out, uint32_t group, void *) {
     for (uint32_t g = group; g; g &= g - 1) {
@@ -586,11 +593,12 @@ static void cp_async_flush(Fiber *f) {
 // ---------------------------------------------------------------------------------------------
 // Dynamic shared memory: one buffer (blocks run one at a time), poisoned with 0xff bytes (NaN as
 // float or bf16, -1 as int) before each block unless CTRAIN_EMU_POISON=0.
-alignas(128) static unsigned char g_dyn_smem[kMaxDynSmemOptin];
+alignas(1024) static unsigned char g_dyn_smem[kMaxDynSmemOptin];  // wgmma swizzles repeat at 1 KiB
 static size_t g_dyn_bytes;
 static int g_poison = 1;
 void *dyn_smem() { return g_dyn_smem; }
 size_t dyn_smem_bytes() { return g_dyn_bytes; }
+unsigned block_threads() { return g_launch.nthreads; }
 
 // ---------------------------------------------------------------------------------------------
 // Blocks.
@@ -608,6 +616,7 @@ static void reset_block_state() {
         w.arrived = 0;
     }
     if (g_poison && g_dyn_bytes) memset(g_dyn_smem, 0xff, g_dyn_bytes);
+    mbar_block_reset();
 }
 
 static void fiber_main(Fiber *f) {
@@ -621,6 +630,7 @@ static void fiber_main(Fiber *f) {
         jitter_point();
         (*L.body)();
         cp_async_flush(f);
+        wgmma_thread_end();
         warp_exit(f);
         bar_exit(g_bar);
         // Every fiber, exited or not, meets here; the last resets the block state for the next.

@@ -1,0 +1,261 @@
+// Emulation of the Hopper PTX behind kernels/ptx_wgmma.cuh (the layouts are in its header).
+//
+// wgmma.mma_async: recorded per thread at issue and computed at the wgmma.wait_group that retires
+// its group, as a warp collective: warp w of the warpgroup owns rows 16w..16w+15 of D, so each
+// warp can compute its part alone from the shared operands and its 32 lanes' accumulators. So a
+// kernel that reads its accumulators before the wait sees the old values, and one that overwrites
+// a shared operand before the wait multiplies the new data: both fail their test, as they may on
+// the hardware. Checked misuse (abort with a message): a wgmma.mma_async with no wgmma.fence
+// since the thread's last wait_group (or the block start); a wait_group while wgmma are issued
+// but not committed; lanes of a warp disagreeing on the operands; a block whose size is not whole
+// warpgroups; a thread leaving the block with wgmma pending; a descriptor whose operand lies
+// outside the dynamic shared memory or uses a base offset.
+//
+// mbarrier: the state lives here, keyed by the barrier's address, reset at every block start.
+// A phase completes when all `count` arrivals of the phase happened and the transaction count is
+// 0; the bulk copies that complete_tx on it are deferred until then (a read of their destination
+// before waiting on the barrier sees stale shared memory). Checked: use before init, more
+// arrivals than the count in a phase, a phase whose arrivals are all in while the copies already
+// delivered more bytes than expect_tx declared. A wait that can never complete (fewer bytes or
+// arrivals than declared) parks the thread: the deadlock report names "mbarrier.try_wait".
+#include <mutex>
+#include <unordered_map>
+
+#include "kernels/emu/internal.h"
+
+namespace emu {
+
+static bool g_wg_trace_fail(const char *what) {
+    fprintf(stderr, "emu: %s in block (%u,%u,%u) thread (%u,%u,%u); aborting\n", what, blockIdx.x,
+            blockIdx.y, blockIdx.z, threadIdx.x, threadIdx.y, threadIdx.z);
+    abort();
+}
+
+uint32_t smem_offset(const void *p) {
+    const unsigned char *base = static_cast<const unsigned char *>(dyn_smem());
+    const unsigned char *q = static_cast<const unsigned char *>(p);
+    if (q < base || q >= base + dyn_smem_bytes())
+        g_wg_trace_fail("a shared-memory operand of wgmma/mbarrier/cp.async.bulk is not in the dynamic "
+                        "shared memory (the emulator maps only it to shared addresses)");
+    return (uint32_t)(q - base);
+}
+
+// ---------------------------------------------------------------------------------------------
+// wgmma.
+struct WgOp {
+    uint64_t da, db;
+    float *d;
+    int n, scale_d;
+};
+struct WgState {
+    std::vector<WgOp> ops;       // issued, not yet retired (in order)
+    std::vector<size_t> groups;  // end index (into ops) of each committed group
+    bool fenced = false;
+};
+
+static WgState &wg_state() {
+    void *&s = fiber_slot();
+    if (!s) s = new WgState();
+    return *static_cast<WgState *>(s);
+}
+
+// Byte offset of element (r, k) of the R x 16 operand a descriptor describes (header facts).
+static uint32_t desc_offset(uint64_t desc, int r, int k) {
+    uint32_t start = (uint32_t)(desc & 0x3fff) << 4, lbo = (uint32_t)((desc >> 16) & 0x3fff) << 4;
+    uint32_t sbo = (uint32_t)((desc >> 32) & 0x3fff) << 4;
+    int swz = (int)(desc >> 62);
+    if ((desc >> 49) & 7) g_wg_trace_fail("wgmma descriptor with a nonzero base offset (not emulated)");
+    if (swz == 0) return start + (uint32_t)((r % 8) * 16 + (r / 8) * sbo + (k / 8) * lbo + (k % 8) * 2);
+    uint32_t w = swz == 1 ? 128 : swz == 2 ? 64 : 32, bits = swz == 1 ? 7 : swz == 2 ? 3 : 1;
+    uint32_t a = start + (uint32_t)((r % 8) * w + (r / 8) * sbo + (k / 8) * 16 + (k % 8) * 2);
+    return a ^ (((a >> 7) & bits) << 4);
+}
+
+static float smem_bf16(uint32_t off) {
+    if ((size_t)off + 2 > dyn_smem_bytes())
+        g_wg_trace_fail("wgmma operand element beyond the dynamic shared memory");
+    uint16_t v;
+    memcpy(&v, static_cast<const unsigned char *>(dyn_smem()) + off, 2);
+    return ct_bf16_to_f32(v);
+}
+
+// Payload: u[0] = &WgState, u[1] = ops to retire, u[2] = warp index within the warpgroup.
+static void wg_wait_fn(const WarpPayload *in, WarpPayload *out, uint32_t group, void *) {
+    if (group != 0xffffffffu) g_wg_trace_fail("wgmma.wait_group without all 32 lanes of the warp");
+    size_t nret = in[0].u[1];
+    int w = (int)in[0].u[2];
+    WgState *st[32];
+    for (int l = 0; l < 32; l++) {
+        st[l] = reinterpret_cast<WgState *>(in[l].u[0]);
+        if (in[l].u[1] != nret) g_wg_trace_fail("wgmma.wait_group: lanes of a warp retire different numbers of wgmma");
+    }
+    static thread_local std::vector<float> A, B;
+    for (size_t i = 0; i < nret; i++) {
+        const WgOp &op = st[0]->ops[i];
+        for (int l = 1; l < 32; l++) {
+            const WgOp &o = st[l]->ops[i];
+            if (o.da != op.da || o.db != op.db || o.n != op.n || o.scale_d != op.scale_d)
+                g_wg_trace_fail("wgmma.mma_async: lanes of a warp gave different descriptors, N or scale-d");
+        }
+        if (g_cost_on)
+            for (int j = 0; j < op.n / 8; j++) cost_mma();  // one m16n8k16's FLOPs per 16x8 of this warp
+        A.resize(16 * 16);
+        B.resize((size_t)op.n * 16);
+        for (int r = 0; r < 16; r++)
+            for (int k = 0; k < 16; k++) A[r * 16 + k] = smem_bf16(desc_offset(op.da, 16 * w + r, k));
+        for (int n = 0; n < op.n; n++)
+            for (int k = 0; k < 16; k++) B[n * 16 + k] = smem_bf16(desc_offset(op.db, n, k));
+        for (int l = 0; l < 32; l++) {
+            int g = l >> 2, t = l & 3;
+            float *d = st[l]->ops[i].d;
+            for (int j = 0; j < op.n / 8; j++)
+                for (int e = 0; e < 4; e++) {
+                    int row = g + 8 * (e >> 1), col = 8 * j + 2 * t + (e & 1);
+                    float acc = op.scale_d ? d[4 * j + e] : 0.f;
+                    for (int k = 0; k < 16; k++) acc += A[row * 16 + k] * B[col * 16 + k];
+                    d[4 * j + e] = acc;
+                }
+        }
+    }
+    (void)out;
+}
+
+void wgmma_bf16(float *d, uint64_t da, uint64_t db, int n, int scale_d) {
+    WgState &s = wg_state();
+    if (block_threads() % 128)
+        g_wg_trace_fail("wgmma.mma_async in a block that is not a whole number of warpgroups (128 threads)");
+    if (!s.fenced) g_wg_trace_fail("wgmma.mma_async without a wgmma.fence since the last wgmma.wait_group");
+    s.ops.push_back(WgOp{da, db, d, n, scale_d != 0});
+}
+
+void wgmma_fence() { wg_state().fenced = true; }
+
+void wgmma_commit() {
+    WgState &s = wg_state();
+    s.groups.push_back(s.ops.size());
+}
+
+void wgmma_wait(int keep) {
+    WgState &s = wg_state();
+    size_t committed = s.groups.empty() ? 0 : s.groups.back();
+    if (s.ops.size() != committed)
+        g_wg_trace_fail("wgmma.wait_group while wgmma.mma_async were issued but not committed "
+                        "(their accumulators would never be ready)");
+    s.fenced = false;
+    size_t ngroups = s.groups.size();
+    size_t done = ngroups > (size_t)keep ? ngroups - (size_t)keep : 0;
+    size_t nret = done ? s.groups[done - 1] : 0;
+    // A collective even with nothing to retire: wait_group is .sync.aligned.
+    WarpPayload in{}, out{};
+    in.u[0] = (uint64_t)(uintptr_t)&s;
+    in.u[1] = nret;
+    in.u[2] = (fiber_tid() / 32) % 4;
+    warp_collective("wgmma.wait_group", 0xffffffffu, in, out, wg_wait_fn, nullptr);
+    s.ops.erase(s.ops.begin(), s.ops.begin() + (long)nret);
+    s.groups.erase(s.groups.begin(), s.groups.begin() + (long)done);
+    for (auto &e : s.groups) e -= nret;
+}
+
+void wgmma_thread_end() {
+    void *&p = fiber_slot();
+    if (!p) return;
+    WgState &s = *static_cast<WgState *>(p);
+    if (!s.ops.empty()) g_wg_trace_fail("a thread left the block with wgmma.mma_async pending (no wgmma.wait_group 0)");
+    s.groups.clear();
+    s.fenced = false;
+}
+
+// ---------------------------------------------------------------------------------------------
+// mbarrier and cp.async.bulk.
+struct BulkCopy {
+    void *dst;
+    const void *src;
+    uint32_t bytes;
+};
+struct Mbar {
+    int count = 0, pending = 0, phase = 0;
+    long long tx = 0;
+    std::vector<BulkCopy> copies;
+    std::vector<void *> waiters;
+};
+static std::mutex g_mb_m;
+static std::unordered_map<uintptr_t, Mbar> g_mb;
+
+void mbar_block_reset() {
+    std::lock_guard<std::mutex> lk(g_mb_m);
+    g_mb.clear();
+}
+
+static Mbar &mbar_get(uint64_t *bar) {
+    smem_offset(bar);
+    if ((uintptr_t)bar % 8) g_wg_trace_fail("mbarrier not 8-byte aligned");
+    auto it = g_mb.find((uintptr_t)bar);
+    if (it == g_mb.end()) g_wg_trace_fail("mbarrier used before mbarrier.init");
+    return it->second;
+}
+
+// With g_mb_m held: completes the phase if it can; fills `wake`.
+static void mbar_try_complete(Mbar &b, std::vector<void *> &wake) {
+    if (b.pending != 0) return;
+    if (b.tx < 0) g_wg_trace_fail("mbarrier phase: the copies completed more bytes than expect_tx declared");
+    if (b.tx > 0) return;
+    for (const BulkCopy &c : b.copies) memcpy(c.dst, c.src, c.bytes);
+    b.copies.clear();
+    b.phase ^= 1;
+    b.pending = b.count;
+    wake.swap(b.waiters);
+    b.waiters.clear();
+}
+
+void mbar_init(uint64_t *bar, int count) {
+    if (count < 1 || count > (1 << 20) - 1) g_wg_trace_fail("mbarrier.init with a count outside 1..2^20-1");
+    smem_offset(bar);
+    std::lock_guard<std::mutex> lk(g_mb_m);
+    Mbar &b = g_mb[(uintptr_t)bar];
+    b = Mbar();
+    b.count = b.pending = count;
+}
+
+void mbar_arrive(uint64_t *bar, uint32_t tx_bytes) {
+    std::vector<void *> wake;
+    {
+        std::lock_guard<std::mutex> lk(g_mb_m);
+        Mbar &b = mbar_get(bar);
+        if (b.pending <= 0) g_wg_trace_fail("mbarrier.arrive: more arrivals than the count in one phase");
+        b.tx += tx_bytes;
+        b.pending--;
+        mbar_try_complete(b, wake);
+    }
+    for (void *f : wake) fiber_unpark(f);
+}
+
+void mbar_wait(uint64_t *bar, int parity) {
+    for (;;) {
+        {
+            std::lock_guard<std::mutex> lk(g_mb_m);
+            Mbar &b = mbar_get(bar);
+            if (b.phase != (parity & 1)) return;  // the phase of this parity has completed
+            b.waiters.push_back(fiber_current());
+        }
+        fiber_park("mbarrier.try_wait.parity");
+    }
+}
+
+void cp_async_bulk(void *dst, const void *src, uint32_t bytes, uint64_t *bar) {
+    if (bytes == 0 || bytes % 16 || (uintptr_t)dst % 16 || (uintptr_t)src % 16)
+        g_wg_trace_fail("cp.async.bulk: size and both addresses must be multiples of 16 bytes");
+    smem_offset(dst);
+    smem_offset((const unsigned char *)dst + bytes - 1);
+    if (g_cost_on) cost_access(src, bytes, false);
+    std::vector<void *> wake;
+    {
+        std::lock_guard<std::mutex> lk(g_mb_m);
+        Mbar &b = mbar_get(bar);
+        b.copies.push_back(BulkCopy{dst, src, bytes});
+        b.tx -= bytes;
+        mbar_try_complete(b, wake);
+    }
+    for (void *f : wake) fiber_unpark(f);
+}
+
+}  // namespace emu
