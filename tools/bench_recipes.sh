@@ -14,12 +14,17 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-VARIANTS=(demo tta ema999 ema996x2 mixup cutmix nols combo combo_ep torch)
+VARIANTS=(demo tta ema999 ema996x2 mixup cutmix nols blurpool combo combo_ep torch)
 # The element each single-change variant adds to the demo recipe. EMA: ~1900 steps in 4 epochs, so
 # 0.999 averages over about the last 1000 steps and 0.996 every 2 steps over about the last 500.
 declare -A FLAGS=(
   [demo]="" [tta]="--tta flip" [ema999]="--ema 0.999" [ema996x2]="--ema 0.996 --ema-every 2"
   [mixup]="--mixup 0.2" [cutmix]="--cutmix 1.0" [nols]="--label-smoothing 0"
+  # BlurPool on the demo's resnet20 (28x28 Fashion-MNIST: stages at 28, 14, 7 px): the blur goes on
+  # the input of layer2.0.conv1 and layer2.0.downsample.0 (one shared blur of the 16-channel 28x28
+  # map) and of layer3.0.conv1 and layer3.0.downsample.0 (32 channels, 14x14): the only strided
+  # convs; the 1-channel stem has stride 1 and fewer than 16 input channels.
+  [blurpool]="--blurpool"
 )
 
 usage() {
@@ -37,6 +42,8 @@ usage: tools/bench_recipes.sh [--quick] [--subset N] [--only NAME[,NAME...]] [--
                    mixup     + --mixup 0.2
                    cutmix    + --cutmix 1.0
                    nols      label smoothing off (--label-smoothing 0)
+                   blurpool  + --blurpool (FFCV's BlurPool: a fixed 3x3 blur before layer2.0's and
+                             layer3.0's conv1 and downsample.0, the demo resnet20's strided convs)
                    combo     the demo + every element whose run beat the demo's final top-1
                    combo_ep  combo with one more epoch
                    torch     the demo recipe in PyTorch (replaying a --dump-batches run), time to
