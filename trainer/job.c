@@ -179,7 +179,9 @@ int job_train(Job *job, int argc, char **argv) {
         ct_mkdir_p(c->dump_batches);
         char p[1100];
         snprintf(p, sizeof p, "%s/init.safetensors", c->dump_batches);
-        if (lead) st_save_resnet(p, r->model.net, NULL, 0, NULL, NULL, 0);
+        // Replays read the network's blurs from "blurpool", like every model file's.
+        const char *bk[] = {"blurpool"}, *bv[] = {r->model.net->blurpool ? "1" : "0"};
+        if (lead) st_save_resnet(p, r->model.net, NULL, 0, bk, bv, 1);
         for (int k = 0; k < rs->local; k++)
             rs->runs[k].faults.dump_train = dump_open(c->dump_batches, "train_batches", rs->runs[k].rank.rank, rs->world);
     }
