@@ -154,6 +154,11 @@ void maxpool_backward_gpu(void *din, const void *dout, const void *in, int N, in
 void avgpool_forward_gpu(void *out, const void *in, int N, int HW, int C, CtDtype dt, ct_stream_t stream);
 void avgpool_backward_gpu(void *din, const void *dout, int N, int HW, int C, CtDtype dt,
                           ct_stream_t stream);
+// BlurPool's fixed 3x3 blur [1 2 1]^T [1 2 1] / 16, stride 1, zero padding 1, per channel
+// (kernels/blur.cu; twins of nn/blur.h). out, in [N,H,W,C]; the backward is the same blur of dout.
+void blur3x3_forward_gpu(void *out, const void *in, int N, int H, int W, int C, CtDtype dt, ct_stream_t stream);
+void blur3x3_backward_gpu(void *din, const void *dout, int N, int H, int W, int C, CtDtype dt,
+                          ct_stream_t stream);
 
 // Losses on fp32 logits [N,K], multi-block: rows spread over blocks, each row's loss and hit
 // written to `work` (device, loss_workspace_bytes(N)), then summed by one block in a fixed order

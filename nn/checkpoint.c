@@ -9,6 +9,7 @@
 #define CKPT_VERSION 1u
 #define CKPT_VERSION_EMA 2u  // version 1 plus the EMA tensors
 #define CKPT_META_BYTES 192u
+#define CKPT_META_BLURPOOL 180u  // offset of blurpool in meta: right after best_is_ema
 #define CKPT_PREFIX (8u + 4u + 4u + CKPT_META_BYTES)
 
 // Fixed little-endian encoding of the meta block (the hosts we target are little-endian; memcpy of
@@ -40,12 +41,15 @@ static void encode_meta(uint8_t *buf, const CheckpointMeta *m, uint32_t has_mome
     put(&p, &m->epoch_seen, 8);
     put(&p, &m->optimizer, 4);
     put(&p, &m->frozen, 4);
-    if (!has_ema) return;  // version 1: zero padding from here
-    uint32_t every = m->ema_every, best_ema = m->best_is_ema;
-    put(&p, &has_ema, 4);
-    put(&p, &every, 4);
-    put(&p, &m->ema_decay, 8);
-    put(&p, &best_ema, 4);
+    if (has_ema) {  // version 1: zero where these would be
+        uint32_t every = m->ema_every, best_ema = m->best_is_ema;
+        put(&p, &has_ema, 4);
+        put(&p, &every, 4);
+        put(&p, &m->ema_decay, 8);
+        put(&p, &best_ema, 4);
+    }
+    p = buf + CKPT_META_BLURPOOL;
+    put(&p, &m->blurpool, 4);
 }
 
 static void decode_meta(const uint8_t *buf, CheckpointMeta *m, uint32_t *has_momentum) {
@@ -77,6 +81,8 @@ static void decode_meta(const uint8_t *buf, CheckpointMeta *m, uint32_t *has_mom
     get(&p, &m->ema_every, 4);
     get(&p, &m->ema_decay, 8);
     get(&p, &m->best_is_ema, 4);
+    p = buf + CKPT_META_BLURPOOL;
+    get(&p, &m->blurpool, 4);  // 0 in older files: none had blurs
 }
 
 void checkpoint_save(const char *path, const CheckpointMeta *meta, const float *params,

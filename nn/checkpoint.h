@@ -15,8 +15,9 @@
 //   | i32 best_epoch | u32 nonfinite_total | u64 n_params | u64 n_buffers | u64 n_counts
 //   | i64 opt_steps | f64 epoch_loss_sum | i64 epoch_correct | i64 epoch_seen | u32 optimizer
 //   | u32 frozen
-//   | u32 has_ema | u32 ema_every | f64 ema_decay | u32 best_is_ema | zero padding
-// (the fields after optimizer read 0 from version 1 files, whose padding is zero)
+//   | u32 has_ema | u32 ema_every | f64 ema_decay | u32 best_is_ema | u32 blurpool | zero padding
+// (the fields after optimizer read 0 from version 1 files, whose padding is zero; blurpool sits at
+// its offset, byte 180 of meta, in both versions; builds from before it ignore it)
 // Written through ct_atomic_open/commit (temp name, fsync, rename), so a crash never leaves a
 // truncated file under the real name.
 #pragma once
@@ -60,6 +61,8 @@ typedef struct {
     uint32_t ema_every;
     double ema_decay;
     uint32_t best_is_ema;
+    // 1: the model has BlurPool's blurs (--blurpool, ResNet.blurpool): part of the architecture.
+    uint32_t blurpool;
 } CheckpointMeta;
 enum { CKPT_OPT_SGD = 0, CKPT_OPT_LARS = 1 };
 

@@ -10,6 +10,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "nn/blur.h"
 #include "nn/layers.h"
 #include "nn/winograd.h"
 #include "util/crc32c.h"
@@ -19,7 +20,7 @@
 
 typedef struct {
     int kind;           // OP_CONV (with bias, optional residual, optional ReLU), OP_MAXPOOL, OP_ADD,
-                        // OP_RELU, OP_AVGPOOL, OP_FC
+                        // OP_RELU, OP_AVGPOOL, OP_FC, OP_BLUR
     int in, in2, out;   // slots; in2: OP_ADD's second operand or a conv's residual, else -1
     int relu;
     int C, K, R, S, stride, pad;
@@ -32,7 +33,7 @@ typedef struct {
 
 struct FoldNet {
     char arch[16];
-    int in_channels, num_classes, n_tensors;
+    int in_channels, num_classes, n_tensors, blurpool;
     size_t n_params, n_bufs;
     int n_ops;
     FOp *ops;
@@ -115,6 +116,7 @@ FoldNet *fold_create_ex(const ResNet *m, int winograd) {
         case OP_MAXPOOL:
         case OP_RELU:
         case OP_AVGPOOL:
+        case OP_BLUR:  // BlurPool's blur stays a layer of its own: it precedes the conv, no BN to fold
             break;
         default:
             goto unfoldable;
@@ -126,6 +128,7 @@ FoldNet *fold_create_ex(const ResNet *m, int winograd) {
     snprintf(fn->arch, sizeof fn->arch, "%s", m->arch);
     fn->in_channels = m->in_channels;
     fn->num_classes = m->num_classes;
+    fn->blurpool = m->blurpool;
     fn->n_tensors = m->n_tensors;
     fn->n_params = m->n_params;
     fn->n_bufs = m->n_bufs;
@@ -159,7 +162,7 @@ int fold_sync(FoldNet *f, const ResNet *m) {
 
 void fold_refresh(FoldNet *f, const ResNet *m) {
     if (strcmp(f->arch, m->arch) || f->n_params != m->n_params || f->n_bufs != m->n_bufs ||
-        f->num_classes != m->num_classes || f->in_channels != m->in_channels)
+        f->num_classes != m->num_classes || f->in_channels != m->in_channels || f->blurpool != m->blurpool)
         ct_die("fold_refresh: %s is not the network this fold was made from (%s)", m->arch, f->arch);
     for (int i = 0; i < f->n_ops; i++) {
         const FOp *op = &f->ops[i];
@@ -322,6 +325,9 @@ static const float *run(FoldNet *f, int N) {
             break;
         case OP_AVGPOOL:
             avgpool_forward(y, x, N, din.H * din.W, din.C);
+            break;
+        case OP_BLUR:
+            blur3x3_forward(y, x, N, din.H, din.W, din.C);
             break;
         case OP_FC:
             linear_forward(y, x, f->weights + op->w_off, f->weights + op->b_off, N, op->C, op->K);

@@ -11,6 +11,7 @@
 
 #include <string.h>
 
+#include "nn/blur.h"
 #include "nn/layers.h"
 #include "util/common.h"
 
@@ -275,6 +276,9 @@ static void forward_ops(CpuExec *e, ResNet *m, int N, int train) {
         case OP_AVGPOOL:
             avgpool_forward(y, x, N, din.H * din.W, din.C);
             break;
+        case OP_BLUR:
+            blur3x3_forward(y, x, N, din.H, din.W, din.C);
+            break;
         case OP_FC:
             linear_forward(y, x, weight(e, m, op->w), op->b >= 0 ? m->params + m->entries[op->b].offset : NULL,
                            N, op->C, op->K);
@@ -395,6 +399,9 @@ void cpu_backward(CpuExec *e, const ResNet *m, const float *dlogits, float *grad
         }
         case OP_AVGPOOL:
             if (dx) avgpool_backward(dx, dy, N, din.H * din.W, din.C);
+            break;
+        case OP_BLUR:
+            if (dx) blur3x3_backward(dx, dy, N, din.H, din.W, din.C);
             break;
         case OP_FC:
             linear_backward(dx, grads + m->entries[op->w].offset,

@@ -142,6 +142,9 @@ static void forward_ops(GpuExec *e, const ResNet *m, int N, int train) {
         case OP_AVGPOOL:
             avgpool_forward_gpu(out, in, N, di->H * di->W, di->C, dt, st);
             break;
+        case OP_BLUR:
+            blur3x3_forward_gpu(out, in, N, di->H, di->W, di->C, dt, st);
+            break;
         case OP_FC:
             linear_forward_gpu((float *)out, in, wop(e, m, op->w), op->b >= 0 ? pparam(e, m, op->b) : NULL,
                                N, op->C, op->K, dt, st);
@@ -456,6 +459,12 @@ static void backward_ops(GpuExec *e, const ResNet *m, GradReadyFn ready, void *c
         case OP_AVGPOOL:
             avgpool_backward_gpu(grad_target(e, op->in, init), gout, N, di->H * di->W, di->C, dt, st);
             finish_grad(e, op->in, init, n_in);
+            break;
+        case OP_BLUR:
+            if (need_din) {
+                blur3x3_backward_gpu(grad_target(e, op->in, init), gout, N, di->H, di->W, di->C, dt, st);
+                finish_grad(e, op->in, init, n_in);
+            }
             break;
         case OP_FC:
             linear_backward_gpu(need_din ? grad_target(e, op->in, init) : NULL, pgrad(e, m, op->w),

@@ -44,7 +44,7 @@ void gpu_exec_profile_report(const GpuExec *e, const ResNet *m, int top, FILE *f
     static const char *part_name[PROF_PARTS] = {"fwd", "wgrad", "dgrad", "bwd"};
     const double steps = (double)p->passes[0];
     // Per step: by kind and pass, and the whole.
-    enum { KINDS = 8 };
+    enum { KINDS = OP_BLUR + 2 };  // SGD and every OpKind
     double by[KINDS][PROF_PARTS] = {{0}}, total = 0;
     int nrows = 0;
     ProfRow *rows = (ProfRow *)ct_alloc((size_t)(m->n_ops + 1) * PROF_PARTS * sizeof(ProfRow));

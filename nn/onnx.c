@@ -216,6 +216,27 @@ uint8_t *onnx_encode_resnet(const ResNet *m, int H, int W, const char *producer_
                 }
                 break;
             }
+            case OP_BLUR: {
+                // BlurPool's fixed blur is a depthwise Conv: group = C, weight [C, 1, 3, 3] of
+                // [1 2 1]^T [1 2 1] / 16 (exact in float), no bias, stride 1, pads 1.
+                snprintf(wname, sizeof wname, "%s.filter", op->name);
+                float *w = ct_alloc(sizeof(float) * (size_t)op->C * 9);
+                for (int c = 0; c < op->C; c++)
+                    for (int r = 0; r < 3; r++)
+                        for (int s = 0; s < 3; s++) w[c * 9 + r * 3 + s] = (float)((r == 1 ? 2 : 1) * (s == 1 ? 2 : 1)) / 16.0f;
+                int64_t wd[4] = {op->C, 1, 3, 3};
+                initializer(&g, wname, wd, 4, w);
+                free(w);
+                Pb n = begin_node("Conv", op->name, slot[op->in], wname, NULL, slot[op->out]);
+                int64_t k[2] = {3, 3}, st[2] = {1, 1}, pads[4] = {1, 1, 1, 1}, dil[2] = {1, 1};
+                attr_ints(&n, "kernel_shape", k, 2);
+                attr_ints(&n, "strides", st, 2);
+                attr_ints(&n, "pads", pads, 4);
+                attr_ints(&n, "dilations", dil, 2);
+                attr_int(&n, "group", op->C);
+                end_node(&g, &n);
+                break;
+            }
             case OP_BN: break;  // folded into its conv above
             case OP_RELU: {
                 Pb n = begin_node("Relu", op->name, slot[op->in], NULL, NULL, slot[op->out]);

@@ -40,6 +40,7 @@ const char *resnet_op_kind_name(int kind) {
     case OP_ADD: return "add";
     case OP_AVGPOOL: return "avgpool";
     case OP_FC: return "fc";
+    case OP_BLUR: return "blur";
     }
     return "?";
 }
@@ -65,6 +66,7 @@ const char *resnet_arch_list(void) {
 typedef struct {
     ResNet *m;
     int cap_ops, cap_tensors, cap_entries;
+    int blur_in, blur_out;  // the last blur's input and output slots (-1: none yet)
 } Builder;
 
 static int new_slot(Builder *b, int C) {
@@ -122,8 +124,26 @@ static int new_entry(Builder *b, const char *prefix, const char *suffix, int kin
     return m->n_entries++;
 }
 
+// BlurPool (ResNet.blurpool): FFCV's rule, stride > 1 and at least 16 input channels, puts the
+// blur on the conv's input; a second strided conv of the same tensor reuses that blur.
+static int blur_input(Builder *b, const char *conv_name, int in) {
+    if (b->blur_in == in) return b->blur_out;
+    char n[48];
+    snprintf(n, sizeof n, "%s.blur", conv_name);
+    Op *op = new_op(b, OP_BLUR, n);
+    op->in = in;
+    op->C = op->K = b->m->tensors[in].C;
+    op->R = op->S = 3;
+    op->stride = op->pad = 1;
+    op->out = new_slot(b, op->C);
+    b->blur_in = in;
+    b->blur_out = op->out;
+    return op->out;
+}
+
 static int add_conv(Builder *b, const char *name, int in, int K, int R, int stride, int pad) {
     int C = b->m->tensors[in].C;
+    if (b->m->blurpool && stride > 1 && C >= 16) in = blur_input(b, name, in);
     int64_t shape[4] = {K, C, R, R};
     int w = new_entry(b, name, "weight", ENTRY_PARAM, 4, shape, 1, 0);
     Op *op = new_op(b, OP_CONV, name);
@@ -218,6 +238,10 @@ static int bottleneck_block(Builder *b, const char *prefix, int x, int planes, i
 }
 
 ResNet *resnet_create(const char *arch, int in_channels, int num_classes) {
+    return resnet_create_ex(arch, in_channels, num_classes, 0);
+}
+
+ResNet *resnet_create_ex(const char *arch, int in_channels, int num_classes, int blurpool) {
     const ArchSpec *a = find_arch(arch);
     if (!a || in_channels < 1 || num_classes < 1) return NULL;
     ResNet *m = ct_zalloc(sizeof *m);
@@ -227,7 +251,8 @@ ResNet *resnet_create(const char *arch, int in_channels, int num_classes) {
     m->bottleneck = a->bottleneck;
     m->in_channels = in_channels;
     m->num_classes = num_classes;
-    Builder b = {m, 0, 0, 0};
+    m->blurpool = blurpool != 0;
+    Builder b = {m, 0, 0, 0, -1, -1};
 
     int x = new_slot(&b, in_channels);
     int n_stages = a->cifar ? 3 : 4;
@@ -437,9 +462,10 @@ void krsc_to_oihw(float *dst, const float *src, int K, int C, int R, int S) {
 }
 
 void resnet_print(const ResNet *m, FILE *f) {
-    static const char *kinds[] = {"conv", "bn", "relu", "maxpool", "add", "avgpool", "fc"};
-    fprintf(f, "%s: in_channels %d, classes %d, %d ops, %d slots, %zu params, %zu buffers\n", m->arch,
-            m->in_channels, m->num_classes, m->n_ops, m->n_tensors, m->n_params, m->n_bufs);
+    static const char *kinds[] = {"conv", "bn", "relu", "maxpool", "add", "avgpool", "fc", "blur"};
+    fprintf(f, "%s%s: in_channels %d, classes %d, %d ops, %d slots, %zu params, %zu buffers\n", m->arch,
+            m->blurpool ? " (blurpool)" : "", m->in_channels, m->num_classes, m->n_ops, m->n_tensors, m->n_params,
+            m->n_bufs);
     for (int i = 0; i < m->n_ops; i++) {
         const Op *o = &m->ops[i];
         fprintf(f, "  %3d %-8s %-24s in %d in2 %d out %d C %d K %d R %d stride %d pad %d relu %d grad_done %zu\n", i,

@@ -37,6 +37,7 @@ typedef enum {
     OP_ADD,       // out = in + in2 [+ relu]                    (residual junction)
     OP_AVGPOOL,   // out[N,C] = global mean of in[N,H,W,C]      (out has H = W = 1)
     OP_FC,        // out[N,O] = in[N,I] w^T + b
+    OP_BLUR,      // out = blur3x3(in), BlurPool's fixed depthwise filter (nn/blur.h; no parameters)
 } OpKind;
 
 typedef struct {
@@ -101,6 +102,14 @@ typedef struct {
     // after fc (no backbone gradients are computed), and the optimizers update only the prefix
     // [0, resnet_trainable(m)) of params, which the backward-order layout makes exactly fc.
     int freeze_backbone;
+
+    // BlurPool (--blurpool; FFCV's apply_blurpool): an OP_BLUR before every conv with stride > 1
+    // and at least 16 input channels. resnet18/34: layer2-4's .0.conv1 and .0.downsample.0;
+    // resnet50+: .0.conv2 and .0.downsample.0; resnet20..110: layer2/3's .0.conv1 and
+    // .0.downsample.0 (never the stem: its 1 or 3 channels are below 16). A block's conv1 and
+    // downsample.0 read the same tensor, so they share one blur of it (torch blurs it twice; the
+    // values are the same). Part of the architecture: checkpoints and model files record it.
+    int blurpool;
 } ResNet;
 
 // Parameters the optimizer updates: the fc prefix when the backbone is frozen, else n_params.
@@ -110,11 +119,13 @@ size_t resnet_trainable(const ResNet *m);
 // and allocate the host state (params zero, running_var 1, running_mean 0, counts 0).
 // Returns NULL if the name is not one of those (callers name the flag in their error).
 ResNet *resnet_create(const char *arch, int in_channels, int num_classes);
+// The same with BlurPool's blurs inserted when blurpool != 0 (see ResNet.blurpool).
+ResNet *resnet_create_ex(const char *arch, int in_channels, int num_classes, int blurpool);
 void resnet_free(ResNet *m);
 // 1 if arch is a known name. resnet_arch_list() is a comma-separated list for help/errors.
 int resnet_arch_valid(const char *arch);
 const char *resnet_arch_list(void);
-// "conv", "batchnorm", "relu", "maxpool", "add", "avgpool", "fc" for an OpKind; "?" otherwise.
+// "conv", "batchnorm", "relu", "maxpool", "add", "avgpool", "fc", "blur" for an OpKind; "?" otherwise.
 const char *resnet_op_kind_name(int kind);
 
 // A residual block's tail, bn3 + add [+ relu], runs as one pass in both executors

@@ -27,6 +27,18 @@
 #include "util/common.h"
 #include "util/rng.h"
 
+// An arch name, or one with "+blurpool" appended: the same network with BlurPool's blurs.
+static ResNet *model_create(const char *spec, int cin, int classes) {
+    char arch[32];
+    snprintf(arch, sizeof arch, "%s", spec);
+    char *plus = strchr(arch, '+');
+    int blur = plus && !strcmp(plus, "+blurpool");
+    if (blur) *plus = 0;
+    ResNet *m = resnet_create_ex(arch, cin, classes, blur);
+    if (!m) ct_die("emu_model: unknown model '%s'", spec);
+    return m;
+}
+
 static const char *dtname(CtDtype dt) { return dt == CT_BF16 ? "bf16" : "fp32"; }
 
 // Worst per-entry gradient error; prints the worst few for the log.
@@ -55,7 +67,7 @@ static void run_case(const char *arch, int N, int H, int W, CtDtype dt, int full
     const double tol_grad = 1e-4, tol_grad_bf16 = 1e-2, tol_loss = dt == CT_BF16 ? 1e-2 : 1e-5;
     const double tol_act = dt == CT_BF16 ? 3e-2 : 1e-5;
     printf("%s N=%d %dx%d %s\n", arch, N, H, W, dtname(dt));
-    ResNet *mc = resnet_create(arch, cin, classes), *mg = resnet_create(arch, cin, classes);
+    ResNet *mc = model_create(arch, cin, classes), *mg = model_create(arch, cin, classes);
     resnet_init(mc, 42, 1);
     resnet_init(mg, 42, 1);
     // Perturbed BN affine parameters: the zero-initialised residual gammas become +-0.1 so every
@@ -105,7 +117,7 @@ static void run_case(const char *arch, int N, int H, int W, CtDtype dt, int full
         // noise where bf16 itself is noisier than that. A misplaced rounding or a wrong kernel is
         // not hidden by this: under emulation, where the sums mostly agree bit for bit, resnet20
         // is 1e-7 from the oracle and resnet18 3e-3 (bf16 noise 0.17).
-        ResNet *mr = resnet_create(arch, cin, classes);
+        ResNet *mr = model_create(arch, cin, classes);
         memcpy(mr->params, mg->params, mc->n_params * sizeof(float));  // mg->params: untouched host copy
         float *gr = (float *)ct_alloc(mc->n_params * sizeof(float));
         CpuExec *ce2 = cpu_exec_create(mr);
@@ -153,7 +165,7 @@ static void run_case(const char *arch, int N, int H, int W, CtDtype dt, int full
 
     // Determinism: the same step again from the same state gives the same bits.
     if (full) {
-        ResNet *m2 = resnet_create(arch, cin, classes);
+        ResNet *m2 = model_create(arch, cin, classes);
         memcpy(m2->params, mg->params, mg->n_params * sizeof(float));
         GpuExec *g2 = gpu_exec_create(m2, dt);
         float *gg2 = (float *)ct_alloc(mc->n_params * sizeof(float));
@@ -242,7 +254,7 @@ static void run_case(const char *arch, int N, int H, int W, CtDtype dt, int full
     {
         float *z1 = (float *)ct_alloc((size_t)N * classes * sizeof(float));
         memcpy(z1, zg, (size_t)N * classes * sizeof(float));
-        ResNet *m3 = resnet_create(arch, cin, classes);
+        ResNet *m3 = model_create(arch, cin, classes);
         SgdState s3;
         sgd_init(&s3, m3->n_params);
         gpu_download_state(ge, m3, &s3);
@@ -353,7 +365,7 @@ static void graph_case(const char *arch, int N, int H, int W, CtDtype dt, int pr
     const long want_launches = prog ? 12 : 6;
     const int Hmax = prog ? H + 4 : H;
     (void)W;
-    ResNet *ma = resnet_create(arch, cin, classes), *mb = resnet_create(arch, cin, classes);
+    ResNet *ma = model_create(arch, cin, classes), *mb = model_create(arch, cin, classes);
     resnet_init(ma, 7, 0);
     resnet_init(mb, 7, 0);
     GpuExec *ea = gpu_exec_create(ma, dt), *eb = gpu_exec_create(mb, dt);
@@ -429,6 +441,9 @@ int main(void) {
     run_case("resnet20", 2, 8, 8, CT_F32, 1);
     graph_case("resnet20", 2, 8, 8, CT_BF16, 0);
     graph_case("resnet20", 2, 6, 6, CT_BF16, 1);
+    // BlurPool (kernels/blur.cu in the executor): odd sizes (9 -> 5 -> 3), the blur shared by a
+    // block's conv1 and downsample.0 (two gradient contributions meet in its output).
+    run_case("resnet20+blurpool", 2, 9, 9, CT_F32, 1);
     if (q && *q == '1') return test_summary("emu_model");
     run_case("resnet20", 2, 8, 8, CT_BF16, 0);
     // The same step with the forward convolutions on the Hopper engine (CTRAIN_CONV_ENGINE=wgmma;
@@ -442,6 +457,8 @@ int main(void) {
         if (prev) setenv("CTRAIN_CONV_ENGINE", saved, 1);
         else unsetenv("CTRAIN_CONV_ENGINE");
     }
+    run_case("resnet20+blurpool", 2, 9, 9, CT_BF16, 0);
+    graph_case("resnet20+blurpool", 2, 9, 9, CT_BF16, 0);
     // 36x36: layer4 is 2x2, so its batch norms see 8 rows. At 32x32 with batch 2 they would see
     // 2, where BN's backward is pure cancellation and neither backend's gradient means anything.
     run_case("resnet18", 2, 36, 36, CT_F32, 0);

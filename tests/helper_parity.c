@@ -129,12 +129,13 @@ int main(int argc, char **argv) {
     SgdConfig sc = {(float)meta_num("momentum"), (float)meta_num("wd"), (int)meta_num("nesterov"),
                     (int)meta_num("wd_exclude"), 0, 0};
 
-    ResNet *m = resnet_create(arch, in_ch, classes);
+    const char *blur = st_meta(&ref, "blurpool");  // absent in references from before --blurpool
+    ResNet *m = resnet_create_ex(arch, in_ch, classes, blur && atoi(blur));
     if (!m) ct_die("unknown arch %s", arch);
     snprintf(path, sizeof path, "%s/weights.safetensors", argv[1]);
     st_load_resnet(path, m);  // strict: exactly torchvision's state_dict
-    printf("%s: N=%d %dx%dx%d classes %d smoothing %g, sgd lr %g momentum %g wd %g nesterov %d wd_exclude %d\n",
-           arch, N, S, S, in_ch, classes, smoothing, lr, sc.momentum, sc.weight_decay, sc.nesterov,
+    printf("%s%s: N=%d %dx%dx%d classes %d smoothing %g, sgd lr %g momentum %g wd %g nesterov %d wd_exclude %d\n",
+           arch, m->blurpool ? " (blurpool)" : "", N, S, S, in_ch, classes, smoothing, lr, sc.momentum, sc.weight_decay, sc.nesterov,
            sc.wd_exclude_bn_bias);
 
     size_t nx = (size_t)N * S * S * in_ch;

@@ -4,6 +4,7 @@
 //   helper_stio eval ARCH IN_CH CLASSES WEIGHTS X OUT strict-load WEIGHTS, run the eval-mode forward
 //                                                   on tensor "x" (NHWC F32) of X, write "logits"
 //   helper_stio evalfold ...                        the same through the BN-folded executor (nn/fold.h)
+// ARCH may end in "+blurpool" (--blurpool's network).
 #include <string.h>
 
 #include "nn/fold.h"
@@ -15,7 +16,12 @@
 
 int main(int argc, char **argv) {
     if (argc < 6) ct_die("usage: helper_stio save|eval ARCH IN_CH CLASSES ...");
-    ResNet *m = resnet_create(argv[2], atoi(argv[3]), atoi(argv[4]));
+    // ARCH+blurpool: the network with BlurPool's blurs (the file cannot say: they have no tensors).
+    char arch[32];
+    snprintf(arch, sizeof arch, "%s", argv[2]);
+    char *plus = strchr(arch, '+');
+    if (plus) *plus = 0;
+    ResNet *m = resnet_create_ex(arch, atoi(argv[3]), atoi(argv[4]), plus && !strcmp(plus + 1, "blurpool"));
     if (!m) ct_die("unknown arch %s", argv[2]);
     if (!strcmp(argv[1], "save") && argc == 7) {
         resnet_init(m, (uint64_t)atoll(argv[5]), 0);

@@ -176,6 +176,29 @@ static void test_checkpoint_ema(const char *dir) {
         CHECK(ck.ema_buffers && !memcmp(ck.ema_buffers, eb, sizeof eb), "EMA buffers differ");
         checkpoint_free(&ck);
     }
+    // --blurpool is recorded at its fixed meta offset in both versions (byte 16 + 180 of the file),
+    // and a plain file reads 0 there.
+    for (int ema = 0; ema < 2; ema++) {
+        CheckpointMeta mb = m;
+        mb.blurpool = 1;
+        char pb[512];
+        snprintf(pb, sizeof pb, "%s/blur%d.ckpt", dir, ema);
+        checkpoint_save_ema(pb, &mb, p, NULL, b, cnt, ema ? ep : NULL, ema ? eb : NULL);
+        size_t nb;
+        uint8_t *db = (uint8_t *)ct_read_file(pb, &nb);
+        uint32_t flag;
+        memcpy(&flag, db + 16 + 180, 4);
+        err = checkpoint_load(pb, &ck);
+        CHECK(!err && ck.meta.blurpool == 1 && flag == 1 && (int)ck.meta.has_ema == ema,
+              "blurpool checkpoint (ema %d): %s, blurpool %u, byte %u", ema, err ? err : "loaded", err ? 0 : ck.meta.blurpool,
+              flag);
+        if (!err) checkpoint_free(&ck);
+        free(db);
+    }
+    err = checkpoint_load(p2, &ck);
+    CHECK(!err && ck.meta.blurpool == 0, "a plain checkpoint reads blurpool %u", err ? 9 : ck.meta.blurpool);
+    if (!err) checkpoint_free(&ck);
+
     char bad[512];
     snprintf(bad, sizeof bad, "%s/bad_ema.ckpt", dir);
     size_t offs[] = {n1 - 2, n1 + 3, n2 - 4 * NB, n2 - 5};

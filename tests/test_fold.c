@@ -129,8 +129,13 @@ static void randomize_bn(ResNet *m, uint64_t seed) {
 // per rounding, so each layer's outputs differ by a few ulp of their magnitude and the difference
 // grows with depth; measured 3e-7 (resnet20) to 1.3e-6 (resnet18), 3e-6 for resnet34. 1e-5 leaves 3x
 // room and still catches a wrong fold (leaving out eps gives 3e-4 to 1.2e-3).
+// arch may end in "+blurpool": the network with BlurPool's blurs (folded as layers of their own).
 static void test_arch(const char *arch, int in_ch, int classes, int N, int H, int W) {
-    ResNet *m = resnet_create(arch, in_ch, classes);
+    char base[32];
+    snprintf(base, sizeof base, "%s", arch);
+    char *plus = strchr(base, '+');
+    if (plus) *plus = 0;
+    ResNet *m = resnet_create_ex(base, in_ch, classes, plus != NULL);
     resnet_init(m, 5, 0);
     randomize_bn(m, 6);
     const size_t nx = (size_t)N * H * W * in_ch;
@@ -217,6 +222,8 @@ int main(void) {
     test_arch("resnet18", 1, 5, 2, 36, 28);
     test_arch("resnet50", 3, 11, 2, 40, 33);
     test_arch("resnet20", 1, 4, 37, 12, 10);  // more images than a chunk (fold.c: 16), a partial last one
+    test_arch("resnet20+blurpool", 3, 7, 2, 19, 13);
+    test_arch("resnet18+blurpool", 1, 5, 2, 36, 28);
     test_unfoldable();
     return test_summary("test_fold");
 }

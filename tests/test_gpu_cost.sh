@@ -52,6 +52,15 @@ ok "CTRAIN_CONV_ENGINE=v3 refused with a message"
 uncov=$(awk '$1 ~ /^[0-9]+$/ && $NF == "NO"' <<<"$out")
 [ -z "$uncov" ] || { echo "$uncov"; fail "launches with no counted access (plain pointer dereferences)"; }
 ok "every launch counted"
+# BlurPool's network: the blur's forward and backward launches are counted like every other one
+# (kernels/blur.cu reads and writes through ct_ldv/ct_stv), and counting changes no bit.
+outb=$("$EMU" resnet20 8 2 --blurpool --verify --launches) || { echo "$outb"; fail "bench_gpu_cost --blurpool failed"; }
+grep -q '^verify: .* identical$' <<<"$outb" || fail "--blurpool: counting changed the step's results"
+nb=$(grep -c '^[0-9]\+ .*blur3x3_v_k' <<<"$outb" || true)
+[ "$nb" = 4 ] || { grep blur <<<"$outb"; fail "--blurpool: $nb blur launches, expected 4 (2 blurs, forward and backward)"; }
+uncov=$(awk '$1 ~ /^[0-9]+$/ && $NF == "NO"' <<<"$outb")
+[ -z "$uncov" ] || { echo "$uncov"; fail "--blurpool: launches with no counted access"; }
+ok "--blurpool: $nb blur launches, every launch counted"
 # The build against the real kernels has no counters: it must refuse, not print zeros.
 if [ -x "$CTRAIN_BUILD/tools/bench_gpu_cost" ]; then
   err=$(mktemp)

@@ -10,6 +10,7 @@
 #include <omp.h>
 #include <string.h>
 
+#include "nn/blur.h"
 #include "nn/layers.h"
 #include "tests/test.h"
 #include "util/common.h"
@@ -153,6 +154,32 @@ static void gradcheck_pool(int N, int H, int W, int C) {
     const double ea = check_tensor(&pa, p.in, dina, nin, 1e-2f, 30);
     CHECK(ea < 1e-3, "avgpool N%d HW%d C%d: grad err %g", N, H * W, C, ea);
     free(Ga), free(dina), free(pa.out), free(p.in);
+}
+
+// BlurPool's blur (no parameters): dL/dx against finite differences, every element checked on a
+// small input (borders and corners included, where the zero padding makes the adjoint differ from
+// a plain re-blur if it were wrong); and 1 vs 2 threads give the same bits.
+static int same_bits(const float *a, const float *b, size_t n);
+static void blur_fwd(void *c, float *out) {
+    PoolCtx *p = c;
+    blur3x3_forward(out, p->in, p->N, p->H, p->W, p->C);
+}
+static void gradcheck_blur(int N, int H, int W, int C) {
+    PoolCtx p = {N, H, W, C, 3, 1, 1, H, W, NULL};
+    const size_t n = (size_t)N * H * W * C;
+    p.in = rand_buf(n, 1);
+    float *G = rand_buf(n, 1), *din = ct_alloc(n * 4);
+    blur3x3_backward(din, G, N, H, W, C);
+    Probe pr = {blur_fwd, &p, ct_alloc(n * 4), G, n};
+    const double e = check_tensor(&pr, p.in, din, n, 1e-2f, (int)CT_MIN(n, 200));
+    float *o1 = ct_alloc(n * 4), *o2 = ct_alloc(n * 4);
+    omp_set_num_threads(1);
+    blur3x3_forward(o1, p.in, N, H, W, C);
+    omp_set_num_threads(2);
+    blur3x3_forward(o2, p.in, N, H, W, C);
+    CHECK(e < 1e-3 && same_bits(o1, o2, n), "blur N%d H%d W%d C%d: grad err %g, threads %s", N, H, W, C, e,
+          same_bits(o1, o2, n) ? "agree" : "DIFFER");
+    free(G), free(din), free(pr.out), free(p.in), free(o1), free(o2);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -303,6 +330,9 @@ int main(void) {
     }
     gradcheck_pool(1, 7, 9, 5);
     gradcheck_pool(2, 8, 5, 3);
+    gradcheck_blur(1, 1, 1, 3);
+    gradcheck_blur(2, 5, 7, 3);
+    gradcheck_blur(1, 9, 4, 17);
     gradcheck_linear(1, 7, 5);
     gradcheck_linear(5, 33, 10);
     gradcheck_loss(0, 6, 10, 0.0f);

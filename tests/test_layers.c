@@ -4,6 +4,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "nn/blur.h"
 #include "nn/gemm.h"
 #include "nn/layers.h"
 #include "tests/test.h"
@@ -278,6 +279,60 @@ static void test_maxpool(void) {
     }
 }
 
+// BlurPool's blur: against its definition (a depthwise 3x3 conv of [1 2 1]^T [1 2 1] / 16, zero
+// padding 1, in double), against conv2d_forward with the same filter on the diagonal of a [C,3,3,C]
+// weight (torch's groups = C written as a dense conv), and the backward against the transpose
+// (each output's gradient scattered back through the taps, in double) and <blur(x), y> =
+// <x, blur_backward(y)>, on shapes down to 1x1 (every tap at a border).
+static void test_blur(void) {
+    static const double tap[3] = {1, 2, 1};
+    for (int it = 0; it < 12; it++) {
+        const int N = rnd(1, 3), H = it < 2 ? 1 : rnd(1, 9), W = it < 2 ? rnd(1, 3) : rnd(1, 9), C = rnd(1, 19);
+        const size_t n = (size_t)N * H * W * C;
+        float *x = rand_buf(n, 1), *y = rand_buf(n, 1), *bx = ct_alloc(n * sizeof(float));
+        float *by = ct_alloc(n * sizeof(float)), *cx = ct_alloc(n * sizeof(float));
+        blur3x3_forward(bx, x, N, H, W, C);
+        blur3x3_backward(by, y, N, H, W, C);
+        double e = 0, lhs = 0, rhs = 0, eb = 0;
+        double *ref_b = calloc(n, sizeof(double));  // the transpose, scattered output by output
+        for (int b = 0; b < N; b++)
+            for (int h = 0; h < H; h++)
+                for (int w = 0; w < W; w++)
+                    for (int c = 0; c < C; c++) {
+                        double ref = 0;
+                        for (int r = 0; r < 3; r++)
+                            for (int t = 0; t < 3; t++) {
+                                const int hh = h + r - 1, ww = w + t - 1;
+                                if (hh < 0 || hh >= H || ww < 0 || ww >= W) continue;
+                                ref += tap[r] * tap[t] / 16 * x[(((size_t)b * H + hh) * W + ww) * C + c];
+                            }
+                        const size_t i = (((size_t)b * H + h) * W + w) * C + c;
+                        e = fmax(e, fabs(bx[i] - ref));
+                        for (int r = 0; r < 3; r++)
+                            for (int t = 0; t < 3; t++) {
+                                const int hh = h + r - 1, ww = w + t - 1;
+                                if (hh < 0 || hh >= H || ww < 0 || ww >= W) continue;
+                                ref_b[(((size_t)b * H + hh) * W + ww) * C + c] += tap[r] * tap[t] / 16 * y[i];
+                            }
+                    }
+        for (size_t i = 0; i < n; i++) lhs += (double)bx[i] * y[i], rhs += (double)x[i] * by[i];
+        for (size_t i = 0; i < n; i++) eb = fmax(eb, fabs(by[i] - ref_b[i]));
+        float *wd = calloc((size_t)C * 9 * C, sizeof(float));  // KRSC, nonzero only at k == c
+        for (int k = 0; k < C; k++)
+            for (int r = 0; r < 3; r++)
+                for (int t = 0; t < 3; t++) wd[(((size_t)k * 3 + r) * 3 + t) * C + k] = (float)(tap[r] * tap[t] / 16);
+        ConvShape s = conv_shape(N, H, W, C, C, 3, 3, 1, 1);
+        conv2d_forward(&s, cx, x, wd);
+        double ec = max_abs_diff(bx, cx, n);
+        // Float outputs: each within an ulp or so of the double answers (|x| < 1); the sums of n
+        // products of those within 1e-6 of each other.
+        CHECK(e < 1e-6 && ec < 1e-6 && eb < 1e-6 && fabs(lhs - rhs) <= 1e-6 * (fabs(lhs) + 1),
+              "blur N%d H%d W%d C%d: err %g vs definition, %g vs dense conv, backward %g vs the transpose; "
+              "<Bx,y> %.12g <x,B'y> %.12g", N, H, W, C, e, ec, eb, lhs, rhs);
+        free(x), free(y), free(bx), free(by), free(cx), free(wd), free(ref_b);
+    }
+}
+
 static void test_avgpool_linear(void) {
     const int N = 3, HW = 17, C = 11, O = 7;
     float *in = rand_buf((size_t)N * HW * C, 1), *out = ct_alloc(N * C * sizeof(float));
@@ -529,6 +584,7 @@ int main(void) {
     }
     sgemm_set_kernel(dflt);
     test_maxpool();
+    test_blur();
     test_avgpool_linear();
     test_losses();
     test_elementwise();

@@ -45,4 +45,10 @@ run r20 --arch resnet20 --batch 4 --size 32 --classes 10 --smoothing 0.1 --neste
 run r18 --arch resnet18 --batch 2 --size 64 --in-ch 1 --classes 7
 # resnet50, 64x64, batch 2 (Bottleneck, v1.5 strides), Nesterov with decay exclusion.
 run r50 --arch resnet50 --batch 2 --size 64 --classes 10 --nesterov 1 --wd-exclude 1 --fp32-floor -- --floor 3
+# BlurPool (FFCV's rule: a [1,2,1]x[1,2,1]/16 depthwise blur on the input of every conv with stride
+# > 1 and >= 16 input channels; torch_ref.py applies it with F.conv2d(groups=C)): resnet20 at an
+# odd size (33 -> 17 -> 9, the blur's borders on both sides) and resnet18 (layers 2-4's conv1 and
+# downsample.0; the 1-channel stem is not blurred), same tolerances.
+run r20b --arch resnet20 --batch 3 --size 33 --classes 10 --smoothing 0.1 --blurpool 1
+run r18b --arch resnet18 --batch 2 --size 64 --in-ch 1 --classes 7 --blurpool 1
 echo "parity: all models passed in $((SECONDS - t0)) s"

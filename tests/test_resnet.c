@@ -38,6 +38,40 @@ static void check_count(const char *arch, int cin, int classes, size_t expect) {
     resnet_free(m);
 }
 
+// BlurPool (FFCV's rule: stride > 1 and >= 16 input channels): which convs read a blur, that the
+// blurs add no parameters or entries, and that a blur keeps its input's shape. want: the convs
+// whose input is a blur's output, space-separated, in op order.
+static void check_blurpool(const char *arch, int cin, int n_blur, const char *want) {
+    ResNet *p = resnet_create(arch, cin, 10), *b = resnet_create_ex(arch, cin, 10, 1);
+    int blurs = 0;
+    char got[512] = "";
+    for (int i = 0; i < b->n_ops; i++) {
+        const Op *op = &b->ops[i];
+        blurs += op->kind == OP_BLUR;
+        if (op->kind != OP_CONV) continue;
+        for (int j = 0; j < i; j++)
+            if (b->ops[j].kind == OP_BLUR && b->ops[j].out == op->in)
+                snprintf(got + strlen(got), sizeof got - strlen(got), "%s%s", got[0] ? " " : "", op->name);
+    }
+    CHECK(b->blurpool && !p->blurpool && blurs == n_blur && !strcmp(got, want),
+          "%s (%d channels) blurpool: %d blurs before [%s], expected %d before [%s]", arch, cin, blurs, got, n_blur, want);
+    CHECK(b->n_params == p->n_params && b->n_bufs == p->n_bufs && b->n_entries == p->n_entries &&
+              b->n_ops == p->n_ops + n_blur,
+          "%s blurpool: %zu params %d entries %d ops vs %zu %d %d", arch, b->n_params, b->n_entries, b->n_ops,
+          p->n_params, p->n_entries, p->n_ops);
+    TensorDim *d = ct_alloc(b->n_tensors * sizeof(TensorDim)), *dp = ct_alloc(p->n_tensors * sizeof(TensorDim));
+    CHECK(resnet_shapes(b, 33, 31, d) == 0 && resnet_shapes(p, 33, 31, dp) == 0, "%s blurpool shapes", arch);
+    int same = d[b->n_tensors - 2].C == dp[p->n_tensors - 2].C;
+    for (int i = 0; i < b->n_ops; i++)
+        if (b->ops[i].kind == OP_BLUR) {
+            const TensorDim x = d[b->ops[i].in], y = d[b->ops[i].out];
+            same &= x.H == y.H && x.W == y.W && x.C == y.C && x.C >= 16;
+        }
+    CHECK(same, "%s blurpool: a blur changes its tensor's shape or has < 16 channels", arch);
+    free(d), free(dp);
+    resnet_free(p), resnet_free(b);
+}
+
 int main(void) {
     // torchvision (1000 classes, 3 channels): sum(p.numel() for p in model.parameters()).
     check_count("resnet18", 3, 1000, 11689512);
@@ -50,6 +84,19 @@ int main(void) {
     check_count("resnet20", 3, 10, 272474);
     CHECK(resnet_create("resnet19", 3, 10) == NULL, "unknown arch accepted");
     CHECK(!resnet_arch_valid("resnet") && resnet_arch_valid("resnet110"), "arch_valid");
+    // A block's conv1 and downsample.0 read the same tensor and share its blur (BasicBlock); in a
+    // Bottleneck the stride sits on conv2, whose input is not the downsample's.
+    check_blurpool("resnet20", 3, 2, "layer2.0.conv1 layer2.0.downsample.0 layer3.0.conv1 layer3.0.downsample.0");
+    check_blurpool("resnet18", 3, 3,
+                   "layer2.0.conv1 layer2.0.downsample.0 layer3.0.conv1 layer3.0.downsample.0 layer4.0.conv1 "
+                   "layer4.0.downsample.0");
+    check_blurpool("resnet50", 3, 6,
+                   "layer2.0.conv2 layer2.0.downsample.0 layer3.0.conv2 layer3.0.downsample.0 layer4.0.conv2 "
+                   "layer4.0.downsample.0");
+    // The rule counts input channels, not position: a 16-channel input's strided stem is blurred.
+    check_blurpool("resnet18", 16, 4,
+                   "conv1 layer2.0.conv1 layer2.0.downsample.0 layer3.0.conv1 layer3.0.downsample.0 layer4.0.conv1 "
+                   "layer4.0.downsample.0");
 
     // Shapes: resnet50 on 224x224 ends in 7x7x2048 before the pool; resnet20 on 32x32 in 8x8x64.
     ResNet *m = resnet_create("resnet50", 3, 1000);

@@ -91,13 +91,13 @@ static double roofline(const CtCostLaunch *c) {
 }
 
 static void usage(const char *prog) {
-    fprintf(stderr, "usage: %s ARCH SIZE BATCH [--classes N] [--res FILE] [--launches] [--verify] [--quiet]\n", prog);
+    fprintf(stderr, "usage: %s ARCH SIZE BATCH [--classes N] [--res FILE] [--launches] [--verify] [--quiet] [--blurpool]\n", prog);
     exit(2);
 }
 
 int main(int argc, char **argv) {
     const char *pos[3], *res_path = NULL;
-    int npos = 0, classes = 0, launches = 0, verify = 0, quiet = 0;
+    int npos = 0, classes = 0, launches = 0, verify = 0, quiet = 0, blurpool = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--classes") || !strcmp(a, "--res")) {
@@ -107,6 +107,7 @@ int main(int argc, char **argv) {
         } else if (!strcmp(a, "--launches")) launches = 1;
         else if (!strcmp(a, "--verify")) verify = 1;
         else if (!strcmp(a, "--quiet")) quiet = 1;
+        else if (!strcmp(a, "--blurpool")) blurpool = 1;  // train --blurpool's network
         else if (a[0] == '-') {
             fprintf(stderr, "bench_gpu_cost: unknown flag '%s'\n", a);
             usage(argv[0]);
@@ -128,7 +129,7 @@ int main(int argc, char **argv) {
     ResNet *m = resnet_create(arch, 3, 10);
     if (!classes) classes = m->cifar ? 10 : 1000;
     resnet_free(m);
-    m = resnet_create(arch, 3, classes);
+    m = resnet_create_ex(arch, 3, classes, blurpool);
     resnet_init(m, 1, 0);
     TensorDim *dims = ct_alloc((size_t)m->n_tensors * sizeof(TensorDim));
     if (resnet_shapes(m, S, S, dims)) ct_die("bench_gpu_cost: %s cannot take %dx%d images", arch, S, S);

@@ -15,7 +15,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-VARIANTS=(demo notta minscale lr02 prog ema999 ema996x2 mixup cutmix nols combo combo_ep torch)
+VARIANTS=(demo notta minscale lr02 prog ema999 ema996x2 mixup cutmix nols blurpool combo combo_ep torch)
 # What each single-change variant changes in the demo recipe: elements the demo has are turned off
 # (notta, nols; minscale and lr02 go back to the previous demo recipe's crops and rate), the others
 # on. EMA: ~1900 steps in 4 epochs, so 0.999 averages over about the last 1000 steps and 0.996
@@ -26,6 +26,11 @@ declare -A FLAGS=(
   [prog]="--epochs 5 --res-start 16 --res-end 28 --res-ramp 0,3 --res-step 4"
   [ema999]="--ema 0.999" [ema996x2]="--ema 0.996 --ema-every 2"
   [mixup]="--mixup 0.2" [cutmix]="--cutmix 1.0" [nols]="--label-smoothing 0"
+  # BlurPool on the demo's resnet20 (28x28 Fashion-MNIST: stages at 28, 14, 7 px): the blur goes on
+  # the input of layer2.0.conv1 and layer2.0.downsample.0 (one shared blur of the 16-channel 28x28
+  # map) and of layer3.0.conv1 and layer3.0.downsample.0 (32 channels, 14x14): the only strided
+  # convs; the 1-channel stem has stride 1 and fewer than 16 input channels.
+  [blurpool]="--blurpool"
 )
 
 usage() {
@@ -46,7 +51,9 @@ usage: tools/bench_recipes.sh [--quick] [--subset N] [--only NAME[,NAME...]] [--
                    mixup     + --mixup 0.2
                    cutmix    + --cutmix 1.0
                    nols      label smoothing off (--label-smoothing 0)
-                   combo     the demo + every element whose run beat the demo's final top-1
+                   blurpool  + --blurpool (FFCV's BlurPool: a fixed 3x3 blur before layer2.0's and
+                             layer3.0's conv1 and downsample.0, the demo resnet20's strided convs)
+                   combo     the demo + every change whose run beat the demo's final top-1
                    combo_ep  combo with one more epoch
                    torch     the demo recipe in PyTorch (replaying a --dump-batches run), time to
                              the same test top-1 as ctrain's demo run (needs demo's run in OUT)

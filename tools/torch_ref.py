@@ -82,6 +82,24 @@ class CifarResNet(nn.Module):
         return self.fc(torch.flatten(self.avgpool(x), 1))
 
 
+def blur_input(mod, inputs):
+    """BlurPool as FFCV's BlurPoolConv2d computes it (a depthwise F.conv2d of [1,2,1]x[1,2,1]/16,
+    stride 1, padding 1, groups = channels, on the conv's input), as a forward pre-hook so the
+    state_dict keeps torchvision's names (FFCV's wrapper would rename conv1 to conv1.conv)."""
+    x = inputs[0]
+    f = torch.tensor([1.0, 2.0, 1.0], dtype=x.dtype)
+    k = (f[:, None] * f[None, :] / 16).expand(x.shape[1], 1, 3, 3).contiguous()
+    return (F.conv2d(x, k, None, 1, 1, 1, x.shape[1]),)
+
+
+def apply_blurpool(model):
+    """FFCV's rule (apply_blurpool in its ImageNet example): every Conv2d with max(stride) > 1 and
+    in_channels >= 16 gets the blur on its input."""
+    for mod in model.modules():
+        if isinstance(mod, nn.Conv2d) and max(mod.stride) > 1 and mod.in_channels >= 16:
+            mod.register_forward_pre_hook(blur_input)
+
+
 def build(arch, in_ch, classes):
     if arch in ("resnet20", "resnet32", "resnet44", "resnet56", "resnet110"):
         return CifarResNet(int(arch[6:]), in_ch, classes)
@@ -161,11 +179,14 @@ def main():
                          "branches: the part of the error that comes from taking the other side of a kink")
     ap.add_argument("--fp32-floor", action="store_true",
                     help="also store floor.<key>: torch's own float32 error against the float64 reference")
+    ap.add_argument("--blurpool", type=int, default=0, help="FFCV's BlurPool on the strided convs (ctrain --blurpool)")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     torch.manual_seed(a.seed)
     torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
     model = build(a.arch, a.in_ch, a.classes)
+    if a.blurpool:
+        apply_blurpool(model)
     # Non-trivial BN state so that a swapped gamma/beta or a mean/var mix-up cannot pass.
     g = torch.Generator().manual_seed(a.seed + 1)
     with torch.no_grad():
@@ -235,7 +256,7 @@ def main():
             if ref[k].dtype.is_floating_point:
                 tensors["floor." + k] = np.array([rel(k)], dtype=np.float64)
     meta = {k: getattr(a, k) for k in ("arch", "in_ch", "classes", "batch", "size", "seed", "smoothing", "lr",
-                                        "momentum", "wd", "nesterov", "wd_exclude")}
+                                        "momentum", "wd", "nesterov", "wd_exclude", "blurpool")}
     meta["torch"] = torch.__version__
     save_safetensors(os.path.join(a.out, "ref.safetensors"), tensors, meta)
     print("%s: loss %.6f, %d params, reference in float64 written to %s" %

@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torch_ref import build, save_safetensors  # noqa: E402
+from torch_ref import apply_blurpool, build, save_safetensors  # noqa: E402
 
 ST_DT = {"F32": np.float32, "F64": np.float64, "I64": np.int64, "I32": np.int32, "F16": np.float16}
 
@@ -140,8 +140,13 @@ def ddp_step(model, opt, per_rank, mean, std, smoothing):
 
 
 def cmd_train(a):
-    state = load_safetensors(os.path.join(a.dump, "init.safetensors"))
+    init = os.path.join(a.dump, "init.safetensors")
+    state = load_safetensors(init)
     model = make_model(a, state)
+    with open(init, "rb") as f:  # train --blurpool records it in the metadata (the tensors cannot)
+        (n,) = struct.unpack("<Q", f.read(8))
+        if json.loads(f.read(n)).get("__metadata__", {}).get("blurpool") == "1":
+            apply_blurpool(model)
     named = dict(model.named_parameters())
     decay = [p for n, p in named.items() if not (a.wd_exclude and p.ndim == 1)]
     no_decay = [p for n, p in named.items() if a.wd_exclude and p.ndim == 1]

@@ -69,6 +69,7 @@ const Flag CONFIG_FLAGS[] = {
     {"demo", 0, F_BOOL, OFF(demo), "0", NULL, "Fashion-MNIST demo: packs " DEMO_SHARDS "/ when absent, trains a CIFAR-style ResNet on the CPU, evaluates", 0},
     {"config", 0, F_STR, OFF(config_file), "", "FILE", "read flags from a recipe file (see recipes/): one '--flag value', '--flag=value' or bare '--flag' a line, '#' comments; flags on the command line win over the file's, the file's over --demo's", 0},
     {"zero-init-residual", 0, F_BOOL, OFF(zero_init_residual), "0", NULL, "zero-initialise the last BN of each residual block", 0},
+    {"blurpool", 0, F_BOOL, OFF(blurpool), "0", NULL, "BlurPool (FFCV's): a fixed 3x3 blur [1,2,1]x[1,2,1]/16 per channel on the input of every strided conv with >= 16 input channels (CIFAR nets: layer2/3's first conv1 and downsample; never the stem); no parameters. Part of the model: checkpoints and model.safetensors record it, and --resume, --weights, evaluate, predict and export take it from there (default: off; --resume with the other setting is refused)", 0},
     {"no-wd-bn", 0, F_BOOL, OFF(no_wd_bn), "0", NULL, "no weight decay on BN weights/biases and the fc bias", 0},
     {"max-nonfinite", 0, F_INT, OFF(max_nonfinite), "5", "N", "stop after N consecutive steps with a non-finite loss or gradient", 0},
     {"gpus", 0, F_INT, OFF(gpus), "0", "N", "train on N GPUs of this node (the same as --device cuda --ranks N)", 0},

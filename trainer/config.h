@@ -57,6 +57,7 @@ typedef struct {
     int demo;
     const char *config_file;  // --config: a recipe file of flags
     int zero_init_residual;
+    int blurpool;  // BlurPool (nn/resnet.h ResNet.blurpool); taken from a checkpoint/model file when not given
     int no_wd_bn;
     int max_nonfinite;
     int ranks;

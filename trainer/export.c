@@ -16,13 +16,14 @@ static void export_usage(FILE *f) {
             "\n"
             "Writes the evaluation graph of a ResNet as ONNX (opset %d): Conv (BatchNorm folded into each\n"
             "conv's weight and bias, from the running statistics), Relu, MaxPool, Add, GlobalAveragePool,\n"
-            "Flatten, Gemm. Input \"input\": float NCHW [N, C, H, W], N dynamic, H = W = the input size;\n"
+            "Flatten, Gemm; a --blurpool model's blurs as depthwise Convs (group = C, fixed [1,2,1]x[1,2,1]/16).\n"
+            "Input \"input\": float NCHW [N, C, H, W], N dynamic, H = W = the input size;\n"
             "output \"logits\": [N, classes] (no softmax).\n"
             "\n"
             "Normalisation is NOT in the graph: feed (pixel / 255 - mean[c]) / std[c], RGB (or gray) in\n"
             "0..255, after resizing the short side to `resize` and center-cropping `input_size`. The\n"
             "model's metadata_props say so: mean, std, input_size, resize, layout, classes (a JSON array\n"
-            "when the class names are known), arch, bn_folded.\n"
+            "when the class names are known), arch, blurpool, bn_folded.\n"
             "\n"
             "  --weights W      model.safetensors from a run (its metadata names the architecture,\n"
             "                   preprocessing and classes) or torchvision-named weights with -a\n"
@@ -92,17 +93,17 @@ int export_main(int argc, char **argv) {
     const char *layout = C == 3 ? "NCHW RGB, x = (pixel / 255 - mean[c]) / std[c]"
                                 : "NCHW, x = (pixel / 255 - mean[c]) / std[c]";
     const char *keys[] = {"arch", "num_classes", "in_channels", "input_size", "resize", "mean", "std",
-                          "layout", "bn_folded", "classes"};
-    const char *vals[] = {m->arch, ncls, nch, size, resize, mean, std, layout, "true", classes};
-    int n_meta = classes ? 10 : 9;
+                          "layout", "bn_folded", "blurpool", "classes"};
+    const char *vals[] = {m->arch, ncls, nch, size, resize, mean, std, layout, "true", m->blurpool ? "1" : "0", classes};
+    int n_meta = classes ? 11 : 10;
     char doc[512];
     snprintf(doc, sizeof doc,
              "%s exported by ctrain from %.300s: eval graph, BatchNorm folded into the convolutions; the "
              "input is normalised outside the graph (metadata_props mean, std, input_size, resize)",
              m->arch, weights);
     onnx_write_resnet(onnx, m, mf.crop, mf.crop, CTRAIN_GIT_COMMIT, doc, keys, vals, n_meta);
-    fprintf(stderr, "export: %s (%d classes, %d channels, input [N, %d, %d, %d]) -> %s\n", m->arch,
-            m->num_classes, C, C, mf.crop, mf.crop, onnx);
+    fprintf(stderr, "export: %s%s (%d classes, %d channels, input [N, %d, %d, %d]) -> %s\n", m->arch,
+            m->blurpool ? " with BlurPool" : "", m->num_classes, C, C, mf.crop, mf.crop, onnx);
     free(mean);
     free(std);
     free(classes);

@@ -101,6 +101,20 @@ static void choose_out_dir(Config *c, const ConfigGiven *given) {
                "or choose another --out", c->out, name, c->out);
 }
 
+// A model file's "blurpool" metadata (0 when absent or unreadable: loading it reports that).
+static int st_file_blurpool(const char *path) {
+    StFile f;
+    char *err = st_open(path, &f);
+    if (err) {
+        free(err);
+        return 0;
+    }
+    const char *v = st_meta(&f, "blurpool");
+    int on = v && !strcmp(v, "1");
+    st_close(&f);
+    return on;
+}
+
 void job_create(Job *job, const Config *c, const ConfigGiven *given) {
     memset(job, 0, sizeof *job);
     job->cfg = *c;
@@ -118,6 +132,14 @@ void job_create(Job *job, const Config *c, const ConfigGiven *given) {
     if (cfg->resume[0] && !config_given(given, "arch") && !cfg->demo) cfg->arch = state_checkpoint_arch(cfg->resume, "--resume");
     if (cfg->weights[0] && !config_given(given, "arch") && !cfg->demo && state_is_checkpoint(cfg->weights))
         cfg->arch = state_checkpoint_arch(cfg->weights, "--weights");
+    // --blurpool likewise: without --blurpool/--no-blurpool, the network the weights were trained
+    // as (a checkpoint's meta, a run's model.safetensors' "blurpool"; torchvision's files: none).
+    if (!config_given(given, "blurpool") && !cfg->demo) {
+        if (cfg->resume[0]) cfg->blurpool = state_checkpoint_blurpool(cfg->resume, "--resume");
+        else if (cfg->weights[0] && state_is_checkpoint(cfg->weights))
+            cfg->blurpool = state_checkpoint_blurpool(cfg->weights, "--weights");
+        else if (cfg->weights[0]) cfg->blurpool = st_file_blurpool(cfg->weights);
+    }
     if (!cfg->evaluate) choose_out_dir(cfg, given);
     if (cfg->demo) demo_prepare();
     dataset_open(&job->data, cfg);
@@ -157,7 +179,9 @@ int job_train(Job *job, int argc, char **argv) {
         ct_mkdir_p(c->dump_batches);
         char p[1100];
         snprintf(p, sizeof p, "%s/init.safetensors", c->dump_batches);
-        if (lead) st_save_resnet(p, r->model.net, NULL, 0, NULL, NULL, 0);
+        // Replays read the network's blurs from "blurpool", like every model file's.
+        const char *bk[] = {"blurpool"}, *bv[] = {r->model.net->blurpool ? "1" : "0"};
+        if (lead) st_save_resnet(p, r->model.net, NULL, 0, bk, bv, 1);
         for (int k = 0; k < rs->local; k++)
             rs->runs[k].faults.dump_train = dump_open(c->dump_batches, "train_batches", rs->runs[k].rank.rank, rs->world);
     }
@@ -179,6 +203,13 @@ int job_train(Job *job, int argc, char **argv) {
     runlog_fmt_duration(ts, sizeof ts, total);
     fprintf(stderr, "train: done in %s (%.1fs): val top-1 %.2f%% top-5 %.2f%% (best %.2f%% at epoch %d); model %s\n", ts,
             total, last_eval.top1, last_eval.top5, r->pos.best_top1, r->pos.best_epoch, mp);
+    // Its tensors have torchvision's names and load into torchvision's model without an error,
+    // but that model has no blurs: it would compute something else.
+    if (r->model.net->blurpool)
+        fprintf(stderr, "train: note: %s is a --blurpool network, not a plain torchvision %s: load_state_dict into "
+                        "torchvision's model succeeds (the blurs have no tensors) but gives other outputs unless "
+                        "FFCV's BlurPoolConv2d wraps every strided conv with >= 16 input channels first (its metadata "
+                        "says blurpool=1; train export --onnx writes the blurs into the graph)\n", mp, r->model.net->arch);
     if (ema_on(r))
         fprintf(stderr, "train: --ema %g: the average's last val top-1 %.2f%% (plain %.2f%%); %s holds the %s weights%s\n",
                 c->ema, r->model.ema.last_top1, r->model.ema.last_top1_plain, mp, ema_model_is_best(r) ? "EMA" : "plain",

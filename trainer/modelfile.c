@@ -71,7 +71,9 @@ void modelfile_load(ModelFile *mf, const char *path, const ModelFileFlags *fl) {
     classes = meta_int(&f, path, "num_classes", classes);
     channels = meta_int(&f, path, "in_channels", channels);
     if (classes < 1 || channels < 1) ct_die("%s: no fc.weight [classes, features] or conv1.weight [K, C, R, S]: not a ResNet state_dict", path);
-    mf->net = resnet_create(arch, channels, classes);
+    // BlurPool's blurs have no tensors: only the metadata can say the network has them.
+    const char *blur = st_meta(&f, "blurpool");
+    mf->net = resnet_create_ex(arch, channels, classes, blur && !strcmp(blur, "1"));
     err = st_load_resnet_from(&f, mf->net, NULL);
     if (err) ct_die("%s: does not load into %s with %d classes and %d channels: %s", path, arch, classes, channels, err);
 

@@ -7,7 +7,7 @@
 #include "util/common.h"
 
 static ResNet *create_model(const Config *c, const Dataset *d) {
-    ResNet *m = resnet_create(c->arch, d->channels, d->classes);
+    ResNet *m = resnet_create_ex(c->arch, d->channels, d->classes, c->blurpool);
     if (!m) ct_die("--arch: unknown architecture '%s'", c->arch);
     resnet_init(m, (uint64_t)c->seed, c->zero_init_residual);
     TensorDim *dims = ct_alloc(sizeof(TensorDim) * m->n_tensors);
@@ -50,7 +50,13 @@ static void setup_training(Run *r, BackendKind kind, int bf16) {
         const char *colon = strchr(c->teacher, ':');
         char tarch[32];
         snprintf(tarch, sizeof tarch, "%.*s", (int)(colon - c->teacher), c->teacher);
-        mo->teacher = resnet_create(tarch, r->data->channels, r->data->classes);
+        // A teacher trained with --blurpool says so in its metadata (its tensors cannot).
+        StFile tf;
+        char *err = st_open(colon + 1, &tf);
+        if (err) ct_die("--teacher %s", err);
+        const char *blur = st_meta(&tf, "blurpool");
+        mo->teacher = resnet_create_ex(tarch, r->data->channels, r->data->classes, blur && !strcmp(blur, "1"));
+        st_close(&tf);
         st_load_resnet(colon + 1, mo->teacher);
     }
     faults_init(&r->faults, r->rank.rank, r->rank.world, mo->net);

@@ -44,6 +44,7 @@ void state_save_checkpoint(Run *r, const char *name, int64_t global_step) {
     meta.epoch_seen = p->epoch_seen;
     meta.optimizer = r->model.sgd.lars ? CKPT_OPT_LARS : CKPT_OPT_SGD;
     meta.frozen = (uint32_t)m->freeze_backbone;
+    meta.blurpool = (uint32_t)m->blurpool;
     const RunEma *ema = &r->model.ema;
     meta.ema_decay = ema_on(r) ? r->cfg->ema : 0;  // as given (the float in use is its rounding)
     meta.ema_every = (uint32_t)ema->every;
@@ -85,6 +86,18 @@ void state_load_checkpoint(Run *r, const char *flag, const char *path, int resto
     const CheckpointMeta *m = &ck.meta;
     if (strcmp(m->arch, net->arch))
         ct_die("%s %s: checkpoint is a %s, this run is a %s (--arch)", flag, path, m->arch, net->arch);
+    // BlurPool shapes the network but adds no tensors, so the sizes below cannot tell: job_create
+    // took the checkpoint's setting unless --blurpool/--no-blurpool was given. A resumed run must
+    // stay the network it was; new weights may start another (said, not refused).
+    if ((int)m->blurpool != net->blurpool) {
+        if (restore_position)
+            ct_die("%s %s: the checkpoint was trained %s --blurpool and this run is %s it; leave --blurpool/--no-blurpool "
+                   "out to take the checkpoint's, or start a new run from its weights (--weights %s)", flag, path,
+                   m->blurpool ? "with" : "without", net->blurpool ? "with" : "without", path);
+        if (r->rank.rank == 0)
+            fprintf(stderr, "train: %s %s: the checkpoint was trained %s --blurpool; this run %s it, as asked\n", flag, path,
+                    m->blurpool ? "with" : "without", net->blurpool ? "adds" : "drops");
+    }
     if ((int)m->in_channels != r->data->channels)
         ct_die("%s %s: checkpoint has %u input channels, the shards have %d", flag, path, m->in_channels, r->data->channels);
     if ((int)m->num_classes != r->data->classes)
@@ -142,6 +155,15 @@ void state_load_checkpoint(Run *r, const char *flag, const char *path, int resto
                         "(a run's model.safetensors holds the better of the two)\n", flag, path);
     }
     checkpoint_free(&ck);
+}
+
+int state_checkpoint_blurpool(const char *path, const char *flag) {
+    Checkpoint peek;
+    const char *err = checkpoint_load(path, &peek);
+    if (err) ct_die("%s %s: %s", flag, path, err);
+    int on = peek.meta.blurpool != 0;
+    checkpoint_free(&peek);
+    return on;
 }
 
 const char *state_checkpoint_arch(const char *path, const char *flag) {
@@ -230,13 +252,15 @@ void state_save_model(Run *r, char *path, size_t path_len) {
     int use_ema = ema_model_is_best(r);
     char decay[32];
     snprintf(decay, sizeof decay, "%.9g", r->cfg->ema);
+    // "blurpool": "1" when the network has BlurPool's blurs (predict, export and --weights take it).
     const char *keys[] = {"arch", "num_classes", "in_channels", "mean", "std", "crop_size", "val_resize", "classes",
-                          "weights", "ema_decay"};
-    const char *vals[] = {r->model.net->arch, ncls, nch, mean, std, crop, resize, classes, use_ema ? "ema" : "plain", decay};
+                          "blurpool", "weights", "ema_decay"};
+    const char *vals[] = {r->model.net->arch, ncls, nch, mean, std, crop, resize, classes,
+                          r->model.net->blurpool ? "1" : "0", use_ema ? "ema" : "plain", decay};
     ResNet *net = r->model.net;
     if (use_ema) ema_swap(net->params, r->model.ema.params, net->n_params);  // host copies; swapped back below
     if (use_ema) ema_swap(net->bufs, r->model.ema.bufs, net->n_bufs);
-    st_save_resnet(path, net, NULL, 0, keys, vals, ema_on(r) ? 10 : 9);
+    st_save_resnet(path, net, NULL, 0, keys, vals, ema_on(r) ? 11 : 10);
     if (use_ema) ema_swap(net->params, r->model.ema.params, net->n_params);
     if (use_ema) ema_swap(net->bufs, r->model.ema.bufs, net->n_bufs);
     free(classes);

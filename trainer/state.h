@@ -29,6 +29,8 @@ void state_load_checkpoint(Run *r, const char *flag, const char *path, int resto
 // The architecture recorded in a checkpoint (--resume or --weights without --arch takes it); dies
 // naming flag and path.
 const char *state_checkpoint_arch(const char *path, const char *flag);
+// Whether a checkpoint's network has BlurPool's blurs (--blurpool); the same use and errors.
+int state_checkpoint_blurpool(const char *path, const char *flag);
 int state_is_checkpoint(const char *path);
 // --weights: a .safetensors file (torchvision names) or a ctrain checkpoint (its weights and BN
 // statistics, not its momentum or position). A classifier of another shape is an error that says
