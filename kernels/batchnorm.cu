@@ -30,6 +30,7 @@
 #define BN_MAX_CHUNKS 1024
 #define BN_MIN_ROWS 64
 #define BN_UNROLL 4
+#define BN_TILE_ROWS 128  // rows per tile of conv2d_forward_stats_gpu's statistics (conv_tc2.cu's T2_BM)
 
 static int bn_chunks(int M) {
     int n = (M + BN_MIN_ROWS - 1) / BN_MIN_ROWS;
@@ -38,13 +39,17 @@ static int bn_chunks(int M) {
     return n;
 }
 static int bn_rows_per_chunk(int M) { return (M + bn_chunks(M) - 1) / bn_chunks(M); }
+extern "C" int batchnorm_gpu_chunks(int M) { return bn_chunks(M); }
 
-// Workspace: the chunk partials (2 doubles per chunk and channel) and 3 floats per channel of
-// constants (scale; or k0, k1, k2).
-extern "C" size_t batchnorm_gpu_work_floats(int M, int C) {
-    return (size_t)4 * bn_chunks(M) * C + (size_t)3 * C;
+// Workspace: the chunk partials (2 doubles per chunk and channel) or a convolution's tile
+// statistics (2 floats per 128-row tile and channel, batchnorm_add_forward_train_tiles_gpu),
+// whichever is larger, then 3 floats per channel of constants (scale; or k0, k1, k2).
+static size_t bn_partial_floats(int M, int C) {
+    size_t chunks = (size_t)4 * bn_chunks(M) * C, tiles = (size_t)2 * ((M + BN_TILE_ROWS - 1) / BN_TILE_ROWS) * C;
+    return chunks > tiles ? chunks : tiles;
 }
-static float *bn_consts(float *work, int M, int C) { return work + (size_t)4 * bn_chunks(M) * C; }
+extern "C" size_t batchnorm_gpu_work_floats(int M, int C) { return bn_partial_floats(M, C) + (size_t)3 * C; }
+static float *bn_consts(float *work, int M, int C) { return work + bn_partial_floats(M, C); }
 
 // ---------------------------------------------------------------------------------------------
 // Per-channel parameters of a thread's channel vector.
@@ -197,6 +202,38 @@ __global__ void bn_finish_stats_k(float *save_mean, float *save_invstd, float *s
     }
 }
 
+// Stage 2 from a convolution epilogue's tile statistics instead of stage 1's chunk sums
+// (conv2d_forward_stats_gpu): tile t holds rows [128 t, min(M, 128 t + 128)) as {sum, m2} per
+// channel; merged in tile order in double (Chan, Golub and LeVeque's pairwise update), the same
+// outputs as bn_finish_stats_k. nn/batchnorm.c's batchnorm_stats_from_tiles_cpu is its twin.
+__global__ void bn_finish_tiles_k(float *save_mean, float *save_invstd, float *scale, float *running_mean,
+                                  float *running_var, const float *tiles, const float *gamma, int ntiles,
+                                  int M, int C, float momentum, float eps) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    double n = 0.0, mu = 0.0, m2 = 0.0;
+    for (int t = 0; t < ntiles; t++) {
+        double nb = (double)min(BN_TILE_ROWS, M - t * BN_TILE_ROWS);
+        double sb = ct_ld(tiles, ((size_t)t * C + c) * 2), qb = ct_ld(tiles, ((size_t)t * C + c) * 2 + 1);
+        double d = sb / nb - mu, nn = n + nb;
+        mu += d * nb / nn;
+        m2 += qb + d * d * n * nb / nn;
+        n = nn;
+    }
+    double var = fmax(0.0, m2 / M);
+    float mean = (float)mu;
+    float invstd = (float)(1.0 / sqrt(var + eps));
+    ct_st(save_mean, c, mean);
+    ct_st(save_invstd, c, invstd);
+    ct_st(scale, c, __fmul_rn(ct_ld(gamma, c), invstd));
+    if (running_mean)
+        ct_st(running_mean, c, __fadd_rn(__fmul_rn(1.f - momentum, ct_ld(running_mean, c)), __fmul_rn(momentum, mean)));
+    if (running_var) {
+        double unbiased = M > 1 ? var * M / (M - 1) : var;
+        ct_st(running_var, c, (float)((double)__fmul_rn(1.f - momentum, ct_ld(running_var, c)) + (double)momentum * unbiased));
+    }
+}
+
 // y = (x - mean) * scale + beta [relu]. scale == NULL (eval): scale = gamma / sqrt(var + eps)
 // from the running variance, formed per thread in double like the CPU's.
 // res != NULL: y = bn(x) + res [relu] (a residual block's tail; the BN output is never stored).
@@ -317,6 +354,43 @@ static void bn_forward_train_launch(T *y, float *save_mean, float *save_invstd, 
     CT_LAUNCH((bn_affine_k<T, V>), dim3(g.gx, bn_row_blocks(M, g)), BN_THREADS, 0, stream, y, x, res,
               (const float *)save_mean, (const float *)scale, gamma, (const float *)NULL, eps, beta, M,
               C, g.tx, relu);
+}
+
+template <typename T, int V>
+static void bn_forward_tiles_launch(T *y, float *save_mean, float *save_invstd, float *running_mean,
+                                    float *running_var, const T *x, const T *res, const float *tiles,
+                                    const float *gamma, const float *beta, int M, int C, float momentum, float eps,
+                                    int relu, float *work, cudaStream_t stream) {
+    BnGrid g = bn_grid(C, V);
+    float *scale = bn_consts(work, M, C);
+    int ntiles = (M + BN_TILE_ROWS - 1) / BN_TILE_ROWS;
+    CT_LAUNCH(bn_finish_tiles_k, (C + 127) / 128, 128, 0, stream, save_mean, save_invstd, scale, running_mean,
+              running_var, tiles, gamma, ntiles, M, C, momentum, eps);
+    CT_LAUNCH((bn_affine_k<T, V>), dim3(g.gx, bn_row_blocks(M, g)), BN_THREADS, 0, stream, y, x, res,
+              (const float *)save_mean, (const float *)scale, gamma, (const float *)NULL, eps, beta, M,
+              C, g.tx, relu);
+}
+
+// The train forward with the statistics already gathered (conv2d_forward_stats_gpu's tiles): no
+// pass of its own over x before the output pass. `tiles` must not overlap the constants at the end
+// of `work` (conv2d_gpu_stats_floats(M, C) floats from work's start never do).
+extern "C" void batchnorm_add_forward_train_tiles_gpu(void *y, float *save_mean, float *save_invstd,
+                                                      float *running_mean, float *running_var, const void *x,
+                                                      const void *res, const float *tiles, const float *gamma,
+                                                      const float *beta, int M, int C, float momentum, float eps,
+                                                      int relu, float *work, CtDtype dt, ct_stream_t stream) {
+    if (M < 1 || C < 1) ct_die("batchnorm_forward_train_tiles_gpu: M = %d, C = %d", M, C);
+    CT_DISPATCH(dt, T, {
+        if (bn_vec_width<T>(C, y, x, res, NULL) > 1)
+            bn_forward_tiles_launch<T, CT_VEC(T)>((T *)y, save_mean, save_invstd, running_mean, running_var,
+                                                  (const T *)x, (const T *)res, tiles, gamma, beta, M, C, momentum,
+                                                  eps, relu, work, (cudaStream_t)stream);
+        else
+            bn_forward_tiles_launch<T, 1>((T *)y, save_mean, save_invstd, running_mean, running_var, (const T *)x,
+                                          (const T *)res, tiles, gamma, beta, M, C, momentum, eps, relu, work,
+                                          (cudaStream_t)stream);
+    });
+    CT_CHECK_LAUNCH("batchnorm forward (train, tile statistics)");
 }
 
 extern "C" void batchnorm_add_forward_train_gpu(void *y, float *save_mean, float *save_invstd,

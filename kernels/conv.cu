@@ -649,6 +649,16 @@ extern "C" size_t conv2d_gpu_work_floats(const ConvShape *s) {
     return splits > 1 ? (size_t)splits * M * N : 0;
 }
 
+// The split count of a bf16 weight-gradient GEMM (M = K_out, N = R*S*C, K = N*P*Q) on engine v1
+// (CT_CONV_TC) or v2 (CT_CONV_TC2): the plan depends on the batch, so tools/bench_gpu_cost.c asks
+// it for the split partials' traffic at a batch it did not run.
+extern "C" int conv2d_gpu_wgrad_splits(int algo, int M, int N, int K) {
+    int splits, k_split;
+    if (algo == CT_CONV_TC2) ct_conv_tc2_split(M, N, K, &splits, &k_split);
+    else splits = split_plan(M, N, K, tc_wgrad_bm(M), TC_BN, TC_BK).splits;
+    return splits;
+}
+
 // The tensor-core engine takes every bf16 GEMM; operands whose 8-element chunks are contiguous
 // and aligned (the channel count along the chunk a multiple of 8) travel by cp.async.
 void ct_gemm_tc_setup(GemmArgs *g, int mode, CtDtype dt) {

@@ -17,6 +17,8 @@
 // It takes the bf16 convolutions whose operand chunks of 8 are contiguous and 16-byte aligned
 // (channel counts multiples of 8) and whose tables fit; conv.cu sends the others to v1. The
 // weight gradient uses the same fixed split plan and fixed-order reduction as v1 (no atomics).
+#include <string.h>
+
 #include "kernels/common.cuh"
 #include "kernels/act.cuh"  // ct_check_vec_align, ct_st
 #include "kernels/conv_gemm.cuh"
@@ -54,8 +56,72 @@ typedef struct {
     int delta, tr, ts, pad;
 } T2Tap;
 
+// BN statistics in the forward epilogue (conv2d_forward_stats_gpu, CTRAIN_FUSE_BN_STATS): per
+// column of the CTA's tile, the sum of its valid rows' values exactly as stored (bf16-rounded) and
+// the sum of their squared deviations from the tile's own mean (two passes over the accumulators,
+// so the variance is not a difference of large sums), as {sum, m2} at stats[(tile * N + n) * 2]
+// with tile = m0 / 128. Each column's 8 rows per thread are added in row order, the 8 lanes of a
+// column by a fixed shuffle tree, the two row warps through shared memory as warp 0 + warp 1: the
+// same bits on every run. batchnorm_add_forward_train_tiles_gpu merges the tiles in tile order.
+__device__ static inline float t2_bf16(float v) { return ct_bf16_to_f32(ct_f32_to_bf16(v)); }
+__device__ static void t2_tile_stats(float (&acc)[4][8][4], float *stats, int M, int N, int m0, int n0, int wm,
+                                     int wn, int lane, float *red) {
+    const int gi = lane / 4, ti = lane % 4, rows = min(T2_BM, M - m0);
+    __syncthreads();  // every warp is past its last ldmatrix: the stages are free for the sums
+    float mean[8][2];
+    for (int pass = 0; pass < 2; pass++) {
+        float sum[8][2];
+        T2_UNROLL
+        for (int ni = 0; ni < 8; ni++)
+            T2_UNROLL
+            for (int j = 0; j < 2; j++) {
+                float a = 0.f;
+                T2_UNROLL
+                for (int mi = 0; mi < 4; mi++)
+                    T2_UNROLL
+                    for (int half = 0; half < 2; half++) {
+                        if (wm * 64 + mi * 16 + gi + half * 8 >= rows) continue;
+                        float v = t2_bf16(acc[mi][ni][half * 2 + j]);
+                        if (pass) v = __fmul_rn(__fsub_rn(v, mean[ni][j]), __fsub_rn(v, mean[ni][j]));
+                        a = __fadd_rn(a, v);
+                    }
+                a = __fadd_rn(a, __shfl_xor_sync(0xffffffffu, a, 4));
+                a = __fadd_rn(a, __shfl_xor_sync(0xffffffffu, a, 8));
+                a = __fadd_rn(a, __shfl_xor_sync(0xffffffffu, a, 16));
+                sum[ni][j] = a;
+            }
+        if (gi == 0)
+            T2_UNROLL
+            for (int ni = 0; ni < 8; ni++)
+                T2_UNROLL
+                for (int j = 0; j < 2; j++) red[pass * 256 + wm * 128 + wn * 64 + ni * 8 + 2 * ti + j] = sum[ni][j];
+        __syncthreads();
+        T2_UNROLL
+        for (int ni = 0; ni < 8; ni++)
+            T2_UNROLL
+            for (int j = 0; j < 2; j++) {
+                int col = wn * 64 + ni * 8 + 2 * ti + j;
+                mean[ni][j] = __fdiv_rn(__fadd_rn(red[col], red[128 + col]), (float)rows);
+            }
+    }
+    if (wm != 0 || gi != 0) return;
+    float *out = stats + ((size_t)(m0 / T2_BM) * N) * 2;
+    T2_UNROLL
+    for (int ni = 0; ni < 8; ni++)
+        T2_UNROLL
+        for (int j = 0; j < 2; j++) {
+            int col = wn * 64 + ni * 8 + 2 * ti + j, n = n0 + col;
+            if (n >= N) continue;
+            float *p = out + (size_t)n * 2;
+            ct_check_vec_align(p, sizeof(float2));
+            CT_COST_ACCESS(p, sizeof(float2), true);
+            *(float2 *)p = make_float2(__fadd_rn(red[col], red[128 + col]), __fadd_rn(red[256 + col], red[384 + col]));
+        }
+}
+
+// stats (forward only, else NULL): the epilogue also writes per-tile BN statistics (below).
 template <int MODE, typename TC>
-__global__ void __launch_bounds__(T2_THREADS) gemm_tc2_k(GemmArgs g, int tiles_m, int tiles_n) {
+__global__ void __launch_bounds__(T2_THREADS) gemm_tc2_k(GemmArgs g, int tiles_m, int tiles_n, float *stats) {
     CT_DYN_SMEM(uint16_t, sm);
     const ConvShape &s = g.s;
     const uint16_t *a = (const uint16_t *)g.a;
@@ -349,6 +415,7 @@ __global__ void __launch_bounds__(T2_THREADS) gemm_tc2_k(GemmArgs g, int tiles_m
                 }
             }
         }
+    if (MODE == GEMM_FWD && stats) t2_tile_stats(acc, stats, g.M, g.N, m0, n0, wm, wn, lane, (float *)sm);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -374,7 +441,7 @@ extern "C" void ct_conv_tc2_split(int M, int N, int K, int *splits, int *k_split
     ct_split_plan(M, N, K, T2_BM, T2_BN, T2_BK, splits, k_split);
 }
 
-extern "C" void ct_conv_tc2_run(int mode, GemmArgs g, float *work, float *final_out, cudaStream_t st) {
+static void t2_run(int mode, GemmArgs g, float *work, float *final_out, float *stats, cudaStream_t st) {
     int splits = 1;
     g.k_split = g.k_end;
     g.c_split_stride = 0;
@@ -391,11 +458,39 @@ extern "C" void ct_conv_tc2_run(int mode, GemmArgs g, float *work, float *final_
     if (ctas > 0x7fffffff || splits > 65535) ct_die("conv: GEMM of %d x %d too large for the grid", g.M, g.N);
     dim3 grid((unsigned)ctas, 1, splits);
     size_t smem = t2_smem_bytes(mode, g.k_split);
-    void (*kern)(GemmArgs, int, int) = mode == GEMM_FWD     ? gemm_tc2_k<GEMM_FWD, uint16_t>
+    void (*kern)(GemmArgs, int, int, float *) = mode == GEMM_FWD     ? gemm_tc2_k<GEMM_FWD, uint16_t>
                                        : mode == GEMM_DGRAD ? gemm_tc2_k<GEMM_DGRAD, uint16_t>
                                                             : gemm_tc2_k<GEMM_WGRAD, float>;
     CT_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    CT_LAUNCH(kern, grid, T2_THREADS, smem, st, g, tiles_m, tiles_n);
+    CT_LAUNCH(kern, grid, T2_THREADS, smem, st, g, tiles_m, tiles_n, mode == GEMM_FWD ? stats : (float *)NULL);
     CT_CHECK_LAUNCH("conv GEMM (tensor cores v2)");
     if (splits > 1) ct_conv_reduce_splits(final_out, work, splits, (size_t)g.M * g.N, st);
+}
+
+extern "C" void ct_conv_tc2_run(int mode, GemmArgs g, float *work, float *final_out, cudaStream_t st) {
+    t2_run(mode, g, work, final_out, NULL, st);
+}
+
+// The forward with BN statistics in its epilogue (see t2_tile_stats): bf16 on engine v2 only.
+// Returns 0, having run nothing, for a shape or setting that takes another engine
+// (CTRAIN_CONV_ENGINE=v1, channels not a multiple of 8): the caller then convolves as usual and
+// batch norm gathers its own statistics.
+extern "C" size_t conv2d_gpu_stats_floats(int M, int C) { return (size_t)2 * ((M + T2_BM - 1) / T2_BM) * C; }
+extern "C" int conv2d_forward_stats_gpu(const ConvShape *s, void *out, float *stats, const void *in, const void *w,
+                                        CtDtype dt, ct_stream_t st) {
+    const char *e = getenv("CTRAIN_CONV_ENGINE");
+    if (dt != CT_BF16 || (e && *e && strcmp(e, "v2")) || s->N <= 0 || s->P <= 0 || s->Q <= 0 || s->K <= 0 || s->C <= 0)
+        return 0;
+    GemmArgs g = {};
+    g.s = *s;
+    g.a = in;
+    g.b = w;
+    g.c = out;
+    g.M = s->N * s->P * s->Q;
+    g.N = s->K;
+    g.K = g.k_end = s->R * s->S * s->C;
+    ct_gemm_tc_setup(&g, GEMM_FWD, dt);
+    if (!ct_conv_tc2_eligible(GEMM_FWD, &g) || !ct_aligned(8, stats)) return 0;
+    t2_run(GEMM_FWD, g, NULL, NULL, stats, (cudaStream_t)st);
+    return 1;
 }

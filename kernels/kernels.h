@@ -118,6 +118,20 @@ void batchnorm_add_forward_train_gpu(void *y, float *save_mean, float *save_invs
                                      float *running_var, const void *x, const void *res, const float *gamma,
                                      const float *beta, int M, int C, float momentum, float eps, int relu,
                                      float *work, CtDtype dt, ct_stream_t stream);
+// BN statistics gathered by the convolution before it (engine v2's forward epilogue, bf16 only):
+// conv2d_forward_stats_gpu convolves as conv2d_forward_gpu does (the same output bits) and writes
+// per 128-row tile and output channel {sum, m2} of the stored values (conv2d_gpu_stats_floats(M, K)
+// floats, M = N*P*Q); it returns 0 and runs nothing when the shape or CTRAIN_CONV_ENGINE sends the
+// convolution to another engine. batchnorm_add_forward_train_tiles_gpu is then the train forward
+// without its statistics pass (`tiles` at the start of `work`, which must hold
+// batchnorm_gpu_work_floats(M, C)). nn/batchnorm.c has the CPU twins.
+size_t conv2d_gpu_stats_floats(int M, int C);
+int conv2d_forward_stats_gpu(const ConvShape *s, void *out, float *stats, const void *in, const void *w, CtDtype dt,
+                             ct_stream_t st);
+void batchnorm_add_forward_train_tiles_gpu(void *y, float *save_mean, float *save_invstd, float *running_mean,
+                                           float *running_var, const void *x, const void *res, const float *tiles,
+                                           const float *gamma, const float *beta, int M, int C, float momentum,
+                                           float eps, int relu, float *work, CtDtype dt, ct_stream_t stream);
 void batchnorm_add_forward_eval_gpu(void *y, const void *x, const void *res, const float *gamma,
                                     const float *beta, const float *running_mean, const float *running_var,
                                     int M, int C, float eps, int relu, CtDtype dt, ct_stream_t stream);
@@ -231,6 +245,11 @@ void ct_cost_enable(int on);  // on: forgets earlier records and starts counting
 void ct_cost_tag(int op, int part);
 size_t ct_cost_count(void);
 int ct_cost_get(size_t i, CtCostLaunch *out);  // 0 when i is out of range
+// Plans that change with the batch, so the cost tool can price their workspace traffic at a batch
+// it did not run: BN's row chunks of partial sums for M rows (kernels/batchnorm.cu), and the
+// split count of a bf16 weight-gradient GEMM on engine algo, CT_CONV_TC or CT_CONV_TC2 (conv.cu).
+int batchnorm_gpu_chunks(int M);
+int conv2d_gpu_wgrad_splits(int algo, int M, int N, int K);
 
 #ifdef __cplusplus
 }

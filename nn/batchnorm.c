@@ -264,3 +264,51 @@ void batchnorm_add_backward(float *dx, float *dres, int res_acc, float *dgamma, 
     free(k0);
     free(sg);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Statistics from a convolution's tiles (nn/layers.h; the GPU pair: kernels/conv_tc2.cu's
+// t2_tile_stats and kernels/batchnorm.cu's bn_finish_tiles_k).
+void batchnorm_tile_stats(float *tiles, const float *y, int M, int C) {
+    const int nt = (M + BN_STATS_TILE_ROWS - 1) / BN_STATS_TILE_ROWS;
+    for (int t = 0; t < nt; t++) {
+        const int r0 = t * BN_STATS_TILE_ROWS, r1 = M < r0 + BN_STATS_TILE_ROWS ? M : r0 + BN_STATS_TILE_ROWS;
+        for (int c = 0; c < C; c++) {
+            double sum = 0.0, m2 = 0.0;
+            for (int r = r0; r < r1; r++) sum += y[(size_t)r * C + c];
+            const double mu = sum / (r1 - r0);
+            for (int r = r0; r < r1; r++) m2 += (y[(size_t)r * C + c] - mu) * (y[(size_t)r * C + c] - mu);
+            tiles[((size_t)t * C + c) * 2] = (float)sum;
+            tiles[((size_t)t * C + c) * 2 + 1] = (float)m2;
+        }
+    }
+}
+
+void batchnorm_add_forward_train_tiles(float *y, float *save_mean, float *save_invstd, float *running_mean,
+                                       float *running_var, const float *x, const float *res, const float *tiles,
+                                       const float *gamma, const float *beta, int M, int C, float momentum,
+                                       float eps, int relu) {
+    const int nt = (M + BN_STATS_TILE_ROWS - 1) / BN_STATS_TILE_ROWS;
+    float *scale = ct_alloc((size_t)C * sizeof(float));
+    for (int c = 0; c < C; c++) {
+        double n = 0.0, mu = 0.0, m2 = 0.0;
+        for (int t = 0; t < nt; t++) {  // Chan, Golub and LeVeque's pairwise update, in tile order
+            const int rows = M - t * BN_STATS_TILE_ROWS;
+            const double nb = rows < BN_STATS_TILE_ROWS ? rows : BN_STATS_TILE_ROWS;
+            const double d = tiles[((size_t)t * C + c) * 2] / nb - mu, nn = n + nb;
+            mu += d * nb / nn;
+            m2 += tiles[((size_t)t * C + c) * 2 + 1] + d * d * n * nb / nn;
+            n = nn;
+        }
+        const double var = fmax(0.0, m2 / M);
+        save_mean[c] = (float)mu;
+        save_invstd[c] = (float)(1.0 / sqrt(var + eps));
+        scale[c] = gamma[c] * save_invstd[c];
+        if (running_mean) running_mean[c] = (1 - momentum) * running_mean[c] + momentum * save_mean[c];
+        if (running_var) {
+            const double unbiased = M > 1 ? var * M / (M - 1) : var;
+            running_var[c] = (float)((1 - momentum) * running_var[c] + momentum * unbiased);
+        }
+    }
+    affine(y, x, res, save_mean, scale, beta, M, C, relu);
+    free(scale);
+}

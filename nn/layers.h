@@ -71,6 +71,19 @@ void batchnorm_backward(float *dx, float *dgamma, float *dbeta, const float *dy,
 void batchnorm_add_forward_train(float *y, float *save_mean, float *save_invstd, float *running_mean,
                                  float *running_var, const float *x, const float *res, const float *gamma,
                                  const float *beta, int M, int C, float momentum, float eps, int relu);
+// CPU twins of the BN statistics gathered in a convolution's epilogue (kernels/conv_tc2.cu,
+// conv2d_forward_stats_gpu) and of the train forward that uses them
+// (batchnorm_add_forward_train_tiles_gpu). Tiles of BN_STATS_TILE_ROWS rows of the [M, C] output y:
+// tiles[(t * C + c) * 2] = sum of y[r][c] over the tile's rows, [.. + 1] = sum of (y - tile mean)^2
+// (here in double, rounded to float; the GPU adds in float in its own fixed order). The forward
+// merges the tiles in tile order in double exactly as the GPU kernel does, then normalises like
+// batchnorm_add_forward_train.
+#define BN_STATS_TILE_ROWS 128
+void batchnorm_tile_stats(float *tiles, const float *y, int M, int C);
+void batchnorm_add_forward_train_tiles(float *y, float *save_mean, float *save_invstd, float *running_mean,
+                                       float *running_var, const float *x, const float *res, const float *tiles,
+                                       const float *gamma, const float *beta, int M, int C, float momentum,
+                                       float eps, int relu);
 void batchnorm_add_forward_eval(float *y, const float *x, const float *res, const float *gamma,
                                 const float *beta, const float *running_mean, const float *running_var, int M,
                                 int C, float eps, int relu);

@@ -10,6 +10,9 @@
 // Fusion (resnet_bn_add_fusable, CTRAIN_FUSE_BN_ADD=0 turns it off): bn3 + add [+ relu] runs as one
 // batch norm whose last pass adds the residual (the BN output slot is never allocated), and its
 // backward writes the residual's gradient in the BN's dx pass (no ReLU pass, no device copies).
+// BN statistics in the conv epilogue (CTRAIN_FUSE_BN_STATS=0 turns it off): a bf16 train forward
+// whose conv feeds a BN and runs on engine v2 leaves per-tile {sum, m2} in e->work
+// (conv2d_forward_stats_gpu), and that BN skips its statistics pass.
 #include <string.h>
 
 #include "nn/model_cuda_impl.h"
@@ -25,6 +28,8 @@ GpuExec *gpu_exec_create(const ResNet *m, CtDtype dt) {
     e->decay_mode = -1;
     e->fuse = (uint8_t *)ct_zalloc((size_t)m->n_ops);
     for (int i = 0; i < m->n_ops; i++) e->fuse[i] = (uint8_t)resnet_bn_add_fusable(m, i);
+    const char *fs = getenv("CTRAIN_FUSE_BN_STATS");
+    e->fuse_stats = !(fs && !strcmp(fs, "0"));
     CK(cudaStreamCreateWithFlags(&e->st, cudaStreamNonBlocking));
     CK(cudaStreamCreateWithFlags(&e->cp, cudaStreamNonBlocking));
     for (int i = 0; i < 2; i++) {
@@ -90,6 +95,7 @@ void gpu_exec_free(GpuExec *e) {
 static void forward_ops(GpuExec *e, const ResNet *m, int N, int train) {
     CtDtype dt = e->dt;
     cudaStream_t st = e->st;
+    int stats_op = -1;  // the BN whose statistics the previous conv's epilogue left in e->work
     for (int i = 0; i < m->n_ops; i++) {
         const Op *op = &m->ops[i];
         if (i > 0 && e->fuse[i - 1]) continue;  // the ADD of a fused pair: done with its BN
@@ -108,6 +114,13 @@ static void forward_ops(GpuExec *e, const ResNet *m, int N, int train) {
                 x = e->xpad;
                 w = e->wpad;
             }
+            // The BN right after takes its statistics from this conv's epilogue when it can.
+            const Op *nx = i + 1 < m->n_ops ? &m->ops[i + 1] : NULL;
+            if (e->fuse_stats && train && !m->freeze_backbone && nx && nx->kind == OP_BN && nx->in == op->out &&
+                conv2d_forward_stats_gpu(&s, out, e->work, x, w, dt, st)) {
+                stats_op = i + 1;
+                break;
+            }
             conv2d_forward_gpu(&s, out, x, w, dt, st);
             break;
         }
@@ -122,8 +135,12 @@ static void forward_ops(GpuExec *e, const ResNet *m, int N, int train) {
             if (add) out = e->act[add->out];
             if (train && !m->freeze_backbone) {
                 float *mean = e->bnstat + e->bnstat_off[i], *invstd = mean + C;
-                batchnorm_add_forward_train_gpu(out, mean, invstd, rm, rv, in, res, gamma, beta, M, C, BN_MOMENTUM,
-                                                BN_EPS, relu, e->work, dt, st);
+                if (stats_op == i)
+                    batchnorm_add_forward_train_tiles_gpu(out, mean, invstd, rm, rv, in, res, e->work, gamma, beta, M,
+                                                          C, BN_MOMENTUM, BN_EPS, relu, e->work, dt, st);
+                else
+                    batchnorm_add_forward_train_gpu(out, mean, invstd, rm, rv, in, res, gamma, beta, M, C,
+                                                    BN_MOMENTUM, BN_EPS, relu, e->work, dt, st);
             } else {
                 batchnorm_add_forward_eval_gpu(out, in, res, gamma, beta, rm, rv, M, C, BN_EPS, relu, dt, st);
             }

@@ -45,6 +45,7 @@ struct GpuExec {
     cudaStream_t st, cp;
     const ResNet *graph;  // the model this executor was made for (shape checks)
     uint8_t *fuse;        // per op: 1 for a BN run together with the ADD after it
+    int fuse_stats;       // BN statistics from the conv epilogue (CTRAIN_FUSE_BN_STATS=0: off)
 
     // Model state on the device.
     float *params, *grads, *mom, *bufs;

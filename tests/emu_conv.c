@@ -7,7 +7,10 @@
 //     and a bf16 output by its own rounding (1e-2);
 //   - outputs are poisoned with NaN before each call (an element left unwritten fails), and every
 //     call runs twice: the two results must be bit-identical.
+// - BN statistics in engine v2's forward epilogue (conv2d_forward_stats_gpu) against their CPU
+//   twins (nn/layers.h batchnorm_tile_stats, batchnorm_add_forward_train_tiles).
 // Shapes stay small: the emulator runs one host thread per CUDA thread.
+#include <math.h>
 #include <string.h>
 
 #include "kernels/kernels.h"
@@ -321,6 +324,89 @@ static void test_linear(int N, int I, int O, int bias) {
     }
 }
 
+// Engine v2's forward with BN statistics in its epilogue, then the BN forward that uses them:
+// - the convolution's output is bit-identical to conv2d_forward_gpu's, and a rerun gives the
+//   same statistics bits;
+// - the per-tile {sum, m2} agree with the CPU twin on the stored (bf16) output (float sums in a
+//   different order: 1e-5 of the tile's sum of |y| for the sum, 1e-4 relative for m2);
+// - the BN forward from the GPU's tiles equals the CPU twin given the same tiles bit for bit
+//   (mean, invstd, running statistics, the bf16-rounded output), and its statistics agree with
+//   the oracle batchnorm_forward_train on the same y (1e-5).
+static void test_conv_bn_stats(int N, int H, int W, int C, int K, int R, int S, int stride, int pad) {
+    ConvShape s = conv_shape(N, H, W, C, K, R, S, stride, pad);
+    const CtDtype dt = CT_BF16;
+    const int M = N * s.P * s.Q, nt = (M + BN_STATS_TILE_ROWS - 1) / BN_STATS_TILE_ROWS;
+    char what[128];
+    snprintf(what, sizeof what, "conv+bn stats N%d H%d W%d C%d K%d %dx%d/%d pad %d", N, H, W, C, K, R, S, stride, pad);
+    size_t nin = (size_t)N * H * W * C, nout = (size_t)M * K, nw = (size_t)K * R * S * C;
+    size_t nst = conv2d_gpu_stats_floats(M, K), nwork = batchnorm_gpu_work_floats(M, K);
+    CHECK(nst == (size_t)2 * nt * K && nst + 3 * (size_t)K <= nwork, "%s: stats %zu floats, work %zu", what, nst, nwork);
+    float *in = host_random(nin, 77 + nin, dt), *w = host_random(nw, 78 + nw, dt);
+    void *d_in = dev_upload(in, nin, dt), *d_w = dev_upload(w, nw, dt);
+    void *o1 = dev_alloc_poisoned(nout * 2), *o2 = dev_alloc_poisoned(nout * 2), *yb = dev_alloc_poisoned(nout * 2);
+    float *work = (float *)dev_alloc_poisoned(nwork * 4), *tiles2 = (float *)dev_alloc_poisoned(nst * 4);
+    conv2d_forward_gpu(&s, o1, d_in, d_w, dt, stream);
+    int ran = conv2d_forward_stats_gpu(&s, o2, work, d_in, d_w, dt, stream);
+    sync();
+    CHECK(ran == 1, "%s: conv2d_forward_stats_gpu did not take the shape", what);
+    if (ran != 1) return;
+    CHECK(dev_equal(o1, o2, nout * 2), "%s: output differs from conv2d_forward_gpu's", what);
+    poison(o2, nout * 2);
+    conv2d_forward_stats_gpu(&s, o2, tiles2, d_in, d_w, dt, stream);
+    sync();
+    CHECK(dev_equal(work, tiles2, nst * 4), "%s: statistics not bit-identical on a rerun", what);
+    float *y = (float *)ct_alloc(nout * 4), *got = (float *)ct_alloc(nst * 4), *want = (float *)ct_alloc(nst * 4);
+    dev_download(y, o1, nout, dt);
+    dev_download(got, work, nst, CT_F32);
+    batchnorm_tile_stats(want, y, M, K);
+    double e_sum = 0, e_m2 = 0;
+    for (int t = 0; t < nt; t++)
+        for (int c = 0; c < K; c++) {
+            double abs_sum = 0;
+            for (int r = t * BN_STATS_TILE_ROWS; r < M && r < (t + 1) * BN_STATS_TILE_ROWS; r++)
+                abs_sum += fabs(y[(size_t)r * K + c]);
+            size_t i = ((size_t)t * K + c) * 2;
+            double es = fabs(got[i] - want[i]) / (abs_sum + 1e-30), em = fabs(got[i + 1] - want[i + 1]) / (fabs(want[i + 1]) + 1e-30);
+            if (!(es <= e_sum)) e_sum = es;
+            if (!(em <= e_m2)) e_m2 = em;
+        }
+    CHECK(e_sum <= 1e-5 && e_m2 <= 1e-4, "%s: tile statistics off the CPU twin: sum %.3g, m2 %.3g", what, e_sum, e_m2);
+    record(K_FWD, E_TC2, e_sum > e_m2 ? e_sum : e_m2, 1e-4, what);
+
+    // The BN forward from the GPU's tiles against the CPU twin fed the same tiles.
+    float *gamma = host_random(K, 79, CT_F32), *beta = host_random(K, 80, CT_F32), *rs = host_random(2 * K, 81, CT_F32);
+    for (int c = 0; c < K; c++) rs[K + c] = 1.0f + 0.5f * rs[K + c];  // a positive running variance
+    float *d_gamma = (float *)dev_upload(gamma, K, CT_F32), *d_beta = (float *)dev_upload(beta, K, CT_F32);
+    float *d_rs = (float *)dev_upload(rs, 2 * K, CT_F32), *d_ms = (float *)dev_alloc_poisoned(2 * K * 4);
+    batchnorm_add_forward_train_tiles_gpu(yb, d_ms, d_ms + K, d_rs, d_rs + K, o1, NULL, work, d_gamma, d_beta, M, K,
+                                          0.1f, 1e-5f, 1, work, dt, stream);
+    sync();
+    float *gy = (float *)ct_alloc(nout * 4), *gms = (float *)ct_alloc(4 * K * 4), *cy = (float *)ct_alloc(nout * 4);
+    float *cms = (float *)ct_alloc(4 * K * 4), *oy = (float *)ct_alloc(nout * 4), *oms = (float *)ct_alloc(4 * K * 4);
+    dev_download(gy, yb, nout, dt);
+    dev_download(gms, d_ms, 2 * K, CT_F32);
+    dev_download(gms + 2 * K, d_rs, 2 * K, CT_F32);
+    memcpy(cms + 2 * K, rs, 2 * K * 4);
+    batchnorm_add_forward_train_tiles(cy, cms, cms + K, cms + 2 * K, cms + 3 * K, y, NULL, got, gamma, beta, M, K,
+                                      0.1f, 1e-5f, 1);
+    size_t nd = 0;
+    for (size_t i = 0; i < nout; i++) nd += ct_round_bf16(cy[i]) != gy[i];
+    CHECK(!memcmp(gms, cms, 4 * K * 4), "%s: BN statistics from tiles not bit-identical to the CPU twin", what);
+    CHECK(nd == 0, "%s: %zu of %zu BN outputs differ from the rounded CPU twin", what, nd, nout);
+    memcpy(oms + 2 * K, rs, 2 * K * 4);
+    batchnorm_forward_train(oy, oms, oms + K, oms + 2 * K, oms + 3 * K, y, gamma, beta, M, K, 0.1f, 1e-5f, 1);
+    double e_st = 0;
+    for (int i = 0; i < 4 * K; i++) {
+        double e = fabs(gms[i] - oms[i]) / (fabs(oms[i]) + 1e-3);
+        if (!(e <= e_st)) e_st = e;
+    }
+    CHECK(e_st <= 1e-5, "%s: statistics from tiles off batchnorm_forward_train's by %.3g", what, e_st);
+    cudaFree(d_in), cudaFree(d_w), cudaFree(o1), cudaFree(o2), cudaFree(yb), cudaFree(work), cudaFree(tiles2);
+    cudaFree(d_gamma), cudaFree(d_beta), cudaFree(d_rs), cudaFree(d_ms);
+    free(in), free(w), free(y), free(got), free(want), free(gamma), free(beta), free(rs);
+    free(gy), free(gms), free(cy), free(cms), free(oy), free(oms);
+}
+
 int main(void) {
     if (cudaStreamCreate(&stream) != cudaSuccess) ct_die("cudaStreamCreate");
     // N, H, W, C, K, R, S, stride, pad
@@ -371,6 +457,12 @@ int main(void) {
     test_stem_pad(2, 13, 11, 3, 16, 7, 7, 2, 3);  // ResNet's 7x7/2 stem
     test_stem_pad(1, 9, 9, 3, 8, 3, 3, 1, 1);     // CIFAR ResNet's 3x3 stem
     test_stem_pad(2, 6, 7, 1, 8, 3, 3, 2, 1);     // one channel (grey input)
+    // N, H, W, C, K, R, S, stride, pad: ragged last row tile (M = 2*9*9 = 162), two column
+    // tiles with a ragged edge (K = 136), one partial tile (M = 30), 1x1 stride 2, 7x7 stem-like.
+    test_conv_bn_stats(2, 9, 9, 24, 136, 3, 3, 1, 1);
+    test_conv_bn_stats(1, 6, 5, 16, 8, 1, 1, 1, 0);
+    test_conv_bn_stats(3, 13, 11, 8, 24, 1, 1, 2, 0);
+    test_conv_bn_stats(1, 21, 19, 8, 16, 7, 7, 2, 3);
     test_linear(1, 5, 3, 1);
     test_linear(4, 16, 10, 1);
     test_linear(3, 24, 70, 0);

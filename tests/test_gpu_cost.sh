@@ -61,6 +61,28 @@ nb=$(grep -c '^[0-9]\+ .*blur3x3_v_k' <<<"$outb" || true)
 uncov=$(awk '$1 ~ /^[0-9]+$/ && $NF == "NO"' <<<"$outb")
 [ -z "$uncov" ] || { echo "$uncov"; fail "--blurpool: launches with no counted access"; }
 ok "--blurpool: $nb blur launches, every launch counted"
+# Extrapolation to a batch the emulator cannot afford (tools/bench_gpu_cost.c, --target-batch):
+# fitted from batches 2 and 7 of resnet20 at 10x10, it must predict batch 1's count EXACTLY in every
+# op and pass. The shapes make every batch-dependent plan non-linear in the batch on purpose: the
+# stem's BN statistics from the conv epilogue come in ceil(100*B/128) tiles (1, 2, 6 at B = 1, 2,
+# 7), layer2's BN sums in ceil(25*B/64) row chunks (1, 1, 3), layer1's weight gradients split
+# K = 100*B into 1, 1, 2 parts (a reduction launch only at B = 7). Dropping any one of these from
+# the tool's workspace model makes the check fail. On both conv engines.
+for eng in v2 v1; do
+  out=$(CTRAIN_CONV_ENGINE=$eng "$EMU" resnet20 10 2 --quiet --target-batch 256 --fit-batch 7 --check-batch 1) \
+    || { echo "$out"; fail "engine $eng: the extrapolation check failed"; }
+  echo "$out" | sed -n '/^extrapolation/,$p'
+  grep -q '^extrapolation check at batch 1 .* every one: yes$' <<<"$out" || fail "engine $eng: batch 1 not predicted exactly"
+  grep -q '^summary_target: batch 256 .* plan_mismatches 0 nonintegral_fits 0$' <<<"$out" \
+    || fail "engine $eng: a plan disagrees with a launch grid, or a fit is not whole bytes"
+  grep -q '^per image at batch 256 (extrapolated): compulsory [0-9.]* MB' <<<"$out" || fail "no per-image line at batch 256"
+  ok "engine $eng: batches 2 and 7 predict batch 1's compulsory bytes and launches exactly"
+done
+err=$("$EMU" resnet20 8 2 --fit-batch 2 2>&1) && fail "--fit-batch equal to BATCH was accepted"
+grep -q -- '--fit-batch 2 must differ from BATCH' <<<"$err" || { echo "$err"; fail "no clear error for --fit-batch = BATCH"; }
+err=$("$EMU" resnet20 8 2 --target-batch x 2>&1) && fail "--target-batch x was accepted"
+grep -q -- "--target-batch 'x': expected a whole number" <<<"$err" || { echo "$err"; fail "no clear error for --target-batch x"; }
+ok "bad extrapolation flags refused with a message"
 # The build against the real kernels has no counters: it must refuse, not print zeros.
 if [ -x "$CTRAIN_BUILD/tools/bench_gpu_cost" ]; then
   err=$(mktemp)

@@ -4,13 +4,26 @@
 // and prints what each kernel launch asked of the machine, totals per op kind and pass, per image
 // figures and a roofline time for an H100 SXM (a model, not a measurement).
 //   build/emu-tools/bench_gpu_cost ARCH SIZE BATCH [--classes N] [--res FILE] [--launches]
-//                                  [--verify] [--quiet]
+//                                  [--verify] [--quiet] [--target-batch T] [--fit-batch B2]
+//                                  [--check-batch B3]
 // --res FILE: per-kernel registers/spills/static shared memory from tools/sass_report.sh --table
 //   (nvcc's sm_90 build), joined on the mangled kernel symbol; without it those columns are '-'.
 // --launches: one line per kernel launch (else only the tables).
 // --verify: first runs the same step with the counters off on a fresh executor and checks that
 //   counting changed no bit of the loss or of the gradients (prints "verify: ... identical").
 // --quiet: no per-op FLOP table.
+// --target-batch T (default 256; 0: off): per-image compulsory bytes and launches at batch T, which
+//   the emulator cannot afford at 224, extrapolated EXACTLY from a second counted step at batch B2
+//   (--fit-batch, default BATCH - 1, or 2 when BATCH is 1). Per op and pass, compulsory bytes are
+//   a + b*B + W(B): W is the workspace the kernels' batch-dependent plans touch (BN's per-chunk
+//   partial sums: 16 bytes per chunk and channel, written by bn_sums_k and read by its finish
+//   kernel; a weight gradient's split-K partials: splits x M x N fp32, written by the GEMM and read
+//   by reduce_splits_k, one launch more; the conv epilogue's BN tile statistics, 8 bytes per
+//   128-row tile and channel), priced by the plans themselves (batchnorm_gpu_chunks,
+//   conv2d_gpu_wgrad_splits; each run checks them against the launches' grids); the rest is linear
+//   in the batch (activations and their gradients: b per image; weights, their gradients, per-channel
+//   vectors, optimizer state: a per step) and is fitted from the two runs. --check-batch B3 counts a
+//   third step and requires the prediction to equal its count byte for byte in every op and pass.
 // What is counted (exact, per launch): grid, block, dynamic shared memory, warp-level mma.sync
 // m16n8k16 bf16 instructions (x 4096 FLOPs), global bytes requested through cp.async and
 // kernels/act.cuh's ct_ld/ct_st/ct_ldv/ct_stv, and the distinct bytes those requests touched
@@ -91,19 +104,246 @@ static double roofline(const CtCostLaunch *c) {
 }
 
 static void usage(const char *prog) {
-    fprintf(stderr, "usage: %s ARCH SIZE BATCH [--classes N] [--res FILE] [--launches] [--verify] [--quiet] [--blurpool]\n", prog);
+    fprintf(stderr,
+            "usage: %s ARCH SIZE BATCH [--classes N] [--res FILE] [--launches] [--verify] [--quiet] [--blurpool]\n"
+            "       [--target-batch T] [--fit-batch B2] [--check-batch B3]\n",
+            prog);
     exit(2);
+}
+
+// The step's input: random pixels and labels from a fixed key (the same for every batch size's
+// first images).
+static void make_batch(int N, int S, int classes, uint8_t **x, int32_t **labels) {
+    const size_t nbytes = (size_t)N * S * S * 3;
+    *x = ct_alloc(nbytes);
+    *labels = ct_alloc((size_t)N * sizeof(int32_t));
+    Rng r = rng_make(7, 0, 0);
+    for (size_t i = 0; i < nbytes; i++) (*x)[i] = (uint8_t)(rng_u32(&r) & 0xff);
+    for (int i = 0; i < N; i++) (*labels)[i] = (int32_t)rng_below(&r, (uint32_t)classes);
+}
+
+static const float mean_rgb[3] = {0.485f, 0.456f, 0.406f}, std_rgb[3] = {0.229f, 0.224f, 0.225f};
+
+// One counted training step (forward, loss, backward, SGD) at batch N on a fresh executor; returns
+// its launch records (n in *nl).
+static CtCostLaunch *count_step(ResNet *m, int S, int N, int classes, float *loss, float *grads, double *wall,
+                                size_t *nl) {
+    uint8_t *x;
+    int32_t *labels;
+    make_batch(N, S, classes, &x, &labels);
+    const SgdConfig cfg = {.momentum = 0.9f, .weight_decay = 1e-4f};
+    // Eager launches (graphs off) with the profiler's marks: each launch gets its op and pass.
+    GpuExec *e = gpu_exec_create(m, CT_BF16);
+    gpu_exec_use_graphs(e, 0);
+    gpu_exec_profile(e, m, 1);
+    SgdState st;
+    sgd_init(&st, m->n_params);
+    const double t0 = ct_now();
+    ct_cost_enable(1);
+    *loss = gpu_train_step_u8(e, m, x, labels, N, S, S, mean_rgb, std_rgb, 0.0f, grads, NULL);
+    gpu_sgd_step(e, m, &cfg, &st, 0.1f);
+    ct_cost_enable(0);
+    *wall = ct_now() - t0;
+    *nl = ct_cost_count();
+    CtCostLaunch *rec = ct_alloc((*nl ? *nl : 1) * sizeof(CtCostLaunch));
+    for (size_t i = 0; i < *nl; i++) ct_cost_get(i, &rec[i]);
+    gpu_exec_free(e);
+    sgd_free(&st);
+    free(x), free(labels);
+    return rec;
+}
+
+// Extrapolation to another batch. Groups: one per op and pass (op -1: input normalisation and
+// loss; op n_ops: SGD), index (op + 1) * 4 + pass.
+typedef struct {
+    double rd, wr, l;     // compulsory bytes read, written, and launches
+    double wrd, wwr, wl;  // of those, the plan-dependent workspace's (model W)
+} Group;
+static int group_of(const ResNet *m, const CtCostLaunch *c) {
+    int op = c->tag_op < 0 || c->tag_op > m->n_ops ? -1 : c->tag_op;
+    int part = op < 0 || op == m->n_ops || c->tag_part < 0 || c->tag_part > 3 ? 0 : c->tag_part;
+    return (op + 1) * 4 + part;
+}
+// Adds W of one launch at batch B to its group: BN's partial sums (bn_sums_k writes them, its finish
+// kernel reads them); a weight gradient's split-K partials and their reduction (one launch more),
+// counted at the GEMM that plans them; a convolution epilogue's BN tile statistics (written by the
+// conv forward before the BN, read by bn_finish_tiles_k: 8 bytes per 128-row tile and channel),
+// counted at the finish kernel for both groups. *bad counts launches whose grid disagrees with
+// the plan (pass NULL at a batch that did not run).
+static void add_workspace(const ResNet *m, const TensorDim *dims, const CtCostLaunch *c, int B, Group *g, int *bad) {
+    int op = c->tag_op;
+    if (op < 0 || op >= m->n_ops) return;
+    const Op *o = &m->ops[op];
+    Group *x = &g[group_of(m, c)];
+    if (strstr(c->name, "bn_sums_k")) {
+        const TensorDim *d = &dims[o->in];
+        int chunks = batchnorm_gpu_chunks(B * d->H * d->W);
+        if (bad && (int)c->grid[1] != chunks) {
+            fprintf(stderr, "bench_gpu_cost: %s: bn_sums_k grid.y %u, plan %d chunks\n", o->name, c->grid[1], chunks);
+            (*bad)++;
+        }
+        x->wrd += 16.0 * chunks * d->C, x->wwr += 16.0 * chunks * d->C;
+    } else if (strstr(c->name, "bn_finish_tiles_k") && op > 0) {
+        const TensorDim *d = &dims[o->in];
+        double bytes = 8.0 * ((B * d->H * d->W + 127) / 128) * d->C;
+        x->wrd += bytes;
+        g[op * 4].wwr += bytes;  // the conv before it (op - 1), forward
+    } else if (o->kind == OP_CONV && (strstr(c->name, "gemm_tc2_k<2") || strstr(c->name, "gemm_tc_k<2"))) {
+        const TensorDim *d = &dims[o->out];
+        int cin = o->in == 0 && o->C < 8 ? 8 : o->C;  // the executor pads a thin stem to 8 channels
+        int M = o->K, N = o->R * o->S * cin, K = B * d->H * d->W;
+        int s = conv2d_gpu_wgrad_splits(strstr(c->name, "gemm_tc2_k") ? CT_CONV_TC2 : CT_CONV_TC, M, N, K);
+        if (bad && (int)c->grid[2] != s) {
+            fprintf(stderr, "bench_gpu_cost: %s: weight gradient grid.z %u, plan %d splits\n", o->name, c->grid[2], s);
+            (*bad)++;
+        }
+        if (s > 1) x->wrd += 4.0 * s * M * N, x->wwr += 4.0 * s * M * N, x->wl += 1;
+    }
+}
+static Group *group_costs(const ResNet *m, const TensorDim *dims, const CtCostLaunch *rec, size_t nl, int B,
+                          int *bad) {
+    Group *g = calloc((size_t)(m->n_ops + 2) * 4, sizeof(Group));
+    for (size_t i = 0; i < nl; i++) {
+        Group *x = &g[group_of(m, &rec[i])];
+        x->rd += (double)rec[i].rd_unique, x->wr += (double)rec[i].wr_unique, x->l += 1;
+        add_workspace(m, dims, &rec[i], B, g, bad);
+    }
+    return g;
+}
+// Fit per group from batches B1, B2: (measured - W) = a + b*B, for reads, writes and launches.
+typedef struct {
+    double a[3], b[3];
+} Fit;
+static Fit *fit_groups(int ng, const Group *g1, int B1, const Group *g2, int B2) {
+    Fit *f = calloc((size_t)ng, sizeof(Fit));
+    for (int i = 0; i < ng; i++) {
+        double y1[3] = {g1[i].rd - g1[i].wrd, g1[i].wr - g1[i].wwr, g1[i].l - g1[i].wl};
+        double y2[3] = {g2[i].rd - g2[i].wrd, g2[i].wr - g2[i].wwr, g2[i].l - g2[i].wl};
+        for (int k = 0; k < 3; k++) {
+            f[i].b[k] = (y1[k] - y2[k]) / (B1 - B2);
+            f[i].a[k] = y1[k] - f[i].b[k] * B1;
+        }
+    }
+    return f;
+}
+// The prediction at batch T: the fit plus the workspace of the first run's launches re-planned at T.
+static Group *predict_groups(const ResNet *m, const TensorDim *dims, const CtCostLaunch *rec, size_t nl,
+                             const Fit *f, int ng, int T) {
+    Group *p = calloc((size_t)ng, sizeof(Group));
+    for (size_t i = 0; i < nl; i++) add_workspace(m, dims, &rec[i], T, p, NULL);
+    for (int i = 0; i < ng; i++) {
+        p[i].rd = f[i].a[0] + f[i].b[0] * T + p[i].wrd;
+        p[i].wr = f[i].a[1] + f[i].b[1] * T + p[i].wwr;
+        p[i].l = f[i].a[2] + f[i].b[2] * T + p[i].wl;
+    }
+    return p;
+}
+
+// Per kind and pass: measured per image at B1 against the prediction at T; then the totals, split
+// into per-image (b), per-step (a) and workspace (W) bytes. Returns nonzero when a plan disagrees
+// with a launch grid or the check batch's count differs from its prediction.
+static int extrapolate(const ResNet *m, const TensorDim *dims, int S, int classes, const CtCostLaunch *rec1,
+                       size_t nl1, int B1, int B2, int B3, int T) {
+    const int ng = (m->n_ops + 2) * 4;
+    int bad = 0;
+    Group *g1 = group_costs(m, dims, rec1, nl1, B1, &bad);
+    float loss;
+    double wall;
+    size_t nl2;
+    CtCostLaunch *rec2 = count_step((ResNet *)m, S, B2, classes, &loss, NULL, &wall, &nl2);
+    Group *g2 = group_costs(m, dims, rec2, nl2, B2, &bad);
+    printf("\nextrapolation: a second counted step at batch %d (%zu launches, %.0f s of emulation)\n", B2, nl2, wall);
+    Fit *f = fit_groups(ng, g1, B1, g2, B2);
+    Group *p = predict_groups(m, dims, rec1, nl1, f, ng, T);
+    int nonint = 0;
+    for (int i = 0; i < ng; i++)
+        for (int k = 0; k < 3; k++)
+            if (f[i].b[k] != floor(f[i].b[k]) || f[i].a[k] != floor(f[i].a[k])) nonint++;
+    const double MB = 1e6;
+    printf("compulsory MB per image, measured at batch %d and EXTRAPOLATED to batch %d (per op and pass: a + b*B\n"
+           "fitted from batches %d and %d after taking out the plan-dependent workspace W, which is re-planned at %d):\n",
+           B1, T, B1, B2, T);
+    printf("  %-10s %-6s %12s %12s %12s %12s %10s %10s\n", "kind", "pass", "rd @B", "wr @B", "rd @T", "wr @T",
+           "launch/img", "W MB/img");
+    double tot1[3] = {0}, totT[6] = {0};
+    for (int k = 0; k < ROWS; k++)
+        for (int part = 0; part < 4; part++) {
+            double a1[3] = {0}, aT[4] = {0};
+            int any = 0;
+            for (int i = 0; i < ng; i++) {
+                int op = i / 4 - 1, pp = i % 4;
+                int row = op < 0 ? ROW_OTHER : op == m->n_ops ? ROW_SGD : ROW_KIND0 + m->ops[op].kind;
+                if (row != k || pp != part || !g1[i].l) continue;
+                any = 1;
+                a1[0] += g1[i].rd, a1[1] += g1[i].wr, a1[2] += g1[i].l;
+                aT[0] += p[i].rd, aT[1] += p[i].wr, aT[2] += p[i].l, aT[3] += p[i].wrd + p[i].wwr;
+                totT[3] += f[i].a[0] + f[i].a[1], totT[4] += (f[i].b[0] + f[i].b[1]) * T, totT[5] += p[i].wrd + p[i].wwr;
+            }
+            if (!any) continue;
+            const char *kn = k == ROW_OTHER ? "other" : k == ROW_SGD ? "sgd" : resnet_op_kind_name(k - ROW_KIND0);
+            printf("  %-10s %-6s %12.3f %12.3f %12.3f %12.3f %10.3f %10.3f\n", kn, k <= ROW_SGD ? "-" : part_name[part],
+                   a1[0] / B1 / MB, a1[1] / B1 / MB, aT[0] / T / MB, aT[1] / T / MB, aT[2] / T, aT[3] / T / MB);
+            for (int j = 0; j < 3; j++) tot1[j] += a1[j], totT[j] += aT[j];
+        }
+    printf("  %-17s %12.3f %12.3f %12.3f %12.3f %10.3f %10.3f\n", "total", tot1[0] / B1 / MB, tot1[1] / B1 / MB,
+           totT[0] / T / MB, totT[1] / T / MB, totT[2] / T, totT[5] / T / MB);
+    printf("per image at measured batch %d: compulsory %.3f MB, %.2f launches\n", B1, (tot1[0] + tot1[1]) / B1 / MB,
+           tot1[2] / B1);
+    printf("per image at batch %d (extrapolated): compulsory %.3f MB = %.3f batch-proportional + %.3f per-step fixed "
+           "(weights, optimizer: %.1f MB a step / %d) + %.3f workspace of the batch-%d plans; %.3f launches\n",
+           T, (totT[0] + totT[1]) / T / MB, totT[4] / T / MB, totT[3] / T / MB, totT[3] / MB, T, totT[5] / T / MB, T,
+           totT[2] / T);
+    printf("summary_target: batch %d measured_batch %d fit_batch %d uniq_bytes_per_image %.0f launches_per_image %.4f "
+           "plan_mismatches %d nonintegral_fits %d\n",
+           T, B1, B2, (totT[0] + totT[1]) / T, totT[2] / T, bad, nonint);
+    int rc = bad ? 1 : 0;
+    if (B3) {
+        size_t nl3;
+        CtCostLaunch *rec3 = count_step((ResNet *)m, S, B3, classes, &loss, NULL, &wall, &nl3);
+        Group *g3 = group_costs(m, dims, rec3, nl3, B3, &bad);
+        Group *p3 = predict_groups(m, dims, rec1, nl1, f, ng, B3);
+        int wrong = 0, groups = 0;
+        for (int i = 0; i < ng; i++) {
+            if (!g1[i].l && !g3[i].l) continue;
+            groups++;
+            if (g3[i].rd == p3[i].rd && g3[i].wr == p3[i].wr && g3[i].l == p3[i].l) continue;
+            wrong++;
+            int op = i / 4 - 1;
+            printf("  check: %s %s: measured rd %.0f wr %.0f launches %.0f, predicted %.0f %.0f %.0f\n",
+                   op < 0 ? "(other)" : op == m->n_ops ? "(sgd)" : m->ops[op].name, part_name[i % 4], g3[i].rd,
+                   g3[i].wr, g3[i].l, p3[i].rd, p3[i].wr, p3[i].l);
+        }
+        printf("extrapolation check at batch %d (%zu launches, %.0f s): %d op/pass groups, prediction == count in "
+               "every one: %s\n",
+               B3, nl3, wall, groups, wrong || bad ? "NO" : "yes");
+        if (wrong || bad) rc = 1;
+        free(rec3), free(g3), free(p3);
+    }
+    free(rec2), free(g1), free(g2), free(f), free(p);
+    return rc;
 }
 
 int main(int argc, char **argv) {
     const char *pos[3], *res_path = NULL;
-    int npos = 0, classes = 0, launches = 0, verify = 0, quiet = 0, blurpool = 0;
+    int npos = 0, classes = 0, launches = 0, verify = 0, quiet = 0, blurpool = 0, target = 256, fit_b = 0, check_b = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if (!strcmp(a, "--classes") || !strcmp(a, "--res")) {
+        if (!strcmp(a, "--classes") || !strcmp(a, "--res") || !strcmp(a, "--target-batch") ||
+            !strcmp(a, "--fit-batch") || !strcmp(a, "--check-batch")) {
             if (i + 1 >= argc) ct_die("bench_gpu_cost: %s needs a value", a);
-            if (!strcmp(a, "--res")) res_path = argv[++i];
-            else classes = atoi(argv[++i]);
+            const char *v = argv[++i];
+            if (!strcmp(a, "--res")) {
+                res_path = v;
+                continue;
+            }
+            char *end;
+            long n = strtol(v, &end, 10);
+            if (*end || end == v || n < 0 || n > 1000000)
+                ct_die("bench_gpu_cost: %s '%s': expected a whole number from 0 to 1000000", a, v);
+            if (!strcmp(a, "--classes")) classes = (int)n;
+            else if (!strcmp(a, "--target-batch")) target = (int)n;
+            else if (!strcmp(a, "--fit-batch")) fit_b = (int)n;
+            else check_b = (int)n;
         } else if (!strcmp(a, "--launches")) launches = 1;
         else if (!strcmp(a, "--verify")) verify = 1;
         else if (!strcmp(a, "--quiet")) quiet = 1;
@@ -134,39 +374,28 @@ int main(int argc, char **argv) {
     TensorDim *dims = ct_alloc((size_t)m->n_tensors * sizeof(TensorDim));
     if (resnet_shapes(m, S, S, dims)) ct_die("bench_gpu_cost: %s cannot take %dx%d images", arch, S, S);
 
-    const size_t nbytes = (size_t)N * S * S * 3;
-    uint8_t *x = ct_alloc(nbytes);
-    int32_t *labels = ct_alloc((size_t)N * sizeof(int32_t));
-    Rng r = rng_make(7, 0, 0);
-    for (size_t i = 0; i < nbytes; i++) x[i] = (uint8_t)(rng_u32(&r) & 0xff);
-    for (int i = 0; i < N; i++) labels[i] = (int32_t)rng_below(&r, (uint32_t)classes);
-    static const float mean[3] = {0.485f, 0.456f, 0.406f}, stdv[3] = {0.229f, 0.224f, 0.225f};
-    const SgdConfig cfg = {.momentum = 0.9f, .weight_decay = 1e-4f};
+    if (target && !fit_b) fit_b = N > 1 ? N - 1 : 2;
+    if (target && fit_b == N) ct_die("bench_gpu_cost: --fit-batch %d must differ from BATCH", fit_b);
 
     float loss_off = 0, *grads_off = NULL, *grads_on = NULL;
     if (verify) {
+        uint8_t *x;
+        int32_t *labels;
+        make_batch(N, S, classes, &x, &labels);
         grads_off = ct_alloc(m->n_params * sizeof(float));
         GpuExec *e0 = gpu_exec_create(m, CT_BF16);
         gpu_exec_use_graphs(e0, 0);
         gpu_exec_profile(e0, m, 1);  // the same launches as the counted run, only uncounted
-        loss_off = gpu_train_step_u8(e0, m, x, labels, N, S, S, mean, stdv, 0.0f, grads_off, NULL);
+        loss_off = gpu_train_step_u8(e0, m, x, labels, N, S, S, mean_rgb, std_rgb, 0.0f, grads_off, NULL);
         gpu_exec_free(e0);
         grads_on = ct_alloc(m->n_params * sizeof(float));
+        free(x), free(labels);
     }
-    // Eager launches (graphs off) with the profiler's marks: each launch gets its op and pass.
-    GpuExec *e = gpu_exec_create(m, CT_BF16);
-    gpu_exec_use_graphs(e, 0);
-    gpu_exec_profile(e, m, 1);
-    SgdState st;
-    sgd_init(&st, m->n_params);
-    const double t0 = ct_now();
-    ct_cost_enable(1);
-    float loss = gpu_train_step_u8(e, m, x, labels, N, S, S, mean, stdv, 0.0f, grads_on, NULL);
-    gpu_sgd_step(e, m, &cfg, &st, 0.1f);
-    ct_cost_enable(0);
-    const double wall = ct_now() - t0;
+    float loss;
+    double wall;
+    size_t nl;
+    CtCostLaunch *rec = count_step(m, S, N, classes, &loss, grads_on, &wall, &nl);
 
-    const size_t nl = ct_cost_count();
     printf("cost: %s %dx%d batch %d bf16, one training step (forward, loss, backward, SGD) on the emulated GPU: "
            "%zu launches, loss %.6f, %.0f s of emulation\n",
            arch, S, S, N, nl, loss, wall);
@@ -188,8 +417,7 @@ int main(int argc, char **argv) {
                "kernel", "grid", "block", "dsmem", "ssmem", "regs", "spill", "mma", "rd_req", "wr_req", "rd_uniq",
                "wr_uniq", "cov");
     for (size_t i = 0; i < nl; i++) {
-        CtCostLaunch c;
-        ct_cost_get(i, &c);
+        const CtCostLaunch c = rec[i];
         int op = c.tag_op, part = c.tag_part < 0 || c.tag_part > 3 ? 0 : c.tag_part;
         int row = op < 0 || op > m->n_ops ? ROW_OTHER : op == m->n_ops ? ROW_SGD : ROW_KIND0 + m->ops[op].kind;
         if (row == ROW_OTHER || row == ROW_SGD) part = 0;
@@ -298,9 +526,9 @@ int main(int argc, char **argv) {
            "req_bytes %.0f uniq_bytes %.0f loss_bits %08x\n",
            arch, S, N, tot.launches, tot.mma * 4096, analytic, req, comp, loss_bits);
 
-    gpu_exec_free(e);
-    sgd_free(&st);
+    int rc = 0;
+    if (target) rc = extrapolate(m, dims, S, classes, rec, nl, N, fit_b, check_b, target);
     resnet_free(m);
-    free(x), free(labels), free(dims), free(op_mma), free(op_v2), free(grads_off), free(grads_on), free(res_tab);
-    return 0;
+    free(rec), free(dims), free(op_mma), free(op_v2), free(grads_off), free(grads_on), free(res_tab);
+    return rc;
 }
