@@ -4,6 +4,7 @@
 # Builds if needed, then for resnet20 at 32x32 batch 128 and resnet18 at 64x64 batch 32 runs, one
 # after the other and ROUNDS times over (so every peer sees the same neighbours):
 #   ctrain          build/tools/bench_cpu_train
+#   ctrain-base     $CTRAIN_BASE_BIN (only when set: a saved build of another commit, for before/after)
 #   torch2-nchw     PyPI torch (pinned below) in build/torch-venv, eager, NCHW
 #   torch2-chlast   the same, eager, channels_last
 #   torch2-compile  the same, torch.compile (inductor), channels_last
@@ -25,7 +26,7 @@ ROUNDS=${3:-1}
 PIPPY=${PIPPY:-python3}
 VENV=build/torch-venv
 TORCH_PIN=${TORCH_PIN:-torch==2.15.0}
-PEERS=${TORCH_PEERS:-ctrain torch2-nchw torch2-chlast torch2-compile torch113}
+PEERS=${TORCH_PEERS:-ctrain ${CTRAIN_BASE_BIN:+ctrain-base} torch2-nchw torch2-chlast torch2-compile torch113}
 CTRAIN_BIN=${CTRAIN_BIN:-build/tools/bench_cpu_train}
 [ -x "$CTRAIN_BIN" ] || ./build.sh >/dev/null
 if [[ " $PEERS " == *" torch2-"* ]] && ! "$VENV/bin/python" -c 'import torch, torchvision, numpy' 2>/dev/null; then
@@ -44,6 +45,7 @@ for r in $(seq "$ROUNDS"); do
       tp=(tools/bench_cpu_torch.py $cfg --steps "$STEPS" --warmup 2 --threads "$T")
       case $p in
         ctrain) line=$("$CTRAIN_BIN" $cfg "$STEPS" 2) ;;
+        ctrain-base) line=$("${CTRAIN_BASE_BIN:?ctrain-base needs CTRAIN_BASE_BIN}" $cfg "$STEPS" 2) ;;
         torch2-nchw) line=$("$VENV/bin/python" "${tp[@]}") ;;
         torch2-chlast) line=$("$VENV/bin/python" "${tp[@]}" --channels-last) ;;
         torch2-compile) line=$("$VENV/bin/python" "${tp[@]}" --channels-last --compile --warmup 3 2>build/bench-cpu-compile.err) \
@@ -71,6 +73,8 @@ for cfg in dict.fromkeys(k[0] for k in rows):
     for p, (w, c, rss) in med.items():
         print("median  %-12s %-15s %8.1f img/s (wall) %8.1f img/s by CPU time  peak RSS %4.0f MB" % (cfg, p, w, c, rss))
     t2 = [p for p in med if p.startswith("torch2-")]
+    if "ctrain-base" in med:
+        print("ratio   %-12s ctrain / ctrain-base: by CPU time %.2fx, wall %.2fx" % (cfg, med["ctrain"][1] / med["ctrain-base"][1], med["ctrain"][0] / med["ctrain-base"][0]))
     if "ctrain" not in med:
         continue
     f = med["ctrain"]
@@ -79,4 +83,8 @@ for cfg in dict.fromkeys(k[0] for k in rows):
     for name, p in peers:
         print("ratio   %-12s ctrain / %-28s by CPU time %.2fx, wall %.2fx, peak RSS %.2fx"
               % (cfg, name, f[1] / med[p][1], f[0] / med[p][0], f[2] / med[p][2]))
+    if "ctrain-base" in med and t2:
+        b, best = med["ctrain-base"], max(t2, key=lambda p: med[p][1])
+        print("ratio   %-12s ctrain-base / PyTorch best (%s) by CPU time %.2fx, wall %.2fx"
+              % (cfg, best, b[1] / med[best][1], b[0] / med[best][0]))
 PY
