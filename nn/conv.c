@@ -335,12 +335,14 @@ static void direct_backward_weight(const ConvShape *s, float *dw, const float *d
 // channel layers (tools/bench_layers; 1.1x on the 16-channel ones). Weight gradients stay direct:
 // a Winograd weight gradient (G^T sum (B^T d B)(A dY A^T) G) was tried and measured no faster here.
 // Below 8x8 feature maps the per-call weight transform (16 C K) outweighs the saving, so the
-// choice depends on the shape only (never on the batch or thread count). CTRAIN_CPU_WINOGRAD=0 keeps the direct/GEMM route (for comparisons).
+// choice depends on the shape only (never on the batch or thread count). Opt-in for now
+// (CTRAIN_CPU_WINOGRAD=1): test_parity.sh's 1e-5 tolerance against PyTorch after two SGD steps
+// fails with it (resnet20 weights ~2e-4 off); the default keeps the direct/GEMM route.
 static int winograd_train_ok(const ConvShape *s) {
     static int enabled = -1;
     if (enabled < 0) {
         const char *v = getenv("CTRAIN_CPU_WINOGRAD");
-        enabled = !(v && !strcmp(v, "0"));
+        enabled = v && !strcmp(v, "1");
     }
     return enabled && s->P * s->Q >= 64 && winograd_ok_k16(s);
 }

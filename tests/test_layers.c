@@ -2,6 +2,7 @@
 // randomly drawn shapes. Every GEMM micro-kernel this CPU can run is exercised.
 #include <float.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "nn/gemm.h"
@@ -516,6 +517,7 @@ static void test_batchnorm_add(void) {
 }
 
 int main(void) {
+    setenv("CTRAIN_CPU_WINOGRAD", "1", 1);  // the training step's opt-in Winograd route (nn/conv.c)
     test_rng = rng_make(1234, 0, 0);
     const char *kernels[] = {"avx512", "avx2", "generic"};
     const char *dflt = sgemm_kernel_name();
