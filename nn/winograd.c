@@ -1,4 +1,5 @@
-// Winograd F(2x2, 3x3) for the 3x3 stride-1 pad-1 convolutions of inference (nn/fold.c).
+// Winograd F(2x2, 3x3) for the 3x3 stride-1 pad-1 convolutions of inference (nn/fold.c) and of
+// the CPU training step's forwards and stride-1 data gradients (nn/conv.c).
 //
 // A 2x2 block of outputs of a 3x3 convolution needs 16 multiplies per (input, output channel)
 // pair in the Winograd domain instead of 36 directly: per 4x4 input tile d and filter g,
@@ -25,8 +26,10 @@
 #define MR 14        // tiles per micro-kernel row block
 #define TB (2 * MR)  // tiles per block
 
-int winograd_ok(const ConvShape *s) {
-    if (s->R != 3 || s->S != 3 || s->stride != 1 || s->pad != 1 || s->C % 16 || s->K % 32) return 0;
+int winograd_ok(const ConvShape *s) { return winograd_ok_k16(s) && s->K % 32 == 0; }
+
+int winograd_ok_k16(const ConvShape *s) {
+    if (s->R != 3 || s->S != 3 || s->stride != 1 || s->pad != 1 || s->C % 16 || s->K % 16) return 0;
     return !strcmp(sgemm_kernel_name(), "avx512");
 }
 
@@ -96,31 +99,42 @@ static void input_transform(const ConvShape *s, float *restrict v, const float *
     }
 }
 
-// m[xi][t][K] = v[xi][t][C] u[xi][C][K] for all 16 xi: MR tiles x 32 output channels in registers,
-// the input channels summed in order.
+// m[xi][t][kb .. kb + 16 NV) = v[xi][t][C] u[xi][C][kb ..]: MR tiles x 16 NV output channels in
+// registers, the input channels summed in order.
+#define DEFINE_BLOCK_GEMM_KB(NV)                                                                         \
+    static void block_gemm_kb##NV(const ConvShape *s, float *restrict mx, const float *restrict vx,     \
+                                  const float *restrict ux, int kb) {                                    \
+        const int C = s->C, K = s->K;                                                                    \
+        for (int tg = 0; tg < TB; tg += MR) {                                                            \
+            __m512 acc[MR][NV];                                                                          \
+            for (int i = 0; i < MR; i++)                                                                 \
+                for (int v = 0; v < NV; v++) acc[i][v] = _mm512_setzero_ps();                            \
+            const float *a = vx + (size_t)tg * C, *b = ux + kb;                                          \
+            for (int c = 0; c < C; c++, b += K) {                                                        \
+                __m512 bv[NV];                                                                           \
+                for (int v = 0; v < NV; v++) bv[v] = _mm512_loadu_ps(b + 16 * v);                        \
+                _Pragma("GCC unroll 14") for (int i = 0; i < MR; i++) {                                  \
+                    const __m512 x = _mm512_set1_ps(a[(size_t)i * C + c]);                              \
+                    for (int v = 0; v < NV; v++) acc[i][v] = _mm512_fmadd_ps(x, bv[v], acc[i][v]);       \
+                }                                                                                        \
+            }                                                                                            \
+            for (int i = 0; i < MR; i++)                                                                 \
+                for (int v = 0; v < NV; v++) _mm512_storeu_ps(mx + (size_t)(tg + i) * K + kb + 16 * v, acc[i][v]); \
+        }                                                                                                \
+    }
+DEFINE_BLOCK_GEMM_KB(2)
+DEFINE_BLOCK_GEMM_KB(1)
+
+// m[xi][t][K] = v[xi][t][C] u[xi][C][K] for all 16 xi: 32-channel blocks, a 16-channel remainder
+// (training's 16-channel layers, conv.c).
 static void block_gemm(const ConvShape *s, float *restrict m, const float *restrict v, const float *restrict u) {
     const int C = s->C, K = s->K;
     for (int xi = 0; xi < 16; xi++) {
         const float *vx = v + (size_t)xi * TB * C, *ux = u + (size_t)xi * C * K;
         float *mx = m + (size_t)xi * TB * K;
-        for (int kb = 0; kb < K; kb += 32)
-            for (int tg = 0; tg < TB; tg += MR) {
-                __m512 acc[MR][2];
-                for (int i = 0; i < MR; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
-                const float *a = vx + (size_t)tg * C, *b = ux + kb;
-                for (int c = 0; c < C; c++, b += K) {
-                    const __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
-                    _Pragma("GCC unroll 14") for (int i = 0; i < MR; i++) {
-                        const __m512 x = _mm512_set1_ps(a[(size_t)i * C + c]);
-                        acc[i][0] = _mm512_fmadd_ps(x, b0, acc[i][0]);
-                        acc[i][1] = _mm512_fmadd_ps(x, b1, acc[i][1]);
-                    }
-                }
-                for (int i = 0; i < MR; i++) {
-                    _mm512_storeu_ps(mx + (size_t)(tg + i) * K + kb, acc[i][0]);
-                    _mm512_storeu_ps(mx + (size_t)(tg + i) * K + kb + 16, acc[i][1]);
-                }
-            }
+        int kb = 0;
+        for (; kb + 32 <= K; kb += 32) block_gemm_kb2(s, mx, vx, ux, kb);
+        if (kb < K) block_gemm_kb1(s, mx, vx, ux, kb);
     }
 }
 
@@ -164,7 +178,7 @@ static void output_transform(const ConvShape *s, float *restrict out, const floa
 
 void conv3x3_winograd_ep(const ConvShape *s, float *out, const float *in, const float *u, const float *bias,
                          const float *res, int relu) {
-    if (!winograd_ok(s)) ct_die("conv3x3_winograd_ep: shape C=%d K=%d %dx%d/%d pad %d not supported", s->C, s->K, s->R,
+    if (!winograd_ok_k16(s)) ct_die("conv3x3_winograd_ep: shape C=%d K=%d %dx%d/%d pad %d not supported", s->C, s->K, s->R,
                                 s->S, s->stride, s->pad);
     const int th = (s->P + 1) / 2, tw = (s->Q + 1) / 2;
     const size_t tiles = (size_t)s->N * th * tw, blocks = (tiles + TB - 1) / TB;

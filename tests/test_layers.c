@@ -2,6 +2,7 @@
 // randomly drawn shapes. Every GEMM micro-kernel this CPU can run is exercised.
 #include <float.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "nn/blur.h"
@@ -120,6 +121,9 @@ static void test_conv(void) {
         {1, 10, 10, 16, 16, 5, 5, 3, 2},
         {1, 15, 13, 3, 16, 7, 7, 2, 3}, // backward-weight over K for C % 16 != 0: 21 items = 16+4+1
         {2, 7, 9, 20, 16, 3, 3, 1, 1},  // 60 items = 3x16+8+4
+        // Winograd F(2x2, 3x3) (3x3 stride 1 pad 1, P * Q >= 64): odd edges, a 32-channel block
+        // and a 16-channel remainder (K 48), and its flipped backward-data (C 48 -> 16).
+        {2, 9, 11, 16, 48, 3, 3, 1, 1},
     };
     for (size_t i = 0; i < CT_ARRAY_LEN(fixed); i++) {
         const int *f = fixed[i];
@@ -568,6 +572,7 @@ static void test_batchnorm_add(void) {
 }
 
 int main(void) {
+    setenv("CTRAIN_CPU_WINOGRAD", "1", 1);  // the training step's opt-in Winograd route (nn/conv.c)
     test_rng = rng_make(1234, 0, 0);
     const char *kernels[] = {"avx512", "avx2", "generic"};
     const char *dflt = sgemm_kernel_name();

@@ -4,10 +4,12 @@ torchvision ResNets, the CIFAR ResNets with projection shortcuts), the same step
 entropy, backward, SGD momentum 0.9 weight decay 5e-4) on random data, the same thread count.
 
   /usr/bin/python3 tools/bench_cpu_torch.py ARCH SIZE BATCH [--steps 10] [--warmup 2]
-      [--classes N] [--threads T] [--channels-last]
+      [--classes N] [--threads T] [--channels-last] [--compile]
 
 Prints one line in bench_cpu_train's format: img/s from the median wall time of a step, img/s
-from process CPU time / threads, peak RSS (includes the torch library itself).
+from process CPU time / threads, peak RSS (includes the torch library itself). --compile wraps the
+model in torch.compile (torch 2.x, inductor's C++ backend: needs g++); its compilation happens in
+the warm-up steps, which are not timed.
 """
 import argparse
 import os
@@ -33,6 +35,7 @@ def main():
     ap.add_argument("--classes", type=int, default=None)
     ap.add_argument("--threads", type=int, default=int(os.environ.get("OMP_NUM_THREADS", os.cpu_count())))
     ap.add_argument("--channels-last", action="store_true")
+    ap.add_argument("--compile", action="store_true")
     a = ap.parse_args()
     if a.steps < 1 or a.batch < 1 or a.size < 8:
         sys.exit("bench_cpu_torch: steps, batch must be >= 1 and size >= 8")
@@ -45,6 +48,12 @@ def main():
     if a.channels_last:
         model = model.to(memory_format=torch.channels_last)
         x = x.contiguous(memory_format=torch.channels_last)
+    if a.compile:
+        if not hasattr(torch, "compile"):
+            sys.exit("bench_cpu_torch: --compile needs torch 2.x (this is torch %s)" % torch.__version__)
+        if a.warmup < 1:
+            sys.exit("bench_cpu_torch: --compile needs at least one warm-up step (it compiles there)")
+        model = torch.compile(model)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-4)
     wall, cpu = [], 0.0
     for it in range(a.warmup + a.steps):
@@ -58,10 +67,11 @@ def main():
             wall.append(t1 - t0)
             cpu += c1 - c0
     med = statistics.median_low(wall)
+    mode = ("chlast" if a.channels_last else "nchw") + ("+compile" if a.compile else "")
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
     print("pytorch %-9s %3dx%-3d batch %-4d threads %d %-12s: %8.1f img/s (median step %.1f ms), "
           "%8.1f img/s by CPU time, peak RSS %.0f MB, torch %s, final loss %.3f"
-          % (a.arch, a.size, a.size, a.batch, a.threads, "chlast" if a.channels_last else "nchw",
+          % (a.arch, a.size, a.size, a.batch, a.threads, mode,
              a.batch / med, med * 1e3, a.batch * a.steps / (cpu / a.threads), rss, torch.__version__, loss.item()))
 
 
