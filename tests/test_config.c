@@ -48,7 +48,7 @@ int main(void) {
     // The demo recipe fills what was not given; a flag given wins.
     const char *demo[] = {"train", "--demo", "--epochs", "1", NULL};
     config_from_args(&c, &g, 4, (char **)demo);
-    CHECK(!strcmp(c.arch, "resnet20") && c.epochs == 1 && c.batch == 128 && c.lr == 0.4, "demo recipe under a flag");
+    CHECK(!strcmp(c.arch, "resnet20") && c.epochs == 1 && c.batch == 128 && c.lr == 0.2, "demo recipe under a flag");
     CHECK(!strcmp(c.shards, DEMO_SHARDS) && !strcmp(c.device, "cpu") && c.crop_size == 28, "demo data and device");
 
     // --val-resize auto is int(crop / 0.875), resolved once --crop-size is known; a value given stays.

@@ -10,9 +10,9 @@ import json
 import os
 import sys
 
-ORDER = ["demo", "notta", "minscale", "lr02", "prog", "ema999", "ema996x2", "mixup", "cutmix", "nols", "blurpool", "combo", "combo_ep"]
+ORDER = ["demo", "notta", "minscale", "lr04", "noprog", "ema999", "ema996x2", "mixup", "cutmix", "nols", "blurpool", "combo", "combo_ep"]
 # Changes the combination may take, each with the runs that try it (the better one wins).
-ELEMENTS = [["notta"], ["minscale"], ["lr02"], ["prog"], ["ema999", "ema996x2"], ["mixup"], ["cutmix"], ["nols"], ["blurpool"]]
+ELEMENTS = [["notta"], ["minscale"], ["lr04"], ["noprog"], ["ema999", "ema996x2"], ["mixup"], ["cutmix"], ["nols"], ["blurpool"]]
 
 
 def load_run(out, name):
