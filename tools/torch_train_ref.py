@@ -10,6 +10,12 @@
                same weights and rank 0's BN buffers (broadcast_buffers), backward on its own batch
                with batch statistics over that batch alone, gradients averaged over the ranks, one
                SGD step; the reported loss is the mean over the global batch.
+               --ema DECAY [--ema-every K]: also keep timm's ModelEmaV2 average, as `train --ema`
+               documents it: starting from the initial state, after every K-th optimizer step
+               (global step numbers, from 1) ema += (1 - DECAY) (w - ema) in float32 over the
+               weights and the BN running statistics, num_batches_tracked copied; no BN
+               recalibration. The EMA model is evaluated beside the plain one (JSON "ema", and per
+               epoch with --epoch-log).
   evaluate     val loss/top-1/top-5 of a safetensors state_dict on DIR/val_batches.bin (the images
                ctrain evaluated, already cropped): compared with `train --evaluate`.
   make-weights a torchvision (or CIFAR ResNet) state_dict with random weights AND random BN statistics,
@@ -19,6 +25,7 @@ Batch files: per batch "BTCH" | i32 n, h, w, c, epoch | i64 step | f32 lr | i32 
 Models and the safetensors writer come from tools/torch_ref.py (the CPU executor's parity reference).
 """
 import argparse
+import copy
 import json
 import os
 import struct
@@ -106,6 +113,25 @@ def evaluate(model, batches, mean, std, tta="none"):
     return {"n": n, "loss": loss / n, "top1": 100.0 * c1 / n, "top5": 100.0 * c5 / n}
 
 
+class Ema:
+    """timm ModelEmaV2 with ctrain's arithmetic (nn/ema.c): e + (1 - decay) (w - e), unfused float32."""
+
+    def __init__(self, model, decay, every):
+        self.model = copy.deepcopy(model)
+        self.every = every
+        self.a = torch.tensor(np.float32(1) - np.float32(decay))  # 1.0f - decay in float32, as ctrain
+
+    @torch.no_grad()
+    def after_step(self, model, step):
+        if step % self.every:
+            return
+        for e, w in zip(self.model.state_dict().values(), model.state_dict().values()):
+            if e.dtype.is_floating_point:
+                e.copy_(e + self.a * (w - e))
+            else:  # num_batches_tracked: a counter, copied
+                e.copy_(w)
+
+
 def batch_files(a, kind):
     if a.ranks == 1:
         return [read_batches(os.path.join(a.dump, kind + ".bin"))]
@@ -163,6 +189,7 @@ def cmd_train(a):
     # --epoch-log: the val top-1 after every epoch and the seconds spent so far (training and those
     # evaluations, not reading the batch files), for time-to-accuracy against ctrain's metrics.jsonl.
     val = [b for f in batch_files(a, "val_batches") for b in f] if a.epoch_log else None
+    ema = Ema(model, a.ema, a.ema_every) if a.ema else None
     epoch_log, t_spent, t0 = [], 0.0, time.perf_counter()
     steps_total = len(ranks[0])
     for i, per_rank in enumerate(zip(*ranks)):
@@ -180,25 +207,39 @@ def cmd_train(a):
         else:
             losses.append(ddp_step(model, opt, per_rank, mean, std, a.smoothing))
         steps.append(b["step"])
+        if ema is not None:
+            ema.after_step(model, b["step"])
         if val is not None and (i + 1 == steps_total or ranks[0][i + 1]["epoch"] != b["epoch"]):
             t1 = time.perf_counter()
             r = evaluate(model, val, mean, std, a.tta)
             model.train()
+            re = evaluate(ema.model, val, mean, std, a.tta) if ema is not None else None
             t2 = time.perf_counter()
             t_spent += t2 - t0
-            epoch_log.append({"epoch": len(epoch_log) + 1, "step": b["step"], "time": t_spent, "eval_time": t2 - t1,
-                              "val_top1": r["top1"]})
-            print("torch: epoch %d val top-1 %.2f%% at %.1fs" % (len(epoch_log), r["top1"], t_spent), flush=True)
+            rec = {"epoch": len(epoch_log) + 1, "step": b["step"], "time": t_spent, "eval_time": t2 - t1,
+                   "val_top1": r["top1"], "val_loss": r["loss"]}
+            if re is not None:
+                rec.update({"ema_val_top1": re["top1"], "ema_val_loss": re["loss"]})
+            epoch_log.append(rec)
+            print("torch: epoch %d val loss %.4f top-1 %.2f%%%s at %.1fs" % (
+                len(epoch_log), r["loss"], r["top1"],
+                "  |  ema loss %.4f top-1 %.2f%%" % (re["loss"], re["top1"]) if re else "", t_spent), flush=True)
             t0 = time.perf_counter()
     res = evaluate(model, [b for f in batch_files(a, "val_batches") for b in f], mean, std, a.tta)
     res.update({"steps": steps, "losses": losses})
+    if ema is not None:
+        res["ema"] = evaluate(ema.model, [b for f in batch_files(a, "val_batches") for b in f], mean, std, a.tta)
     if val is not None:
         res["epochs"] = epoch_log
     with open(a.out, "w") as f:
         json.dump(res, f)
     if a.save_weights:
         save_safetensors(a.save_weights, {k: v.detach().numpy() for k, v in model.state_dict().items()})
-    print("torch: %d steps, final loss %.4f, val loss %.4f top-1 %.2f%%" % (len(losses), losses[-1], res["loss"], res["top1"]))
+    if a.save_ema_weights:
+        save_safetensors(a.save_ema_weights, {k: v.detach().numpy() for k, v in ema.model.state_dict().items()})
+    print("torch: %d steps, final loss %.4f, val loss %.4f top-1 %.2f%%%s" % (
+        len(losses), losses[-1], res["loss"], res["top1"],
+        "  |  ema loss %.4f top-1 %.2f%%" % (res["ema"]["loss"], res["ema"]["top1"]) if ema is not None else ""))
 
 
 def cmd_evaluate(a):
@@ -251,7 +292,11 @@ def main():
     t.add_argument("--out", required=True, help="JSON with per-step losses and the final val result")
     t.add_argument("--save-weights", help="final state_dict as safetensors")
     t.add_argument("--epoch-log", action="store_true",
-                   help="evaluate after every epoch; the JSON gets epochs: val top-1 and seconds spent so far")
+                   help="evaluate after every epoch; the JSON gets epochs: val top-1/loss (and the EMA's) and seconds spent so far")
+    t.add_argument("--ema", type=float, default=0.0, metavar="DECAY",
+                   help="also keep an EMA of the weights and BN statistics (train --ema) and evaluate it")
+    t.add_argument("--ema-every", type=int, default=1, metavar="K", help="--ema: update the average every K optimizer steps")
+    t.add_argument("--save-ema-weights", help="--ema: the average's final state_dict as safetensors")
     e = sub.choices["evaluate"]
     e.add_argument("--weights", required=True)
     e.add_argument("--val", required=True, help="val_batches.bin from train --dump-batches")
@@ -260,6 +305,13 @@ def main():
     w.add_argument("--seed", type=int, default=0)
     w.add_argument("--out", required=True)
     a = ap.parse_args()
+    if a.cmd == "train":
+        if a.ema and not 0 < a.ema < 1:
+            ap.error("--ema: the decay must be in (0, 1) (got %g)" % a.ema)
+        if a.ema_every < 1 or (a.ema_every != 1 and not a.ema):
+            ap.error("--ema-every: must be >= 1 and needs --ema")
+        if a.save_ema_weights and not a.ema:
+            ap.error("--save-ema-weights needs --ema")
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "2")))
     {"train": cmd_train, "evaluate": cmd_evaluate, "make-weights": cmd_make_weights}[a.cmd](a)
 
