@@ -175,6 +175,23 @@ __global__ void __launch_bounds__(BN_THREADS)
     }
 }
 
+// What stage 2 writes for channel c from its mean and biased variance, however they were gathered
+// (chunk sums or conv-epilogue tiles): the saved statistics, gamma * invstd, the running averages.
+__device__ static void bn_publish_stats(int c, float mean, double var, float *save_mean, float *save_invstd,
+                                        float *scale, float *running_mean, float *running_var, const float *gamma,
+                                        int M, float momentum, float eps) {
+    float invstd = (float)(1.0 / sqrt(var + eps));
+    ct_st(save_mean, c, mean);
+    ct_st(save_invstd, c, invstd);
+    ct_st(scale, c, __fmul_rn(ct_ld(gamma, c), invstd));
+    if (running_mean)
+        ct_st(running_mean, c, __fadd_rn(__fmul_rn(1.f - momentum, ct_ld(running_mean, c)), __fmul_rn(momentum, mean)));
+    if (running_var) {
+        double unbiased = M > 1 ? var * M / (M - 1) : var;
+        ct_st(running_var, c, (float)((double)__fmul_rn(1.f - momentum, ct_ld(running_var, c)) + (double)momentum * unbiased));
+    }
+}
+
 // Stage 2 of the forward: statistics, running statistics, scale (nn/batchnorm.c's formulas).
 template <typename T>
 __global__ void bn_finish_stats_k(float *save_mean, float *save_invstd, float *scale,
@@ -190,16 +207,7 @@ __global__ void bn_finish_stats_k(float *save_mean, float *save_invstd, float *s
     }
     double d = s1 / M, var = fmax(0.0, s2 / M - d * d);
     float mean = (float)((double)ct_ld(x, (size_t)c) + d);
-    float invstd = (float)(1.0 / sqrt(var + eps));
-    ct_st(save_mean, c, mean);
-    ct_st(save_invstd, c, invstd);
-    ct_st(scale, c, __fmul_rn(ct_ld(gamma, c), invstd));
-    if (running_mean)
-        ct_st(running_mean, c, __fadd_rn(__fmul_rn(1.f - momentum, ct_ld(running_mean, c)), __fmul_rn(momentum, mean)));
-    if (running_var) {
-        double unbiased = M > 1 ? var * M / (M - 1) : var;
-        ct_st(running_var, c, (float)((double)__fmul_rn(1.f - momentum, ct_ld(running_var, c)) + (double)momentum * unbiased));
-    }
+    bn_publish_stats(c, mean, var, save_mean, save_invstd, scale, running_mean, running_var, gamma, M, momentum, eps);
 }
 
 // Stage 2 from a convolution epilogue's tile statistics instead of stage 1's chunk sums
@@ -222,16 +230,7 @@ __global__ void bn_finish_tiles_k(float *save_mean, float *save_invstd, float *s
     }
     double var = fmax(0.0, m2 / M);
     float mean = (float)mu;
-    float invstd = (float)(1.0 / sqrt(var + eps));
-    ct_st(save_mean, c, mean);
-    ct_st(save_invstd, c, invstd);
-    ct_st(scale, c, __fmul_rn(ct_ld(gamma, c), invstd));
-    if (running_mean)
-        ct_st(running_mean, c, __fadd_rn(__fmul_rn(1.f - momentum, ct_ld(running_mean, c)), __fmul_rn(momentum, mean)));
-    if (running_var) {
-        double unbiased = M > 1 ? var * M / (M - 1) : var;
-        ct_st(running_var, c, (float)((double)__fmul_rn(1.f - momentum, ct_ld(running_var, c)) + (double)momentum * unbiased));
-    }
+    bn_publish_stats(c, mean, var, save_mean, save_invstd, scale, running_mean, running_var, gamma, M, momentum, eps);
 }
 
 // y = (x - mean) * scale + beta [relu]. scale == NULL (eval): scale = gamma / sqrt(var + eps)

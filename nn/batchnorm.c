@@ -173,6 +173,22 @@ void batchnorm_forward_train(float *y, float *save_mean, float *save_invstd, flo
                                 momentum, eps, relu);
 }
 
+// What a training forward writes for channel c from its mean and biased variance, however they were
+// gathered (channel sums or conv-epilogue tiles): the saved statistics, gamma * invstd, the running
+// averages.
+static void publish_stats(int c, float mean, double var, float *save_mean, float *save_invstd, float *scale,
+                          float *running_mean, float *running_var, const float *gamma, int M, float momentum,
+                          float eps) {
+    save_mean[c] = mean;
+    save_invstd[c] = (float)(1.0 / sqrt(var + eps));
+    scale[c] = gamma[c] * save_invstd[c];
+    if (running_mean) running_mean[c] = (1 - momentum) * running_mean[c] + momentum * save_mean[c];
+    if (running_var) {
+        const double unbiased = M > 1 ? var * M / (M - 1) : var;
+        running_var[c] = (float)((1 - momentum) * running_var[c] + momentum * unbiased);
+    }
+}
+
 void batchnorm_add_forward_train(float *y, float *save_mean, float *save_invstd, float *running_mean,
                                  float *running_var, const float *x, const float *res, const float *gamma,
                                  const float *beta, int M, int C, float momentum, float eps, int relu) {
@@ -184,14 +200,8 @@ void batchnorm_add_forward_train(float *y, float *save_mean, float *save_invstd,
     for (int c = 0; c < C; c++) {
         const double d = sum[c] / M;
         const double var = fmax(0.0, sq[c] / M - d * d);
-        save_mean[c] = (float)(shift[c] + d);
-        save_invstd[c] = (float)(1.0 / sqrt(var + eps));
-        scale[c] = gamma[c] * save_invstd[c];
-        if (running_mean) running_mean[c] = (1 - momentum) * running_mean[c] + momentum * save_mean[c];
-        if (running_var) {
-            const double unbiased = M > 1 ? var * M / (M - 1) : var;
-            running_var[c] = (float)((1 - momentum) * running_var[c] + momentum * unbiased);
-        }
+        publish_stats(c, (float)(shift[c] + d), var, save_mean, save_invstd, scale, running_mean, running_var, gamma,
+                      M, momentum, eps);
     }
     affine(y, x, res, save_mean, scale, beta, M, C, relu);
     free(scale);
@@ -300,14 +310,8 @@ void batchnorm_add_forward_train_tiles(float *y, float *save_mean, float *save_i
             n = nn;
         }
         const double var = fmax(0.0, m2 / M);
-        save_mean[c] = (float)mu;
-        save_invstd[c] = (float)(1.0 / sqrt(var + eps));
-        scale[c] = gamma[c] * save_invstd[c];
-        if (running_mean) running_mean[c] = (1 - momentum) * running_mean[c] + momentum * save_mean[c];
-        if (running_var) {
-            const double unbiased = M > 1 ? var * M / (M - 1) : var;
-            running_var[c] = (float)((1 - momentum) * running_var[c] + momentum * unbiased);
-        }
+        publish_stats(c, (float)mu, var, save_mean, save_invstd, scale, running_mean, running_var, gamma, M,
+                      momentum, eps);
     }
     affine(y, x, res, save_mean, scale, beta, M, C, relu);
     free(scale);
