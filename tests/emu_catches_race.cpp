@@ -14,15 +14,12 @@
 //      or inside a struct argument: emulated devices share memory, so this would run; the
 //      launch aborts naming the kernel, the argument and both devices. The same kernel on the
 //      owning device passes.
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <string>
 #include <vector>
 
 #include "kernels/common.cuh"
 #include "kernels/act.cuh"
+#include "tests/emu_child.h"
 #include "tests/test.h"
 #include "util/rng.h"
 
@@ -163,33 +160,12 @@ static int count_wrong(Kern k, const char *name, int nblocks, int reps, uint64_t
     return wrong;
 }
 
-// Runs this program with `arg` in a child; returns its stderr, and whether it died of SIGABRT.
-static std::string run_child(const char *self, const char *arg, bool *aborted, double *seconds) {
-    int fd[2];
-    if (pipe(fd) != 0) ct_die_errno("pipe");
-    double t0 = ct_now();
-    pid_t pid = fork();
-    if (pid < 0) ct_die_errno("fork");
-    if (pid == 0) {
-        dup2(fd[1], 2);
-        close(fd[0]);
-        close(fd[1]);
-        setenv("CTRAIN_EMU_DEADLOCK_S", "2", 1);
-        setenv("CTRAIN_EMU_DEVICES", "2", 1);
-        execl(self, self, arg, (char *)nullptr);
-        _exit(127);
-    }
-    close(fd[1]);
-    std::string err;
-    char buf[4096];
-    ssize_t n;
-    while ((n = read(fd[0], buf, sizeof buf)) > 0) err.append(buf, (size_t)n);
-    close(fd[0]);
-    int st = 0;
-    waitpid(pid, &st, 0);
-    *seconds = ct_now() - t0;
-    *aborted = WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT;
-    return err;
+// Runs case `arg` in a child (with two emulated devices, for the wrong-device cases) and prints
+// how it ended.
+static ChildRun child_case(const char *arg, const char *what) {
+    ChildRun r = run_child(arg, "CTRAIN_EMU_DEVICES=2");
+    printf("%s case: %s after %.1f s: %s", what, r.aborted ? "aborted" : "NOT aborted", r.seconds, r.err.c_str());
+    return r;
 }
 
 int main(int argc, char **argv) {
@@ -214,7 +190,7 @@ int main(int argc, char **argv) {
             fprintf(stderr, "aligned vector load passed\n");
             CT_LAUNCH(misaligned_vector_kernel, 1, 32, 0, 0, x + 1, o);
         }
-        if (!strncmp(argv[1], "wrongdev", 8)) {  // CTRAIN_EMU_DEVICES=2 (set by run_child)
+        if (!strncmp(argv[1], "wrongdev", 8)) {  // CTRAIN_EMU_DEVICES=2 (set by child_case)
             float *mine, *theirs;
             CT_CUDA_CHECK(cudaSetDevice(1));
             CT_CUDA_CHECK(cudaMalloc(&theirs, 64 * sizeof(float)));
@@ -262,42 +238,27 @@ int main(int argc, char **argv) {
     }
     emu::set_jitter(0);
 
-    const char *self = "/proc/self/exe";
-    char path[4096];
-    ssize_t len = readlink(self, path, sizeof path - 1);
-    if (len > 0) {
-        path[len] = 0;
-        self = path;
-    }
-    bool aborted;
-    double secs;
-    std::string err = run_child(self, "deadlock", &aborted, &secs);
-    printf("deadlock case: %s after %.1f s: %s", aborted ? "aborted" : "NOT aborted", secs, err.c_str());
-    CHECK(aborted && err.find("deadlock") != std::string::npos, "deadlock must be reported and abort");
-    err = run_child(self, "mask", &aborted, &secs);
-    printf("mask case: %s after %.1f s: %s", aborted ? "aborted" : "NOT aborted", secs, err.c_str());
-    CHECK(aborted && err.find("mask") != std::string::npos, "mismatched masks must be reported and abort");
-    err = run_child(self, "oob", &aborted, &secs);
-    printf("out-of-bounds case: %s after %.1f s: %s", aborted ? "aborted" : "NOT aborted", secs, err.c_str());
-    CHECK(aborted && err.find("missing_bounds_check_kernel") != std::string::npos &&
-              err.find("past its end") != std::string::npos,
+    ChildRun r = child_case("deadlock", "deadlock");
+    CHECK(r.aborted && r.err.find("deadlock") != std::string::npos, "deadlock must be reported and abort");
+    r = child_case("mask", "mask");
+    CHECK(r.aborted && r.err.find("mask") != std::string::npos, "mismatched masks must be reported and abort");
+    r = child_case("oob", "out-of-bounds");
+    CHECK(r.aborted && r.err.find("missing_bounds_check_kernel") != std::string::npos &&
+              r.err.find("past its end") != std::string::npos,
           "an out-of-bounds write must be reported naming the kernel");
-    err = run_child(self, "misaligned", &aborted, &secs);
-    printf("misaligned vector case: %s after %.1f s: %s", aborted ? "aborted" : "NOT aborted", secs, err.c_str());
-    CHECK(aborted && err.find("aligned vector load passed") != std::string::npos &&
-              err.find("misaligned") != std::string::npos,
+    r = child_case("misaligned", "misaligned vector");
+    CHECK(r.aborted && r.err.find("aligned vector load passed") != std::string::npos &&
+              r.err.find("misaligned") != std::string::npos,
           "a misaligned 16-byte vector access must abort");
-    err = run_child(self, "wrongdev", &aborted, &secs);
-    printf("wrong-device pointer case: %s after %.1f s: %s", aborted ? "aborted" : "NOT aborted", secs, err.c_str());
-    CHECK(aborted && err.find("own-device launches passed") != std::string::npos &&
-              err.find("kernel scale_kernel launched on device 0: argument 0") != std::string::npos &&
-              err.find("device 1's allocation") != std::string::npos,
+    r = child_case("wrongdev", "wrong-device pointer");
+    CHECK(r.aborted && r.err.find("own-device launches passed") != std::string::npos &&
+              r.err.find("kernel scale_kernel launched on device 0: argument 0") != std::string::npos &&
+              r.err.find("device 1's allocation") != std::string::npos,
           "a kernel given another device's buffer must abort naming the kernel, argument and devices");
-    err = run_child(self, "wrongdev_struct", &aborted, &secs);
-    printf("wrong-device pointer in a struct case: %s after %.1f s: %s", aborted ? "aborted" : "NOT aborted", secs, err.c_str());
-    CHECK(aborted && err.find("own-device launches passed") != std::string::npos &&
-              err.find("kernel copy_struct_kernel launched on device 0: argument 0") != std::string::npos &&
-              err.find("device 1's allocation") != std::string::npos,
+    r = child_case("wrongdev_struct", "wrong-device pointer in a struct");
+    CHECK(r.aborted && r.err.find("own-device launches passed") != std::string::npos &&
+              r.err.find("kernel copy_struct_kernel launched on device 0: argument 0") != std::string::npos &&
+              r.err.find("device 1's allocation") != std::string::npos,
           "another device's buffer inside a struct argument must be caught too");
     return test_summary("emu_catches_race");
 }

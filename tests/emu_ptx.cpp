@@ -4,10 +4,6 @@
 // (kernels/ptx_wgmma.cuh): wgmma accumulators keep their old values until the wgmma.wait_group
 // that retires the group; misuse of the fence/commit/wait discipline and of mbarrier counts
 // aborts with a message (checked in child processes).
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include "kernels/common.cuh"
 #include "kernels/ptx.cuh"
 #include "kernels/ptx_wgmma.cuh"
@@ -16,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/emu_child.h"
 #include "tests/emu_util.h"
 
 // Reading the destination of a cp.async before waiting for its group: the data is not there
@@ -114,32 +111,7 @@ __global__ void mbar_misuse_kernel(const uint16_t *src, int misuse) {
     }
 }
 
-static std::string run_child(const char *self, const char *arg, bool *aborted) {
-    int fd[2];
-    if (pipe(fd) != 0) ct_die_errno("pipe");
-    pid_t pid = fork();
-    if (pid < 0) ct_die_errno("fork");
-    if (pid == 0) {
-        dup2(fd[1], 2);
-        close(fd[0]);
-        close(fd[1]);
-        setenv("CTRAIN_EMU_DEADLOCK_S", "2", 1);
-        execl(self, self, arg, (char *)nullptr);
-        _exit(127);
-    }
-    close(fd[1]);
-    std::string err;
-    char buf[4096];
-    ssize_t n;
-    while ((n = read(fd[0], buf, sizeof buf)) > 0) err.append(buf, (size_t)n);
-    close(fd[0]);
-    int st = 0;
-    waitpid(pid, &st, 0);
-    *aborted = WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT;
-    return err;
-}
-
-static void test_misuse_aborts(const char *self) {
+static void test_misuse_aborts() {
     struct {
         const char *arg, *want;
     } cases[] = {
@@ -151,10 +123,9 @@ static void test_misuse_aborts(const char *self) {
         {"mb3", "more arrivals than the count"},
     };
     for (auto &c : cases) {
-        bool aborted = false;
-        std::string err = run_child(self, c.arg, &aborted);
-        CHECK(aborted && err.find(c.want) != std::string::npos, "%s aborts saying '%s' (aborted %d): %s",
-              c.arg, c.want, aborted, err.c_str());
+        ChildRun r = run_child(c.arg, NULL);
+        CHECK(r.aborted && r.err.find(c.want) != std::string::npos, "%s aborts saying '%s' (aborted %d): %s",
+              c.arg, c.want, r.aborted, r.err.c_str());
     }
 }
 
@@ -171,6 +142,6 @@ int main(int argc, char **argv) {
     }
     test_cp_async_wait();
     test_wgmma_async();
-    test_misuse_aborts(argv[0]);
+    test_misuse_aborts();
     return test_summary("emu_ptx");
 }
