@@ -12,52 +12,11 @@
 #include "kernels/common.cuh"
 #include "kernels/kernels.h"
 #include "nn/blur.h"
+#include "tests/emu_util.h"
 #include "tests/test.h"
 #include "util/bf16.h"
 #include "util/common.h"
 #include "util/rng.h"
-
-#define CKC(call)                                                                   \
-    do {                                                                            \
-        cudaError_t err_ = (call);                                                  \
-        if (err_ != cudaSuccess) ct_die("%s: %s", #call, cudaGetErrorString(err_)); \
-    } while (0)
-
-static void round_to(float *x, size_t n, CtDtype dt) {
-    if (dt == CT_BF16)
-        for (size_t i = 0; i < n; i++) x[i] = ct_round_bf16(x[i]);
-}
-
-// Host floats to device elements of dt at byte offset `skew` elements into a fresh buffer (so a
-// skew of 1 makes every 16-byte vector access misaligned) and back.
-static void *to_dev(void **base, const float *x, size_t n, CtDtype dt, int skew) {
-    size_t es = dt == CT_BF16 ? 2 : 4;
-    CKC(cudaMalloc(base, (n + 8) * es));
-    char *d = (char *)*base + (size_t)skew * es;
-    if (!x) return d;
-    if (dt == CT_BF16) {
-        uint16_t *h = (uint16_t *)ct_alloc((n + 1) * 2);
-        for (size_t i = 0; i < n; i++) h[i] = ct_f32_to_bf16(x[i]);
-        CKC(cudaMemcpy(d, h, n * 2, cudaMemcpyHostToDevice));
-        free(h);
-    } else {
-        CKC(cudaMemcpy(d, x, n * 4, cudaMemcpyHostToDevice));
-    }
-    return d;
-}
-static float *to_host(const void *d, size_t n, CtDtype dt) {
-    float *x = (float *)ct_alloc((n + 1) * sizeof(float));
-    CKC(cudaDeviceSynchronize());
-    if (dt == CT_BF16) {
-        uint16_t *h = (uint16_t *)ct_alloc((n + 1) * 2);
-        CKC(cudaMemcpy(h, d, n * 2, cudaMemcpyDeviceToHost));
-        for (size_t i = 0; i < n; i++) x[i] = ct_bf16_to_f32(h[i]);
-        free(h);
-    } else {
-        CKC(cudaMemcpy(x, d, n * 4, cudaMemcpyDeviceToHost));
-    }
-    return x;
-}
 
 static size_t n_diff(const float *a, const float *b, size_t n) {
     size_t k = 0;
@@ -76,19 +35,19 @@ static void test_blur(int N, int H, int W, int C, int skew, CtDtype dt) {
     round_to(want, n, dt);
     round_to(wantb, n, dt);
     void *b0, *b1, *b2, *b3;
-    void *dx = to_dev(&b0, x, n, dt, skew), *dy = to_dev(&b1, NULL, n, dt, skew);
-    void *dg = to_dev(&b2, g, n, dt, skew), *ddx = to_dev(&b3, NULL, n, dt, skew);
+    void *dx = dev_act_at(&b0, x, n, dt, skew), *dy = dev_act_at(&b1, NULL, n, dt, skew);
+    void *dg = dev_act_at(&b2, g, n, dt, skew), *ddx = dev_act_at(&b3, NULL, n, dt, skew);
     blur3x3_forward_gpu(dy, dx, N, H, W, C, dt, 0);
     blur3x3_backward_gpu(ddx, dg, N, H, W, C, dt, 0);
-    float *got = to_host(dy, n, dt), *gotb = to_host(ddx, n, dt);
+    float *got = host_act(dy, n, dt), *gotb = host_act(ddx, n, dt);
     size_t df = n_diff(got, want, n), db = n_diff(gotb, wantb, n);
     CHECK(df == 0 && db == 0, "blur %dx%dx%dx%d skew %d %s: %zu forward and %zu backward elements differ from the CPU "
           "(max |diff| %g, %g)", N, H, W, C, skew, dt == CT_BF16 ? "bf16" : "fp32", df, db, max_abs_diff(got, want, n),
           max_abs_diff(gotb, wantb, n));
-    CKC(cudaFree(b0));
-    CKC(cudaFree(b1));
-    CKC(cudaFree(b2));
-    CKC(cudaFree(b3));
+    CT_CUDA_CHECK(cudaFree(b0));
+    CT_CUDA_CHECK(cudaFree(b1));
+    CT_CUDA_CHECK(cudaFree(b2));
+    CT_CUDA_CHECK(cudaFree(b3));
     free(x), free(g), free(want), free(wantb), free(got), free(gotb);
 }
 

@@ -15,6 +15,7 @@
 #include "nn/layers.h"
 #include "nn/lars.h"
 #include "nn/sgd.h"
+#include "tests/emu_util.h"
 #include "tests/test.h"
 #include "util/bf16.h"
 #include "util/common.h"
@@ -33,50 +34,12 @@ static void note(CtDtype dt, double err) {
     if (err > worst[dt]) worst[dt] = err;
 }
 
-static void round_to(float *x, size_t n, CtDtype dt) {
-    if (dt == CT_BF16)
-        for (size_t i = 0; i < n; i++) x[i] = ct_round_bf16(x[i]);
-}
-
 static float *rand_vec(size_t n, float lo, float hi, CtDtype dt) {
     float *x = (float *)ct_alloc((n ? n : 1) * sizeof(float));
     for (size_t i = 0; i < n; i++) x[i] = lo + (hi - lo) * rng_uniform(&test_rng);
     round_to(x, n, dt);
     return x;
 }
-
-// Device buffers holding n elements of dtype dt, to and from host floats.
-static void *dev_act(const float *x, size_t n, CtDtype dt) {
-    size_t es = dt == CT_BF16 ? 2 : 4;
-    void *d = NULL;
-    CKC(cudaMalloc(&d, (n ? n : 1) * es));
-    if (x) {
-        if (dt == CT_BF16) {
-            uint16_t *h = (uint16_t *)ct_alloc((n ? n : 1) * 2);
-            for (size_t i = 0; i < n; i++) h[i] = ct_f32_to_bf16(x[i]);
-            CKC(cudaMemcpy(d, h, n * 2, cudaMemcpyHostToDevice));
-            free(h);
-        } else {
-            CKC(cudaMemcpy(d, x, n * 4, cudaMemcpyHostToDevice));
-        }
-    }
-    return d;
-}
-static float *dev_f32(const float *x, size_t n) { return (float *)dev_act(x, n, CT_F32); }
-static float *host_act(const void *d, size_t n, CtDtype dt) {
-    float *x = (float *)ct_alloc((n ? n : 1) * sizeof(float));
-    CKC(cudaDeviceSynchronize());
-    if (dt == CT_BF16) {
-        uint16_t *h = (uint16_t *)ct_alloc((n ? n : 1) * 2);
-        CKC(cudaMemcpy(h, d, n * 2, cudaMemcpyDeviceToHost));
-        for (size_t i = 0; i < n; i++) x[i] = ct_bf16_to_f32(h[i]);
-        free(h);
-    } else {
-        CKC(cudaMemcpy(x, d, n * 4, cudaMemcpyDeviceToHost));
-    }
-    return x;
-}
-static float *host_f32(const void *d, size_t n) { return host_act(d, n, CT_F32); }
 
 static void expect_close(const char *what, const float *got, const float *want, size_t n, double t, CtDtype dt) {
     double e = rel_err_norm(got, want, n);
