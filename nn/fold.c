@@ -10,8 +10,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "nn/blur.h"
 #include "nn/layers.h"
+#include "nn/model_cpu.h"
 #include "nn/winograd.h"
 #include "util/crc32c.h"
 #include "util/common.h"
@@ -314,26 +314,13 @@ static const float *run(FoldNet *f, int N) {
             else conv2d_forward_ep(&s, y, x, f->weights + op->w_off, op->packed, f->weights + op->b_off, res, op->relu);
             break;
         }
-        case OP_MAXPOOL:
-            maxpool_forward(y, x, N, din.H, din.W, din.C, op->R, op->stride, op->pad, dout.H, dout.W);
-            break;
-        case OP_ADD:
-            add_forward(y, x, slot(f, op->in2), (size_t)N * din.H * din.W * din.C, op->relu);
-            break;
-        case OP_RELU:
-            relu_forward(y, x, (size_t)N * din.H * din.W * din.C);
-            break;
-        case OP_AVGPOOL:
-            avgpool_forward(y, x, N, din.H * din.W, din.C);
-            break;
-        case OP_BLUR:
-            blur3x3_forward(y, x, N, din.H, din.W, din.C);
-            break;
         case OP_FC:
             linear_forward(y, x, f->weights + op->w_off, f->weights + op->b_off, N, op->C, op->K);
             break;
         default:
-            ct_die("%s: folded op %d (%s) has unknown kind %d", f->arch, i, op->name, op->kind);
+            if (cpu_plain_op_forward(op->kind, y, x, op->in2 >= 0 ? slot(f, op->in2) : NULL, N, din, dout, op->R,
+                                     op->stride, op->pad, op->relu) != 0)
+                ct_die("%s: folded op %d (%s) has unknown kind %d", f->arch, i, op->name, op->kind);
         }
     }
     return slot(f, f->n_tensors - 1);

@@ -228,6 +228,30 @@ static void refresh_weights(CpuExec *e, const ResNet *m) {
     }
 }
 
+int cpu_plain_op_forward(int kind, float *y, const float *x, const float *x2, int N, TensorDim din, TensorDim dout,
+                         int R, int stride, int pad, int relu) {
+    const size_t n = (size_t)N * din.H * din.W * din.C;
+    switch (kind) {
+    case OP_RELU:
+        relu_forward(y, x, n);
+        return 0;
+    case OP_MAXPOOL:
+        maxpool_forward(y, x, N, din.H, din.W, din.C, R, stride, pad, dout.H, dout.W);
+        return 0;
+    case OP_ADD:
+        add_forward(y, x, x2, n, relu);
+        return 0;
+    case OP_AVGPOOL:
+        avgpool_forward(y, x, N, din.H * din.W, din.C);
+        return 0;
+    case OP_BLUR:
+        blur3x3_forward(y, x, N, din.H, din.W, din.C);
+        return 0;
+    default:
+        return -1;
+    }
+}
+
 static void forward_ops(CpuExec *e, ResNet *m, int N, int train) {
     refresh_weights(e, m);
     store(e, act(e, 0), (size_t)N * e->H * e->W * m->in_channels);
@@ -264,27 +288,14 @@ static void forward_ops(CpuExec *e, ResNet *m, int N, int train) {
             }
             break;
         }
-        case OP_RELU:
-            relu_forward(y, x, (size_t)N * din.H * din.W * din.C);
-            break;
-        case OP_MAXPOOL:
-            maxpool_forward(y, x, N, din.H, din.W, din.C, op->R, op->stride, op->pad, dout.H, dout.W);
-            break;
-        case OP_ADD:
-            add_forward(y, x, act(e, op->in2), (size_t)N * din.H * din.W * din.C, op->relu);
-            break;
-        case OP_AVGPOOL:
-            avgpool_forward(y, x, N, din.H * din.W, din.C);
-            break;
-        case OP_BLUR:
-            blur3x3_forward(y, x, N, din.H, din.W, din.C);
-            break;
         case OP_FC:
             linear_forward(y, x, weight(e, m, op->w), op->b >= 0 ? m->params + m->entries[op->b].offset : NULL,
                            N, op->C, op->K);
             break;
         default:
-            ct_die("%s: op %d (%s) has unknown kind %d", m->arch, i, op->name, op->kind);
+            if (cpu_plain_op_forward(op->kind, y, x, op->in2 >= 0 ? act(e, op->in2) : NULL, N, din, dout, op->R,
+                                     op->stride, op->pad, op->relu) != 0)
+                ct_die("%s: op %d (%s) has unknown kind %d", m->arch, i, op->name, op->kind);
         }
         if (out != m->n_tensors - 1) store(e, y, (size_t)N * dout.H * dout.W * dout.C);  // logits stay fp32
     }

@@ -35,6 +35,13 @@ const float *cpu_forward(CpuExec *e, ResNet *m, const float *x, int N, int H, in
 const float *cpu_forward_u8(CpuExec *e, ResNet *m, const uint8_t *x, int N, int H, int W,
                             const float *mean, const float *std, int train);
 
+// The forward of one parameter-free op of the op list on N images, with the reference layers:
+// OP_RELU, OP_MAXPOOL (R x R window, stride, pad), OP_ADD (y = x + x2, relu fused), OP_AVGPOOL,
+// OP_BLUR; din/dout are its input and output slot shapes. Both CPU walks of the op list run these
+// ops through it (this executor and the BN-folded one, nn/fold.c). 0, or -1 when kind is none of them.
+int cpu_plain_op_forward(int kind, float *y, const float *x, const float *x2, int N, TensorDim din, TensorDim dout,
+                         int R, int stride, int pad, int relu);
+
 // Backward of the last training forward, given dlogits[N, num_classes]. OVERWRITES every gradient
 // in grads[resnet_trainable(m)] (all of them unless m->freeze_backbone: then only fc's, and the
 // rest of grads is left as it was) (same layout as m->params; conv gradients KRSC). If ready != NULL it is
