@@ -108,6 +108,21 @@ out=$("$TRAIN" predict --weights "$W" --tta vflip "$TMP/img/a.png" 2>&1) && fail
 grep -q -- "--tta vflip: must be none or flip" <<<"$out" || fail "unclear --tta error: $out"
 ok "predict --tta flip averages the logits of the image and its mirror"
 
+# The subcommands' flags (one parser, trainer/modelfile.c's subcommand_parse): --flag=V and the
+# short aliases work; an unknown flag, a flag without its value, a value out of range and a stray
+# export argument are errors that name the argument.
+"$TRAIN" predict --weights="$W" --top-k=2 -b 1 --format=json "$TMP/img/a.png" \
+  | "$PIPPY" -c 'import json, sys; assert len(json.loads(sys.stdin.read())["top"]) == 2' || fail "predict --weights=W --top-k=2"
+out=$("$TRAIN" predict --weights "$W" --bogus "$TMP/img/a.png" 2>&1) && fail "predict --bogus accepted"
+grep -q "predict: unknown flag '--bogus'" <<<"$out" || fail "unclear unknown-flag error: $out"
+out=$("$TRAIN" predict --weights "$W" "$TMP/img/a.png" --top-k 2>&1) && fail "predict --top-k without a value accepted"
+grep -q -- "--top-k: needs a value" <<<"$out" || fail "unclear missing-value error: $out"
+out=$("$TRAIN" predict --weights "$W" -k 0 "$TMP/img/a.png" 2>&1) && fail "predict -k 0 accepted"
+grep -q -- "--top-k: .0. is not an integer in 1\.\." <<<"$out" || fail "unclear range error: $out"
+out=$("$TRAIN" export --weights "$W" stray.onnx 2>&1) && fail "export with a stray argument accepted"
+grep -q "export: unknown argument 'stray.onnx'" <<<"$out" || fail "unclear export error: $out"
+ok "subcommand flags: --flag=V, aliases, and errors naming the argument"
+
 # Batches: 23 files with an undecodable one in the middle, decoded over threads and forwarded in
 # batches of 5: the output keeps the input order, is byte-identical for 1 and 2 threads, and the
 # logits match the one-image batches'. The emulated GPU backend (train-emu predict --device cuda,

@@ -39,7 +39,7 @@ static void export_usage(FILE *f) {
             ONNX_OPSET, resnet_arch_list());
 }
 
-// Flag value of argv[*i] (dies naming the flag when it is missing).
+// v[0..n) as comma-separated JSON numbers (metadata_props mean and std).
 static void floats_text(const float *v, int n, char *out, size_t len) {
     out[0] = 0;
     for (int i = 0; i < n; i++) {
@@ -53,19 +53,14 @@ static void floats_text(const float *v, int n, char *out, size_t len) {
 int export_main(int argc, char **argv) {
     const char *weights = NULL, *onnx = NULL;
     ModelFileFlags fl = {0};
-    for (int i = 2; i < argc; i++) {
-        SubcommandArg arg;
-        subcommand_arg(&arg, "export", argv[i]);
-        const char *a = arg.name;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            export_usage(stdout);
-            return 0;
-        } else if (modelfile_flag(&fl, &arg, argc, argv, &i)) {
-            continue;
-        } else if (!strcmp(a, "--weights")) weights = subcommand_value(&arg, argc, argv, &i);
-        else if (!strcmp(a, "--onnx")) onnx = subcommand_value(&arg, argc, argv, &i);
-        else if (!strcmp(a, "--input-size")) fl.crop = ct_parse_int("--input-size", subcommand_value(&arg, argc, argv, &i), 1, 4096);
-        else ct_die("export: unknown argument '%s' (see train export --help)", argv[i]);
+    const SubFlag flags[] = {
+        {"--weights", NULL, SUB_STR, &weights, 0, 0},
+        {"--onnx", NULL, SUB_STR, &onnx, 0, 0},
+        {"--input-size", NULL, SUB_INT, &fl.crop, 1, 4096},
+    };
+    if (subcommand_parse("export", &fl, flags, (int)(sizeof flags / sizeof flags[0]), argc, argv, NULL, NULL)) {
+        export_usage(stdout);
+        return 0;
     }
     if (!weights) ct_die("export: --weights W.safetensors is required (see train export --help)");
     if (!onnx) ct_die("export: --onnx OUT.onnx is required (see train export --help)");

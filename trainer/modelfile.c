@@ -111,10 +111,15 @@ void modelfile_free(ModelFile *mf) {
     memset(mf, 0, sizeof *mf);
 }
 
-void subcommand_arg(SubcommandArg *a, const char *command, const char *arg) {
+// One argument: "--resize" and "3" of "--resize=3" (a long flag's inline value), else the whole argument.
+typedef struct {
+    char name[64];
+    const char *inline_value;  // NULL: none
+} SubArg;
+
+static void sub_arg(SubArg *a, const char *arg) {
     snprintf(a->name, sizeof a->name, "%s", arg);
     a->inline_value = NULL;
-    a->command = command;
     char *cut = strncmp(a->name, "--", 2) ? NULL : strchr(a->name, '=');
     if (cut) {
         *cut = 0;
@@ -122,18 +127,46 @@ void subcommand_arg(SubcommandArg *a, const char *command, const char *arg) {
     }
 }
 
-const char *subcommand_value(const SubcommandArg *a, int argc, char **argv, int *i) {
-    if (a->inline_value) return a->inline_value;
-    if (*i + 1 >= argc) ct_die("%s: needs a value (see train %s --help)", argv[*i], a->command);
-    return argv[++*i];
+// Applies flag f given as argv[*i] (its value inline, or the next argument: *i advances).
+static void sub_set(const char *command, const SubFlag *f, const SubArg *a, int argc, char **argv, int *i) {
+    if (f->kind == SUB_SET) {
+        *(int *)f->dst = 1;
+        return;
+    }
+    const char *v = a->inline_value;
+    if (!v) {
+        if (*i + 1 >= argc) ct_die("%s: needs a value (see train %s --help)", argv[*i], command);
+        v = argv[++*i];
+    }
+    if (f->kind == SUB_INT) *(int *)f->dst = ct_parse_int(f->name, v, f->lo, f->hi);
+    else *(const char **)f->dst = v;
 }
 
-int modelfile_flag(ModelFileFlags *fl, const SubcommandArg *a, int argc, char **argv, int *i) {
-    if (!strcmp(a->name, "-a") || !strcmp(a->name, "--arch")) fl->arch = subcommand_value(a, argc, argv, i);
-    else if (!strcmp(a->name, "--resize")) fl->resize = ct_parse_int("--resize", subcommand_value(a, argc, argv, i), 1, 8192);
-    else if (!strcmp(a->name, "--mean")) fl->mean = subcommand_value(a, argc, argv, i);
-    else if (!strcmp(a->name, "--std")) fl->std = subcommand_value(a, argc, argv, i);
-    else if (!strcmp(a->name, "--classes")) fl->classes_path = subcommand_value(a, argc, argv, i);
-    else return 0;
-    return 1;
+static const SubFlag *sub_find(const SubFlag *flags, int n, const char *name) {
+    for (int k = 0; k < n; k++)
+        if (!strcmp(name, flags[k].name) || (flags[k].alias && !strcmp(name, flags[k].alias))) return &flags[k];
+    return NULL;
+}
+
+int subcommand_parse(const char *command, ModelFileFlags *fl, const SubFlag *flags, int n_flags, int argc,
+                     char **argv, void (*positional)(void *ctx, const char *arg), void *ctx) {
+    const SubFlag model[] = {
+        {"--arch", "-a", SUB_STR, &fl->arch, 0, 0},
+        {"--resize", NULL, SUB_INT, &fl->resize, 1, 8192},
+        {"--mean", NULL, SUB_STR, &fl->mean, 0, 0},
+        {"--std", NULL, SUB_STR, &fl->std, 0, 0},
+        {"--classes", NULL, SUB_STR, &fl->classes_path, 0, 0},
+    };
+    for (int i = 2; i < argc; i++) {
+        SubArg a;
+        sub_arg(&a, argv[i]);
+        if (!strcmp(a.name, "-h") || !strcmp(a.name, "--help")) return 1;
+        const SubFlag *f = sub_find(model, (int)(sizeof model / sizeof model[0]), a.name);
+        if (!f) f = sub_find(flags, n_flags, a.name);
+        if (f) sub_set(command, f, &a, argc, argv, &i);
+        else if (a.name[0] == '-' && a.name[1]) ct_die("%s: unknown flag '%s' (see train %s --help)", command, argv[i], command);
+        else if (positional) positional(ctx, argv[i]);
+        else ct_die("%s: unknown argument '%s' (see train %s --help)", command, argv[i], command);
+    }
+    return 0;
 }

@@ -20,18 +20,25 @@ typedef struct {
     const char *classes_path;  // --classes FILE: one class name per line
 } ModelFileFlags;
 
-// One argument of a subcommand, spelled like train's own flags: "--flag V" or "--flag=V".
+// A subcommand's own flag, spelled like train's: "--name V", "--name=V", or "-x V" for its alias.
+typedef enum {
+    SUB_STR,  // *(const char **)dst = V
+    SUB_INT,  // *(int *)dst = V, an integer in [lo, hi]
+    SUB_SET,  // *(int *)dst = 1; takes no value
+} SubFlagKind;
 typedef struct {
-    char name[64];             // "--resize" of "--resize=3"; the whole argument otherwise
-    const char *inline_value;  // "3" of "--resize=3", else NULL
-    const char *command;       // "export", "predict": named in errors
-} SubcommandArg;
-void subcommand_arg(SubcommandArg *a, const char *command, const char *arg);
-// The flag's value: inline, or the next argument (*i advances); dies naming the flag when missing.
-const char *subcommand_value(const SubcommandArg *a, int argc, char **argv, int *i);
-// The model flags every subcommand takes (-a/--arch, --resize, --mean, --std, --classes) into fl;
-// 1 when a was one of them.
-int modelfile_flag(ModelFileFlags *fl, const SubcommandArg *a, int argc, char **argv, int *i);
+    const char *name, *alias;  // "--top-k", "-k" (alias NULL: none)
+    SubFlagKind kind;
+    void *dst;
+    int lo, hi;                // SUB_INT's range
+} SubFlag;
+
+// The arguments argv[2..] of `train COMMAND`, in order: -h/--help; the model flags every such
+// subcommand takes (-a/--arch, --resize, --mean, --std, --classes) into fl; the command's own
+// `flags`; anything else not starting with '-' goes to positional (NULL: it is an error). Dies
+// naming the argument at fault. Returns 1 at -h/--help (the caller prints its usage), else 0.
+int subcommand_parse(const char *command, ModelFileFlags *fl, const SubFlag *flags, int n_flags, int argc,
+                     char **argv, void (*positional)(void *ctx, const char *arg), void *ctx);
 
 // Dies with a message naming the file or flag at fault (and what to give instead).
 void modelfile_load(ModelFile *mf, const char *path, const ModelFileFlags *fl);

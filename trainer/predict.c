@@ -92,6 +92,8 @@ static void collect(PathList *l, const char *path) {
     free(ents);
 }
 
+static void collect_arg(void *inputs, const char *arg) { collect(inputs, arg); }
+
 // Preprocessed crop (uint8 HWC, crop x crop x C) of one file; 0, or -1 with the reason in err.
 static int load_image(const char *path, const ModelFile *mf, uint8_t *crop, ResampleScratch *scratch, char *err,
                       size_t errlen) {
@@ -195,26 +197,20 @@ int predict_main(int argc, char **argv) {
     int topk = 5, with_logits = 0, batch = 32;
     ModelFileFlags fl = {0};
     PathList inputs = {0};
-    for (int i = 2; i < argc; i++) {
-        SubcommandArg arg;
-        subcommand_arg(&arg, "predict", argv[i]);
-        const char *a = arg.name;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            predict_usage(stdout);
-            return 0;
-        } else if (modelfile_flag(&fl, &arg, argc, argv, &i)) {
-            continue;
-        } else if (!strcmp(a, "--weights")) weights = subcommand_value(&arg, argc, argv, &i);
-        else if (!strcmp(a, "-k") || !strcmp(a, "--top-k")) topk = ct_parse_int("--top-k", subcommand_value(&arg, argc, argv, &i), 1, 1 << 20);
-        else if (!strcmp(a, "--format")) format = subcommand_value(&arg, argc, argv, &i);
-        else if (!strcmp(a, "--logits")) with_logits = 1;
-        else if (!strcmp(a, "--crop-size")) fl.crop = ct_parse_int("--crop-size", subcommand_value(&arg, argc, argv, &i), 1, 4096);
-        else if (!strcmp(a, "-b") || !strcmp(a, "--batch-size")) batch = ct_parse_int("--batch-size", subcommand_value(&arg, argc, argv, &i), 1, 1 << 16);
-        else if (!strcmp(a, "-j") || !strcmp(a, "--workers")) workers_flag = subcommand_value(&arg, argc, argv, &i);
-        else if (!strcmp(a, "--device")) device = subcommand_value(&arg, argc, argv, &i);
-        else if (!strcmp(a, "--tta")) tta = subcommand_value(&arg, argc, argv, &i);
-        else if (a[0] == '-' && a[1]) ct_die("predict: unknown flag '%s' (see train predict --help)", argv[i]);
-        else collect(&inputs, argv[i]);
+    const SubFlag flags[] = {
+        {"--weights", NULL, SUB_STR, &weights, 0, 0},
+        {"--top-k", "-k", SUB_INT, &topk, 1, 1 << 20},
+        {"--format", NULL, SUB_STR, &format, 0, 0},
+        {"--logits", NULL, SUB_SET, &with_logits, 0, 0},
+        {"--crop-size", NULL, SUB_INT, &fl.crop, 1, 4096},
+        {"--batch-size", "-b", SUB_INT, &batch, 1, 1 << 16},
+        {"--workers", "-j", SUB_STR, &workers_flag, 0, 0},
+        {"--device", NULL, SUB_STR, &device, 0, 0},
+        {"--tta", NULL, SUB_STR, &tta, 0, 0},
+    };
+    if (subcommand_parse("predict", &fl, flags, (int)(sizeof flags / sizeof flags[0]), argc, argv, collect_arg, &inputs)) {
+        predict_usage(stdout);
+        return 0;
     }
     if (!weights) ct_die("predict: --weights W.safetensors is required (see train predict --help)");
     int json = !strcmp(format, "json");
