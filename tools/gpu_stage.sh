@@ -3,8 +3,10 @@
 # GPU machine may lack): builds the release binaries and the GPU test programs, then copies them,
 # debug info stripped (symbols kept: tests/test_linkage.sh reads them), with their repository
 # paths, into .carry/gpu.tar.xz (the sm_80 + sm_90 kernels make the programs large; compressed they
-# leave room under the device tool's 64 MiB). The device call carries .carry and runs
-# tools/gpu_session.sh:
+# leave room under the device tool's 64 MiB). The Hopper files (kernels/conv_wgmma.cu, the wgmma
+# and mbarrier checks of kernels/ptx_check.cu) are built for sm_90a instead of sm_90 (build.sh's
+# NVFLAGS_90A; bench_conv: tools/bench_gpu.sh), and the programs that carry them are checked for
+# sm_90a code before packing. The device call carries .carry and runs tools/gpu_session.sh:
 #   tools/gpu_stage.sh
 #   run(command="tools/gpu_session.sh", carry=[".carry"])
 # .carry/ is ignored by git. The device tool carries at most 64 MiB with the working tree.
@@ -18,7 +20,19 @@ NVCC=${NVCC:-$(sed -n 's/^NVCC := //p' build/rules.mk)} BENCH_DIR=build/bench-gp
 rm -rf .carry/gpu
 mkdir -p .carry/gpu/build/gpu-tests .carry/gpu/build/tools .carry/gpu/build/bench-gpu
 files=(train packdata build/tools/bench_gpu_train build/bench-gpu/bench_conv)
-for t in build/gpu-tests/emu_*; do [[ -x $t && $t != *.* ]] && files+=("$t"); done
+# The GPU builds of today's tests/emu_*.c (build.sh's GPU_TESTS), not whatever build/gpu-tests holds.
+for src in tests/emu_*.c; do
+  t=build/gpu-tests/$(basename "$src" .c)
+  [ -x "$t" ] || { echo "gpu_stage: $t missing (./build.sh gpu-tests did not build it)" >&2; exit 1; }
+  files+=("$t")
+done
+# ptxas writes its "-arch sm_90a" into each sm_90a cubin; grep -c reads all of strings' output
+# (grep -q would stop early, and pipefail would count strings' SIGPIPE as a failure).
+for f in train build/tools/bench_gpu_train build/bench-gpu/bench_conv build/gpu-tests/emu_conv \
+         build/gpu-tests/emu_ptx_layouts; do
+  [ "$(strings -a "$f" | grep -c -- '-arch sm_90a')" -gt 0 ] \
+    || { echo "gpu_stage: $f holds no sm_90a code: the wgmma engine and its checks would not run on an H100" >&2; exit 1; }
+done
 for f in "${files[@]}"; do
   cp "$f" ".carry/gpu/$f"
   strip --strip-debug ".carry/gpu/$f"
