@@ -119,9 +119,10 @@ __device__ static void t2_tile_stats(float (&acc)[4][8][4], float *stats, int M,
         }
 }
 
-// stats (forward only, else NULL): the epilogue also writes per-tile BN statistics (below).
+// Epilogue options in g: stats (forward) also writes per-tile BN statistics (above); c_acc (data
+// gradient) adds the product to C's bf16 values instead of overwriting them.
 template <int MODE, typename TC>
-__global__ void __launch_bounds__(T2_THREADS) gemm_tc2_k(GemmArgs g, int tiles_m, int tiles_n, float *stats) {
+__global__ void __launch_bounds__(T2_THREADS) gemm_tc2_k(GemmArgs g, int tiles_m, int tiles_n) {
     CT_DYN_SMEM(uint16_t, sm);
     const ConvShape &s = g.s;
     const uint16_t *a = (const uint16_t *)g.a;
@@ -410,12 +411,18 @@ __global__ void __launch_bounds__(T2_THREADS) gemm_tc2_k(GemmArgs g, int tiles_m
                     *(float2 *)p = make_float2(v0, v1);
                 } else {
                     ct_check_vec_align(p, sizeof(uint32_t));
+                    if (MODE == GEMM_DGRAD && g.c_acc) {  // a later gradient contribution: add in place
+                        CT_COST_ACCESS(p, sizeof(uint32_t), false);
+                        uint32_t old = *(const uint32_t *)p;
+                        v0 = __fadd_rn(v0, ct_bf16_to_f32((uint16_t)(old & 0xffffu)));
+                        v1 = __fadd_rn(v1, ct_bf16_to_f32((uint16_t)(old >> 16)));
+                    }
                     CT_COST_ACCESS(p, sizeof(uint32_t), true);
                     *(uint32_t *)p = ct_f32_to_bf16(v0) | (uint32_t)ct_f32_to_bf16(v1) << 16;
                 }
             }
         }
-    if (MODE == GEMM_FWD && stats) t2_tile_stats(acc, stats, g.M, g.N, m0, n0, wm, wn, lane, (float *)sm);
+    if (MODE == GEMM_FWD && g.stats) t2_tile_stats(acc, g.stats, g.M, g.N, m0, n0, wm, wn, lane, (float *)sm);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -441,10 +448,12 @@ extern "C" void ct_conv_tc2_split(int M, int N, int K, int *splits, int *k_split
     ct_split_plan(M, N, K, T2_BM, T2_BN, T2_BK, splits, k_split);
 }
 
-static void t2_run(int mode, GemmArgs g, float *work, float *final_out, float *stats, cudaStream_t st) {
+extern "C" void ct_conv_tc2_run(int mode, GemmArgs g, float *work, float *final_out, cudaStream_t st) {
     int splits = 1;
     g.k_split = g.k_end;
     g.c_split_stride = 0;
+    if (mode != GEMM_FWD) g.stats = NULL;
+    if (mode != GEMM_DGRAD) g.c_acc = 0;
     if (mode == GEMM_WGRAD && !g.no_split) {
         ct_conv_tc2_split(g.M, g.N, g.k_end, &splits, &g.k_split);
         if (splits > 1) {
@@ -458,39 +467,14 @@ static void t2_run(int mode, GemmArgs g, float *work, float *final_out, float *s
     if (ctas > 0x7fffffff || splits > 65535) ct_die("conv: GEMM of %d x %d too large for the grid", g.M, g.N);
     dim3 grid((unsigned)ctas, 1, splits);
     size_t smem = t2_smem_bytes(mode, g.k_split);
-    void (*kern)(GemmArgs, int, int, float *) = mode == GEMM_FWD     ? gemm_tc2_k<GEMM_FWD, uint16_t>
+    void (*kern)(GemmArgs, int, int) = mode == GEMM_FWD     ? gemm_tc2_k<GEMM_FWD, uint16_t>
                                        : mode == GEMM_DGRAD ? gemm_tc2_k<GEMM_DGRAD, uint16_t>
                                                             : gemm_tc2_k<GEMM_WGRAD, float>;
     CT_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    CT_LAUNCH(kern, grid, T2_THREADS, smem, st, g, tiles_m, tiles_n, mode == GEMM_FWD ? stats : (float *)NULL);
+    CT_LAUNCH(kern, grid, T2_THREADS, smem, st, g, tiles_m, tiles_n);
     CT_CHECK_LAUNCH("conv GEMM (tensor cores v2)");
     if (splits > 1) ct_conv_reduce_splits(final_out, work, splits, (size_t)g.M * g.N, st);
 }
 
-extern "C" void ct_conv_tc2_run(int mode, GemmArgs g, float *work, float *final_out, cudaStream_t st) {
-    t2_run(mode, g, work, final_out, NULL, st);
-}
-
-// The forward with BN statistics in its epilogue (see t2_tile_stats): bf16 on engine v2 only.
-// Returns 0, having run nothing, for a shape or setting that takes another engine
-// (CTRAIN_CONV_ENGINE=v1, channels not a multiple of 8): the caller then convolves as usual and
-// batch norm gathers its own statistics.
+// Floats of the forward's per-tile BN statistics (g.stats): {sum, m2} per 128-row tile and channel.
 extern "C" size_t conv2d_gpu_stats_floats(int M, int C) { return (size_t)2 * ((M + T2_BM - 1) / T2_BM) * C; }
-extern "C" int conv2d_forward_stats_gpu(const ConvShape *s, void *out, float *stats, const void *in, const void *w,
-                                        CtDtype dt, ct_stream_t st) {
-    const char *e = getenv("CTRAIN_CONV_ENGINE");
-    if (dt != CT_BF16 || (e && *e && strcmp(e, "v2")) || s->N <= 0 || s->P <= 0 || s->Q <= 0 || s->K <= 0 || s->C <= 0)
-        return 0;
-    GemmArgs g = {};
-    g.s = *s;
-    g.a = in;
-    g.b = w;
-    g.c = out;
-    g.M = s->N * s->P * s->Q;
-    g.N = s->K;
-    g.K = g.k_end = s->R * s->S * s->C;
-    ct_gemm_tc_setup(&g, GEMM_FWD, dt);
-    if (!ct_conv_tc2_eligible(GEMM_FWD, &g) || !ct_aligned(8, stats)) return 0;
-    t2_run(GEMM_FWD, g, NULL, NULL, stats, (cudaStream_t)st);
-    return 1;
-}

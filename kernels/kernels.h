@@ -56,6 +56,11 @@ void conv2d_backward_data_gpu(const ConvShape *s, void *din, const void *dout, c
                               CtDtype dt, ct_stream_t stream);
 void conv2d_backward_weight_gpu(const ConvShape *s, float *dw, const void *dout, const void *in,
                                 float *work, CtDtype dt, ct_stream_t stream);
+// The data gradient added in place: din = round(float(din) + the gradient), one rounding from fp32
+// in the epilogue (every engine), so a second contribution to a gradient slot needs no scratch
+// and no add pass. The CPU twin: conv2d_backward_data into a float buffer, then add (nn/model_cpu.c).
+void conv2d_backward_data_acc_gpu(const ConvShape *s, void *din, const void *dout, const void *w,
+                                  CtDtype dt, ct_stream_t stream);
 // out[N,O] (fp32) = in[N,I] w[O,I]^T + b[O] (b fp32, may be NULL).
 void linear_forward_gpu(float *out, const void *in, const void *w, const float *b, int N, int I,
                         int O, CtDtype dt, ct_stream_t stream);
@@ -75,6 +80,8 @@ int conv2d_forward_gpu_ex(const ConvShape *s, void *out, const void *in, const v
                           ct_stream_t stream, int algo);
 int conv2d_backward_data_gpu_ex(const ConvShape *s, void *din, const void *dout, const void *w,
                                 CtDtype dt, ct_stream_t stream, int algo);
+int conv2d_backward_data_acc_gpu_ex(const ConvShape *s, void *din, const void *dout, const void *w,
+                                    CtDtype dt, ct_stream_t stream, int algo);
 int conv2d_backward_weight_gpu_ex(const ConvShape *s, float *dw, const void *dout, const void *in,
                                   float *work, CtDtype dt, ct_stream_t stream, int algo);
 // Channel padding (kernels/conv_pad.cu; CPU twins nn/pad.h): out[r, c] = in[r, c] for c < C, 0 for

@@ -73,8 +73,8 @@ static int dev_equal(const void *a, const void *b, size_t bytes) {
 }
 
 // Worst error seen per (kernel, engine) for the report at the end.
-enum { K_FWD, K_DGRAD, K_WGRAD, K_LIN_FWD, K_LIN_DIN, K_LIN_DW, K_LIN_DB, NKERN };
-static const char *kname[NKERN] = {"conv fwd", "conv dgrad", "conv wgrad", "linear fwd",
+enum { K_FWD, K_DGRAD, K_DGRAD_ACC, K_WGRAD, K_LIN_FWD, K_LIN_DIN, K_LIN_DW, K_LIN_DB, NKERN };
+static const char *kname[NKERN] = {"conv fwd", "conv dgrad", "dgrad acc", "conv wgrad", "linear fwd",
                                    "linear din", "linear dw", "linear db"};
 enum { E_F32, E_BF16, E_TC, E_TC2, E_WG, NENG };
 static const char *ename[NENG] = {"generic fp32", "generic bf16", "tensor-core bf16", "tensor-core v2", "wgmma"};
@@ -153,6 +153,19 @@ static void test_conv(int N, int H, int W, int C, int K, int R, int S, int strid
             dev_download(got, di1, nin, dt);
             record(K_DGRAD, e, rel_err_norm(got, ref, nin), tol_act, what);
             if (rerun) CHECK(dev_equal(di1, di2, nin * esize(dt)), "dgrad %s %s: reruns differ", ename[e], what);
+
+            // Accumulated in place onto random values (a second gradient contribution): every
+            // element must be old + gradient, so an overwrite or a skipped phase is an O(1) error.
+            float *old = host_random(nin, key * 4 + 3, dt);
+            void *d_acc = dev_upload(old, nin, dt);
+            used = conv2d_backward_data_acc_gpu_ex(&s, d_acc, d_dout, d_w, dt, stream, algo);
+            sync();
+            CHECK(used == want, "dgrad acc %s: engine %d ran, %d expected", what, used, want);
+            for (size_t i = 0; i < nin; i++) ref[i] += old[i];
+            dev_download(got, d_acc, nin, dt);
+            record(K_DGRAD_ACC, e, rel_err_norm(got, ref, nin), tol_act, what);
+            cudaFree(d_acc);
+            free(old);
 
             for (int rep = 0; rep < 2; rep++) {
                 if (work) poison(work, nwork * 4);
