@@ -5,8 +5,10 @@
 // the profiler nn/model_cuda_prof.cu's (the struct they share: nn/model_cuda_impl.h).
 //
 // The second contribution to a gradient slot (a block input feeds both the residual add and a
-// conv or the shortcut) goes through a scratch buffer and add_inplace, because every backward
-// kernel overwrites its output (the CPU convention); a fused block tail accumulates in place.
+// conv or the shortcut) is accumulated in place where the kernel can: a convolution's data
+// gradient adds to the slot in its epilogue (conv2d_backward_data_acc_gpu), a fused block tail in
+// its dx pass; the other kernels overwrite their output (the CPU convention), so theirs goes
+// through a scratch buffer and add_inplace.
 // Fusion (resnet_bn_add_fusable, CTRAIN_FUSE_BN_ADD=0 turns it off): bn3 + add [+ relu] runs as one
 // batch norm whose last pass adds the residual (the BN output slot is never allocated), and its
 // backward writes the residual's gradient in the BN's dx pass (no ReLU pass, no device copies).
@@ -429,9 +431,10 @@ static void backward_ops(GpuExec *e, const ResNet *m, GradReadyFn ready, void *c
                 conv2d_backward_weight_gpu(&s, pgrad(e, m, op->w), gout, in, e->work, dt, st);
             }
             prof_mark(e, i, PROF_BWD_DATA);
-            if (need_din) {
-                conv2d_backward_data_gpu(&s, grad_target(e, op->in, init), gout, wop(e, m, op->w), dt, st);
-                finish_grad(e, op->in, init, n_in);
+            if (need_din) {  // a later contribution is added in the data gradient's epilogue
+                if (init[op->in]) conv2d_backward_data_acc_gpu(&s, e->grad[op->in], gout, wop(e, m, op->w), dt, st);
+                else conv2d_backward_data_gpu(&s, e->grad[op->in], gout, wop(e, m, op->w), dt, st);
+                init[op->in] = 1;
             }
             break;
         }
