@@ -788,8 +788,13 @@ extern "C" int conv2d_forward_stats_gpu(const ConvShape *s, void *out, float *st
 
 // The data gradient on the engine `algo` resolves to; acc: din += the gradient (in place, one
 // rounding from fp32: the second contribution to a gradient slot) instead of din = it.
+// bn (may be NULL): its bn_* fields ask for the BN backward epilogue (conv2d_backward_data_bn_gpu),
+// which only engine v2 runs, at stride 1: otherwise nothing runs and the result is 0 (CT_CONV_AUTO).
 static int conv_dgrad(const ConvShape *s, void *din, const void *dout, const void *w, CtDtype dt, ct_stream_t st,
-                      int algo, int acc) {
+                      int algo, int acc, const GemmArgs *bn) {
+    if (bn && (acc || dt != CT_BF16 || s->stride != 1 || conv_empty(s) || s->N <= 0 || s->H <= 0 || s->W <= 0 ||
+               s->C <= 0 || !ct_aligned(8, bn->bn_tiles) || !ct_aligned(4, bn->bn_x)))
+        return CT_CONV_AUTO;
     if (s->N <= 0 || s->H <= 0 || s->W <= 0 || s->C <= 0) return CT_CONV_GENERIC;
     if (conv_empty(s)) {  // no output pixel sees the input: the gradient is zero
         if (!acc)
@@ -806,6 +811,27 @@ static int conv_dgrad(const ConvShape *s, void *din, const void *dout, const voi
     ct_gemm_tc_setup(&g, GEMM_DGRAD, dt);
     algo = g.tc_ok ? conv_tc_engine(algo) : algo;
     if (algo == CT_CONV_WGMMA) algo = CT_CONV_TC2;  // forward only so far
+    if (bn) {
+        if (algo != CT_CONV_TC2) return CT_CONV_AUTO;
+        g.bn_x = bn->bn_x;
+        g.bn_gamma = bn->bn_gamma;
+        g.bn_beta = bn->bn_beta;
+        g.bn_mean = bn->bn_mean;
+        g.bn_invstd = bn->bn_invstd;
+        g.bn_tiles = bn->bn_tiles;
+        // Stride 1: one phase, GEMM rows = input pixels, so the tiles are the BN's 128-row tiles.
+        GemmArgs t = g;
+        t.ph_h = t.ph_w = t.r0 = t.s0 = 0;
+        t.Hp = s->H;
+        t.Wp = s->W;
+        t.nr = s->R;
+        t.ns = s->S;
+        t.dh = s->pad;
+        t.dw = s->pad;
+        t.M = s->N * s->H * s->W;
+        t.K = t.k_end = s->R * s->S * s->K;
+        if (!ct_conv_tc2_eligible(GEMM_DGRAD, &t)) return CT_CONV_AUTO;
+    }
     if (algo == CT_CONV_GENERIC || !g.tc_ok) {  // the generic engine walks all taps at once
         g.M = s->N * s->H * s->W;
         g.K = g.k_end = s->R * s->S * s->K;
@@ -843,11 +869,28 @@ static int conv_dgrad(const ConvShape *s, void *din, const void *dout, const voi
 
 extern "C" int conv2d_backward_data_gpu_ex(const ConvShape *s, void *din, const void *dout,
                                            const void *w, CtDtype dt, ct_stream_t st, int algo) {
-    return conv_dgrad(s, din, dout, w, dt, st, algo, 0);
+    return conv_dgrad(s, din, dout, w, dt, st, algo, 0, NULL);
 }
 extern "C" int conv2d_backward_data_acc_gpu_ex(const ConvShape *s, void *din, const void *dout,
                                                const void *w, CtDtype dt, ct_stream_t st, int algo) {
-    return conv_dgrad(s, din, dout, w, dt, st, algo, 1);
+    return conv_dgrad(s, din, dout, w, dt, st, algo, 1, NULL);
+}
+
+// The data gradient of a convolution whose input was y = relu(bn(x)), with the BN backward's
+// reductions in its epilogue (conv_tc2.cu's t2_tile_gsums): din = dL/dy masked by the ReLU the
+// epilogue recomputes from x (y itself is not read), tiles {sum g, sum g (x - mean)} per 128-row
+// tile and channel. Returns 0, having run nothing, where engine v2 does not take it.
+extern "C" int conv2d_backward_data_bn_gpu(const ConvShape *s, void *din, float *tiles, const void *dout,
+                                           const void *w, const void *x, const float *gamma, const float *beta,
+                                           const float *mean, const float *invstd, CtDtype dt, ct_stream_t st) {
+    GemmArgs bn = {};
+    bn.bn_x = x;
+    bn.bn_gamma = gamma;
+    bn.bn_beta = beta;
+    bn.bn_mean = mean;
+    bn.bn_invstd = invstd;
+    bn.bn_tiles = tiles;
+    return conv_dgrad(s, din, dout, w, dt, st, CT_CONV_AUTO, 0, &bn) == CT_CONV_TC2;
 }
 
 extern "C" int conv2d_backward_weight_gpu_ex(const ConvShape *s, float *dw, const void *dout,
@@ -887,7 +930,7 @@ extern "C" void conv2d_backward_data_gpu(const ConvShape *s, void *din, const vo
 }
 extern "C" void conv2d_backward_data_acc_gpu(const ConvShape *s, void *din, const void *dout, const void *w,
                                              CtDtype dt, ct_stream_t st) {
-    conv_dgrad(s, din, dout, w, dt, st, CT_CONV_AUTO, 1);
+    conv_dgrad(s, din, dout, w, dt, st, CT_CONV_AUTO, 1, NULL);
 }
 extern "C" void conv2d_backward_weight_gpu(const ConvShape *s, float *dw, const void *dout, const void *in,
                                            float *work, CtDtype dt, ct_stream_t st) {

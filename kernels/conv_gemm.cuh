@@ -31,6 +31,11 @@ typedef struct {
     // Epilogue options (conv.cu's entry points set them; zero means a plain store).
     float *stats;  // FWD on engine v2: per-tile BN statistics (conv2d_forward_stats_gpu)
     int c_acc;     // DGRAD: C += the product, in place (C = round(float(C) + acc), one rounding)
+    // DGRAD on engine v2 whose input was y = relu(bn(x)) (conv2d_backward_data_bn_gpu): C gets the
+    // gradient masked by the recomputed ReLU, bn_tiles per 128-row tile and channel its sums.
+    const void *bn_x;
+    const float *bn_gamma, *bn_beta, *bn_mean, *bn_invstd;
+    float *bn_tiles;
 } GemmArgs;
 
 // Sets tc_ok, vec_a, vec_b for operands g->a, g->b of dtype dt.
