@@ -286,6 +286,28 @@ __global__ void bn_finish_grad_k(float *dgamma, float *dbeta, float *k, const do
     ct_st(k, (size_t)2 * C + c, (float)(a * (b * ct_ld(mean, c) - sg / M)));
 }
 
+// Stage 2 from the data-gradient epilogue's tiles (conv2d_backward_data_bn_gpu) instead of stage
+// 1's chunk sums: tile t holds {sum g, sum g (x - mean)} of rows [128 t, min(M, 128 t + 128)) per
+// channel, merged in tile order in double; the rest as bn_finish_grad_k.
+__global__ void bn_finish_grad_tiles_k(float *dgamma, float *dbeta, float *k, const float *tiles,
+                                       const float *gamma, const float *mean, const float *invstd, int ntiles,
+                                       int M, int C) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    double sg = 0.0, sgx = 0.0;
+    for (int t = 0; t < ntiles; t++) {
+        sg += ct_ld(tiles, ((size_t)t * C + c) * 2);
+        sgx += ct_ld(tiles, ((size_t)t * C + c) * 2 + 1);
+    }
+    double inv = ct_ld(invstd, c);
+    ct_st(dbeta, c, (float)sg);
+    ct_st(dgamma, c, (float)(sgx * inv));
+    double a = (double)ct_ld(gamma, c) * inv, b = sgx * inv * inv / M;
+    ct_st(k, c, (float)a);
+    ct_st(k, (size_t)C + c, (float)(-a * b));
+    ct_st(k, (size_t)2 * C + c, (float)(a * (b * ct_ld(mean, c) - sg / M)));
+}
+
 // dx = k0 * g + k1 * x + k2, and with dres the residual's gradient g written (res_acc: added to
 // what dres holds) in the same pass. dx or dres may alias dy: each element is read before it is
 // written, by the same thread.
@@ -490,4 +512,34 @@ extern "C" void batchnorm_backward_gpu(void *dx, float *dgamma, float *dbeta, co
                                        int C, float *work, CtDtype dt, ct_stream_t stream) {
     batchnorm_add_backward_gpu(dx, NULL, 0, dgamma, dbeta, dy, x, y, gamma, save_mean, save_invstd, M, C, work,
                                dt, stream);
+}
+
+// The backward with the reductions done by the data-gradient epilogue before it (the tiles at the
+// start of work, dy already masked by the ReLU): no reduction pass over dy and x.
+template <typename T, int V>
+static void bn_backward_tiles_launch(T *dx, float *dgamma, float *dbeta, const T *dy, const T *x, const float *tiles,
+                                     const float *gamma, const float *save_mean, const float *save_invstd, int M,
+                                     int C, float *work, cudaStream_t stream) {
+    BnGrid g = bn_grid(C, V);
+    float *k = bn_consts(work, M, C);
+    CT_LAUNCH(bn_finish_grad_tiles_k, (C + 127) / 128, 128, 0, stream, dgamma, dbeta, k, tiles, gamma, save_mean,
+              save_invstd, (M + BN_TILE_ROWS - 1) / BN_TILE_ROWS, M, C);
+    CT_LAUNCH((bn_dx_k<T, V>), dim3(g.gx, bn_row_blocks(M, g)), BN_THREADS, 0, stream, dx, (T *)NULL, 0, dy, x,
+              (const T *)NULL, (const float *)k, M, C, g.tx);
+}
+
+extern "C" void batchnorm_backward_tiles_gpu(void *dx, float *dgamma, float *dbeta, const void *dy, const void *x,
+                                             const float *tiles, const float *gamma, const float *save_mean,
+                                             const float *save_invstd, int M, int C, float *work, CtDtype dt,
+                                             ct_stream_t stream) {
+    if (M < 1 || C < 1) ct_die("batchnorm_backward_tiles_gpu: M = %d, C = %d", M, C);
+    CT_DISPATCH(dt, T, {
+        if (bn_vec_width<T>(C, dx, dy, x, NULL, NULL) > 1)
+            bn_backward_tiles_launch<T, CT_VEC(T)>((T *)dx, dgamma, dbeta, (const T *)dy, (const T *)x, tiles, gamma,
+                                                   save_mean, save_invstd, M, C, work, (cudaStream_t)stream);
+        else
+            bn_backward_tiles_launch<T, 1>((T *)dx, dgamma, dbeta, (const T *)dy, (const T *)x, tiles, gamma,
+                                           save_mean, save_invstd, M, C, work, (cudaStream_t)stream);
+    });
+    CT_CHECK_LAUNCH("batchnorm backward (tile sums)");
 }

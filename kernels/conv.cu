@@ -184,6 +184,7 @@ __global__ void __launch_bounds__(GN_THREADS) gemm_generic_k(GemmArgs g) {
             if (n >= g.N) continue;
             float v = acc[i][j];
             if (g.bias) v += ct_ld(g.bias, n);
+            if (MODE == GEMM_DGRAD && g.c_acc) v = __fadd_rn(v, ct_ld(c, (size_t)m * g.N + n));
             ct_st(c, (size_t)m * g.N + n, v);
         }
     }
@@ -567,6 +568,10 @@ __global__ void __launch_bounds__(TC_THREADS) gemm_tc_k(GemmArgs g) {
                     if (n < g.N) v0 += ct_ld(g.bias, n);
                     if (n + 1 < g.N) v1 += ct_ld(g.bias, n + 1);
                 }
+                if (MODE == GEMM_DGRAD && g.c_acc) {  // a later gradient contribution: add in place
+                    if (n < g.N) v0 = __fadd_rn(v0, ct_ld(c, row * g.N + n));
+                    if (n + 1 < g.N) v1 = __fadd_rn(v1, ct_ld(c, row * g.N + n + 1));
+                }
                 if (g.c_pairs && n + 1 < g.N) {
                     cv_st2(c, row * g.N + n, v0, v1);
                 } else {
@@ -730,9 +735,8 @@ static int conv_empty(const ConvShape *s) {
     return s->N <= 0 || s->P <= 0 || s->Q <= 0 || s->K <= 0 || s->C <= 0;
 }
 
-extern "C" int conv2d_forward_gpu_ex(const ConvShape *s, void *out, const void *in, const void *w,
-                                     CtDtype dt, ct_stream_t st, int algo) {
-    if (conv_empty(s)) return CT_CONV_GENERIC;
+// The forward GEMM of convolution s, for every forward entry point.
+static GemmArgs fwd_args(const ConvShape *s, void *out, const void *in, const void *w, CtDtype dt) {
     GemmArgs g = {};
     g.s = *s;
     g.a = in;
@@ -742,7 +746,21 @@ extern "C" int conv2d_forward_gpu_ex(const ConvShape *s, void *out, const void *
     g.N = s->K;
     g.K = g.k_end = s->R * s->S * s->C;
     ct_gemm_tc_setup(&g, GEMM_FWD, dt);
+    return g;
+}
+
+// The forward on the engine `algo` resolves to. With stats (BN tiles, conv2d_forward_stats_gpu)
+// only engine v2 may run it: a convolution that resolves to another engine runs nothing and
+// returns 0 (CT_CONV_AUTO), so the caller convolves as usual and BN gathers its own statistics.
+static int conv_forward(const ConvShape *s, void *out, float *stats, const void *in, const void *w, CtDtype dt,
+                        ct_stream_t st, int algo) {
+    if (conv_empty(s)) return stats ? CT_CONV_AUTO : CT_CONV_GENERIC;
+    GemmArgs g = fwd_args(s, out, in, w, dt);
     algo = g.tc_ok ? conv_tc_engine(algo) : algo;
+    if (stats) {
+        if (algo != CT_CONV_TC2 || !ct_conv_tc2_eligible(GEMM_FWD, &g) || !ct_aligned(8, stats)) return CT_CONV_AUTO;
+        g.stats = stats;
+    }
     if (algo == CT_CONV_WGMMA && ct_conv_wgmma_eligible(GEMM_FWD, &g)) {
         ct_conv_wgmma_run(GEMM_FWD, g, (cudaStream_t)st);
         return CT_CONV_WGMMA;
@@ -756,11 +774,31 @@ extern "C" int conv2d_forward_gpu_ex(const ConvShape *s, void *out, const void *
     return ct_gemm_run(GEMM_FWD, g, dt, dt == CT_F32, dt == CT_F32, algo, NULL, NULL, (cudaStream_t)st);
 }
 
-extern "C" int conv2d_backward_data_gpu_ex(const ConvShape *s, void *din, const void *dout,
-                                           const void *w, CtDtype dt, ct_stream_t st, int algo) {
+extern "C" int conv2d_forward_gpu_ex(const ConvShape *s, void *out, const void *in, const void *w,
+                                     CtDtype dt, ct_stream_t st, int algo) {
+    return conv_forward(s, out, NULL, in, w, dt, st, algo);
+}
+
+// Engine v2's forward with BN statistics in its epilogue (conv_tc2.cu's t2_tile_stats): bf16 only.
+extern "C" int conv2d_forward_stats_gpu(const ConvShape *s, void *out, float *stats, const void *in, const void *w,
+                                        CtDtype dt, ct_stream_t st) {
+    if (dt != CT_BF16 || !stats) return 0;
+    return conv_forward(s, out, stats, in, w, dt, st, CT_CONV_AUTO) == CT_CONV_TC2;
+}
+
+// The data gradient on the engine `algo` resolves to; acc: din += the gradient (in place, one
+// rounding from fp32: the second contribution to a gradient slot) instead of din = it.
+// bn (may be NULL): its bn_* fields ask for the BN backward epilogue (conv2d_backward_data_bn_gpu),
+// which only engine v2 runs, at stride 1: otherwise nothing runs and the result is 0 (CT_CONV_AUTO).
+static int conv_dgrad(const ConvShape *s, void *din, const void *dout, const void *w, CtDtype dt, ct_stream_t st,
+                      int algo, int acc, const GemmArgs *bn) {
+    if (bn && (acc || dt != CT_BF16 || s->stride != 1 || conv_empty(s) || s->N <= 0 || s->H <= 0 || s->W <= 0 ||
+               s->C <= 0 || !ct_aligned(8, bn->bn_tiles) || !ct_aligned(4, bn->bn_x)))
+        return CT_CONV_AUTO;
     if (s->N <= 0 || s->H <= 0 || s->W <= 0 || s->C <= 0) return CT_CONV_GENERIC;
     if (conv_empty(s)) {  // no output pixel sees the input: the gradient is zero
-        CT_CUDA_CHECK(cudaMemsetAsync(din, 0, (size_t)s->N * s->H * s->W * s->C * (dt == CT_F32 ? 4 : 2), (cudaStream_t)st));
+        if (!acc)
+            CT_CUDA_CHECK(cudaMemsetAsync(din, 0, (size_t)s->N * s->H * s->W * s->C * (dt == CT_F32 ? 4 : 2), (cudaStream_t)st));
         return CT_CONV_GENERIC;
     }
     GemmArgs g = {};
@@ -769,16 +807,39 @@ extern "C" int conv2d_backward_data_gpu_ex(const ConvShape *s, void *din, const 
     g.b = w;
     g.c = din;
     g.N = s->C;
+    g.c_acc = acc;
     ct_gemm_tc_setup(&g, GEMM_DGRAD, dt);
     algo = g.tc_ok ? conv_tc_engine(algo) : algo;
     if (algo == CT_CONV_WGMMA) algo = CT_CONV_TC2;  // forward only so far
+    if (bn) {
+        if (algo != CT_CONV_TC2) return CT_CONV_AUTO;
+        g.bn_x = bn->bn_x;
+        g.bn_gamma = bn->bn_gamma;
+        g.bn_beta = bn->bn_beta;
+        g.bn_mean = bn->bn_mean;
+        g.bn_invstd = bn->bn_invstd;
+        g.bn_tiles = bn->bn_tiles;
+        // Stride 1: one phase, GEMM rows = input pixels, so the tiles are the BN's 128-row tiles.
+        GemmArgs t = g;
+        t.ph_h = t.ph_w = t.r0 = t.s0 = 0;
+        t.Hp = s->H;
+        t.Wp = s->W;
+        t.nr = s->R;
+        t.ns = s->S;
+        t.dh = s->pad;
+        t.dw = s->pad;
+        t.M = s->N * s->H * s->W;
+        t.K = t.k_end = s->R * s->S * s->K;
+        if (!ct_conv_tc2_eligible(GEMM_DGRAD, &t)) return CT_CONV_AUTO;
+    }
     if (algo == CT_CONV_GENERIC || !g.tc_ok) {  // the generic engine walks all taps at once
         g.M = s->N * s->H * s->W;
         g.K = g.k_end = s->R * s->S * s->K;
         return ct_gemm_run(GEMM_DGRAD, g, dt, dt == CT_F32, dt == CT_F32, algo, NULL, NULL, (cudaStream_t)st);
     }
     // Tensor cores: one GEMM per stride phase (one in all for stride 1). A phase whose taps are
-    // all skipped (1x1 stride 2, odd rows) still runs with K = 0 and writes its zeros.
+    // all skipped (1x1 stride 2, odd rows) still runs with K = 0 and writes its zeros (adds
+    // nothing when accumulating).
     int used = algo == CT_CONV_TC2 ? CT_CONV_TC2 : CT_CONV_TC, str = s->stride;
     for (int ph = 0; ph < str; ph++)
         for (int pw = 0; pw < str; pw++) {
@@ -795,7 +856,7 @@ extern "C" int conv2d_backward_data_gpu_ex(const ConvShape *s, void *din, const 
             g.M = s->N * g.Hp * g.Wp;
             g.K = g.k_end = g.nr * g.ns * s->K;
             if (g.K == 0) g.nr = g.ns = 1;  // no taps: keep the kernel's index arithmetic defined
-            if (g.M <= 0) continue;
+            if (g.M <= 0 || (acc && g.K == 0)) continue;
             if (algo == CT_CONV_TC2 && ct_conv_tc2_eligible(GEMM_DGRAD, &g)) {
                 ct_conv_tc2_run(GEMM_DGRAD, g, NULL, NULL, (cudaStream_t)st);
                 continue;
@@ -804,6 +865,32 @@ extern "C" int conv2d_backward_data_gpu_ex(const ConvShape *s, void *din, const 
             used = CT_CONV_TC;  // a phase v2 does not take ran on v1
         }
     return used;
+}
+
+extern "C" int conv2d_backward_data_gpu_ex(const ConvShape *s, void *din, const void *dout,
+                                           const void *w, CtDtype dt, ct_stream_t st, int algo) {
+    return conv_dgrad(s, din, dout, w, dt, st, algo, 0, NULL);
+}
+extern "C" int conv2d_backward_data_acc_gpu_ex(const ConvShape *s, void *din, const void *dout,
+                                               const void *w, CtDtype dt, ct_stream_t st, int algo) {
+    return conv_dgrad(s, din, dout, w, dt, st, algo, 1, NULL);
+}
+
+// The data gradient of a convolution whose input was y = relu(bn(x)), with the BN backward's
+// reductions in its epilogue (conv_tc2.cu's t2_tile_gsums): din = dL/dy masked by the ReLU the
+// epilogue recomputes from x (y itself is not read), tiles {sum g, sum g (x - mean)} per 128-row
+// tile and channel. Returns 0, having run nothing, where engine v2 does not take it.
+extern "C" int conv2d_backward_data_bn_gpu(const ConvShape *s, void *din, float *tiles, const void *dout,
+                                           const void *w, const void *x, const float *gamma, const float *beta,
+                                           const float *mean, const float *invstd, CtDtype dt, ct_stream_t st) {
+    GemmArgs bn = {};
+    bn.bn_x = x;
+    bn.bn_gamma = gamma;
+    bn.bn_beta = beta;
+    bn.bn_mean = mean;
+    bn.bn_invstd = invstd;
+    bn.bn_tiles = tiles;
+    return conv_dgrad(s, din, dout, w, dt, st, CT_CONV_AUTO, 0, &bn) == CT_CONV_TC2;
 }
 
 extern "C" int conv2d_backward_weight_gpu_ex(const ConvShape *s, float *dw, const void *dout,
@@ -840,6 +927,10 @@ extern "C" void conv2d_forward_gpu(const ConvShape *s, void *out, const void *in
 extern "C" void conv2d_backward_data_gpu(const ConvShape *s, void *din, const void *dout, const void *w,
                                          CtDtype dt, ct_stream_t st) {
     conv2d_backward_data_gpu_ex(s, din, dout, w, dt, st, CT_CONV_AUTO);
+}
+extern "C" void conv2d_backward_data_acc_gpu(const ConvShape *s, void *din, const void *dout, const void *w,
+                                             CtDtype dt, ct_stream_t st) {
+    conv_dgrad(s, din, dout, w, dt, st, CT_CONV_AUTO, 1, NULL);
 }
 extern "C" void conv2d_backward_weight_gpu(const ConvShape *s, float *dw, const void *dout, const void *in,
                                            float *work, CtDtype dt, ct_stream_t st) {

@@ -28,6 +28,14 @@ typedef struct {
     // r = r0 + ri*st (ri < nr), s = s0 + si*st (si < ns), from dout row hh + dh - ri, column
     // ww + dw - si. So no mma work goes to taps that the stride skips (3/4 of them at stride 2).
     int ph_h, ph_w, Hp, Wp, r0, s0, nr, ns, dh, dw;
+    // Epilogue options (conv.cu's entry points set them; zero means a plain store).
+    float *stats;  // FWD on engine v2: per-tile BN statistics (conv2d_forward_stats_gpu)
+    int c_acc;     // DGRAD: C += the product, in place (C = round(float(C) + acc), one rounding)
+    // DGRAD on engine v2 whose input was y = relu(bn(x)) (conv2d_backward_data_bn_gpu): C gets the
+    // gradient masked by the recomputed ReLU, bn_tiles per 128-row tile and channel its sums.
+    const void *bn_x;
+    const float *bn_gamma, *bn_beta, *bn_mean, *bn_invstd;
+    float *bn_tiles;
 } GemmArgs;
 
 // Sets tc_ok, vec_a, vec_b for operands g->a, g->b of dtype dt.

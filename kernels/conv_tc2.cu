@@ -119,9 +119,53 @@ __device__ static void t2_tile_stats(float (&acc)[4][8][4], float *stats, int M,
         }
 }
 
-// stats (forward only, else NULL): the epilogue also writes per-tile BN statistics (below).
+// BN backward sums in the data-gradient epilogue (conv2d_backward_data_bn_gpu): per column of the
+// tile, s[.][.][0] = sum g and s[.][.][1] = sum g * (x - mean) over the thread's valid rows (added in
+// row order by the caller), then the 8 lanes of a column by a fixed shuffle tree and the two row
+// warps through shared memory as warp 0 + warp 1: {sum g, sum g (x - mean)} at tiles[(tile * N + n) * 2].
+__device__ static void t2_tile_gsums(float (&s)[8][2][2], float *tiles, int N, int m0, int n0, int wm, int wn,
+                                     int lane, float *red) {
+    const int gi = lane / 4, ti = lane % 4;
+    T2_UNROLL
+    for (int ni = 0; ni < 8; ni++)
+        T2_UNROLL
+        for (int j = 0; j < 2; j++)
+            T2_UNROLL
+            for (int q = 0; q < 2; q++) {
+                float a = s[ni][j][q];
+                a = __fadd_rn(a, __shfl_xor_sync(0xffffffffu, a, 4));
+                a = __fadd_rn(a, __shfl_xor_sync(0xffffffffu, a, 8));
+                a = __fadd_rn(a, __shfl_xor_sync(0xffffffffu, a, 16));
+                s[ni][j][q] = a;
+            }
+    __syncthreads();  // every thread is done with the per-channel constants in shared memory
+    if (gi == 0)
+        T2_UNROLL
+        for (int ni = 0; ni < 8; ni++)
+            T2_UNROLL
+            for (int j = 0; j < 2; j++)
+                T2_UNROLL
+                for (int q = 0; q < 2; q++) red[q * 256 + wm * 128 + wn * 64 + ni * 8 + 2 * ti + j] = s[ni][j][q];
+    __syncthreads();
+    if (wm != 0 || gi != 0) return;
+    float *out = tiles + ((size_t)(m0 / T2_BM) * N) * 2;
+    T2_UNROLL
+    for (int ni = 0; ni < 8; ni++)
+        T2_UNROLL
+        for (int j = 0; j < 2; j++) {
+            int col = wn * 64 + ni * 8 + 2 * ti + j, n = n0 + col;
+            if (n >= N) continue;
+            float *p = out + (size_t)n * 2;
+            ct_check_vec_align(p, sizeof(float2));
+            CT_COST_ACCESS(p, sizeof(float2), true);
+            *(float2 *)p = make_float2(__fadd_rn(red[col], red[128 + col]), __fadd_rn(red[256 + col], red[384 + col]));
+        }
+}
+
+// Epilogue options in g: stats (forward) also writes per-tile BN statistics (above); c_acc (data
+// gradient) adds the product to C's bf16 values instead of overwriting them.
 template <int MODE, typename TC>
-__global__ void __launch_bounds__(T2_THREADS) gemm_tc2_k(GemmArgs g, int tiles_m, int tiles_n, float *stats) {
+__global__ void __launch_bounds__(T2_THREADS) gemm_tc2_k(GemmArgs g, int tiles_m, int tiles_n) {
     CT_DYN_SMEM(uint16_t, sm);
     const ConvShape &s = g.s;
     const uint16_t *a = (const uint16_t *)g.a;
@@ -387,6 +431,32 @@ __global__ void __launch_bounds__(T2_THREADS) gemm_tc2_k(GemmArgs g, int tiles_m
     // Accumulator fragment: c0,c1 at (row g, cols 2t, 2t+1), c2,c3 at row g+8.
     TC *c = (TC *)g.c + (size_t)blockIdx.z * g.c_split_stride;
     int gi = lane / 4, ti = lane % 4;
+    // BN backward in the data-gradient epilogue: the tile's per-channel constants (mean, the
+    // forward's scale gamma * invstd and beta, so the ReLU mask is recomputed with its exact
+    // operations) in shared memory, which the pipeline no longer uses.
+    const bool bn = MODE == GEMM_DGRAD && g.bn_tiles;
+    float *bn_c = (float *)sm;
+    float gs[8][2][2];
+    if (bn) {
+        __syncthreads();  // every warp is past its last ldmatrix
+        for (int i = tid; i < T2_BN; i += T2_THREADS) {
+            int n = n0 + i;
+            float mu = 0.f, sc = 0.f, be = 0.f;
+            if (n < g.N) {
+                mu = ct_ld(g.bn_mean, n);
+                sc = __fmul_rn(ct_ld(g.bn_gamma, n), ct_ld(g.bn_invstd, n));
+                be = ct_ld(g.bn_beta, n);
+            }
+            bn_c[i] = mu;
+            bn_c[T2_BN + i] = sc;
+            bn_c[2 * T2_BN + i] = be;
+        }
+        __syncthreads();
+        T2_UNROLL
+        for (int ni = 0; ni < 8; ni++)
+            T2_UNROLL
+            for (int j = 0; j < 2; j++) gs[ni][j][0] = gs[ni][j][1] = 0.f;
+    }
     T2_UNROLL
     for (int mi = 0; mi < 4; mi++)
         T2_UNROLL
@@ -410,12 +480,38 @@ __global__ void __launch_bounds__(T2_THREADS) gemm_tc2_k(GemmArgs g, int tiles_m
                     *(float2 *)p = make_float2(v0, v1);
                 } else {
                     ct_check_vec_align(p, sizeof(uint32_t));
+                    if (MODE == GEMM_DGRAD && g.c_acc) {  // a later gradient contribution: add in place
+                        CT_COST_ACCESS(p, sizeof(uint32_t), false);
+                        uint32_t old = *(const uint32_t *)p;
+                        v0 = __fadd_rn(v0, ct_bf16_to_f32((uint16_t)(old & 0xffffu)));
+                        v1 = __fadd_rn(v1, ct_bf16_to_f32((uint16_t)(old >> 16)));
+                    }
+                    uint32_t word = ct_f32_to_bf16(v0) | (uint32_t)ct_f32_to_bf16(v1) << 16;
+                    if (bn) {  // mask by the forward's ReLU (bn_affine_k's operations), then the sums
+                        const uint16_t *xp = (const uint16_t *)g.bn_x + row * g.N + n;
+                        ct_check_vec_align(xp, sizeof(uint32_t));
+                        CT_COST_ACCESS(xp, sizeof(uint32_t), false);
+                        uint32_t xw = *(const uint32_t *)xp;
+                        int col = wn * 64 + ni * 8 + 2 * ti;
+                        float gv[2];
+                        T2_UNROLL
+                        for (int j = 0; j < 2; j++) {
+                            float xv = ct_bf16_to_f32((uint16_t)(j ? xw >> 16 : xw & 0xffffu));
+                            float d = __fsub_rn(xv, bn_c[col + j]);
+                            float o = __fadd_rn(__fmul_rn(d, bn_c[T2_BN + col + j]), bn_c[2 * T2_BN + col + j]);
+                            gv[j] = o > 0.f ? ct_bf16_to_f32((uint16_t)(j ? word >> 16 : word & 0xffffu)) : 0.f;
+                            gs[ni][j][0] = __fadd_rn(gs[ni][j][0], gv[j]);
+                            gs[ni][j][1] = __fadd_rn(gs[ni][j][1], __fmul_rn(gv[j], d));
+                        }
+                        word = ct_f32_to_bf16(gv[0]) | (uint32_t)ct_f32_to_bf16(gv[1]) << 16;
+                    }
                     CT_COST_ACCESS(p, sizeof(uint32_t), true);
-                    *(uint32_t *)p = ct_f32_to_bf16(v0) | (uint32_t)ct_f32_to_bf16(v1) << 16;
+                    *(uint32_t *)p = word;
                 }
             }
         }
-    if (MODE == GEMM_FWD && stats) t2_tile_stats(acc, stats, g.M, g.N, m0, n0, wm, wn, lane, (float *)sm);
+    if (MODE == GEMM_FWD && g.stats) t2_tile_stats(acc, g.stats, g.M, g.N, m0, n0, wm, wn, lane, (float *)sm);
+    if (bn) t2_tile_gsums(gs, g.bn_tiles, g.N, m0, n0, wm, wn, lane, (float *)sm + 3 * T2_BN);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -441,10 +537,15 @@ extern "C" void ct_conv_tc2_split(int M, int N, int K, int *splits, int *k_split
     ct_split_plan(M, N, K, T2_BM, T2_BN, T2_BK, splits, k_split);
 }
 
-static void t2_run(int mode, GemmArgs g, float *work, float *final_out, float *stats, cudaStream_t st) {
+extern "C" void ct_conv_tc2_run(int mode, GemmArgs g, float *work, float *final_out, cudaStream_t st) {
     int splits = 1;
     g.k_split = g.k_end;
     g.c_split_stride = 0;
+    if (mode != GEMM_FWD) g.stats = NULL;
+    if (mode != GEMM_DGRAD) {
+        g.c_acc = 0;
+        g.bn_tiles = NULL;
+    }
     if (mode == GEMM_WGRAD && !g.no_split) {
         ct_conv_tc2_split(g.M, g.N, g.k_end, &splits, &g.k_split);
         if (splits > 1) {
@@ -458,39 +559,14 @@ static void t2_run(int mode, GemmArgs g, float *work, float *final_out, float *s
     if (ctas > 0x7fffffff || splits > 65535) ct_die("conv: GEMM of %d x %d too large for the grid", g.M, g.N);
     dim3 grid((unsigned)ctas, 1, splits);
     size_t smem = t2_smem_bytes(mode, g.k_split);
-    void (*kern)(GemmArgs, int, int, float *) = mode == GEMM_FWD     ? gemm_tc2_k<GEMM_FWD, uint16_t>
+    void (*kern)(GemmArgs, int, int) = mode == GEMM_FWD     ? gemm_tc2_k<GEMM_FWD, uint16_t>
                                        : mode == GEMM_DGRAD ? gemm_tc2_k<GEMM_DGRAD, uint16_t>
                                                             : gemm_tc2_k<GEMM_WGRAD, float>;
     CT_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    CT_LAUNCH(kern, grid, T2_THREADS, smem, st, g, tiles_m, tiles_n, mode == GEMM_FWD ? stats : (float *)NULL);
+    CT_LAUNCH(kern, grid, T2_THREADS, smem, st, g, tiles_m, tiles_n);
     CT_CHECK_LAUNCH("conv GEMM (tensor cores v2)");
     if (splits > 1) ct_conv_reduce_splits(final_out, work, splits, (size_t)g.M * g.N, st);
 }
 
-extern "C" void ct_conv_tc2_run(int mode, GemmArgs g, float *work, float *final_out, cudaStream_t st) {
-    t2_run(mode, g, work, final_out, NULL, st);
-}
-
-// The forward with BN statistics in its epilogue (see t2_tile_stats): bf16 on engine v2 only.
-// Returns 0, having run nothing, for a shape or setting that takes another engine
-// (CTRAIN_CONV_ENGINE=v1, channels not a multiple of 8): the caller then convolves as usual and
-// batch norm gathers its own statistics.
+// Floats of the forward's per-tile BN statistics (g.stats): {sum, m2} per 128-row tile and channel.
 extern "C" size_t conv2d_gpu_stats_floats(int M, int C) { return (size_t)2 * ((M + T2_BM - 1) / T2_BM) * C; }
-extern "C" int conv2d_forward_stats_gpu(const ConvShape *s, void *out, float *stats, const void *in, const void *w,
-                                        CtDtype dt, ct_stream_t st) {
-    const char *e = getenv("CTRAIN_CONV_ENGINE");
-    if (dt != CT_BF16 || (e && *e && strcmp(e, "v2")) || s->N <= 0 || s->P <= 0 || s->Q <= 0 || s->K <= 0 || s->C <= 0)
-        return 0;
-    GemmArgs g = {};
-    g.s = *s;
-    g.a = in;
-    g.b = w;
-    g.c = out;
-    g.M = s->N * s->P * s->Q;
-    g.N = s->K;
-    g.K = g.k_end = s->R * s->S * s->C;
-    ct_gemm_tc_setup(&g, GEMM_FWD, dt);
-    if (!ct_conv_tc2_eligible(GEMM_FWD, &g) || !ct_aligned(8, stats)) return 0;
-    t2_run(GEMM_FWD, g, NULL, NULL, stats, (cudaStream_t)st);
-    return 1;
-}

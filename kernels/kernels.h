@@ -56,6 +56,11 @@ void conv2d_backward_data_gpu(const ConvShape *s, void *din, const void *dout, c
                               CtDtype dt, ct_stream_t stream);
 void conv2d_backward_weight_gpu(const ConvShape *s, float *dw, const void *dout, const void *in,
                                 float *work, CtDtype dt, ct_stream_t stream);
+// The data gradient added in place: din = round(float(din) + the gradient), one rounding from fp32
+// in the epilogue (every engine), so a second contribution to a gradient slot needs no scratch
+// and no add pass. The CPU twin: conv2d_backward_data into a float buffer, then add (nn/model_cpu.c).
+void conv2d_backward_data_acc_gpu(const ConvShape *s, void *din, const void *dout, const void *w,
+                                  CtDtype dt, ct_stream_t stream);
 // out[N,O] (fp32) = in[N,I] w[O,I]^T + b[O] (b fp32, may be NULL).
 void linear_forward_gpu(float *out, const void *in, const void *w, const float *b, int N, int I,
                         int O, CtDtype dt, ct_stream_t stream);
@@ -75,6 +80,8 @@ int conv2d_forward_gpu_ex(const ConvShape *s, void *out, const void *in, const v
                           ct_stream_t stream, int algo);
 int conv2d_backward_data_gpu_ex(const ConvShape *s, void *din, const void *dout, const void *w,
                                 CtDtype dt, ct_stream_t stream, int algo);
+int conv2d_backward_data_acc_gpu_ex(const ConvShape *s, void *din, const void *dout, const void *w,
+                                    CtDtype dt, ct_stream_t stream, int algo);
 int conv2d_backward_weight_gpu_ex(const ConvShape *s, float *dw, const void *dout, const void *in,
                                   float *work, CtDtype dt, ct_stream_t stream, int algo);
 // Channel padding (kernels/conv_pad.cu; CPU twins nn/pad.h): out[r, c] = in[r, c] for c < C, 0 for
@@ -132,6 +139,20 @@ void batchnorm_add_forward_train_tiles_gpu(void *y, float *save_mean, float *sav
                                            float *running_var, const void *x, const void *res, const float *tiles,
                                            const float *gamma, const float *beta, int M, int C, float momentum,
                                            float eps, int relu, float *work, CtDtype dt, ct_stream_t stream);
+// BN backward reductions in the data-gradient epilogue (engine v2, bf16, stride 1): for a conv whose
+// input was y = relu(bn(x)), conv2d_backward_data_bn_gpu writes din = the gradient masked by the
+// ReLU it recomputes from x, gamma, beta, mean and invstd (y is not read), and per 128-row tile and
+// channel {sum g, sum g (x - mean)} (conv2d_gpu_stats_floats(M, C) floats); it returns 0 and runs
+// nothing where the shape, dtype or CTRAIN_CONV_ENGINE send it elsewhere. batchnorm_backward_tiles_gpu
+// is then the BN backward without its reduction pass (tiles at the start of work; dy the masked
+// din). CPU twins: nn/layers.h batchnorm_relu_grad_tiles, batchnorm_backward_tiles.
+int conv2d_backward_data_bn_gpu(const ConvShape *s, void *din, float *tiles, const void *dout, const void *w,
+                                const void *x, const float *gamma, const float *beta, const float *mean,
+                                const float *invstd, CtDtype dt, ct_stream_t st);
+void batchnorm_backward_tiles_gpu(void *dx, float *dgamma, float *dbeta, const void *dy, const void *x,
+                                  const float *tiles, const float *gamma, const float *save_mean,
+                                  const float *save_invstd, int M, int C, float *work, CtDtype dt,
+                                  ct_stream_t stream);
 void batchnorm_add_forward_eval_gpu(void *y, const void *x, const void *res, const float *gamma,
                                     const float *beta, const float *running_mean, const float *running_var,
                                     int M, int C, float eps, int relu, CtDtype dt, ct_stream_t stream);

@@ -316,3 +316,54 @@ void batchnorm_add_forward_train_tiles(float *y, float *save_mean, float *save_i
     affine(y, x, res, save_mean, scale, beta, M, C, relu);
     free(scale);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Backward reductions from a data gradient's tiles (nn/layers.h; the GPU pair: kernels/conv_tc2.cu's
+// t2_tile_gsums and kernels/batchnorm.cu's bn_finish_grad_tiles_k).
+void batchnorm_relu_grad_tiles(float *g, float *tiles, const float *dy, const float *x, const float *gamma,
+                               const float *beta, const float *mean, const float *invstd, int M, int C) {
+    const int nt = (M + BN_STATS_TILE_ROWS - 1) / BN_STATS_TILE_ROWS;
+    for (int t = 0; t < nt; t++)
+        for (int c = 0; c < C; c++) {
+            const float sc = gamma[c] * invstd[c];
+            float s1 = 0.0f, s2 = 0.0f;
+            for (int r = t * BN_STATS_TILE_ROWS; r < M && r < (t + 1) * BN_STATS_TILE_ROWS; r++) {
+                const size_t i = (size_t)r * C + c;
+                const float d = x[i] - mean[c], o = d * sc + beta[c];
+                const float gv = o > 0.0f ? dy[i] : 0.0f;  // bn_affine_k's ReLU, recomputed
+                g[i] = gv;
+                s1 += gv;
+                s2 += gv * d;
+            }
+            tiles[((size_t)t * C + c) * 2] = s1;
+            tiles[((size_t)t * C + c) * 2 + 1] = s2;
+        }
+}
+
+void batchnorm_backward_tiles(float *dx, float *dgamma, float *dbeta, const float *g, const float *x,
+                              const float *tiles, const float *gamma, const float *save_mean,
+                              const float *save_invstd, int M, int C) {
+    const int nt = (M + BN_STATS_TILE_ROWS - 1) / BN_STATS_TILE_ROWS;
+    float *k0 = ct_alloc((size_t)C * 3 * sizeof(float)), *k1 = k0 + C, *k2 = k1 + C;
+    for (int c = 0; c < C; c++) {
+        double sg = 0.0, sgx = 0.0;
+        for (int t = 0; t < nt; t++) {
+            sg += tiles[((size_t)t * C + c) * 2];
+            sgx += tiles[((size_t)t * C + c) * 2 + 1];
+        }
+        const double inv = save_invstd[c];
+        dbeta[c] = (float)sg;
+        dgamma[c] = (float)(sgx * inv);
+        const double a = gamma[c] * inv, b = sgx * inv * inv / M;
+        k0[c] = (float)a;
+        k1[c] = (float)(-a * b);
+        k2[c] = (float)(a * (b * save_mean[c] - sg / M));
+    }
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < M; r++)
+        for (int c = 0; c < C; c++) {
+            const size_t i = (size_t)r * C + c;
+            dx[i] = k0[c] * g[i] + k1[c] * x[i] + k2[c];
+        }
+    free(k0);
+}

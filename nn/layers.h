@@ -84,6 +84,18 @@ void batchnorm_add_forward_train_tiles(float *y, float *save_mean, float *save_i
                                        float *running_var, const float *x, const float *res, const float *tiles,
                                        const float *gamma, const float *beta, int M, int C, float momentum,
                                        float eps, int relu);
+// CPU twins of the BN backward reductions in a data gradient's epilogue (kernels/conv.cu,
+// conv2d_backward_data_bn_gpu) and of the backward that uses them (batchnorm_backward_tiles_gpu),
+// for a BN with ReLU whose output fed the convolution: g = dy where the forward's ReLU passed,
+// recomputed from x with bn_affine_k's float operations ((x - mean) * (gamma * invstd) + beta > 0),
+// else 0 (g may alias dy); tiles per BN_STATS_TILE_ROWS rows and channel {sum g, sum g (x - mean)}
+// in float, in row order (the GPU adds in its own fixed order). The backward merges the tiles in
+// tile order in double, then dx as batchnorm_add_backward does.
+void batchnorm_relu_grad_tiles(float *g, float *tiles, const float *dy, const float *x, const float *gamma,
+                               const float *beta, const float *mean, const float *invstd, int M, int C);
+void batchnorm_backward_tiles(float *dx, float *dgamma, float *dbeta, const float *g, const float *x,
+                              const float *tiles, const float *gamma, const float *save_mean,
+                              const float *save_invstd, int M, int C);
 void batchnorm_add_forward_eval(float *y, const float *x, const float *res, const float *gamma,
                                 const float *beta, const float *running_mean, const float *running_var, int M,
                                 int C, float eps, int relu);

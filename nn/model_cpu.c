@@ -423,7 +423,9 @@ void cpu_backward(CpuExec *e, const ResNet *m, const float *dlogits, float *grad
             ct_die("%s: op %d (%s) has unknown kind %d", m->arch, i, op->name, op->kind);
         }
         if (op->kind != OP_ADD) {
-            store(e, dx, n_in);
+            // A conv's later contribution is added to the slot before rounding: the GPU adds it in
+            // the data gradient's epilogue (conv2d_backward_data_acc_gpu), one rounding from fp32.
+            if (!(op->kind == OP_CONV && dx == e->scratch)) store(e, dx, n_in);
             grad_commit(e, op->in, dx, n_in);
         }
         if (ready && (op->w >= 0)) ready(ctx, op->grad_done);

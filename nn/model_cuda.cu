@@ -5,14 +5,21 @@
 // the profiler nn/model_cuda_prof.cu's (the struct they share: nn/model_cuda_impl.h).
 //
 // The second contribution to a gradient slot (a block input feeds both the residual add and a
-// conv or the shortcut) goes through a scratch buffer and add_inplace, because every backward
-// kernel overwrites its output (the CPU convention); a fused block tail accumulates in place.
+// conv or the shortcut) is accumulated in place where the kernel can: a convolution's data
+// gradient adds to the slot in its epilogue (conv2d_backward_data_acc_gpu), a fused block tail in
+// its dx pass; the other kernels overwrite their output (the CPU convention), so theirs goes
+// through a scratch buffer and add_inplace.
 // Fusion (resnet_bn_add_fusable, CTRAIN_FUSE_BN_ADD=0 turns it off): bn3 + add [+ relu] runs as one
 // batch norm whose last pass adds the residual (the BN output slot is never allocated), and its
 // backward writes the residual's gradient in the BN's dx pass (no ReLU pass, no device copies).
 // BN statistics in the conv epilogue (CTRAIN_FUSE_BN_STATS=0 turns it off): a bf16 train forward
 // whose conv feeds a BN and runs on engine v2 leaves per-tile {sum, m2} in e->work
 // (conv2d_forward_stats_gpu), and that BN skips its statistics pass.
+// BN backward reductions in the dgrad epilogue (CTRAIN_FUSE_BN_BWD=0 turns it off): a conv whose
+// input is relu(bn(x)) of the op before, read by it alone (e->bn_bwd; bn1 -> conv2, bn2 -> conv3),
+// writes that BN's masked gradient and per-tile {sum g, sum g (x - mean)} in e->work
+// (conv2d_backward_data_bn_gpu, engine v2, stride 1), and the BN skips its reduction pass. Not yet
+// for the block tail (bn3 + add + relu -> the next conv1): its mask needs the residual too.
 #include <string.h>
 
 #include "nn/model_cuda_impl.h"
@@ -30,6 +37,15 @@ GpuExec *gpu_exec_create(const ResNet *m, CtDtype dt) {
     for (int i = 0; i < m->n_ops; i++) e->fuse[i] = (uint8_t)resnet_bn_add_fusable(m, i);
     const char *fs = getenv("CTRAIN_FUSE_BN_STATS");
     e->fuse_stats = !(fs && !strcmp(fs, "0"));
+    const char *fb = getenv("CTRAIN_FUSE_BN_BWD");
+    e->bn_bwd = (uint8_t *)ct_zalloc((size_t)m->n_ops);
+    for (int i = 1; i < m->n_ops && !(fb && !strcmp(fb, "0")); i++) {
+        const Op *op = &m->ops[i], *bn = &m->ops[i - 1];
+        if (op->kind != OP_CONV || bn->kind != OP_BN || !bn->relu || e->fuse[i - 1] || bn->out != op->in) continue;
+        int readers = 0;
+        for (int j = 0; j < m->n_ops; j++) readers += (m->ops[j].in == op->in) + (m->ops[j].in2 == op->in);
+        e->bn_bwd[i] = readers == 1;
+    }
     CK(cudaStreamCreateWithFlags(&e->st, cudaStreamNonBlocking));
     CK(cudaStreamCreateWithFlags(&e->cp, cudaStreamNonBlocking));
     for (int i = 0; i < 2; i++) {
@@ -64,6 +80,7 @@ void gpu_exec_free(GpuExec *e) {
     prof_free(e->prof);
     exec_free_plan(e, e->graph);
     free(e->fuse);
+    free(e->bn_bwd);
     dfree(e->params);
     dfree(e->grads);
     dfree(e->mom);
@@ -408,6 +425,7 @@ static void backward_ops(GpuExec *e, const ResNet *m, GradReadyFn ready, void *c
     cudaStream_t st = e->st;
     uint8_t *init = (uint8_t *)ct_zalloc((size_t)m->n_tensors);
     int last = m->n_tensors - 1;
+    int tiles_op = -1;  // the BN whose backward sums the previous conv's dgrad epilogue left in e->work
     for (int i = m->n_ops - 1; i >= 0; i--) {
         const Op *op = &m->ops[i];
         if (i > 0 && e->fuse[i - 1]) continue;  // the ADD of a fused pair: done with its BN
@@ -429,9 +447,17 @@ static void backward_ops(GpuExec *e, const ResNet *m, GradReadyFn ready, void *c
                 conv2d_backward_weight_gpu(&s, pgrad(e, m, op->w), gout, in, e->work, dt, st);
             }
             prof_mark(e, i, PROF_BWD_DATA);
-            if (need_din) {
-                conv2d_backward_data_gpu(&s, grad_target(e, op->in, init), gout, wop(e, m, op->w), dt, st);
-                finish_grad(e, op->in, init, n_in);
+            if (need_din) {  // a later contribution is added in the data gradient's epilogue
+                const Op *bn = &m->ops[i - 1];  // e->bn_bwd[i]: the BN(+ReLU) this conv alone reads
+                if (e->bn_bwd[i] && !init[op->in] &&
+                    conv2d_backward_data_bn_gpu(&s, e->grad[op->in], e->work, gout, wop(e, m, op->w), e->act[bn->in],
+                                                pparam(e, m, bn->w), pparam(e, m, bn->b),
+                                                e->bnstat + e->bnstat_off[i - 1],
+                                                e->bnstat + e->bnstat_off[i - 1] + bn->C, dt, st))
+                    tiles_op = i - 1;
+                else if (init[op->in]) conv2d_backward_data_acc_gpu(&s, e->grad[op->in], gout, wop(e, m, op->w), dt, st);
+                else conv2d_backward_data_gpu(&s, e->grad[op->in], gout, wop(e, m, op->w), dt, st);
+                init[op->in] = 1;
             }
             break;
         }
@@ -443,6 +469,12 @@ static void backward_ops(GpuExec *e, const ResNet *m, GradReadyFn ready, void *c
             int rs = add ? (add->in == op->out ? add->in2 : add->in) : -1;
             void *dres = rs > 0 ? e->grad[rs] : NULL;
             int relu = add ? add->relu : op->relu;
+            if (tiles_op == i) {  // reductions done by the conv's dgrad epilogue; gout already masked
+                batchnorm_backward_tiles_gpu(grad_target(e, op->in, init), pgrad(e, m, op->w), pgrad(e, m, op->b), gout,
+                                             in, e->work, pparam(e, m, op->w), mean, invstd, M, C, e->work, dt, st);
+                finish_grad(e, op->in, init, n_in);
+                break;
+            }
             batchnorm_add_backward_gpu(grad_target(e, op->in, init), dres, dres ? init[rs] : 0, pgrad(e, m, op->w),
                                        pgrad(e, m, op->b), gout, in,
                                        relu ? e->act[add ? add->out : op->out] : NULL, pparam(e, m, op->w), mean,

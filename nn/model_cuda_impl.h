@@ -46,6 +46,8 @@ struct GpuExec {
     const ResNet *graph;  // the model this executor was made for (shape checks)
     uint8_t *fuse;        // per op: 1 for a BN run together with the ADD after it
     int fuse_stats;       // BN statistics from the conv epilogue (CTRAIN_FUSE_BN_STATS=0: off)
+    uint8_t *bn_bwd;      // per conv op: 1 when its input is relu(bn(x)) of the op before, read by it alone,
+                          // so its dgrad epilogue may do that BN's backward reductions (CTRAIN_FUSE_BN_BWD=0: off)
 
     // Model state on the device.
     float *params, *grads, *mom, *bufs;

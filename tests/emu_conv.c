@@ -73,8 +73,8 @@ static int dev_equal(const void *a, const void *b, size_t bytes) {
 }
 
 // Worst error seen per (kernel, engine) for the report at the end.
-enum { K_FWD, K_DGRAD, K_WGRAD, K_LIN_FWD, K_LIN_DIN, K_LIN_DW, K_LIN_DB, NKERN };
-static const char *kname[NKERN] = {"conv fwd", "conv dgrad", "conv wgrad", "linear fwd",
+enum { K_FWD, K_DGRAD, K_DGRAD_ACC, K_WGRAD, K_LIN_FWD, K_LIN_DIN, K_LIN_DW, K_LIN_DB, NKERN };
+static const char *kname[NKERN] = {"conv fwd", "conv dgrad", "dgrad acc", "conv wgrad", "linear fwd",
                                    "linear din", "linear dw", "linear db"};
 enum { E_F32, E_BF16, E_TC, E_TC2, E_WG, NENG };
 static const char *ename[NENG] = {"generic fp32", "generic bf16", "tensor-core bf16", "tensor-core v2", "wgmma"};
@@ -153,6 +153,19 @@ static void test_conv(int N, int H, int W, int C, int K, int R, int S, int strid
             dev_download(got, di1, nin, dt);
             record(K_DGRAD, e, rel_err_norm(got, ref, nin), tol_act, what);
             if (rerun) CHECK(dev_equal(di1, di2, nin * esize(dt)), "dgrad %s %s: reruns differ", ename[e], what);
+
+            // Accumulated in place onto random values (a second gradient contribution): every
+            // element must be old + gradient, so an overwrite or a skipped phase is an O(1) error.
+            float *old = host_random(nin, key * 4 + 3, dt);
+            void *d_acc = dev_upload(old, nin, dt);
+            used = conv2d_backward_data_acc_gpu_ex(&s, d_acc, d_dout, d_w, dt, stream, algo);
+            sync();
+            CHECK(used == want, "dgrad acc %s: engine %d ran, %d expected", what, used, want);
+            for (size_t i = 0; i < nin; i++) ref[i] += old[i];
+            dev_download(got, d_acc, nin, dt);
+            record(K_DGRAD_ACC, e, rel_err_norm(got, ref, nin), tol_act, what);
+            cudaFree(d_acc);
+            free(old);
 
             for (int rep = 0; rep < 2; rep++) {
                 if (work) poison(work, nwork * 4);
@@ -407,6 +420,82 @@ static void test_conv_bn_stats(int N, int H, int W, int C, int K, int R, int S, 
     free(gy), free(gms), free(cy), free(cms), free(oy), free(oms);
 }
 
+// BN backward reductions in engine v2's data-gradient epilogue (conv2d_backward_data_bn_gpu) for a
+// conv whose input was relu(bn(x)): the masked gradient bit-identical to the plain data gradient
+// masked by the CPU twin (batchnorm_relu_grad_tiles), the tiles within 1e-5 of the twin's, the BN
+// backward from them (batchnorm_backward_tiles_gpu) against its twin and against the unfused
+// batchnorm_backward_gpu (mask from the stored y). Shapes with ragged row and column tiles.
+static void test_dgrad_bn(int N, int H, int W, int C, int K, int R, int S, int stride, int pad) {
+    ConvShape s = conv_shape(N, H, W, C, K, R, S, stride, pad);
+    int M = N * H * W;
+    size_t nin = (size_t)M * C, nout = (size_t)N * s.P * s.Q * K, nw = (size_t)K * R * S * C;
+    char what[128];
+    snprintf(what, sizeof what, "dgrad+bn N%d H%d W%d C%d K%d %dx%d/%d", N, H, W, C, K, R, S, stride);
+    uint64_t key = 977 + ((uint64_t)M * 131 + C) * 131 + K;
+    float *x = host_random(nin, key, CT_BF16), *w = host_random(nw, key + 1, CT_BF16);
+    float *dout = host_random(nout, key + 2, CT_BF16), *pv = host_random(4 * (size_t)C, key + 3, CT_F32);
+    float *gamma = pv, *beta = pv + C, *mean = pv + 2 * C, *invstd = pv + 3 * C;
+    for (int c = 0; c < C; c++) {
+        gamma[c] = 1.0f + 0.5f * gamma[c];
+        beta[c] *= 0.5f;
+        mean[c] *= 0.2f;
+        invstd[c] = 1.5f + invstd[c];
+    }
+    float *y = (float *)ct_alloc(nin * 4);  // the forward's stored output, for the unfused backward
+    for (size_t i = 0; i < nin; i++) {
+        int c = (int)(i % C);
+        float o = (x[i] - mean[c]) * (gamma[c] * invstd[c]) + beta[c];
+        y[i] = o > 0.f ? ct_round_bf16(o) : 0.f;
+    }
+    size_t nwork = batchnorm_gpu_work_floats(M, C), ntile = conv2d_gpu_stats_floats(M, C);
+    void *d_x = dev_upload(x, nin, CT_BF16), *d_w = dev_upload(w, nw, CT_BF16), *d_dout = dev_upload(dout, nout, CT_BF16);
+    void *d_y = dev_upload(y, nin, CT_BF16);
+    float *d_p = (float *)dev_upload(pv, 4 * (size_t)C, CT_F32);
+    void *d_plain = dev_alloc_poisoned(nin * 2), *d_g = dev_alloc_poisoned(nin * 2), *d_dx = dev_alloc_poisoned(nin * 2);
+    float *work = (float *)dev_alloc_poisoned(nwork * 4), *d_db = (float *)dev_alloc_poisoned(4 * (size_t)C * 4);
+    int want = stride == 1 && C % 8 == 0 && K % 8 == 0;
+    int ran = conv2d_backward_data_bn_gpu(&s, d_g, work, d_dout, d_w, d_x, d_p, d_p + C, d_p + 2 * C, d_p + 3 * C,
+                                          CT_BF16, stream);
+    conv2d_backward_data_gpu_ex(&s, d_plain, d_dout, d_w, CT_BF16, stream, CT_CONV_TC2);
+    sync();
+    CHECK(ran == want, "%s: ran %d, expected %d", what, ran, want);
+    if (ran) {
+        float *plain = (float *)ct_alloc(nin * 4), *g = (float *)ct_alloc(nin * 4), *gref = (float *)ct_alloc(nin * 4);
+        float *tiles = (float *)ct_alloc(ntile * 4), *tref = (float *)ct_alloc(ntile * 4);
+        dev_download(plain, d_plain, nin, CT_BF16);
+        dev_download(g, d_g, nin, CT_BF16);
+        dev_download(tiles, work, ntile, CT_F32);
+        batchnorm_relu_grad_tiles(gref, tref, plain, x, gamma, beta, mean, invstd, M, C);
+        CHECK(memcmp(g, gref, nin * 4) == 0, "%s: masked gradient differs from the twin's", what);
+        double terr = rel_err_norm(tiles, tref, ntile);
+        printf("  %-40s tiles %.3g\n", what, terr);
+        CHECK(terr <= 1e-5, "%s: tiles off by %.3g", what, terr);
+        // BN backward from the tiles, against its twin (same tiles) and the unfused GPU backward.
+        batchnorm_backward_tiles_gpu(d_dx, d_db, d_db + C, d_g, d_x, work, d_p, d_p + 2 * C, d_p + 3 * C, M, C, work,
+                                     CT_BF16, stream);
+        float *dx = (float *)ct_alloc(nin * 4), *dxref = (float *)ct_alloc(nin * 4), *db = (float *)ct_alloc(8 * (size_t)C);
+        float *dbref = (float *)ct_alloc(8 * (size_t)C);
+        sync();
+        dev_download(dx, d_dx, nin, CT_BF16);
+        dev_download(db, d_db, 2 * (size_t)C, CT_F32);
+        batchnorm_backward_tiles(dxref, dbref, dbref + C, g, x, tiles, gamma, mean, invstd, M, C);
+        CHECK(memcmp(db, dbref, 8 * (size_t)C) == 0, "%s: dgamma/dbeta differ from the twin's", what);
+        double e1 = rel_err_norm(dx, dxref, nin);
+        batchnorm_backward_gpu(d_dx, d_db + 2 * C, d_db + 3 * C, d_plain, d_x, d_y, d_p, d_p + 2 * C, d_p + 3 * C, M,
+                               C, work, CT_BF16, stream);
+        sync();
+        dev_download(dxref, d_dx, nin, CT_BF16);
+        dev_download(dbref, d_db + 2 * C, 2 * (size_t)C, CT_F32);
+        double e2 = rel_err_norm(dx, dxref, nin), e3 = rel_err_norm(db, dbref, 2 * (size_t)C);
+        printf("  %-40s dx vs twin %.3g, vs unfused %.3g; dgamma/dbeta vs unfused %.3g\n", what, e1, e2, e3);
+        CHECK(e1 <= 1e-2 && e2 <= 1e-2 && e3 <= 1e-5, "%s: BN backward from tiles off (%.3g %.3g %.3g)", what, e1, e2, e3);
+        free(plain), free(g), free(gref), free(tiles), free(tref), free(dx), free(dxref), free(db), free(dbref);
+    }
+    cudaFree(d_x), cudaFree(d_w), cudaFree(d_dout), cudaFree(d_y), cudaFree(d_p), cudaFree(d_plain);
+    cudaFree(d_g), cudaFree(d_dx), cudaFree(work), cudaFree(d_db);
+    free(x), free(w), free(dout), free(pv), free(y);
+}
+
 int main(void) {
     if (cudaStreamCreate(&stream) != cudaSuccess) ct_die("cudaStreamCreate");
     // N, H, W, C, K, R, S, stride, pad
@@ -463,6 +552,13 @@ int main(void) {
     test_conv_bn_stats(1, 6, 5, 16, 8, 1, 1, 1, 0);
     test_conv_bn_stats(3, 13, 11, 8, 24, 1, 1, 2, 0);
     test_conv_bn_stats(1, 21, 19, 8, 16, 7, 7, 2, 3);
+    // Ragged row tiles (M = 198, 105), two column tiles with a ragged edge (C = 136), one partial
+    // tile; stride 2 and C = 12 are not taken (0 returned, nothing run).
+    test_dgrad_bn(2, 9, 11, 24, 16, 3, 3, 1, 1);
+    test_dgrad_bn(1, 16, 9, 136, 8, 1, 1, 1, 0);
+    test_dgrad_bn(3, 7, 5, 8, 40, 3, 3, 1, 1);
+    test_dgrad_bn(2, 8, 8, 16, 16, 3, 3, 2, 1);
+    test_dgrad_bn(1, 6, 6, 12, 16, 3, 3, 1, 1);
     test_linear(1, 5, 3, 1);
     test_linear(4, 16, 10, 1);
     test_linear(3, 24, 70, 0);

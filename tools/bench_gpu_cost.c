@@ -168,7 +168,8 @@ static int group_of(const ResNet *m, const CtCostLaunch *c) {
 // kernel reads them); a weight gradient's split-K partials and their reduction (one launch more),
 // counted at the GEMM that plans them; a convolution epilogue's BN tile statistics (written by the
 // conv forward before the BN, read by bn_finish_tiles_k: 8 bytes per 128-row tile and channel),
-// counted at the finish kernel for both groups. *bad counts launches whose grid disagrees with
+// counted at the finish kernel for both groups; likewise the backward's sums from the next conv's
+// data-gradient epilogue (bn_finish_grad_tiles_k). *bad counts launches whose grid disagrees with
 // the plan (pass NULL at a batch that did not run).
 static void add_workspace(const ResNet *m, const TensorDim *dims, const CtCostLaunch *c, int B, Group *g, int *bad) {
     int op = c->tag_op;
@@ -188,6 +189,13 @@ static void add_workspace(const ResNet *m, const TensorDim *dims, const CtCostLa
         double bytes = 8.0 * ((B * d->H * d->W + 127) / 128) * d->C;
         x->wrd += bytes;
         g[op * 4].wwr += bytes;  // the conv before it (op - 1), forward
+    } else if (strstr(c->name, "bn_finish_grad_tiles_k") && op + 1 < m->n_ops) {
+        // The backward's sums from the data-gradient epilogue of the conv after it (op + 1, part 2:
+        // PROF_BWD_DATA): the same 8 bytes per 128-row tile and channel.
+        const TensorDim *d = &dims[o->in];
+        double bytes = 8.0 * ((B * d->H * d->W + 127) / 128) * d->C;
+        x->wrd += bytes;
+        g[(op + 2) * 4 + 2].wwr += bytes;
     } else if (o->kind == OP_CONV && (strstr(c->name, "gemm_tc2_k<2") || strstr(c->name, "gemm_tc_k<2"))) {
         const TensorDim *d = &dims[o->out];
         int cin = o->in == 0 && o->C < 8 ? 8 : o->C;  // the executor pads a thin stem to 8 channels
