@@ -21,9 +21,10 @@
 // the Hopper engine (kernels/conv_wgmma.cu: wgmma, warp-specialised), takes v2's forward shapes on
 // compute 9.0 when CTRAIN_CONV_ENGINE=wgmma.
 // The weight gradient reduces over N*P*Q, which is long when K*R*S*C is small: the reduction is
-// cut into a number of splits that depends only on the shape; each split writes its own fp32
-// partial buffer and a second kernel sums the partials in split order. No atomics anywhere, so a
-// rerun is bit-identical.
+// cut into a number of splits that depends only on the shape (split_plan: enough CTAs to fill the
+// GPU, few enough that the partials' traffic stays small against the operands'); each split writes
+// its own fp32 partial buffer and a second kernel sums the partials in split order. No atomics
+// anywhere, so a rerun is bit-identical.
 #include <string.h>
 
 #include "kernels/common.cuh"
@@ -601,15 +602,28 @@ static int ceil_div(long long a, long long b) { return (int)((a + b - 1) / b); }
 typedef struct {
     int splits, k_split;
 } SplitPlan;
+// Three pulls: occupancy wants ~4 waves of a 132-SM GPU (512 CTAs); traffic wants few splits,
+// since each one writes an M x N fp32 partial that the reduction reads back (8*M*N bytes), which
+// on the late layers (few tiles, short K) cost more than the GEMM's operands; and below one wave
+// (132 CTAs) SMs would sit idle. So: the 4-wave count, cut to what keeps the partials' traffic
+// within a quarter of the bytes the main loop reads ((M + N) * K bf16), but never below one wave.
+// On resnet50 at 224, batch 256 this takes the partials from 10.6 to 6.7 MB per image, for weight
+// gradients 0.3-2.4% slower in a wave-quantised roofline model (docs/BENCHMARKS.md).
+#define SPLIT_AIM_CTAS 512
+#define SPLIT_MIN_CTAS 132
 static SplitPlan split_plan(int M, int N, int K, int bm, int bn, int bk) {
     SplitPlan sp;
     long long tiles = (long long)ceil_div(M, bm) * ceil_div(N, bn);
-    int want = (int)((512 + tiles - 1) / tiles);  // ~4 waves of a 132-SM GPU
-    int most = K / (8 * bk);                      // keep >= 8 k-tiles per split
+    long long want = (SPLIT_AIM_CTAS + tiles - 1) / tiles;
+    long long budget = ((long long)M + N) * K / (16LL * M * N);  // 8*s*M*N <= ((M + N)*K*2) / 4
+    long long floor_s = (SPLIT_MIN_CTAS + tiles - 1) / tiles;
+    if (want > budget) want = budget;
+    if (want < floor_s) want = floor_s;
+    int most = K / (8 * bk);  // keep >= 8 k-tiles per split
     if (want > most) want = most;
     if (want > CONV_MAX_SPLITS) want = CONV_MAX_SPLITS;
     if (want < 1) want = 1;
-    sp.k_split = ceil_div(ceil_div(K, want), bk) * bk;
+    sp.k_split = ceil_div(ceil_div(K, (int)want), bk) * bk;
     sp.splits = ceil_div(K, sp.k_split);
     return sp;
 }

@@ -494,6 +494,88 @@ static void test_dgrad_bn(int N, int H, int W, int C, int K, int R, int S, int s
     cudaFree(d_x), cudaFree(d_w), cudaFree(d_dout), cudaFree(d_y), cudaFree(d_p), cudaFree(d_plain);
     cudaFree(d_g), cudaFree(d_dx), cudaFree(work), cudaFree(d_db);
     free(x), free(w), free(dout), free(pv), free(y);
+// The weight gradient's split plan (kernels/conv.cu split_plan): ~4 waves of 132 SMs, cut so that
+// the fp32 partials (written by the GEMM, read back by the reduction: 8 bytes x M x N per split)
+// stay within a quarter of the bf16 operand bytes the main loop reads, never below one wave.
+// Pinned on resnet50's batch-256 shapes at 224 (M = K_out, N = R*S*C, K = 256*P*Q) where the old
+// 4-wave plan (in brackets) wrote more partial bytes than that; then one convolution small enough
+// to emulate whose plan differs from the old one, on engines v1 and v2 against the CPU.
+static int old_splits(int M, int N, int K, int bm, int bn) {  // the 4-wave plan before the budget
+    long long tiles = (long long)((M + bm - 1) / bm) * ((N + bn - 1) / bn);
+    int want = (int)((512 + tiles - 1) / tiles), most = K / 256;
+    if (want > most) want = most;
+    if (want > 64) want = 64;
+    if (want < 1) want = 1;
+    int ks = (K + want - 1) / want;
+    ks = (ks + 31) / 32 * 32;
+    return (K + ks - 1) / ks;
+}
+static void test_split_plan(void) {
+    static const int pinned[][4] = {
+        // M, N, K, splits on engine v2 (128x128 tiles)
+        {512, 4608, 12544, 1},   // layer4 conv2 3x3: 144 tiles, past one wave alone [4]
+        {2048, 512, 12544, 3},   // layer4 conv3 1x1 [8]
+        {2048, 1024, 12544, 2},  // layer4 projection [4]
+        {256, 2304, 50176, 13},  // layer3 conv2 [15]
+        {1024, 256, 50176, 15},  // layer3 conv3 [32]
+        {64, 576, 802816, 64},   // layer1 conv2: long K, the cap [64]
+        {64, 392, 3211264, 64},  // stem (C padded to 8) [64]
+    };
+    for (size_t i = 0; i < sizeof pinned / sizeof pinned[0]; i++) {
+        const int *p = pinned[i];
+        int got = conv2d_gpu_wgrad_splits(CT_CONV_TC2, p[0], p[1], p[2]);
+        CHECK(got == p[3], "split plan M%d N%d K%d: %d splits, expected %d", p[0], p[1], p[2], got, p[3]);
+    }
+    // Invariants over a sweep, both engines: at least one split, no more than the 4-wave count,
+    // and above one wave's worth the partials' traffic is within budget.
+    int checked = 0, differ = 0;
+    for (int M = 8; M <= 2048; M *= 2)
+        for (int N = 8; N <= 4608; N = N * 3 + 8)
+            for (int K = 64; K <= 4000000; K = K * 5 + 32)
+                for (int eng = 0; eng < 2; eng++) {
+                    int bm = eng ? 128 : (M <= 64 ? 64 : 128), bn = eng ? 128 : 64;
+                    int sp = conv2d_gpu_wgrad_splits(eng ? CT_CONV_TC2 : CT_CONV_TC, M, N, K);
+                    long long tiles = (long long)((M + bm - 1) / bm) * ((N + bn - 1) / bn);
+                    int old = old_splits(M, N, K, bm, bn);
+                    CHECK(sp >= 1 && sp <= old, "split plan M%d N%d K%d: %d splits, the 4-wave plan %d", M, N, K, sp, old);
+                    if (sp > 1 && tiles * (sp - 1) >= 132)
+                        CHECK(8.0 * sp * M * N <= 0.25 * 2.0 * ((double)M + N) * K,
+                              "split plan M%d N%d K%d: %d splits above one wave and over the byte budget", M, N, K, sp);
+                    checked++, differ += sp != old;
+                }
+    CHECK(differ > 0, "the split plan never differs from the 4-wave plan");
+    printf("split plan: %d shapes x engines checked, %d differ from the 4-wave plan\n", checked, differ);
+
+    // N=3, 34x34, C=144 -> K=24, 3x3 pad 1: the plan differs from the old one on both engines.
+    ConvShape s = conv_shape(3, 34, 34, 144, 24, 3, 3, 1, 1);
+    int M = s.K, N = s.R * s.S * s.C, K = s.N * s.P * s.Q;
+    int s2 = conv2d_gpu_wgrad_splits(CT_CONV_TC2, M, N, K), s1 = conv2d_gpu_wgrad_splits(CT_CONV_TC, M, N, K);
+    int o2 = old_splits(M, N, K, 128, 128), o1 = old_splits(M, N, K, 64, 64);
+    CHECK(s2 != o2 && s1 != o1, "the emulated shape no longer exercises a changed plan (v2 %d vs %d, v1 %d vs %d)", s2, o2, s1, o1);
+    size_t nin = (size_t)s.N * s.H * s.W * s.C, nout = (size_t)s.N * s.P * s.Q * s.K, nw = (size_t)s.K * N;
+    size_t nwork = conv2d_gpu_work_floats(&s);
+    CHECK(nwork >= (size_t)(s2 > s1 ? s2 : s1) * M * N, "work buffer %zu floats too small", nwork);
+    float *in = host_random(nin, 901, CT_BF16), *dout = host_random(nout, 902, CT_BF16);
+    float *ref = (float *)ct_alloc(nw * 4), *got = (float *)ct_alloc(nw * 4);
+    conv2d_backward_weight(&s, ref, dout, in);
+    void *d_in = dev_upload(in, nin, CT_BF16), *d_dout = dev_upload(dout, nout, CT_BF16);
+    float *work = (float *)dev_alloc_poisoned(nwork * 4);
+    float *dw1 = (float *)dev_alloc_poisoned(nw * 4), *dw2 = (float *)dev_alloc_poisoned(nw * 4);
+    for (int algo = CT_CONV_TC; algo <= CT_CONV_TC2; algo++) {
+        int e = algo == CT_CONV_TC2 ? E_TC2 : E_TC;
+        for (int rep = 0; rep < 2; rep++) {
+            poison(work, nwork * 4);
+            int used = conv2d_backward_weight_gpu_ex(&s, rep ? dw2 : dw1, d_dout, d_in, work, CT_BF16, stream, algo);
+            CHECK(used == algo, "split plan shape: engine %d ran, %d expected", used, algo);
+        }
+        sync();
+        dev_download(got, dw1, nw, CT_F32);
+        record(K_WGRAD, e, rel_err_norm(got, ref, nw), fp32_out_tol(e), "split plan shape");
+        CHECK(dev_equal(dw1, dw2, nw * 4), "split plan shape %s: reruns differ", ename[e]);
+    }
+    printf("split plan shape N3 H34 W34 C144 K24 3x3: v2 %d splits (4-wave plan %d), v1 %d (%d)\n", s2, o2, s1, o1);
+    cudaFree(d_in), cudaFree(d_dout), cudaFree(work), cudaFree(dw1), cudaFree(dw2);
+    free(in), free(dout), free(ref), free(got);
 }
 
 int main(void) {
@@ -559,6 +641,7 @@ int main(void) {
     test_dgrad_bn(3, 7, 5, 8, 40, 3, 3, 1, 1);
     test_dgrad_bn(2, 8, 8, 16, 16, 3, 3, 2, 1);
     test_dgrad_bn(1, 6, 6, 12, 16, 3, 3, 1, 1);
+    test_split_plan();
     test_linear(1, 5, 3, 1);
     test_linear(4, 16, 10, 1);
     test_linear(3, 24, 70, 0);
