@@ -253,7 +253,8 @@ static int same_bits(const float *a, const float *b, size_t n) { return !memcmp(
 static void determinism(void) {
     // Shapes large enough to split into several GEMM tasks, im2col tiles and BN chunks.
     ConvShape shapes[] = {conv_shape(4, 33, 31, 20, 24, 3, 3, 1, 1), conv_shape(3, 32, 32, 64, 40, 3, 3, 2, 1),
-                          conv_shape(2, 17, 17, 24, 36, 1, 1, 1, 0), conv_shape(2, 32, 30, 3, 16, 7, 7, 2, 3)};
+                          conv_shape(2, 17, 17, 24, 36, 1, 1, 1, 0), conv_shape(2, 32, 30, 3, 16, 7, 7, 2, 3),
+                          conv_shape(3, 17, 15, 32, 48, 3, 3, 1, 1)};  // the last one: Winograd (AVX-512)
     for (size_t si = 0; si < CT_ARRAY_LEN(shapes); si++) {
         const ConvShape *s = &shapes[si];
         const size_t nin = (size_t)s->N * s->H * s->W * s->C, nout = (size_t)s->N * s->P * s->Q * s->K;
@@ -323,6 +324,10 @@ int main(void) {
                                  stride, pad);
         gradcheck_conv(s);
     }
+    // The training step's Winograd F(2x2, 3x3) route (3x3 stride-1 pad-1, 16+ channels, 8x8+ maps;
+    // on by default with AVX-512): forward and flipped data gradient through the transforms.
+    gradcheck_conv(conv_shape(1, 9, 9, 16, 16, 3, 3, 1, 1));
+    gradcheck_conv(conv_shape(2, 8, 11, 32, 48, 3, 3, 1, 1));
     const int bn[][2] = {{7, 5}, {50, 3}, {333, 13}, {3, 2}};  // M = 2 is degenerate: xhat = +-1 whatever x is
     for (size_t i = 0; i < CT_ARRAY_LEN(bn); i++) {
         gradcheck_bn(bn[i][0], bn[i][1], 0);

@@ -8,6 +8,7 @@
 #include "nn/blur.h"
 #include "nn/gemm.h"
 #include "nn/layers.h"
+#include "nn/winograd.h"
 #include "tests/test.h"
 #include "util/common.h"
 #include "util/rng.h"
@@ -124,6 +125,10 @@ static void test_conv(void) {
         // Winograd F(2x2, 3x3) (3x3 stride 1 pad 1, P * Q >= 64): odd edges, a 32-channel block
         // and a 16-channel remainder (K 48), and its flipped backward-data (C 48 -> 16).
         {2, 9, 11, 16, 48, 3, 3, 1, 1},
+        {1, 9, 9, 16, 16, 3, 3, 1, 1},   // batch 1, odd 9x9: ragged last tile row and column
+        {3, 11, 8, 32, 16, 3, 3, 1, 1},  // K 16 only (remainder block alone); odd H, even W
+        {1, 8, 8, 128, 32, 3, 3, 1, 1},  // 8x8 (the smallest map it takes), 128 -> 32 and back
+        {1, 7, 10, 48, 64, 3, 3, 1, 1},  // 70 pixels: tiles split across two 28-tile blocks
     };
     for (size_t i = 0; i < CT_ARRAY_LEN(fixed); i++) {
         const int *f = fixed[i];
@@ -148,6 +153,57 @@ static void test_conv(void) {
         const int *f = big[i];
         ConvShape s = conv_shape(f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8]);
         test_conv_shape(&s);
+    }
+}
+
+// Winograd F(2x2, 3x3) against the direct kernels, both against float64, on the training step's
+// shapes with ReLU outputs as inputs (like a network's): its transforms add roundings, but on
+// these shapes it must stay as close to float64 as the direct route (within 2x, per output and
+// norm-wise), so a parity difference of the model cannot come from a less accurate layer.
+static void test_winograd_accuracy(void) {
+    const int shapes[][4] = {{4, 32, 16, 16}, {4, 16, 32, 32}, {2, 8, 64, 64}, {2, 8, 128, 128}, {1, 9, 16, 48}};
+    for (size_t i = 0; i < CT_ARRAY_LEN(shapes); i++) {
+        const int *f = shapes[i];
+        ConvShape s = conv_shape(f[0], f[1], f[1], f[2], f[3], 3, 3, 1, 1);
+        if (!winograd_ok_k16(&s)) {
+            printf("winograd accuracy: no AVX-512 here, skipped\n");
+            return;
+        }
+        const size_t nin = (size_t)s.N * s.H * s.W * s.C, nout = (size_t)s.N * s.P * s.Q * s.K, nw = (size_t)s.K * 9 * s.C;
+        float *in = rand_buf(nin, 1), *w = rand_buf(nw, sqrtf(6.0f / (9 * s.C))), *wt = ct_alloc(nw * sizeof(float));
+        float *u = ct_alloc(16 * (size_t)s.C * s.K * sizeof(float)), *ow = ct_alloc(nout * sizeof(float));
+        float *od = ct_alloc(nout * sizeof(float));
+        double *ref = ct_alloc(nout * sizeof(double));
+        for (size_t j = 0; j < nin; j++) in[j] = in[j] > 0 ? in[j] : 0;
+        for (int k = 0; k < s.K; k++)
+            for (int j = 0; j < 9 * s.C; j++) wt[(size_t)j * s.K + k] = w[(size_t)k * 9 * s.C + j];
+        for (int n = 0; n < s.N; n++)
+            for (int p = 0; p < s.P; p++)
+                for (int q = 0; q < s.Q; q++)
+                    for (int k = 0; k < s.K; k++) {
+                        double acc = 0;
+                        for (int r = 0; r < 3; r++)
+                            for (int t = 0; t < 3; t++)
+                                for (int c = 0; c < s.C; c++)
+                                    acc += in_at(&s, in, n, p - 1 + r, q - 1 + t, c) * w[(((size_t)k * 3 + r) * 3 + t) * s.C + c];
+                        ref[(((size_t)n * s.P + p) * s.Q + q) * s.K + k] = acc;
+                    }
+        winograd_weights(u, w, s.K, s.C);
+        conv3x3_winograd_ep(&s, ow, in, u, NULL, NULL, 0);
+        conv2d_forward_ep(&s, od, in, wt, 0, NULL, NULL, 0);
+        double ew = 0, ed = 0, nr = 0, mw = 0, md = 0;
+        for (size_t j = 0; j < nout; j++) {
+            const double dw = ow[j] - ref[j], dd = od[j] - ref[j];
+            ew += dw * dw, ed += dd * dd, nr += ref[j] * ref[j];
+            mw = fmax(mw, fabs(dw)), md = fmax(md, fabs(dd));
+        }
+        ew = sqrt(ew / nr), ed = sqrt(ed / nr);
+        const double rms = sqrt(nr / nout);
+        printf("winograd N%d %2dx%-2d C%3d K%3d vs float64: rel err %.2e (direct %.2e), max |err|/rms %.2e (direct %.2e)\n",
+               s.N, s.H, s.W, s.C, s.K, ew, ed, mw / rms, md / rms);
+        CHECK(ew <= 2 * ed && mw <= 2 * md, "winograd N%d %dx%d C%d K%d: error %.3g (max %.3g) vs direct %.3g (max %.3g)", s.N,
+              s.H, s.W, s.C, s.K, ew, mw / rms, ed, md / rms);
+        free(in), free(w), free(wt), free(u), free(ow), free(od), free(ref);
     }
 }
 
@@ -572,7 +628,7 @@ static void test_batchnorm_add(void) {
 }
 
 int main(void) {
-    setenv("CTRAIN_CPU_WINOGRAD", "1", 1);  // the training step's opt-in Winograd route (nn/conv.c)
+    setenv("CTRAIN_CPU_WINOGRAD", "1", 1);  // the training step's Winograd route (nn/conv.c), the default
     test_rng = rng_make(1234, 0, 0);
     const char *kernels[] = {"avx512", "avx2", "generic"};
     const char *dflt = sgemm_kernel_name();
@@ -588,6 +644,7 @@ int main(void) {
         test_batchnorm_add();
     }
     sgemm_set_kernel(dflt);
+    test_winograd_accuracy();
     test_maxpool();
     test_blur();
     test_avgpool_linear();

@@ -179,6 +179,13 @@ def main():
                          "branches: the part of the error that comes from taking the other side of a kink")
     ap.add_argument("--fp32-floor", action="store_true",
                     help="also store floor.<key>: torch's own float32 error against the float64 reference")
+    ap.add_argument("--flip", default="",
+                    help="CALL:INDEX,...: in the training forward, the ReLU call CALL (0-based, in execution "
+                         "order) takes the other branch at flat element INDEX (NCHW). The reference on the "
+                         "branches a float32 run chose where an input lies within rounding of zero")
+    ap.add_argument("--list-kinks", type=int, default=0, metavar="N",
+                    help="print the N ReLU inputs of the float64 training forward nearest to zero relative to "
+                         "their tensor's standard deviation (as CALL:INDEX margin), for --flip, and exit")
     ap.add_argument("--blurpool", type=int, default=0, help="FFCV's BlurPool on the strided convs (ctrain --blurpool)")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
@@ -205,8 +212,31 @@ def main():
     x32 = torch.randn(a.batch, a.in_ch, a.size, a.size, generator=g)
     labels = torch.randint(0, a.classes, (a.batch,), generator=g)
 
+    flips = [tuple(map(int, f.split(":"))) for f in a.flip.split(",") if f]
+    record = [] if a.list_kinks else None
+
     def run(dtype, round_outputs=False):
         m = copy.deepcopy(model).to(dtype)
+        if flips or record is not None:
+            calls = [0]
+
+            def relu_hook(mod, inp, out):
+                if not mod.training:
+                    return None
+                i = calls[0]
+                calls[0] += 1
+                x = inp[0]
+                if record is not None:
+                    record.append(x.detach() / x.detach().std())
+                mask = (x > 0).to(x.dtype).flatten()
+                for ci, fi in flips:
+                    if ci == i:
+                        mask[fi] = 1 - mask[fi]
+                return x * mask.view_as(x)
+            for mod in m.modules():
+                if isinstance(mod, nn.ReLU):
+                    mod.inplace = False  # the hook needs the pre-activation
+                    mod.register_forward_hook(relu_hook)
         if round_outputs:
             for mod in m.modules():
                 if isinstance(mod, (nn.Conv2d, nn.BatchNorm2d, nn.Linear)):
@@ -240,6 +270,14 @@ def main():
         return out
 
     ref = run(torch.float64)
+    if a.list_kinks:
+        near = []
+        for i, x in enumerate(record):
+            v, idx = x.abs().flatten().topk(min(a.list_kinks, x.numel()), largest=False)
+            near += [(m, i, j) for m, j in zip(v.tolist(), idx.tolist())]
+        for m, i, j in sorted(near)[:a.list_kinks]:
+            print("%d:%d margin %.2e" % (i, j, m))
+        return 0
     tensors = {"x": np_of(x32.permute(0, 2, 3, 1)), "labels": np_of(labels).astype(np.int64)}
     for k, v in ref.items():
         tensors[k] = np_of(v)
