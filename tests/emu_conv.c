@@ -494,6 +494,8 @@ static void test_dgrad_bn(int N, int H, int W, int C, int K, int R, int S, int s
     cudaFree(d_x), cudaFree(d_w), cudaFree(d_dout), cudaFree(d_y), cudaFree(d_p), cudaFree(d_plain);
     cudaFree(d_g), cudaFree(d_dx), cudaFree(work), cudaFree(d_db);
     free(x), free(w), free(dout), free(pv), free(y);
+}
+
 // The weight gradient's split plan (kernels/conv.cu split_plan): ~4 waves of 132 SMs, cut so that
 // the fp32 partials (written by the GEMM, read back by the reduction: 8 bytes x M x N per split)
 // stay within a quarter of the bf16 operand bytes the main loop reads, never below one wave.
