@@ -266,6 +266,19 @@ __global__ void __launch_bounds__(BN_THREADS)
     }
 }
 
+// Stage 2's per-channel results from the merged sums sg = sum g and sgx = sum g (x - mean): dbeta,
+// dgamma and dx's constants (k = [k0 | k1 | k2]), in double.
+__device__ static void bn_grad_publish(float *dgamma, float *dbeta, float *k, const float *gamma, const float *mean,
+                                       const float *invstd, double sg, double sgx, int c, int M, int C) {
+    double inv = ct_ld(invstd, c);
+    ct_st(dbeta, c, (float)sg);
+    ct_st(dgamma, c, (float)(sgx * inv));
+    double a = (double)ct_ld(gamma, c) * inv, b = sgx * inv * inv / M;
+    ct_st(k, c, (float)a);
+    ct_st(k, (size_t)C + c, (float)(-a * b));
+    ct_st(k, (size_t)2 * C + c, (float)(a * (b * ct_ld(mean, c) - sg / M)));
+}
+
 // Stage 2 of the backward: dbeta, dgamma, and dx's per-channel constants (k = [k0 | k1 | k2]).
 __global__ void bn_finish_grad_k(float *dgamma, float *dbeta, float *k, const double *partial,
                                  const float *gamma, const float *mean, const float *invstd,
@@ -277,13 +290,7 @@ __global__ void bn_finish_grad_k(float *dgamma, float *dbeta, float *k, const do
         sg += ct_ld(partial, (size_t)j * 2 * C + c);
         sgx += ct_ld(partial, (size_t)j * 2 * C + C + c);
     }
-    double inv = ct_ld(invstd, c);
-    ct_st(dbeta, c, (float)sg);
-    ct_st(dgamma, c, (float)(sgx * inv));
-    double a = (double)ct_ld(gamma, c) * inv, b = sgx * inv * inv / M;
-    ct_st(k, c, (float)a);
-    ct_st(k, (size_t)C + c, (float)(-a * b));
-    ct_st(k, (size_t)2 * C + c, (float)(a * (b * ct_ld(mean, c) - sg / M)));
+    bn_grad_publish(dgamma, dbeta, k, gamma, mean, invstd, sg, sgx, c, M, C);
 }
 
 // Stage 2 from the data-gradient epilogue's tiles (conv2d_backward_data_bn_gpu) instead of stage
@@ -299,13 +306,7 @@ __global__ void bn_finish_grad_tiles_k(float *dgamma, float *dbeta, float *k, co
         sg += ct_ld(tiles, ((size_t)t * C + c) * 2);
         sgx += ct_ld(tiles, ((size_t)t * C + c) * 2 + 1);
     }
-    double inv = ct_ld(invstd, c);
-    ct_st(dbeta, c, (float)sg);
-    ct_st(dgamma, c, (float)(sgx * inv));
-    double a = (double)ct_ld(gamma, c) * inv, b = sgx * inv * inv / M;
-    ct_st(k, c, (float)a);
-    ct_st(k, (size_t)C + c, (float)(-a * b));
-    ct_st(k, (size_t)2 * C + c, (float)(a * (b * ct_ld(mean, c) - sg / M)));
+    bn_grad_publish(dgamma, dbeta, k, gamma, mean, invstd, sg, sgx, c, M, C);
 }
 
 // dx = k0 * g + k1 * x + k2, and with dres the residual's gradient g written (res_acc: added to

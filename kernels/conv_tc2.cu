@@ -63,6 +63,24 @@ typedef struct {
 // with tile = m0 / 128. Each column's 8 rows per thread are added in row order, the 8 lanes of a
 // column by a fixed shuffle tree, the two row warps through shared memory as warp 0 + warp 1: the
 // same bits on every run. batchnorm_add_forward_train_tiles_gpu merges the tiles in tile order.
+// The tile epilogues' last step, by warp row 0's lane-group 0: per valid column n of the tile,
+// {red[col] + red[128 + col], red[256 + col] + red[384 + col]} (the two row warps' partials of the
+// two sums, warp 0 + warp 1) at out[(tile * N + n) * 2], tile = m0 / 128.
+__device__ static void t2_write_tile_pairs(float *out, const float *red, int N, int m0, int n0, int wn, int ti) {
+    out += ((size_t)(m0 / T2_BM) * N) * 2;
+    T2_UNROLL
+    for (int ni = 0; ni < 8; ni++)
+        T2_UNROLL
+        for (int j = 0; j < 2; j++) {
+            int col = wn * 64 + ni * 8 + 2 * ti + j, n = n0 + col;
+            if (n >= N) continue;
+            float *p = out + (size_t)n * 2;
+            ct_check_vec_align(p, sizeof(float2));
+            CT_COST_ACCESS(p, sizeof(float2), true);
+            *(float2 *)p = make_float2(__fadd_rn(red[col], red[128 + col]), __fadd_rn(red[256 + col], red[384 + col]));
+        }
+}
+
 __device__ static inline float t2_bf16(float v) { return ct_bf16_to_f32(ct_f32_to_bf16(v)); }
 __device__ static void t2_tile_stats(float (&acc)[4][8][4], float *stats, int M, int N, int m0, int n0, int wm,
                                      int wn, int lane, float *red) {
@@ -105,18 +123,7 @@ __device__ static void t2_tile_stats(float (&acc)[4][8][4], float *stats, int M,
             }
     }
     if (wm != 0 || gi != 0) return;
-    float *out = stats + ((size_t)(m0 / T2_BM) * N) * 2;
-    T2_UNROLL
-    for (int ni = 0; ni < 8; ni++)
-        T2_UNROLL
-        for (int j = 0; j < 2; j++) {
-            int col = wn * 64 + ni * 8 + 2 * ti + j, n = n0 + col;
-            if (n >= N) continue;
-            float *p = out + (size_t)n * 2;
-            ct_check_vec_align(p, sizeof(float2));
-            CT_COST_ACCESS(p, sizeof(float2), true);
-            *(float2 *)p = make_float2(__fadd_rn(red[col], red[128 + col]), __fadd_rn(red[256 + col], red[384 + col]));
-        }
+    t2_write_tile_pairs(stats, red, N, m0, n0, wn, ti);
 }
 
 // BN backward sums in the data-gradient epilogue (conv2d_backward_data_bn_gpu): per column of the
@@ -148,18 +155,7 @@ __device__ static void t2_tile_gsums(float (&s)[8][2][2], float *tiles, int N, i
                 for (int q = 0; q < 2; q++) red[q * 256 + wm * 128 + wn * 64 + ni * 8 + 2 * ti + j] = s[ni][j][q];
     __syncthreads();
     if (wm != 0 || gi != 0) return;
-    float *out = tiles + ((size_t)(m0 / T2_BM) * N) * 2;
-    T2_UNROLL
-    for (int ni = 0; ni < 8; ni++)
-        T2_UNROLL
-        for (int j = 0; j < 2; j++) {
-            int col = wn * 64 + ni * 8 + 2 * ti + j, n = n0 + col;
-            if (n >= N) continue;
-            float *p = out + (size_t)n * 2;
-            ct_check_vec_align(p, sizeof(float2));
-            CT_COST_ACCESS(p, sizeof(float2), true);
-            *(float2 *)p = make_float2(__fadd_rn(red[col], red[128 + col]), __fadd_rn(red[256 + col], red[384 + col]));
-        }
+    t2_write_tile_pairs(tiles, red, N, m0, n0, wn, ti);
 }
 
 // Epilogue options in g: stats (forward) also writes per-tile BN statistics (above); c_acc (data
