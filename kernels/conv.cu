@@ -802,12 +802,13 @@ extern "C" int conv2d_forward_stats_gpu(const ConvShape *s, void *out, float *st
 
 // The data gradient on the engine `algo` resolves to; acc: din += the gradient (in place, one
 // rounding from fp32: the second contribution to a gradient slot) instead of din = it.
-// bn (may be NULL): its bn_* fields ask for the BN backward epilogue (conv2d_backward_data_bn_gpu),
-// which only engine v2 runs, at stride 1: otherwise nothing runs and the result is 0 (CT_CONV_AUTO).
+// bn (may be NULL): its bn_* fields ask for the BN backward epilogue (conv2d_backward_data_bn_gpu,
+// conv2d_backward_data_tail_gpu), which only engine v2 runs, at stride 1: otherwise nothing runs
+// and the result is 0 (CT_CONV_AUTO).
 static int conv_dgrad(const ConvShape *s, void *din, const void *dout, const void *w, CtDtype dt, ct_stream_t st,
                       int algo, int acc, const GemmArgs *bn) {
-    if (bn && (acc || dt != CT_BF16 || s->stride != 1 || conv_empty(s) || s->N <= 0 || s->H <= 0 || s->W <= 0 ||
-               s->C <= 0 || !ct_aligned(8, bn->bn_tiles) || !ct_aligned(4, bn->bn_x)))
+    if (bn && (dt != CT_BF16 || s->stride != 1 || conv_empty(s) || s->N <= 0 || s->H <= 0 || s->W <= 0 ||
+               s->C <= 0 || !ct_aligned(8, bn->bn_tiles) || !ct_aligned(4, bn->bn_x) || !ct_aligned(4, bn->bn_y)))
         return CT_CONV_AUTO;
     if (s->N <= 0 || s->H <= 0 || s->W <= 0 || s->C <= 0) return CT_CONV_GENERIC;
     if (conv_empty(s)) {  // no output pixel sees the input: the gradient is zero
@@ -828,6 +829,7 @@ static int conv_dgrad(const ConvShape *s, void *din, const void *dout, const voi
     if (bn) {
         if (algo != CT_CONV_TC2) return CT_CONV_AUTO;
         g.bn_x = bn->bn_x;
+        g.bn_y = bn->bn_y;
         g.bn_gamma = bn->bn_gamma;
         g.bn_beta = bn->bn_beta;
         g.bn_mean = bn->bn_mean;
@@ -905,6 +907,19 @@ extern "C" int conv2d_backward_data_bn_gpu(const ConvShape *s, void *din, float 
     bn.bn_invstd = invstd;
     bn.bn_tiles = tiles;
     return conv_dgrad(s, din, dout, w, dt, st, CT_CONV_AUTO, 0, &bn) == CT_CONV_TC2;
+}
+
+// The same for a conv whose input is a block tail's output y = relu(bn(x) + res): mask y > 0 (y
+// is this conv's input, so the mask costs one read of it), tiles of x, the tail BN's input.
+extern "C" int conv2d_backward_data_tail_gpu(const ConvShape *s, void *din, int acc, float *tiles, const void *dout,
+                                             const void *w, const void *y, const void *x, const float *mean,
+                                             CtDtype dt, ct_stream_t st) {
+    GemmArgs bn = {};
+    bn.bn_x = x;
+    bn.bn_y = y;
+    bn.bn_mean = mean;
+    bn.bn_tiles = tiles;
+    return conv_dgrad(s, din, dout, w, dt, st, CT_CONV_AUTO, acc, &bn) == CT_CONV_TC2;
 }
 
 extern "C" int conv2d_backward_weight_gpu_ex(const ConvShape *s, float *dw, const void *dout,

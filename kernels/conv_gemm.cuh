@@ -33,7 +33,10 @@ typedef struct {
     int c_acc;     // DGRAD: C += the product, in place (C = round(float(C) + acc), one rounding)
     // DGRAD on engine v2 whose input was y = relu(bn(x)) (conv2d_backward_data_bn_gpu): C gets the
     // gradient masked by the recomputed ReLU, bn_tiles per 128-row tile and channel its sums.
-    const void *bn_x;
+    // bn_y set: the input was a block tail's y = relu(bn(x) + res) (conv2d_backward_data_tail_gpu):
+    // the mask is y > 0 (y is the conv's own input, read at C's rows), so gamma, beta and invstd
+    // are not needed; the sums are the same.
+    const void *bn_x, *bn_y;
     const float *bn_gamma, *bn_beta, *bn_mean, *bn_invstd;
     float *bn_tiles;
 } GemmArgs;

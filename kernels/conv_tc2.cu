@@ -430,7 +430,7 @@ __global__ void __launch_bounds__(T2_THREADS) gemm_tc2_k(GemmArgs g, int tiles_m
     // BN backward in the data-gradient epilogue: the tile's per-channel constants (mean, the
     // forward's scale gamma * invstd and beta, so the ReLU mask is recomputed with its exact
     // operations) in shared memory, which the pipeline no longer uses.
-    const bool bn = MODE == GEMM_DGRAD && g.bn_tiles;
+    const bool bn = MODE == GEMM_DGRAD && g.bn_tiles, tail = bn && g.bn_y;
     float *bn_c = (float *)sm;
     float gs[8][2][2];
     if (bn) {
@@ -440,8 +440,10 @@ __global__ void __launch_bounds__(T2_THREADS) gemm_tc2_k(GemmArgs g, int tiles_m
             float mu = 0.f, sc = 0.f, be = 0.f;
             if (n < g.N) {
                 mu = ct_ld(g.bn_mean, n);
-                sc = __fmul_rn(ct_ld(g.bn_gamma, n), ct_ld(g.bn_invstd, n));
-                be = ct_ld(g.bn_beta, n);
+                if (!tail) {
+                    sc = __fmul_rn(ct_ld(g.bn_gamma, n), ct_ld(g.bn_invstd, n));
+                    be = ct_ld(g.bn_beta, n);
+                }
             }
             bn_c[i] = mu;
             bn_c[T2_BN + i] = sc;
@@ -483,18 +485,26 @@ __global__ void __launch_bounds__(T2_THREADS) gemm_tc2_k(GemmArgs g, int tiles_m
                         v1 = __fadd_rn(v1, ct_bf16_to_f32((uint16_t)(old >> 16)));
                     }
                     uint32_t word = ct_f32_to_bf16(v0) | (uint32_t)ct_f32_to_bf16(v1) << 16;
-                    if (bn) {  // mask by the forward's ReLU (bn_affine_k's operations), then the sums
+                    if (bn) {  // mask by the forward's ReLU, then the sums
                         const uint16_t *xp = (const uint16_t *)g.bn_x + row * g.N + n;
                         ct_check_vec_align(xp, sizeof(uint32_t));
                         CT_COST_ACCESS(xp, sizeof(uint32_t), false);
-                        uint32_t xw = *(const uint32_t *)xp;
+                        uint32_t xw = *(const uint32_t *)xp, yw = 0;
+                        if (tail) {  // the stored block output y: mask y > 0
+                            const uint16_t *yp = (const uint16_t *)g.bn_y + row * g.N + n;
+                            ct_check_vec_align(yp, sizeof(uint32_t));
+                            CT_COST_ACCESS(yp, sizeof(uint32_t), false);
+                            yw = *(const uint32_t *)yp;
+                        }
                         int col = wn * 64 + ni * 8 + 2 * ti;
                         float gv[2];
                         T2_UNROLL
                         for (int j = 0; j < 2; j++) {
                             float xv = ct_bf16_to_f32((uint16_t)(j ? xw >> 16 : xw & 0xffffu));
                             float d = __fsub_rn(xv, bn_c[col + j]);
-                            float o = __fadd_rn(__fmul_rn(d, bn_c[T2_BN + col + j]), bn_c[2 * T2_BN + col + j]);
+                            // relu(bn(x)) recomputed with bn_affine_k's operations, or y > 0
+                            float o = tail ? ct_bf16_to_f32((uint16_t)(j ? yw >> 16 : yw & 0xffffu))
+                                           : __fadd_rn(__fmul_rn(d, bn_c[T2_BN + col + j]), bn_c[2 * T2_BN + col + j]);
                             gv[j] = o > 0.f ? ct_bf16_to_f32((uint16_t)(j ? word >> 16 : word & 0xffffu)) : 0.f;
                             gs[ni][j][0] = __fadd_rn(gs[ni][j][0], gv[j]);
                             gs[ni][j][1] = __fadd_rn(gs[ni][j][1], __fmul_rn(gv[j], d));

@@ -149,6 +149,13 @@ void batchnorm_add_forward_train_tiles_gpu(void *y, float *save_mean, float *sav
 int conv2d_backward_data_bn_gpu(const ConvShape *s, void *din, float *tiles, const void *dout, const void *w,
                                 const void *x, const float *gamma, const float *beta, const float *mean,
                                 const float *invstd, CtDtype dt, ct_stream_t st);
+// The same for a conv whose input is a residual block's output y = relu(bn(x) + res) (the block
+// tail), as the last contribution to its gradient: din = round(din + the gradient) (acc) or the
+// gradient, masked by y > 0 (y = the conv's input, read in the epilogue), and the tiles of the tail
+// BN's input x. din is then also the residual's gradient. CPU twin: batchnorm_tail_grad_tiles.
+int conv2d_backward_data_tail_gpu(const ConvShape *s, void *din, int acc, float *tiles, const void *dout,
+                                  const void *w, const void *y, const void *x, const float *mean, CtDtype dt,
+                                  ct_stream_t st);
 void batchnorm_backward_tiles_gpu(void *dx, float *dgamma, float *dbeta, const void *dy, const void *x,
                                   const float *tiles, const float *gamma, const float *save_mean,
                                   const float *save_invstd, int M, int C, float *work, CtDtype dt,

@@ -340,6 +340,24 @@ void batchnorm_relu_grad_tiles(float *g, float *tiles, const float *dy, const fl
         }
 }
 
+void batchnorm_tail_grad_tiles(float *g, float *tiles, const float *dy, const float *y, const float *x,
+                               const float *mean, int M, int C) {
+    const int nt = (M + BN_STATS_TILE_ROWS - 1) / BN_STATS_TILE_ROWS;
+    for (int t = 0; t < nt; t++)
+        for (int c = 0; c < C; c++) {
+            float s1 = 0.0f, s2 = 0.0f;
+            for (int r = t * BN_STATS_TILE_ROWS; r < M && r < (t + 1) * BN_STATS_TILE_ROWS; r++) {
+                const size_t i = (size_t)r * C + c;
+                const float gv = y[i] > 0.0f ? dy[i] : 0.0f;
+                g[i] = gv;
+                s1 += gv;
+                s2 += gv * (x[i] - mean[c]);
+            }
+            tiles[((size_t)t * C + c) * 2] = s1;
+            tiles[((size_t)t * C + c) * 2 + 1] = s2;
+        }
+}
+
 void batchnorm_backward_tiles(float *dx, float *dgamma, float *dbeta, const float *g, const float *x,
                               const float *tiles, const float *gamma, const float *save_mean,
                               const float *save_invstd, int M, int C) {

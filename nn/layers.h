@@ -93,6 +93,11 @@ void batchnorm_add_forward_train_tiles(float *y, float *save_mean, float *save_i
 // tile order in double, then dx as batchnorm_add_backward does.
 void batchnorm_relu_grad_tiles(float *g, float *tiles, const float *dy, const float *x, const float *gamma,
                                const float *beta, const float *mean, const float *invstd, int M, int C);
+// The same for a residual block's tail y = relu(bn(x) + res) whose output y fed the convolution
+// (conv2d_backward_data_tail_gpu): g = dy where y > 0, else 0; the sums as above. The residual's
+// gradient is g itself.
+void batchnorm_tail_grad_tiles(float *g, float *tiles, const float *dy, const float *y, const float *x,
+                               const float *mean, int M, int C);
 void batchnorm_backward_tiles(float *dx, float *dgamma, float *dbeta, const float *g, const float *x,
                               const float *tiles, const float *gamma, const float *save_mean,
                               const float *save_invstd, int M, int C);

@@ -18,8 +18,11 @@
 // BN backward reductions in the dgrad epilogue (CTRAIN_FUSE_BN_BWD=0 turns it off): a conv whose
 // input is relu(bn(x)) of the op before, read by it alone (e->bn_bwd; bn1 -> conv2, bn2 -> conv3),
 // writes that BN's masked gradient and per-tile {sum g, sum g (x - mean)} in e->work
-// (conv2d_backward_data_bn_gpu, engine v2, stride 1), and the BN skips its reduction pass. Not yet
-// for the block tail (bn3 + add + relu -> the next conv1): its mask needs the residual too.
+// (conv2d_backward_data_bn_gpu, engine v2, stride 1), and the BN skips its reduction pass. The same
+// for a block tail (e->tail_bwd: bn3 or the shortcut's BN + add + relu -> the next block's conv1,
+// the last contribution to the block output's gradient; conv2d_backward_data_tail_gpu): the mask
+// is y > 0 from the stored block output, the conv's own input. The plan gives a fused tail's
+// residual gradient the output gradient's buffer (the masked gradient is both), so no pass writes it.
 #include <string.h>
 
 #include "nn/model_cuda_impl.h"
@@ -45,6 +48,17 @@ GpuExec *gpu_exec_create(const ResNet *m, CtDtype dt) {
         int readers = 0;
         for (int j = 0; j < m->n_ops; j++) readers += (m->ops[j].in == op->in) + (m->ops[j].in2 == op->in);
         e->bn_bwd[i] = readers == 1;
+    }
+    e->tail_bwd = (int *)ct_alloc((size_t)m->n_ops * sizeof(int));
+    for (int i = 0; i < m->n_ops; i++) {
+        e->tail_bwd[i] = -1;
+        const Op *op = &m->ops[i];
+        if (fb && !strcmp(fb, "0")) continue;
+        if (op->kind != OP_CONV || i < 2 || !e->fuse[i - 2] || m->ops[i - 1].out != op->in || !m->ops[i - 1].relu)
+            continue;
+        int later = 0;  // another reader before it in the op list: backward visits that one after
+        for (int j = 0; j < i; j++) later += m->ops[j].in == op->in || (m->ops[j].kind == OP_ADD && m->ops[j].in2 == op->in);
+        if (!later) e->tail_bwd[i] = i - 2;
     }
     CK(cudaStreamCreateWithFlags(&e->st, cudaStreamNonBlocking));
     CK(cudaStreamCreateWithFlags(&e->cp, cudaStreamNonBlocking));
@@ -81,6 +95,7 @@ void gpu_exec_free(GpuExec *e) {
     exec_free_plan(e, e->graph);
     free(e->fuse);
     free(e->bn_bwd);
+    free(e->tail_bwd);
     dfree(e->params);
     dfree(e->grads);
     dfree(e->mom);
@@ -449,7 +464,12 @@ static void backward_ops(GpuExec *e, const ResNet *m, GradReadyFn ready, void *c
             prof_mark(e, i, PROF_BWD_DATA);
             if (need_din) {  // a later contribution is added in the data gradient's epilogue
                 const Op *bn = &m->ops[i - 1];  // e->bn_bwd[i]: the BN(+ReLU) this conv alone reads
-                if (e->bn_bwd[i] && !init[op->in] &&
+                int tb = e->tail_bwd[i];        // the fused tail BN whose output this conv reads
+                if (tb >= 0 && conv2d_backward_data_tail_gpu(&s, e->grad[op->in], init[op->in], e->work, gout,
+                                                             wop(e, m, op->w), in, e->act[m->ops[tb].in],
+                                                             e->bnstat + e->bnstat_off[tb], dt, st))
+                    tiles_op = tb;
+                else if (e->bn_bwd[i] && !init[op->in] &&
                     conv2d_backward_data_bn_gpu(&s, e->grad[op->in], e->work, gout, wop(e, m, op->w), e->act[bn->in],
                                                 pparam(e, m, bn->w), pparam(e, m, bn->b),
                                                 e->bnstat + e->bnstat_off[i - 1],
@@ -470,6 +490,13 @@ static void backward_ops(GpuExec *e, const ResNet *m, GradReadyFn ready, void *c
             void *dres = rs > 0 ? e->grad[rs] : NULL;
             int relu = add ? add->relu : op->relu;
             if (tiles_op == i) {  // reductions done by the conv's dgrad epilogue; gout already masked
+                // A tail's masked gout is also the residual's gradient: the plan gives the two one
+                // buffer; otherwise it is passed on before dx, which may take gout's buffer.
+                if (dres) {
+                    if (init[rs]) add_inplace_gpu(dres, gout, n_in, dt, st);
+                    else if (dres != gout) CK(cudaMemcpyAsync(dres, gout, n_in * e->esz, cudaMemcpyDeviceToDevice, st));
+                    init[rs] = 1;
+                }
                 batchnorm_backward_tiles_gpu(grad_target(e, op->in, init), pgrad(e, m, op->w), pgrad(e, m, op->b), gout,
                                              in, e->work, pparam(e, m, op->w), mean, invstd, M, C, e->work, dt, st);
                 finish_grad(e, op->in, init, n_in);

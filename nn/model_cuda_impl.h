@@ -48,6 +48,9 @@ struct GpuExec {
     int fuse_stats;       // BN statistics from the conv epilogue (CTRAIN_FUSE_BN_STATS=0: off)
     uint8_t *bn_bwd;      // per conv op: 1 when its input is relu(bn(x)) of the op before, read by it alone,
                           // so its dgrad epilogue may do that BN's backward reductions (CTRAIN_FUSE_BN_BWD=0: off)
+    int *tail_bwd;        // per conv op: the fused tail BN whose output y (through its ADD, with ReLU) this conv
+                          // reads right after it and is the last to add to y's gradient, so its dgrad
+                          // epilogue masks by y > 0 and does that BN's reductions; -1: none (same switch)
 
     // Model state on the device.
     float *params, *grads, *mom, *bufs;

@@ -7,6 +7,8 @@
 // - activation-gradient slots share a pool: walking backward, a slot's gradient buffer is taken
 //   when its first consumer's backward writes it and given back after its producer's backward
 //   read it, best fit from the free buffers, so only the gradients alive together cost memory;
+//   a fused tail's residual operand takes over the tail output's gradient buffer (the residual's
+//   gradient is the masked output gradient, written in place: nn/model_cuda.cu);
 // - one fp32 scratch covers the largest reduction workspace (BN partials, conv split-K partials).
 #include "nn/model_cuda_impl.h"
 
@@ -104,10 +106,18 @@ void exec_plan(GpuExec *e, const ResNet *m, int N, int H, int W) {
     for (int i = m->n_ops - 1; i >= 0; i--) {
         const Op *op = &m->ops[i];
         int ins[2] = {op->in, op->kind == OP_ADD ? op->in2 : -1};
+        int handed = 0;  // the output's buffer went on to the residual operand
         for (int j = 0; j < 2; j++) {
             int s = ins[j];
             if (s <= 0 || owner[s] >= 0 || unused[s]) continue;  // slot 0 (the input) needs no gradient
             size_t need = slot_elems(e, s, N) * e->esz;
+            // A fused tail's residual gradient is its (masked) output gradient: one buffer.
+            if (i > 0 && e->fuse[i - 1] && op->out != last && owner[op->out] >= 0 &&
+                need == slot_elems(e, op->out, N) * e->esz) {
+                owner[s] = owner[op->out];
+                handed = 1;
+                continue;
+            }
             if (need > max_slot) max_slot = need;
             int best = -1;
             for (int b = 0; b < npool; b++) {  // best fit, else the largest free one (it grows)
@@ -122,7 +132,7 @@ void exec_plan(GpuExec *e, const ResNet *m, int N, int H, int W) {
             busy[best] = 1;
             owner[s] = best;
         }
-        if (op->out != last && owner[op->out] >= 0) busy[owner[op->out]] = 0;
+        if (op->out != last && owner[op->out] >= 0 && !handed) busy[owner[op->out]] = 0;
     }
     e->n_gpool = npool;
     e->gpool = (void **)ct_zalloc((size_t)(npool ? npool : 1) * sizeof(void *));

@@ -420,20 +420,26 @@ static void test_conv_bn_stats(int N, int H, int W, int C, int K, int R, int S, 
     free(gy), free(gms), free(cy), free(cms), free(oy), free(oms);
 }
 
-// BN backward reductions in engine v2's data-gradient epilogue (conv2d_backward_data_bn_gpu) for a
-// conv whose input was relu(bn(x)): the masked gradient bit-identical to the plain data gradient
-// masked by the CPU twin (batchnorm_relu_grad_tiles), the tiles within 1e-5 of the twin's, the BN
-// backward from them (batchnorm_backward_tiles_gpu) against its twin and against the unfused
-// batchnorm_backward_gpu (mask from the stored y). Shapes with ragged row and column tiles.
-static void test_dgrad_bn(int N, int H, int W, int C, int K, int R, int S, int stride, int pad) {
+// BN backward reductions in engine v2's data-gradient epilogue for a conv whose input was
+// relu(bn(x)) (conv2d_backward_data_bn_gpu), or, with tail, a block tail's y = relu(bn(x) + res)
+// whose gradient already holds the residual path's contribution (conv2d_backward_data_tail_gpu,
+// accumulating, mask y > 0): the masked gradient bit-identical to the plain data gradient (tail:
+// the accumulating one) masked by the CPU twin (batchnorm_relu_grad_tiles,
+// batchnorm_tail_grad_tiles), the tiles within 1e-5 of the twin's, the BN backward from them
+// (batchnorm_backward_tiles_gpu) against its twin and against the unfused batchnorm_add_backward_gpu
+// (mask from the stored y; tail: its residual gradient bit-identical to the masked gradient).
+// Shapes with ragged row and column tiles.
+static void test_dgrad_bn(int N, int H, int W, int C, int K, int R, int S, int stride, int pad, int tail) {
     ConvShape s = conv_shape(N, H, W, C, K, R, S, stride, pad);
     int M = N * H * W;
     size_t nin = (size_t)M * C, nout = (size_t)N * s.P * s.Q * K, nw = (size_t)K * R * S * C;
     char what[128];
-    snprintf(what, sizeof what, "dgrad+bn N%d H%d W%d C%d K%d %dx%d/%d", N, H, W, C, K, R, S, stride);
-    uint64_t key = 977 + ((uint64_t)M * 131 + C) * 131 + K;
+    snprintf(what, sizeof what, "dgrad+%s N%d H%d W%d C%d K%d %dx%d/%d", tail ? "tail" : "bn", N, H, W, C, K, R, S,
+             stride);
+    uint64_t key = 977 + ((uint64_t)M * 131 + C) * 131 + K + 7 * tail;
     float *x = host_random(nin, key, CT_BF16), *w = host_random(nw, key + 1, CT_BF16);
     float *dout = host_random(nout, key + 2, CT_BF16), *pv = host_random(4 * (size_t)C, key + 3, CT_F32);
+    float *res = host_random(nin, key + 4, CT_BF16), *g0 = host_random(nin, key + 5, CT_BF16);
     float *gamma = pv, *beta = pv + C, *mean = pv + 2 * C, *invstd = pv + 3 * C;
     for (int c = 0; c < C; c++) {
         gamma[c] = 1.0f + 0.5f * gamma[c];
@@ -441,22 +447,28 @@ static void test_dgrad_bn(int N, int H, int W, int C, int K, int R, int S, int s
         mean[c] *= 0.2f;
         invstd[c] = 1.5f + invstd[c];
     }
-    float *y = (float *)ct_alloc(nin * 4);  // the forward's stored output, for the unfused backward
+    float *y = (float *)ct_alloc(nin * 4);  // the forward's stored output: the tail's y, else for the unfused backward
     for (size_t i = 0; i < nin; i++) {
         int c = (int)(i % C);
         float o = (x[i] - mean[c]) * (gamma[c] * invstd[c]) + beta[c];
+        if (tail) o = ct_round_bf16(o) + res[i];
         y[i] = o > 0.f ? ct_round_bf16(o) : 0.f;
     }
     size_t nwork = batchnorm_gpu_work_floats(M, C), ntile = conv2d_gpu_stats_floats(M, C);
     void *d_x = dev_upload(x, nin, CT_BF16), *d_w = dev_upload(w, nw, CT_BF16), *d_dout = dev_upload(dout, nout, CT_BF16);
     void *d_y = dev_upload(y, nin, CT_BF16);
     float *d_p = (float *)dev_upload(pv, 4 * (size_t)C, CT_F32);
-    void *d_plain = dev_alloc_poisoned(nin * 2), *d_g = dev_alloc_poisoned(nin * 2), *d_dx = dev_alloc_poisoned(nin * 2);
+    // tail: both gradients start with the residual path's contribution g0 and accumulate
+    void *d_plain = tail ? dev_upload(g0, nin, CT_BF16) : dev_alloc_poisoned(nin * 2);
+    void *d_g = tail ? dev_upload(g0, nin, CT_BF16) : dev_alloc_poisoned(nin * 2), *d_dx = dev_alloc_poisoned(nin * 2);
+    void *d_dres = dev_alloc_poisoned(nin * 2);
     float *work = (float *)dev_alloc_poisoned(nwork * 4), *d_db = (float *)dev_alloc_poisoned(4 * (size_t)C * 4);
     int want = stride == 1 && C % 8 == 0 && K % 8 == 0;
-    int ran = conv2d_backward_data_bn_gpu(&s, d_g, work, d_dout, d_w, d_x, d_p, d_p + C, d_p + 2 * C, d_p + 3 * C,
-                                          CT_BF16, stream);
-    conv2d_backward_data_gpu_ex(&s, d_plain, d_dout, d_w, CT_BF16, stream, CT_CONV_TC2);
+    int ran = tail ? conv2d_backward_data_tail_gpu(&s, d_g, 1, work, d_dout, d_w, d_y, d_x, d_p + 2 * C, CT_BF16, stream)
+                   : conv2d_backward_data_bn_gpu(&s, d_g, work, d_dout, d_w, d_x, d_p, d_p + C, d_p + 2 * C, d_p + 3 * C,
+                                                 CT_BF16, stream);
+    if (tail) conv2d_backward_data_acc_gpu_ex(&s, d_plain, d_dout, d_w, CT_BF16, stream, CT_CONV_TC2);
+    else conv2d_backward_data_gpu_ex(&s, d_plain, d_dout, d_w, CT_BF16, stream, CT_CONV_TC2);
     sync();
     CHECK(ran == want, "%s: ran %d, expected %d", what, ran, want);
     if (ran) {
@@ -465,7 +477,8 @@ static void test_dgrad_bn(int N, int H, int W, int C, int K, int R, int S, int s
         dev_download(plain, d_plain, nin, CT_BF16);
         dev_download(g, d_g, nin, CT_BF16);
         dev_download(tiles, work, ntile, CT_F32);
-        batchnorm_relu_grad_tiles(gref, tref, plain, x, gamma, beta, mean, invstd, M, C);
+        if (tail) batchnorm_tail_grad_tiles(gref, tref, plain, y, x, mean, M, C);
+        else batchnorm_relu_grad_tiles(gref, tref, plain, x, gamma, beta, mean, invstd, M, C);
         CHECK(memcmp(g, gref, nin * 4) == 0, "%s: masked gradient differs from the twin's", what);
         double terr = rel_err_norm(tiles, tref, ntile);
         printf("  %-40s tiles %.3g\n", what, terr);
@@ -481,19 +494,23 @@ static void test_dgrad_bn(int N, int H, int W, int C, int K, int R, int S, int s
         batchnorm_backward_tiles(dxref, dbref, dbref + C, g, x, tiles, gamma, mean, invstd, M, C);
         CHECK(memcmp(db, dbref, 8 * (size_t)C) == 0, "%s: dgamma/dbeta differ from the twin's", what);
         double e1 = rel_err_norm(dx, dxref, nin);
-        batchnorm_backward_gpu(d_dx, d_db + 2 * C, d_db + 3 * C, d_plain, d_x, d_y, d_p, d_p + 2 * C, d_p + 3 * C, M,
-                               C, work, CT_BF16, stream);
+        batchnorm_add_backward_gpu(d_dx, tail ? d_dres : NULL, 0, d_db + 2 * C, d_db + 3 * C, d_plain, d_x, d_y, d_p,
+                                   d_p + 2 * C, d_p + 3 * C, M, C, work, CT_BF16, stream);
         sync();
         dev_download(dxref, d_dx, nin, CT_BF16);
         dev_download(dbref, d_db + 2 * C, 2 * (size_t)C, CT_F32);
         double e2 = rel_err_norm(dx, dxref, nin), e3 = rel_err_norm(db, dbref, 2 * (size_t)C);
         printf("  %-40s dx vs twin %.3g, vs unfused %.3g; dgamma/dbeta vs unfused %.3g\n", what, e1, e2, e3);
         CHECK(e1 <= 1e-2 && e2 <= 1e-2 && e3 <= 1e-5, "%s: BN backward from tiles off (%.3g %.3g %.3g)", what, e1, e2, e3);
+        if (tail) {  // the unfused tail's residual gradient is the fused path's masked gradient
+            dev_download(dxref, d_dres, nin, CT_BF16);
+            CHECK(memcmp(dxref, g, nin * 4) == 0, "%s: residual gradient differs from the masked gradient", what);
+        }
         free(plain), free(g), free(gref), free(tiles), free(tref), free(dx), free(dxref), free(db), free(dbref);
     }
     cudaFree(d_x), cudaFree(d_w), cudaFree(d_dout), cudaFree(d_y), cudaFree(d_p), cudaFree(d_plain);
-    cudaFree(d_g), cudaFree(d_dx), cudaFree(work), cudaFree(d_db);
-    free(x), free(w), free(dout), free(pv), free(y);
+    cudaFree(d_g), cudaFree(d_dx), cudaFree(d_dres), cudaFree(work), cudaFree(d_db);
+    free(x), free(w), free(dout), free(pv), free(y), free(res), free(g0);
 }
 
 // The weight gradient's split plan (kernels/conv.cu split_plan): ~4 waves of 132 SMs, cut so that
@@ -638,11 +655,13 @@ int main(void) {
     test_conv_bn_stats(1, 21, 19, 8, 16, 7, 7, 2, 3);
     // Ragged row tiles (M = 198, 105), two column tiles with a ragged edge (C = 136), one partial
     // tile; stride 2 and C = 12 are not taken (0 returned, nothing run).
-    test_dgrad_bn(2, 9, 11, 24, 16, 3, 3, 1, 1);
-    test_dgrad_bn(1, 16, 9, 136, 8, 1, 1, 1, 0);
-    test_dgrad_bn(3, 7, 5, 8, 40, 3, 3, 1, 1);
-    test_dgrad_bn(2, 8, 8, 16, 16, 3, 3, 2, 1);
-    test_dgrad_bn(1, 6, 6, 12, 16, 3, 3, 1, 1);
+    for (int tail = 0; tail < 2; tail++) {
+        test_dgrad_bn(2, 9, 11, 24, 16, 3, 3, 1, 1, tail);
+        test_dgrad_bn(1, 16, 9, 136, 8, 1, 1, 1, 0, tail);
+        test_dgrad_bn(3, 7, 5, 8, 40, 3, 3, 1, 1, tail);
+        test_dgrad_bn(2, 8, 8, 16, 16, 3, 3, 2, 1, tail);
+        test_dgrad_bn(1, 6, 6, 12, 16, 3, 3, 1, 1, tail);
+    }
     test_split_plan();
     test_linear(1, 5, 3, 1);
     test_linear(4, 16, 10, 1);
