@@ -193,6 +193,14 @@ void maxpool_forward_gpu(void *out, const void *in, int N, int H, int W, int C, 
                          int pad, int P, int Q, CtDtype dt, ct_stream_t stream);
 void maxpool_backward_gpu(void *din, const void *dout, const void *in, int N, int H, int W, int C,
                           int k, int stride, int pad, int P, int Q, CtDtype dt, ct_stream_t stream);
+// The max pool's backward after y = relu(bn(x)) (the stem), with that BN's backward reductions:
+// din = the pooled gradient masked by y > 0 (y = in), and per 128-row tile and channel
+// {sum g, sum g (x - mean)} in tiles (conv2d_gpu_stats_floats(N*H*W, C) floats) for
+// batchnorm_backward_tiles_gpu. Returns 0, having run nothing, unless C and the pointers allow
+// 16-byte vectors. CPU twin: maxpool_backward, then batchnorm_tail_grad_tiles.
+int maxpool_backward_bn_gpu(void *din, float *tiles, const void *dout, const void *in, const void *x,
+                            const float *mean, int N, int H, int W, int C, int k, int stride, int pad, int P, int Q,
+                            CtDtype dt, ct_stream_t stream);
 void avgpool_forward_gpu(void *out, const void *in, int N, int HW, int C, CtDtype dt, ct_stream_t stream);
 void avgpool_backward_gpu(void *din, const void *dout, int N, int HW, int C, CtDtype dt,
                           ct_stream_t stream);

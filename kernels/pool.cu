@@ -1,6 +1,7 @@
 // Pooling on the GPU: max pool (forward, and the gather-form backward: one thread per input
 // element sums the gradients of the windows whose maximum it is, so no atomics and a fixed
-// order), global average pool forward and backward. Twins of nn/layers.h's *pool_*.
+// order), the same fused with the backward reductions of the BN + ReLU before it, global average
+// pool forward and backward. Twins of nn/layers.h's *pool_* (and batchnorm_tail_grad_tiles).
 #include "kernels/common.cuh"
 #include "kernels/act.cuh"
 #include "kernels/kernels.h"
@@ -52,6 +53,32 @@ __global__ void maxpool_fwd_v_k(T *out, const T *in, int N, int H, int W, int C,
     }
 }
 
+// g = the gradient of input element (n, h, w, c .. c+V): the sum, in window order, of the output
+// gradients of the windows whose maximum it is.
+template <int V, typename T>
+__device__ static void maxpool_grad_at(float (&g)[V], const T *dout, const T *in, int n, int h, int w, int c, int H,
+                                       int W, int C, int k, int stride, int pad, int P, int Q) {
+    int p0 = h + pad - k + 1;
+    p0 = p0 <= 0 ? 0 : (p0 + stride - 1) / stride;
+    int p1 = min(P - 1, (h + pad) / stride);
+    int q0 = w + pad - k + 1;
+    q0 = q0 <= 0 ? 0 : (q0 + stride - 1) / stride;
+    int q1 = min(Q - 1, (w + pad) / stride);
+    for (int j = 0; j < V; j++) g[j] = 0.f;
+    for (int p = p0; p <= p1; p++)
+        for (int q = q0; q <= q1; q++) {
+            int a[V];
+            float bv[V], d[V];
+            window_argmax_v<V>(in, n, p, q, c, H, W, C, k, stride, pad, a, bv);
+            int rs = (h - (p * stride - pad)) * k + (w - (q * stride - pad)), any = 0;
+            for (int j = 0; j < V; j++) any |= a[j] == rs;
+            if (!any) continue;  // this element wins no lane of window (p, q)
+            ct_ldv<V>(d, dout, (((size_t)n * P + p) * Q + q) * C + c);
+            for (int j = 0; j < V; j++)
+                if (a[j] == rs) g[j] += d[j];
+        }
+}
+
 template <int V, typename T>
 __global__ void maxpool_bwd_v_k(T *din, const T *dout, const T *in, int N, int H, int W, int C, int k, int stride,
                                 int pad, int P, int Q) {
@@ -64,27 +91,62 @@ __global__ void maxpool_bwd_v_k(T *din, const T *dout, const T *in, int N, int H
         t /= W;
         int h = (int)(t % H);
         int n = (int)(t / H);
-        int p0 = h + pad - k + 1;
-        p0 = p0 <= 0 ? 0 : (p0 + stride - 1) / stride;
-        int p1 = min(P - 1, (h + pad) / stride);
-        int q0 = w + pad - k + 1;
-        q0 = q0 <= 0 ? 0 : (q0 + stride - 1) / stride;
-        int q1 = min(Q - 1, (w + pad) / stride);
         float g[V];
-        for (int j = 0; j < V; j++) g[j] = 0.f;
-        for (int p = p0; p <= p1; p++)
-            for (int q = q0; q <= q1; q++) {
-                int a[V];
-                float bv[V], d[V];
-                window_argmax_v<V>(in, n, p, q, c, H, W, C, k, stride, pad, a, bv);
-                int rs = (h - (p * stride - pad)) * k + (w - (q * stride - pad)), any = 0;
-                for (int j = 0; j < V; j++) any |= a[j] == rs;
-                if (!any) continue;  // this element wins no lane of window (p, q)
-                ct_ldv<V>(d, dout, (((size_t)n * P + p) * Q + q) * C + c);
-                for (int j = 0; j < V; j++)
-                    if (a[j] == rs) g[j] += d[j];
-            }
+        maxpool_grad_at<V>(g, dout, in, n, h, w, c, H, W, C, k, stride, pad, P, Q);
         ct_stv<V>(din, (((size_t)n * H + h) * W + w) * C + c, g);
+    }
+}
+
+// The backward of relu(bn(x)) -> max pool with the BN's backward reductions (the stem): block
+// (tile, channel group) takes input rows [128 tile, +128) (rows = pixels of the [N*H*W, C] input)
+// and POOL_BN_LANES channel vectors; per element g = the pooled gradient masked by y > 0 (y = the
+// pool's input, the ReLU's output), stored, and per row lane {sum g, sum g (x - mean)} in row
+// order, then the row lanes in lane order: tiles[(tile * C + c) * 2 + {0, 1}] as
+// conv2d_backward_data_bn_gpu leaves them.
+#define POOL_BN_ROWS 128
+#define POOL_BN_LANES 8
+template <int V, typename T>
+__global__ void __launch_bounds__(POOL_THREADS)
+    maxpool_bwd_bn_k(T *din, float *tiles, const T *dout, const T *in, const T *x, const float *mean, int N, int H,
+                     int W, int C, int k, int stride, int pad, int P, int Q) {
+    __shared__ float red[2][POOL_THREADS * V];
+    const int rl = POOL_THREADS / POOL_BN_LANES, tx = threadIdx.x % POOL_BN_LANES, ty = threadIdx.x / POOL_BN_LANES;
+    const int c = (blockIdx.y * POOL_BN_LANES + tx) * V, M = N * H * W, m0 = blockIdx.x * POOL_BN_ROWS;
+    const bool active = c < C;
+    float s1[V], s2[V], mu[V];
+    for (int j = 0; j < V; j++) s1[j] = s2[j] = mu[j] = 0.f;
+    if (active) {
+        for (int j = 0; j < V; j++) mu[j] = ct_ld(mean, (size_t)(c + j));
+        for (int r = m0 + ty; r < M && r < m0 + POOL_BN_ROWS; r += rl) {
+            int w = r % W, h = (r / W) % H, n = r / (W * H);
+            float g[V], yv[V], xv[V];
+            maxpool_grad_at<V>(g, dout, in, n, h, w, c, H, W, C, k, stride, pad, P, Q);
+            ct_ldv<V>(yv, in, (size_t)r * C + c);
+            ct_ldv<V>(xv, x, (size_t)r * C + c);
+            for (int j = 0; j < V; j++) {
+                if (sizeof(T) == 2) g[j] = ct_bf16_to_f32(ct_f32_to_bf16(g[j]));  // summed as stored
+                g[j] = yv[j] > 0.f ? g[j] : 0.f;
+                s1[j] = __fadd_rn(s1[j], g[j]);
+                s2[j] = __fadd_rn(s2[j], __fmul_rn(g[j], __fsub_rn(xv[j], mu[j])));
+            }
+            ct_stv<V>(din, (size_t)r * C + c, g);
+        }
+    }
+    for (int j = 0; j < V; j++) {
+        red[0][threadIdx.x * V + j] = s1[j];
+        red[1][threadIdx.x * V + j] = s2[j];
+    }
+    __syncthreads();
+    if (ty != 0 || !active) return;
+    for (int l = 1; l < rl; l++)
+        for (int j = 0; j < V; j++) {
+            s1[j] = __fadd_rn(s1[j], red[0][(l * POOL_BN_LANES + tx) * V + j]);
+            s2[j] = __fadd_rn(s2[j], red[1][(l * POOL_BN_LANES + tx) * V + j]);
+        }
+    float *t = tiles + ((size_t)blockIdx.x * C + c) * 2;
+    for (int j = 0; j < V; j++) {
+        ct_st(t, (size_t)2 * j, s1[j]);
+        ct_st(t, (size_t)2 * j + 1, s2[j]);
     }
 }
 
@@ -127,6 +189,21 @@ extern "C" void maxpool_backward_gpu(void *din, const void *dout, const void *in
                       (const T *)dout, (const T *)in, N, H, W, C, k, stride, pad, P, Q);
     });
     CT_CHECK_LAUNCH("maxpool_backward_gpu");
+}
+
+extern "C" int maxpool_backward_bn_gpu(void *din, float *tiles, const void *dout, const void *in, const void *x,
+                                       const float *mean, int N, int H, int W, int C, int k, int stride, int pad,
+                                       int P, int Q, CtDtype dt, ct_stream_t stream) {
+    int M = N * H * W;
+    if (M < 1 || C < 1 || P < 1 || Q < 1 || !ct_aligned(8, tiles)) return 0;
+    CT_DISPATCH(dt, T, {
+        if (!pool_vec(C, CT_VEC(T), din, dout, in) || !ct_aligned(16, x)) return 0;
+        dim3 grid((M + POOL_BN_ROWS - 1) / POOL_BN_ROWS, (C / CT_VEC(T) + POOL_BN_LANES - 1) / POOL_BN_LANES);
+        CT_LAUNCH((maxpool_bwd_bn_k<CT_VEC(T), T>), grid, POOL_THREADS, 0, stream, (T *)din, tiles, (const T *)dout,
+                  (const T *)in, (const T *)x, mean, N, H, W, C, k, stride, pad, P, Q);
+    });
+    CT_CHECK_LAUNCH("maxpool_backward_bn_gpu");
+    return 1;
 }
 
 // out[n,c] = mean over HW: one thread per (n, c), summing HW in order (fixed, coalesced over c).

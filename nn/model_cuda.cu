@@ -16,7 +16,8 @@
 // whose conv feeds a BN and runs on engine v2 leaves per-tile {sum, m2} in e->work
 // (conv2d_forward_stats_gpu), and that BN skips its statistics pass.
 // BN backward reductions in the dgrad epilogue (CTRAIN_FUSE_BN_BWD=0 turns it off): a conv whose
-// input is relu(bn(x)) of the op before, read by it alone (e->bn_bwd; bn1 -> conv2, bn2 -> conv3),
+// input is relu(bn(x)) of the op before, read by it alone (e->bn_bwd; bn1 -> conv2, bn2 -> conv3;
+// the stem's bn1 -> max pool, in maxpool_backward_bn_gpu's tiles of 128 rows as well),
 // writes that BN's masked gradient and per-tile {sum g, sum g (x - mean)} in e->work
 // (conv2d_backward_data_bn_gpu, engine v2, stride 1), and the BN skips its reduction pass. The same
 // for a block tail (e->tail_bwd: bn3 or the shortcut's BN + add + relu -> the next block's conv1,
@@ -44,7 +45,9 @@ GpuExec *gpu_exec_create(const ResNet *m, CtDtype dt) {
     e->bn_bwd = (uint8_t *)ct_zalloc((size_t)m->n_ops);
     for (int i = 1; i < m->n_ops && !(fb && !strcmp(fb, "0")); i++) {
         const Op *op = &m->ops[i], *bn = &m->ops[i - 1];
-        if (op->kind != OP_CONV || bn->kind != OP_BN || !bn->relu || e->fuse[i - 1] || bn->out != op->in) continue;
+        if ((op->kind != OP_CONV && op->kind != OP_MAXPOOL) || bn->kind != OP_BN || !bn->relu || e->fuse[i - 1] ||
+            bn->out != op->in)
+            continue;
         int readers = 0;
         for (int j = 0; j < m->n_ops; j++) readers += (m->ops[j].in == op->in) + (m->ops[j].in2 == op->in);
         e->bn_bwd[i] = readers == 1;
@@ -514,11 +517,21 @@ static void backward_ops(GpuExec *e, const ResNet *m, GradReadyFn ready, void *c
             relu_backward_gpu(grad_target(e, op->in, init), gout, e->act[op->out], n_in, dt, st);
             finish_grad(e, op->in, init, n_in);
             break;
-        case OP_MAXPOOL:
+        case OP_MAXPOOL: {
+            const Op *bn = &m->ops[i - 1];  // e->bn_bwd[i]: the stem's BN + ReLU, read by the pool alone
+            if (e->bn_bwd[i] && !init[op->in] &&
+                maxpool_backward_bn_gpu(e->grad[op->in], e->work, gout, in, e->act[bn->in],
+                                        e->bnstat + e->bnstat_off[i - 1], N, di->H, di->W, di->C, op->R, op->stride,
+                                        op->pad, dout->H, dout->W, dt, st)) {
+                tiles_op = i - 1;
+                init[op->in] = 1;
+                break;
+            }
             maxpool_backward_gpu(grad_target(e, op->in, init), gout, in, N, di->H, di->W, di->C, op->R,
                                  op->stride, op->pad, dout->H, dout->W, dt, st);
             finish_grad(e, op->in, init, n_in);
             break;
+        }
         case OP_ADD: {
             // The output gradient buffer is ours until this op is done: mask it in place.
             if (op->relu) relu_backward_gpu(gout, gout, e->act[op->out], n_in, dt, st);

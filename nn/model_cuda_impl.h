@@ -46,7 +46,7 @@ struct GpuExec {
     const ResNet *graph;  // the model this executor was made for (shape checks)
     uint8_t *fuse;        // per op: 1 for a BN run together with the ADD after it
     int fuse_stats;       // BN statistics from the conv epilogue (CTRAIN_FUSE_BN_STATS=0: off)
-    uint8_t *bn_bwd;      // per conv op: 1 when its input is relu(bn(x)) of the op before, read by it alone,
+    uint8_t *bn_bwd;      // per conv or max pool op: 1 when its input is relu(bn(x)) of the op before, read by it alone,
                           // so its dgrad epilogue may do that BN's backward reductions (CTRAIN_FUSE_BN_BWD=0: off)
     int *tail_bwd;        // per conv op: the fused tail BN whose output y (through its ADD, with ReLU) this conv
                           // reads right after it and is the last to add to y's gradient, so its dgrad

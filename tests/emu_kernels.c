@@ -311,6 +311,29 @@ static void test_maxpool(int N, int H, int W, int C, int k, int stride, int pad,
     float *gdin = host_act(ddin, nin, dt);
     snprintf(what, sizeof what, "maxpool bwd %dx%dx%dx%d k%d s%d p%d ties=%d", N, H, W, C, k, stride, pad, ties);
     expect_close(what, gdin, din, nin, dt == CT_BF16 ? 1e-2 : 1e-6, dt);
+
+    // With the backward reductions of a BN + ReLU before the pool (the stem): x is then that ReLU's
+    // output y, xb the BN's input. The masked gradient bit-identical to the plain kernel's masked by
+    // the twin (batchnorm_tail_grad_tiles), the tiles within 1e-5 of the twin's.
+    int M = N * H * W, ntile = (M + 127) / 128;
+    float *xb = rand_vec(nin, -2.f, 2.f, dt), *mean = rand_vec((size_t)C, -0.5f, 0.5f, CT_F32);
+    float *gref = (float *)ct_alloc(nin * 4), *tref = (float *)ct_alloc((size_t)ntile * C * 8);
+    void *dxb = dev_act(xb, nin, dt), *dbn = dev_act(NULL, nin, dt);
+    float *dmean = dev_f32(mean, (size_t)C), *dtiles = dev_f32(NULL, (size_t)ntile * C * 2);
+    int ran = maxpool_backward_bn_gpu(dbn, dtiles, dg, dxin, dxb, dmean, N, H, W, C, k, stride, pad, P, Q, dt, 0);
+    snprintf(what, sizeof what, "maxpool bwd+bn %dx%dx%dx%d k%d s%d p%d", N, H, W, C, k, stride, pad);
+    CHECK(ran == (C % (dt == CT_BF16 ? 8 : 4) == 0), "%s: ran %d", what, ran);
+    if (ran) {
+        float *gbn = host_act(dbn, nin, dt), *tiles = host_f32(dtiles, (size_t)ntile * C * 2);
+        batchnorm_tail_grad_tiles(gref, tref, gdin, x, xb, mean, M, C);
+        CHECK(memcmp(gbn, gref, nin * 4) == 0, "%s: masked gradient differs from the twin's", what);
+        double terr = rel_err_norm(tiles, tref, (size_t)ntile * C * 2);
+        printf("  %-44s tiles %.3g\n", what, terr);
+        CHECK(terr <= 1e-5, "%s: tiles off by %.3g", what, terr);
+        free(gbn), free(tiles);
+    }
+    cudaFree(dxb), cudaFree(dbn), cudaFree(dmean), cudaFree(dtiles);
+    free(xb), free(mean), free(gref), free(tref);
     cudaFree(dxin);
     cudaFree(dout);
     cudaFree(dg);
@@ -635,6 +658,7 @@ int main(void) {
         test_maxpool(2, 9, 7, 8, 3, 2, 1, 1, dt);
         test_maxpool(1, 6, 6, 24, 3, 2, 1, 0, dt);
         test_maxpool(1, 5, 4, 16, 2, 2, 0, 1, dt);
+        test_maxpool(2, 13, 11, 72, 3, 2, 1, 1, dt);  // 3 row tiles (the last ragged), 2 channel groups
         test_avgpool(1, 1, 7, dt);
         test_avgpool(2, 49, 13, dt);
         test_avgpool(3, 16, 40, dt);
