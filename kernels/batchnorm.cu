@@ -236,14 +236,19 @@ __global__ void bn_finish_tiles_k(float *save_mean, float *save_invstd, float *s
 // y = (x - mean) * scale + beta [relu]. scale == NULL (eval): scale = gamma / sqrt(var + eps)
 // from the running variance, formed per thread in double like the CPU's.
 // res != NULL: y = bn(x) + res [relu] (a residual block's tail; the BN output is never stored).
+// rb != NULL (train): res is not the residual but the input of the residual's own batch norm,
+// applied here as its forward would (rb = {mean, invstd, gamma, beta}: scale = gamma * invstd as
+// bn_publish_stats forms it, the result rounded to T as it would have been stored): the residual
+// BN's output is never written (batchnorm_add_bn_forward_train_gpu).
 template <typename T, int V>
 __global__ void __launch_bounds__(BN_THREADS)
     bn_affine_k(T *y, const T *x, const T *res, const float *mean, const float *scale, const float *gamma,
-                const float *var, float eps, const float *beta, int M, int C, int tx_n, int relu) {
+                const float *var, float eps, const float *beta, int M, int C, int tx_n, int relu,
+                BnAffine rb) {
     const BnLane l = bn_lane<V>(tx_n, C);
     if (!l.active) return;
     const int c0 = l.c0;
-    float mu[V], sc[V], be[V];
+    float mu[V], sc[V], be[V], rmu[V], rsc[V], rbe[V];
     bn_ld_f32<V>(mu, mean, c0);
     bn_ld_f32<V>(be, beta, c0);
     if (scale) {
@@ -252,11 +257,24 @@ __global__ void __launch_bounds__(BN_THREADS)
         for (int k = 0; k < V; k++)
             sc[k] = (float)((double)ct_ld(gamma, (size_t)(c0 + k)) / sqrt((double)ct_ld(var, (size_t)(c0 + k)) + eps));
     }
+    if (rb.mean) {
+        float rg[V], ri[V];
+        bn_ld_f32<V>(rmu, rb.mean, c0);
+        bn_ld_f32<V>(rbe, rb.beta, c0);
+        bn_ld_f32<V>(rg, rb.gamma, c0);
+        bn_ld_f32<V>(ri, rb.invstd, c0);
+        for (int k = 0; k < V; k++) rsc[k] = __fmul_rn(rg[k], ri[k]);
+    }
     for (int r = blockIdx.y * l.ty_n + l.ty; r < M; r += gridDim.y * l.ty_n) {
         size_t i = (size_t)r * C + c0;
         float v[V], rv[V];
         ct_ldv<V>(v, x, i);
         if (res) ct_ldv<V>(rv, res, i);
+        if (rb.mean)
+            for (int k = 0; k < V; k++) {
+                rv[k] = __fadd_rn(__fmul_rn(__fsub_rn(rv[k], rmu[k]), rsc[k]), rbe[k]);
+                if (sizeof(T) == 2) rv[k] = ct_bf16_to_f32(ct_f32_to_bf16(rv[k]));
+            }
         for (int k = 0; k < V; k++) {
             float o = __fadd_rn(__fmul_rn(__fsub_rn(v[k], mu[k]), sc[k]), be[k]);
             if (res) o = __fadd_rn(o, rv[k]);
@@ -360,37 +378,57 @@ static int bn_vec_width(int C, const void *a, const void *b, const void *c, cons
     return C % CT_VEC(T) == 0 && ct_aligned(16, a, b, c, d) && ct_aligned(16, e) ? CT_VEC(T) : 1;
 }
 
+// The train statistics (save_mean, save_invstd, scale in work's constants, the running ones):
+// from a convolution epilogue's tiles, or (tiles == NULL) by a sums pass over x.
 template <typename T, int V>
-static void bn_forward_train_launch(T *y, float *save_mean, float *save_invstd, float *running_mean,
-                                    float *running_var, const T *x, const T *res, const float *gamma,
-                                    const float *beta, int M, int C, float momentum, float eps,
-                                    int relu, float *work, cudaStream_t stream) {
+static float *bn_stats_launch(float *save_mean, float *save_invstd, float *running_mean, float *running_var,
+                              const T *x, const float *tiles, const float *gamma, int M, int C, float momentum,
+                              float eps, float *work, cudaStream_t stream) {
+    float *scale = bn_consts(work, M, C);
+    if (tiles) {
+        int ntiles = (M + BN_TILE_ROWS - 1) / BN_TILE_ROWS;
+        CT_LAUNCH(bn_finish_tiles_k, (C + 127) / 128, 128, 0, stream, save_mean, save_invstd, scale, running_mean,
+                  running_var, tiles, gamma, ntiles, M, C, momentum, eps);
+        return scale;
+    }
     int nchunks = bn_chunks(M), rows = bn_rows_per_chunk(M);
     BnGrid g = bn_grid(C, V);
     double *partial = (double *)work;
-    float *scale = bn_consts(work, M, C);
     CT_LAUNCH((bn_sums_k<T, V, 0>), dim3(g.gx, nchunks), BN_THREADS, 0, stream, partial, x,
               (const T *)NULL, (const T *)NULL, (const float *)NULL, M, C, rows, g.tx);
     CT_LAUNCH(bn_finish_stats_k<T>, (C + 127) / 128, 128, 0, stream, save_mean, save_invstd, scale,
               running_mean, running_var, (const double *)partial, x, gamma, nchunks, M, C, momentum, eps);
-    CT_LAUNCH((bn_affine_k<T, V>), dim3(g.gx, bn_row_blocks(M, g)), BN_THREADS, 0, stream, y, x, res,
-              (const float *)save_mean, (const float *)scale, gamma, (const float *)NULL, eps, beta, M,
-              C, g.tx, relu);
+    return scale;
 }
 
+// Statistics (tiles or a sums pass), then the output pass; rb: the residual's own BN (bn_affine_k).
 template <typename T, int V>
-static void bn_forward_tiles_launch(T *y, float *save_mean, float *save_invstd, float *running_mean,
+static void bn_forward_train_launch(T *y, float *save_mean, float *save_invstd, float *running_mean,
                                     float *running_var, const T *x, const T *res, const float *tiles,
                                     const float *gamma, const float *beta, int M, int C, float momentum, float eps,
-                                    int relu, float *work, cudaStream_t stream) {
+                                    int relu, BnAffine rb, float *work, cudaStream_t stream) {
     BnGrid g = bn_grid(C, V);
-    float *scale = bn_consts(work, M, C);
-    int ntiles = (M + BN_TILE_ROWS - 1) / BN_TILE_ROWS;
-    CT_LAUNCH(bn_finish_tiles_k, (C + 127) / 128, 128, 0, stream, save_mean, save_invstd, scale, running_mean,
-              running_var, tiles, gamma, ntiles, M, C, momentum, eps);
+    float *scale = bn_stats_launch<T, V>(save_mean, save_invstd, running_mean, running_var, x, tiles, gamma, M, C,
+                                         momentum, eps, work, stream);
     CT_LAUNCH((bn_affine_k<T, V>), dim3(g.gx, bn_row_blocks(M, g)), BN_THREADS, 0, stream, y, x, res,
               (const float *)save_mean, (const float *)scale, gamma, (const float *)NULL, eps, beta, M,
-              C, g.tx, relu);
+              C, g.tx, relu, rb);
+}
+
+static void bn_forward_train(void *y, float *save_mean, float *save_invstd, float *running_mean, float *running_var,
+                             const void *x, const void *res, const float *tiles, const float *gamma, const float *beta,
+                             int M, int C, float momentum, float eps, int relu, BnAffine rb, float *work, CtDtype dt,
+                             ct_stream_t stream) {
+    CT_DISPATCH(dt, T, {
+        if (bn_vec_width<T>(C, y, x, res, NULL) > 1)
+            bn_forward_train_launch<T, CT_VEC(T)>((T *)y, save_mean, save_invstd, running_mean, running_var,
+                                                  (const T *)x, (const T *)res, tiles, gamma, beta, M, C, momentum,
+                                                  eps, relu, rb, work, (cudaStream_t)stream);
+        else
+            bn_forward_train_launch<T, 1>((T *)y, save_mean, save_invstd, running_mean, running_var, (const T *)x,
+                                          (const T *)res, tiles, gamma, beta, M, C, momentum, eps, relu, rb, work,
+                                          (cudaStream_t)stream);
+    });
 }
 
 // The train forward with the statistics already gathered (conv2d_forward_stats_gpu's tiles): no
@@ -402,16 +440,8 @@ extern "C" void batchnorm_add_forward_train_tiles_gpu(void *y, float *save_mean,
                                                       const float *beta, int M, int C, float momentum, float eps,
                                                       int relu, float *work, CtDtype dt, ct_stream_t stream) {
     if (M < 1 || C < 1) ct_die("batchnorm_forward_train_tiles_gpu: M = %d, C = %d", M, C);
-    CT_DISPATCH(dt, T, {
-        if (bn_vec_width<T>(C, y, x, res, NULL) > 1)
-            bn_forward_tiles_launch<T, CT_VEC(T)>((T *)y, save_mean, save_invstd, running_mean, running_var,
-                                                  (const T *)x, (const T *)res, tiles, gamma, beta, M, C, momentum,
-                                                  eps, relu, work, (cudaStream_t)stream);
-        else
-            bn_forward_tiles_launch<T, 1>((T *)y, save_mean, save_invstd, running_mean, running_var, (const T *)x,
-                                          (const T *)res, tiles, gamma, beta, M, C, momentum, eps, relu, work,
-                                          (cudaStream_t)stream);
-    });
+    bn_forward_train(y, save_mean, save_invstd, running_mean, running_var, x, res, tiles, gamma, beta, M, C,
+                     momentum, eps, relu, BnAffine{}, work, dt, stream);
     CT_CHECK_LAUNCH("batchnorm forward (train, tile statistics)");
 }
 
@@ -421,17 +451,38 @@ extern "C" void batchnorm_add_forward_train_gpu(void *y, float *save_mean, float
                                                 int M, int C, float momentum, float eps, int relu,
                                                 float *work, CtDtype dt, ct_stream_t stream) {
     if (M < 1 || C < 1) ct_die("batchnorm_forward_train_gpu: M = %d, C = %d", M, C);
-    CT_DISPATCH(dt, T, {
-        if (bn_vec_width<T>(C, y, x, res, NULL) > 1)
-            bn_forward_train_launch<T, CT_VEC(T)>((T *)y, save_mean, save_invstd, running_mean, running_var,
-                                                  (const T *)x, (const T *)res, gamma, beta, M, C, momentum,
-                                                  eps, relu, work, (cudaStream_t)stream);
-        else
-            bn_forward_train_launch<T, 1>((T *)y, save_mean, save_invstd, running_mean, running_var,
-                                          (const T *)x, (const T *)res, gamma, beta, M, C, momentum, eps,
-                                          relu, work, (cudaStream_t)stream);
-    });
+    bn_forward_train(y, save_mean, save_invstd, running_mean, running_var, x, res, NULL, gamma, beta, M, C,
+                     momentum, eps, relu, BnAffine{}, work, dt, stream);
     CT_CHECK_LAUNCH("batchnorm_forward_train_gpu");
+}
+
+extern "C" void batchnorm_stats_train_gpu(float *save_mean, float *save_invstd, float *running_mean,
+                                          float *running_var, const void *x, const float *tiles, const float *gamma,
+                                          int M, int C, float momentum, float eps, float *work, CtDtype dt,
+                                          ct_stream_t stream) {
+    if (M < 1 || C < 1) ct_die("batchnorm_stats_train_gpu: M = %d, C = %d", M, C);
+    CT_DISPATCH(dt, T, {
+        if (bn_vec_width<T>(C, x, NULL, NULL, NULL) > 1)
+            bn_stats_launch<T, CT_VEC(T)>(save_mean, save_invstd, running_mean, running_var, (const T *)x, tiles,
+                                          gamma, M, C, momentum, eps, work, (cudaStream_t)stream);
+        else
+            bn_stats_launch<T, 1>(save_mean, save_invstd, running_mean, running_var, (const T *)x, tiles, gamma, M,
+                                  C, momentum, eps, work, (cudaStream_t)stream);
+    });
+    CT_CHECK_LAUNCH("batchnorm_stats_train_gpu");
+}
+
+extern "C" void batchnorm_add_bn_forward_train_gpu(void *y, float *save_mean, float *save_invstd,
+                                                   float *running_mean, float *running_var, const void *x,
+                                                   const float *tiles, const void *rx, BnAffine rb,
+                                                   const float *gamma, const float *beta, int M, int C,
+                                                   float momentum, float eps, int relu, float *work, CtDtype dt,
+                                                   ct_stream_t stream) {
+    if (M < 1 || C < 1) ct_die("batchnorm_add_bn_forward_train_gpu: M = %d, C = %d", M, C);
+    if (!rx || !rb.mean || !rb.invstd || !rb.gamma || !rb.beta) ct_die("batchnorm_add_bn_forward_train_gpu: no residual BN");
+    bn_forward_train(y, save_mean, save_invstd, running_mean, running_var, x, rx, tiles, gamma, beta, M, C, momentum,
+                     eps, relu, rb, work, dt, stream);
+    CT_CHECK_LAUNCH("batchnorm forward (train, residual BN)");
 }
 extern "C" void batchnorm_forward_train_gpu(void *y, float *save_mean, float *save_invstd,
                                             float *running_mean, float *running_var, const void *x,
@@ -448,7 +499,7 @@ static void bn_forward_eval_launch(T *y, const T *x, const T *res, const float *
                                    float eps, int relu, cudaStream_t stream) {
     BnGrid g = bn_grid(C, V);
     CT_LAUNCH((bn_affine_k<T, V>), dim3(g.gx, bn_row_blocks(M, g)), BN_THREADS, 0, stream, y, x, res,
-              running_mean, (const float *)NULL, gamma, running_var, eps, beta, M, C, g.tx, relu);
+              running_mean, (const float *)NULL, gamma, running_var, eps, beta, M, C, g.tx, relu, BnAffine{});
 }
 
 extern "C" void batchnorm_add_forward_eval_gpu(void *y, const void *x, const void *res, const float *gamma,

@@ -139,6 +139,23 @@ void batchnorm_add_forward_train_tiles_gpu(void *y, float *save_mean, float *sav
                                            float *running_var, const void *x, const void *res, const float *tiles,
                                            const float *gamma, const float *beta, int M, int C, float momentum,
                                            float eps, int relu, float *work, CtDtype dt, ct_stream_t stream);
+// A tail whose residual is itself a BN's output (the shortcut's BN and bn3 of a downsampling
+// block): batchnorm_stats_train_gpu computes that BN's train statistics only (from tiles, or a
+// sums pass when tiles is NULL: save_mean, save_invstd, running statistics), and
+// batchnorm_add_bn_forward_train_gpu is batchnorm_add_forward_train(_tiles)_gpu with res = that BN
+// applied to rx on the fly with rb's {mean, invstd, gamma, beta} (its output, rounded as if stored,
+// is never written): the same output bits as the two passes.
+typedef struct {
+    const float *mean, *invstd, *gamma, *beta;
+} BnAffine;
+void batchnorm_stats_train_gpu(float *save_mean, float *save_invstd, float *running_mean, float *running_var,
+                               const void *x, const float *tiles, const float *gamma, int M, int C, float momentum,
+                               float eps, float *work, CtDtype dt, ct_stream_t stream);
+void batchnorm_add_bn_forward_train_gpu(void *y, float *save_mean, float *save_invstd, float *running_mean,
+                                        float *running_var, const void *x, const float *tiles, const void *rx,
+                                        BnAffine rb, const float *gamma, const float *beta, int M, int C,
+                                        float momentum, float eps, int relu, float *work, CtDtype dt,
+                                        ct_stream_t stream);
 // BN backward reductions in the data-gradient epilogue (engine v2, bf16, stride 1): for a conv whose
 // input was y = relu(bn(x)), conv2d_backward_data_bn_gpu writes din = the gradient masked by the
 // ReLU it recomputes from x, gamma, beta, mean and invstd (y is not read), and per 128-row tile and

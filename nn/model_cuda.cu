@@ -12,6 +12,10 @@
 // Fusion (resnet_bn_add_fusable, CTRAIN_FUSE_BN_ADD=0 turns it off): bn3 + add [+ relu] runs as one
 // batch norm whose last pass adds the residual (the BN output slot is never allocated), and its
 // backward writes the residual's gradient in the BN's dx pass (no ReLU pass, no device copies).
+// The residual's own BN (CTRAIN_FUSE_BN_RES=0 turns it off): a fused tail whose residual is a BN's
+// output read by nothing else (bn3 or bn2 of a downsampling block, beside the shortcut's BN fused
+// with the ADD) applies that BN itself (batchnorm_add_bn_forward_train_gpu); the BN only gathers
+// its statistics (e->stats_only) and its output has no buffer; its backward needs only its input.
 // BN statistics in the conv epilogue (CTRAIN_FUSE_BN_STATS=0 turns it off): a bf16 train forward
 // whose conv feeds a BN and runs on engine v2 leaves per-tile {sum, m2} in e->work
 // (conv2d_forward_stats_gpu), and that BN skips its statistics pass.
@@ -51,6 +55,24 @@ GpuExec *gpu_exec_create(const ResNet *m, CtDtype dt) {
         int readers = 0;
         for (int j = 0; j < m->n_ops; j++) readers += (m->ops[j].in == op->in) + (m->ops[j].in2 == op->in);
         e->bn_bwd[i] = readers == 1;
+    }
+    // A fused tail whose residual is the output of a BN (no ReLU) read by nothing else: that BN only
+    // gathers its statistics, and the tail applies it on the fly (its output is never stored).
+    const char *fr = getenv("CTRAIN_FUSE_BN_RES");
+    e->res_bn = (int *)ct_alloc((size_t)m->n_ops * sizeof(int));
+    e->stats_only = (uint8_t *)ct_zalloc((size_t)m->n_ops);
+    for (int i = 0; i < m->n_ops; i++) {
+        e->res_bn[i] = -1;
+        if (!e->fuse[i] || (fr && !strcmp(fr, "0"))) continue;
+        const Op *add = &m->ops[i + 1];
+        int rs = add->in == m->ops[i].out ? add->in2 : add->in, readers = 0, b = -1;
+        for (int j = 0; j < m->n_ops; j++) {
+            readers += (m->ops[j].in == rs) + (m->ops[j].kind == OP_ADD && m->ops[j].in2 == rs);
+            if (m->ops[j].out == rs) b = j;
+        }
+        if (b < 0 || readers != 1 || m->ops[b].kind != OP_BN || m->ops[b].relu || e->fuse[b]) continue;
+        e->res_bn[i] = b;
+        e->stats_only[b] = 1;
     }
     e->tail_bwd = (int *)ct_alloc((size_t)m->n_ops * sizeof(int));
     for (int i = 0; i < m->n_ops; i++) {
@@ -99,6 +121,8 @@ void gpu_exec_free(GpuExec *e) {
     free(e->fuse);
     free(e->bn_bwd);
     free(e->tail_bwd);
+    free(e->res_bn);
+    free(e->stats_only);
     dfree(e->params);
     dfree(e->grads);
     dfree(e->mom);
@@ -168,9 +192,25 @@ static void forward_ops(GpuExec *e, const ResNet *m, int N, int train) {
             const void *res = add ? e->act[add->in == op->out ? add->in2 : add->in] : NULL;
             int relu = add ? add->relu : op->relu;
             if (add) out = e->act[add->out];
+            const float *tiles = stats_op == i ? e->work : NULL;
+            if (e->stats_only[i]) {  // applied by the tail it feeds; eval: into the scratch, the tail's res
+                if (train && !m->freeze_backbone)
+                    batchnorm_stats_train_gpu(e->bnstat + e->bnstat_off[i], e->bnstat + e->bnstat_off[i] + C, rm, rv, in,
+                                              tiles, gamma, M, C, BN_MOMENTUM, BN_EPS, e->work, dt, st);
+                else
+                    batchnorm_add_forward_eval_gpu(e->scratch, in, NULL, gamma, beta, rm, rv, M, C, BN_EPS, 0, dt, st);
+                break;
+            }
+            const Op *rbn = add && e->res_bn[i] >= 0 ? &m->ops[e->res_bn[i]] : NULL;
+            if (rbn) res = e->scratch;
             if (train && !m->freeze_backbone) {
                 float *mean = e->bnstat + e->bnstat_off[i], *invstd = mean + C;
-                if (stats_op == i)
+                if (rbn) {
+                    const float *rmean = e->bnstat + e->bnstat_off[e->res_bn[i]];
+                    BnAffine rb = {rmean, rmean + C, pparam(e, m, rbn->w), pparam(e, m, rbn->b)};
+                    batchnorm_add_bn_forward_train_gpu(out, mean, invstd, rm, rv, in, tiles, e->act[rbn->in], rb, gamma,
+                                                       beta, M, C, BN_MOMENTUM, BN_EPS, relu, e->work, dt, st);
+                } else if (stats_op == i)
                     batchnorm_add_forward_train_tiles_gpu(out, mean, invstd, rm, rv, in, res, e->work, gamma, beta, M,
                                                           C, BN_MOMENTUM, BN_EPS, relu, e->work, dt, st);
                 else

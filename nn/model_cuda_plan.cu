@@ -2,7 +2,8 @@
 // the passes use, and their release (which drops the CUDA graphs: they hold the plan's pointers).
 //
 // Memory plan (per N x H x W, grown when a larger batch or another image size comes):
-// - every activation slot has its own buffer (training keeps them all for backward anyway);
+// - every activation slot has its own buffer (training keeps them all for backward anyway), but
+//   a fused BN's output and a stats-only BN's (applied by the tail it feeds) have none;
 //   the logits are fp32 whatever the dtype (the loss reads them);
 // - activation-gradient slots share a pool: walking backward, a slot's gradient buffer is taken
 //   when its first consumer's backward writes it and given back after its producer's backward
@@ -79,8 +80,12 @@ void exec_plan(GpuExec *e, const ResNet *m, int N, int H, int W) {
     uint8_t *unused = (uint8_t *)ct_zalloc((size_t)m->n_tensors);
     for (int i = 0; i < m->n_ops; i++)
         if (e->fuse[i]) unused[m->ops[i].out] = 1;
-    for (int s = 0; s < m->n_tensors; s++)
-        e->act[s] = s == last ? (void *)e->logits : unused[s] ? NULL : dmalloc(e, slot_elems(e, s, N) * e->esz);
+    for (int s = 0; s < m->n_tensors; s++) e->act[s] = s == last ? (void *)e->logits : NULL;
+    for (int s = 0; s < m->n_tensors; s++) {
+        int stored = s != last && !unused[s];  // a stats-only BN's output has a gradient but no buffer
+        for (int i = 0; i < m->n_ops && stored; i++) stored = !(e->stats_only[i] && m->ops[i].out == s);
+        if (stored) e->act[s] = dmalloc(e, slot_elems(e, s, N) * e->esz);
+    }
     e->cpad = e->dt == CT_BF16 && e->dims[0].C < 8 ? 8 : 0;
     if (e->cpad) {
         size_t wmax = 0;

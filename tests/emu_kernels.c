@@ -626,6 +626,59 @@ static void test_batchnorm_add(int M, int C, int relu, int res_acc, CtDtype dt) 
     for (size_t i = 0; i < CT_ARRAY_LEN(hptrs); i++) free(hptrs[i]);
 }
 
+// A tail whose residual is another BN's output (a downsampling block's bn3 beside the shortcut's
+// BN): batchnorm_stats_train_gpu + batchnorm_add_bn_forward_train_gpu against the two passes they
+// replace (that BN's forward into a buffer, then batchnorm_add_forward_train(_tiles)_gpu), bit for
+// bit: the output, both BNs' saved and running statistics. tiles: statistics from host-made tiles
+// (nn/batchnorm.c's batchnorm_tile_stats) instead of the sums pass.
+static void test_batchnorm_res_bn(int M, int C, int relu, int tiles, CtDtype dt) {
+    size_t n = (size_t)M * C, nt = conv2d_gpu_stats_floats(M, C);
+    float *x = rand_vec(n, -2.f, 3.f, dt), *rx = rand_vec(n, -3.f, 2.f, dt), *p[8];
+    for (int i = 0; i < 8; i++) p[i] = rand_vec(C, i % 4 == 3 ? 0.9f : 0.5f, i % 4 == 3 ? 1.1f : 1.5f, CT_F32);
+    float *tx = (float *)ct_alloc(nt * 4), *trx = (float *)ct_alloc(nt * 4);
+    batchnorm_tile_stats(tx, x, M, C);
+    batchnorm_tile_stats(trx, rx, M, C);
+    void *dx = dev_act(x, n, dt), *drx = dev_act(rx, n, dt), *dr = dev_act(NULL, n, dt);
+    void *dy1 = dev_act(NULL, n, dt), *dy2 = dev_act(NULL, n, dt);
+    float *dp[2][8], *st[2][4];  // [path][gamma, beta, rgamma, rbeta, rm, rv, rrm, rrv], [path][mean, inv, rmean, rinv]
+    for (int k = 0; k < 2; k++) {
+        for (int i = 0; i < 8; i++) dp[k][i] = dev_f32(p[i], C);
+        for (int i = 0; i < 4; i++) st[k][i] = dev_f32(NULL, C);
+    }
+    float *dtx = dev_f32(tx, nt), *dtrx = dev_f32(trx, nt), *work = dev_f32(NULL, batchnorm_gpu_work_floats(M, C));
+    const float m = 0.1f, eps = 1e-5f;
+    float **a = dp[0], **b = dp[1], **sa = st[0], **sb = st[1];
+    if (tiles) {
+        batchnorm_add_forward_train_tiles_gpu(dr, sa[2], sa[3], a[6], a[7], drx, NULL, dtrx, a[2], a[3], M, C, m, eps, 0,
+                                              work, dt, 0);
+        batchnorm_add_forward_train_tiles_gpu(dy1, sa[0], sa[1], a[4], a[5], dx, dr, dtx, a[0], a[1], M, C, m, eps, relu,
+                                              work, dt, 0);
+    } else {
+        batchnorm_add_forward_train_gpu(dr, sa[2], sa[3], a[6], a[7], drx, NULL, a[2], a[3], M, C, m, eps, 0, work, dt, 0);
+        batchnorm_add_forward_train_gpu(dy1, sa[0], sa[1], a[4], a[5], dx, dr, a[0], a[1], M, C, m, eps, relu, work, dt, 0);
+    }
+    batchnorm_stats_train_gpu(sb[2], sb[3], b[6], b[7], drx, tiles ? dtrx : NULL, b[2], M, C, m, eps, work, dt, 0);
+    BnAffine rb = {sb[2], sb[3], b[2], b[3]};
+    batchnorm_add_bn_forward_train_gpu(dy2, sb[0], sb[1], b[4], b[5], dx, tiles ? dtx : NULL, drx, rb, b[0], b[1], M, C,
+                                       m, eps, relu, work, dt, 0);
+    float *y1 = host_act(dy1, n, dt), *y2 = host_act(dy2, n, dt);
+    CHECK(!memcmp(y1, y2, n * 4), "bn+bn(res) fwd M=%d C=%d relu=%d tiles=%d (%s): output differs from the two passes",
+          M, C, relu, tiles, dtname(dt));
+    for (int i = 0; i < 8; i++) {
+        float *h1 = host_f32(i < 4 ? st[0][i] : dp[0][i], C), *h2 = host_f32(i < 4 ? st[1][i] : dp[1][i], C);
+        CHECK(!memcmp(h1, h2, C * 4), "bn+bn(res) fwd M=%d C=%d tiles=%d (%s): statistics %d differ", M, C, tiles,
+              dtname(dt), i);
+        free(h1), free(h2);
+    }
+    for (int k = 0; k < 2; k++) {
+        for (int i = 0; i < 8; i++) cudaFree(dp[k][i]);
+        for (int i = 0; i < 4; i++) cudaFree(st[k][i]);
+    }
+    cudaFree(dx), cudaFree(drx), cudaFree(dr), cudaFree(dy1), cudaFree(dy2), cudaFree(dtx), cudaFree(dtrx), cudaFree(work);
+    for (int i = 0; i < 8; i++) free(p[i]);
+    free(x), free(rx), free(tx), free(trx), free(y1), free(y2);
+}
+
 int main(void) {
     double t0 = ct_now();
     test_rng = rng_make(20261122, 5, 0);
@@ -646,6 +699,8 @@ int main(void) {
         int bna[][2] = {{1, 3}, {49, 13}, {2 * 7 * 7, 40}, {300, 64}, {70, 264}, {3, 2056}};
         for (size_t i = 0; i < CT_ARRAY_LEN(bna); i++)
             test_batchnorm_add(bna[i][0], bna[i][1], (int)(i % 3 != 1), (int)(i & 1), dt);
+        for (size_t i = 0; i < CT_ARRAY_LEN(bna); i++)
+            test_batchnorm_res_bn(bna[i][0], bna[i][1], (int)(i % 3 != 1), (int)(i & 1), dt);
         test_elementwise(1, 1, dt);
         test_elementwise(3 * 37, 3, dt);
         test_elementwise(2 * 5 * 5 * 13, 13, dt);
