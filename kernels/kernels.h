@@ -210,14 +210,19 @@ void maxpool_forward_gpu(void *out, const void *in, int N, int H, int W, int C, 
                          int pad, int P, int Q, CtDtype dt, ct_stream_t stream);
 void maxpool_backward_gpu(void *din, const void *dout, const void *in, int N, int H, int W, int C,
                           int k, int stride, int pad, int P, int Q, CtDtype dt, ct_stream_t stream);
-// The max pool's backward after y = relu(bn(x)) (the stem), with that BN's backward reductions:
-// din = the pooled gradient masked by y > 0 (y = in), and per 128-row tile and channel
-// {sum g, sum g (x - mean)} in tiles (conv2d_gpu_stats_floats(N*H*W, C) floats) for
-// batchnorm_backward_tiles_gpu. Returns 0, having run nothing, unless C and the pointers allow
-// 16-byte vectors. CPU twin: maxpool_backward, then batchnorm_tail_grad_tiles.
-int maxpool_backward_bn_gpu(void *din, float *tiles, const void *dout, const void *in, const void *x,
-                            const float *mean, int N, int H, int W, int C, int k, int stride, int pad, int P, int Q,
-                            CtDtype dt, ct_stream_t stream);
+// The max pool after y = relu(bn(x)) (the stem) with that BN folded in. maxpool_forward_bn_gpu
+// pools y computed on the fly from x and bn's {mean, invstd, gamma, beta} (the BN's apply pass's
+// operations and rounding: the same bits as pooling the stored y, which is never written).
+// maxpool_backward_bn_gpu: din = the pooled gradient masked by y > 0 (y = in, or recomputed from x
+// and bn when in is NULL), and per 128-row tile and channel {sum g, sum g (x - bn.mean)} in tiles
+// (conv2d_gpu_stats_floats(N*H*W, C) floats) for batchnorm_backward_tiles_gpu. With y stored it
+// returns 0, having run nothing, unless C and the pointers allow 16-byte vectors; without, it always
+// runs. CPU twins: the BN's forward, maxpool_*, then batchnorm_tail_grad_tiles.
+void maxpool_forward_bn_gpu(void *out, const void *x, BnAffine bn, int N, int H, int W, int C, int k, int stride,
+                            int pad, int P, int Q, CtDtype dt, ct_stream_t stream);
+int maxpool_backward_bn_gpu(void *din, float *tiles, const void *dout, const void *in, const void *x, BnAffine bn,
+                            int N, int H, int W, int C, int k, int stride, int pad, int P, int Q, CtDtype dt,
+                            ct_stream_t stream);
 void avgpool_forward_gpu(void *out, const void *in, int N, int HW, int C, CtDtype dt, ct_stream_t stream);
 void avgpool_backward_gpu(void *din, const void *dout, int N, int HW, int C, CtDtype dt,
                           ct_stream_t stream);

@@ -12,6 +12,9 @@
 // Fusion (resnet_bn_add_fusable, CTRAIN_FUSE_BN_ADD=0 turns it off): bn3 + add [+ relu] runs as one
 // batch norm whose last pass adds the residual (the BN output slot is never allocated), and its
 // backward writes the residual's gradient in the BN's dx pass (no ReLU pass, no device copies).
+// The stem's BN + ReLU in the max pool (CTRAIN_FUSE_BN_POOL=0 turns it off): the pool applies it
+// to the BN's input on the fly (maxpool_forward_bn_gpu) and its backward recomputes it; the BN only
+// gathers its statistics (e->stats_only) and its output has no buffer.
 // The residual's own BN (CTRAIN_FUSE_BN_RES=0 turns it off): a fused tail whose residual is a BN's
 // output read by nothing else (bn3 or bn2 of a downsampling block, beside the shortcut's BN fused
 // with the ADD) applies that BN itself (batchnorm_add_bn_forward_train_gpu); the BN only gathers
@@ -74,6 +77,17 @@ GpuExec *gpu_exec_create(const ResNet *m, CtDtype dt) {
         e->res_bn[i] = b;
         e->stats_only[b] = 1;
     }
+    // The stem's BN + ReLU read by the max pool alone: the pool applies it on the fly (forward) and
+    // recomputes it (backward); the BN only gathers its statistics (CTRAIN_FUSE_BN_POOL=0 or
+    // CTRAIN_FUSE_BN_BWD=0: off).
+    const char *fp = getenv("CTRAIN_FUSE_BN_POOL");
+    e->pool_bn = (int *)ct_alloc((size_t)m->n_ops * sizeof(int));
+    for (int i = 0; i < m->n_ops; i++) {
+        e->pool_bn[i] = -1;
+        if (!e->bn_bwd[i] || m->ops[i].kind != OP_MAXPOOL || (fp && !strcmp(fp, "0"))) continue;
+        e->pool_bn[i] = i - 1;
+        e->stats_only[i - 1] = 1;
+    }
     e->tail_bwd = (int *)ct_alloc((size_t)m->n_ops * sizeof(int));
     for (int i = 0; i < m->n_ops; i++) {
         e->tail_bwd[i] = -1;
@@ -122,6 +136,7 @@ void gpu_exec_free(GpuExec *e) {
     free(e->bn_bwd);
     free(e->tail_bwd);
     free(e->res_bn);
+    free(e->pool_bn);
     free(e->stats_only);
     dfree(e->params);
     dfree(e->grads);
@@ -193,12 +208,13 @@ static void forward_ops(GpuExec *e, const ResNet *m, int N, int train) {
             int relu = add ? add->relu : op->relu;
             if (add) out = e->act[add->out];
             const float *tiles = stats_op == i ? e->work : NULL;
-            if (e->stats_only[i]) {  // applied by the tail it feeds; eval: into the scratch, the tail's res
+            if (e->stats_only[i]) {  // applied by the op it feeds; eval: into the scratch, which that op reads
                 if (train && !m->freeze_backbone)
                     batchnorm_stats_train_gpu(e->bnstat + e->bnstat_off[i], e->bnstat + e->bnstat_off[i] + C, rm, rv, in,
                                               tiles, gamma, M, C, BN_MOMENTUM, BN_EPS, e->work, dt, st);
                 else
-                    batchnorm_add_forward_eval_gpu(e->scratch, in, NULL, gamma, beta, rm, rv, M, C, BN_EPS, 0, dt, st);
+                    batchnorm_add_forward_eval_gpu(e->scratch, in, NULL, gamma, beta, rm, rv, M, C, BN_EPS, op->relu, dt,
+                                                   st);
                 break;
             }
             const Op *rbn = add && e->res_bn[i] >= 0 ? &m->ops[e->res_bn[i]] : NULL;
@@ -225,8 +241,16 @@ static void forward_ops(GpuExec *e, const ResNet *m, int N, int train) {
             relu_forward_gpu(out, in, n_in, dt, st);
             break;
         case OP_MAXPOOL:
-            maxpool_forward_gpu(out, in, N, di->H, di->W, di->C, op->R, op->stride, op->pad, dout->H,
-                                dout->W, dt, st);
+            if (e->pool_bn[i] >= 0 && train && !m->freeze_backbone) {  // relu(bn(x)) on the fly
+                const Op *bn = &m->ops[e->pool_bn[i]];
+                const float *mean = e->bnstat + e->bnstat_off[e->pool_bn[i]];
+                BnAffine a = {mean, mean + bn->C, pparam(e, m, bn->w), pparam(e, m, bn->b)};
+                maxpool_forward_bn_gpu(out, e->act[bn->in], a, N, di->H, di->W, di->C, op->R, op->stride, op->pad,
+                                       dout->H, dout->W, dt, st);
+                break;
+            }
+            maxpool_forward_gpu(out, e->pool_bn[i] >= 0 ? e->scratch : in, N, di->H, di->W, di->C, op->R, op->stride,
+                                op->pad, dout->H, dout->W, dt, st);
             break;
         case OP_ADD:
             add_forward_gpu(out, in, e->act[op->in2], n_in, op->relu, dt, st);
@@ -559,14 +583,18 @@ static void backward_ops(GpuExec *e, const ResNet *m, GradReadyFn ready, void *c
             break;
         case OP_MAXPOOL: {
             const Op *bn = &m->ops[i - 1];  // e->bn_bwd[i]: the stem's BN + ReLU, read by the pool alone
+            const float *mean = e->bnstat + e->bnstat_off[i - 1];
+            BnAffine a = {mean, mean + bn->C, pparam(e, m, bn->w), pparam(e, m, bn->b)};
+            // pool_bn: y was never stored; the kernel recomputes it (and then always runs)
             if (e->bn_bwd[i] && !init[op->in] &&
-                maxpool_backward_bn_gpu(e->grad[op->in], e->work, gout, in, e->act[bn->in],
-                                        e->bnstat + e->bnstat_off[i - 1], N, di->H, di->W, di->C, op->R, op->stride,
-                                        op->pad, dout->H, dout->W, dt, st)) {
+                maxpool_backward_bn_gpu(e->grad[op->in], e->work, gout, e->pool_bn[i] >= 0 ? NULL : in,
+                                        e->act[bn->in], a, N, di->H, di->W, di->C, op->R, op->stride, op->pad,
+                                        dout->H, dout->W, dt, st)) {
                 tiles_op = i - 1;
                 init[op->in] = 1;
                 break;
             }
+            if (e->pool_bn[i] >= 0) ct_die("gpu: op %d (%s): the fused stem's backward did not run", i, op->name);
             maxpool_backward_gpu(grad_target(e, op->in, init), gout, in, N, di->H, di->W, di->C, op->R,
                                  op->stride, op->pad, dout->H, dout->W, dt, st);
             finish_grad(e, op->in, init, n_in);

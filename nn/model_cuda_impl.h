@@ -49,7 +49,8 @@ struct GpuExec {
     uint8_t *bn_bwd;      // per conv or max pool op: 1 when its input is relu(bn(x)) of the op before, read by it alone,
                           // so its dgrad epilogue may do that BN's backward reductions (CTRAIN_FUSE_BN_BWD=0: off)
     int *res_bn;          // per fused tail BN: the BN whose output is its residual, applied by the tail (-1: none)
-    uint8_t *stats_only;  // per BN op: its output is never stored (the tail after it applies it; CTRAIN_FUSE_BN_RES=0: off)
+    int *pool_bn;         // per max pool op: the BN + ReLU before it, applied on the fly (-1: none; CTRAIN_FUSE_BN_POOL=0: off)
+    uint8_t *stats_only;  // per BN op: its output is never stored (the tail or pool after it applies it)
     int *tail_bwd;        // per conv op: the fused tail BN whose output y (through its ADD, with ReLU) this conv
                           // reads right after it and is the last to add to y's gradient, so its dgrad
                           // epilogue masks by y > 0 and does that BN's reductions; -1: none (same switch)

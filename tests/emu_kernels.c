@@ -312,28 +312,54 @@ static void test_maxpool(int N, int H, int W, int C, int k, int stride, int pad,
     snprintf(what, sizeof what, "maxpool bwd %dx%dx%dx%d k%d s%d p%d ties=%d", N, H, W, C, k, stride, pad, ties);
     expect_close(what, gdin, din, nin, dt == CT_BF16 ? 1e-2 : 1e-6, dt);
 
-    // With the backward reductions of a BN + ReLU before the pool (the stem): x is then that ReLU's
-    // output y, xb the BN's input. The masked gradient bit-identical to the plain kernel's masked by
-    // the twin (batchnorm_tail_grad_tiles), the tiles within 1e-5 of the twin's.
+    // With the BN + ReLU before the pool folded in (the stem): xb is the BN's input, y = relu(bn(xb))
+    // made here with the apply pass's float operations and rounded to dt. Forward on the fly: the
+    // plain pool of y, bit for bit. Backward with the BN's reductions: the masked gradient
+    // bit-identical to the plain kernel's masked by the twin (batchnorm_tail_grad_tiles), the tiles
+    // within 1e-5 of the twin's; with y recomputed from xb (in = NULL; the scalar form where C does
+    // not allow vectors) the same bits as with y stored.
     int M = N * H * W, ntile = (M + 127) / 128;
-    float *xb = rand_vec(nin, -2.f, 2.f, dt), *mean = rand_vec((size_t)C, -0.5f, 0.5f, CT_F32);
+    float *xb = rand_vec(nin, -2.f, 2.f, dt), *bp = rand_vec(4 * (size_t)C, -0.5f, 0.5f, CT_F32);
+    for (int c = 0; c < C; c++) bp[2 * C + c] += 1.0f, bp[3 * C + c] += 1.2f;  // gamma, invstd > 0
+    BnAffine hb = {bp, bp + 3 * C, bp + 2 * C, bp + C};  // mean, invstd, gamma, beta
+    float *yb = (float *)ct_alloc(nin * 4);
+    for (size_t i = 0; i < nin; i++) {
+        int c = (int)(i % C);
+        float o = (xb[i] - hb.mean[c]) * (hb.gamma[c] * hb.invstd[c]) + hb.beta[c];
+        yb[i] = o > 0.f ? (dt == CT_BF16 ? ct_round_bf16(o) : o) : 0.f;
+    }
     float *gref = (float *)ct_alloc(nin * 4), *tref = (float *)ct_alloc((size_t)ntile * C * 8);
-    void *dxb = dev_act(xb, nin, dt), *dbn = dev_act(NULL, nin, dt);
-    float *dmean = dev_f32(mean, (size_t)C), *dtiles = dev_f32(NULL, (size_t)ntile * C * 2);
-    int ran = maxpool_backward_bn_gpu(dbn, dtiles, dg, dxin, dxb, dmean, N, H, W, C, k, stride, pad, P, Q, dt, 0);
-    snprintf(what, sizeof what, "maxpool bwd+bn %dx%dx%dx%d k%d s%d p%d", N, H, W, C, k, stride, pad);
-    CHECK(ran == (C % (dt == CT_BF16 ? 8 : 4) == 0), "%s: ran %d", what, ran);
+    void *dxb = dev_act(xb, nin, dt), *dyb = dev_act(yb, nin, dt), *dbn = dev_act(NULL, nin, dt);
+    void *dbn2 = dev_act(NULL, nin, dt), *dpl = dev_act(NULL, nin, dt), *dpo = dev_act(NULL, nout, dt);
+    void *dpo2 = dev_act(NULL, nout, dt);
+    float *dbp = dev_f32(bp, 4 * (size_t)C), *dtiles = dev_f32(NULL, (size_t)ntile * C * 2);
+    float *dtiles2 = dev_f32(NULL, (size_t)ntile * C * 2);
+    BnAffine db = {dbp, dbp + 3 * C, dbp + 2 * C, dbp + C};
+    snprintf(what, sizeof what, "maxpool+bn %dx%dx%dx%d k%d s%d p%d", N, H, W, C, k, stride, pad);
+    maxpool_forward_gpu(dpo, dyb, N, H, W, C, k, stride, pad, P, Q, dt, 0);
+    maxpool_forward_bn_gpu(dpo2, dxb, db, N, H, W, C, k, stride, pad, P, Q, dt, 0);
+    float *po = host_act(dpo, nout, dt), *po2 = host_act(dpo2, nout, dt);
+    CHECK(memcmp(po, po2, nout * 4) == 0, "%s: forward on the fly differs from pooling the stored y", what);
+    maxpool_backward_gpu(dpl, dg, dyb, N, H, W, C, k, stride, pad, P, Q, dt, 0);
+    int ran = maxpool_backward_bn_gpu(dbn, dtiles, dg, dyb, dxb, db, N, H, W, C, k, stride, pad, P, Q, dt, 0);
+    int ran2 = maxpool_backward_bn_gpu(dbn2, dtiles2, dg, NULL, dxb, db, N, H, W, C, k, stride, pad, P, Q, dt, 0);
+    CHECK(ran == (C % (dt == CT_BF16 ? 8 : 4) == 0) && ran2, "%s: ran %d %d", what, ran, ran2);
+    float *gpl = host_act(dpl, nin, dt), *gbn2 = host_act(dbn2, nin, dt);
+    float *tiles2 = host_f32(dtiles2, (size_t)ntile * C * 2);
+    batchnorm_tail_grad_tiles(gref, tref, gpl, yb, xb, hb.mean, M, C);
+    CHECK(memcmp(gbn2, gref, nin * 4) == 0, "%s: masked gradient (y recomputed) differs from the twin's", what);
+    double terr = rel_err_norm(tiles2, tref, (size_t)ntile * C * 2);
+    printf("  %-44s tiles %.3g\n", what, terr);
+    CHECK(terr <= 1e-5, "%s: tiles off by %.3g", what, terr);
     if (ran) {
         float *gbn = host_act(dbn, nin, dt), *tiles = host_f32(dtiles, (size_t)ntile * C * 2);
-        batchnorm_tail_grad_tiles(gref, tref, gdin, x, xb, mean, M, C);
-        CHECK(memcmp(gbn, gref, nin * 4) == 0, "%s: masked gradient differs from the twin's", what);
-        double terr = rel_err_norm(tiles, tref, (size_t)ntile * C * 2);
-        printf("  %-44s tiles %.3g\n", what, terr);
-        CHECK(terr <= 1e-5, "%s: tiles off by %.3g", what, terr);
+        CHECK(memcmp(gbn, gbn2, nin * 4) == 0 && memcmp(tiles, tiles2, (size_t)ntile * C * 8) == 0,
+              "%s: y stored and y recomputed differ", what);
         free(gbn), free(tiles);
     }
-    cudaFree(dxb), cudaFree(dbn), cudaFree(dmean), cudaFree(dtiles);
-    free(xb), free(mean), free(gref), free(tref);
+    void *dfree_[] = {dxb, dyb, dbn, dbn2, dpl, dpo, dpo2, dbp, dtiles, dtiles2};
+    for (size_t i = 0; i < CT_ARRAY_LEN(dfree_); i++) cudaFree(dfree_[i]);
+    free(xb), free(bp), free(yb), free(gref), free(tref), free(po), free(po2), free(gpl), free(gbn2), free(tiles2);
     cudaFree(dxin);
     cudaFree(dout);
     cudaFree(dg);
