@@ -1,5 +1,6 @@
-// Internal interface between kernels/conv.cu and kernels/linear.cu: the implicit-GEMM engine.
-// Not part of the C API (kernels/kernels.h).
+// Internal interface of the implicit-GEMM engine: between kernels/conv.cu (the host dispatch),
+// the engines' files (conv_generic.cu, conv_tc1.cu, conv_tc2.cu, conv_wgmma.cu), the split-K
+// (conv_split.cu) and kernels/linear.cu. Not part of the C API (kernels/kernels.h).
 #pragma once
 #include <stddef.h>
 
@@ -7,6 +8,12 @@
 
 enum { GEMM_FWD = 0, GEMM_DGRAD = 1, GEMM_WGRAD = 2 };
 #define CONV_MAX_SPLITS 64
+
+#ifdef __CUDACC__
+#define CV_UNROLL _Pragma("unroll")
+#else
+#define CV_UNROLL
+#endif
 
 // C[M,N] = sum_{k < K} A[M,k] B[k,N], operands gathered from the tensors of convolution `s`
 // according to the mode (see conv.cu). A linear layer is the 1x1 convolution of a 1x1 image.
@@ -50,7 +57,25 @@ void ct_gemm_tc_setup(GemmArgs *g, int mode, CtDtype dt);
 extern "C" int ct_gemm_run(int mode, GemmArgs g, CtDtype dt, int a_f32, int c_f32, int algo, float *work,
                            float *final_out, cudaStream_t st);
 
-// The weight gradient's split-K plan for bm x bn x bk tiles: a function of the shape only.
+// Generic engine (kernels/conv_generic.cu): fp32 math over fp32 or bf16 storage, any shape. Its
+// tiles size ct_gemm_run's grid and split plan; the launch picks the kernel for mode, dt, a_f32
+// and c_f32 (as ct_gemm_run's) and runs it on grid.
+#define GN_BM 64
+#define GN_BN 64
+#define GN_BK 16
+extern "C" void ct_gemm_generic_launch(int mode, GemmArgs g, CtDtype dt, int a_f32, int c_f32, dim3 grid,
+                                       cudaStream_t st);
+
+// Engine v1 (kernels/conv_tc1.cu): bf16 tensor cores, (32*mi) x TC_BN x TC_BK tiles, mi = 4
+// (128-row tiles) or 2 (64-row tiles, narrow weight gradients). C is fp32 for WGRAD and for FWD
+// with c_f32, bf16 otherwise.
+#define TC_BM 128
+#define TC_BN 64
+#define TC_BK 32
+extern "C" void ct_gemm_tc1_launch(int mode, GemmArgs g, int c_f32, int mi, dim3 grid, cudaStream_t st);
+
+// Split-K (kernels/conv_split.cu). The weight gradient's plan for bm x bn x bk tiles: a function of
+// the shape only.
 extern "C" void ct_split_plan(int M, int N, int K, int bm, int bn, int bk, int *splits, int *k_split);
 // dst[i] = sum over z in order of part[z * n + i] (the split partials).
 extern "C" void ct_conv_reduce_splits(float *dst, const float *part, int splits, size_t n, cudaStream_t st);

@@ -41,7 +41,7 @@ typedef struct {
 // Engines: a generic tiled implicit GEMM (any shape, fp32 or bf16, fp32 math; the fp32 path) and
 // two bf16 tensor-core ones (mma.sync) that CT_CONV_AUTO uses for every bf16 call: v2
 // (kernels/conv_tc2.cu, 128x128 tiles) for convolutions whose channel counts are multiples of 8
-// with 16-byte aligned pointers, v1 (kernels/conv.cu, 128x64; cp.async where the channels allow,
+// with 16-byte aligned pointers, v1 (kernels/conv_tc1.cu, 128x64; cp.async where the channels allow,
 // element gathers otherwise) for the rest, the linear layer, and every conv when the environment
 // says CTRAIN_CONV_ENGINE=v1. The linear backward always takes the generic engine (fp32 dout).
 // Determinism: no atomics; the weight gradient's reduction over N*P*Q is split in a number of

@@ -513,7 +513,7 @@ static void test_dgrad_bn(int N, int H, int W, int C, int K, int R, int S, int s
     free(x), free(w), free(dout), free(pv), free(y), free(res), free(g0);
 }
 
-// The weight gradient's split plan (kernels/conv.cu split_plan): ~4 waves of 132 SMs, cut so that
+// The weight gradient's split plan (kernels/conv_split.cu split_plan): ~4 waves of 132 SMs, cut so that
 // the fp32 partials (written by the GEMM, read back by the reduction: 8 bytes x M x N per split)
 // stay within a quarter of the bf16 operand bytes the main loop reads, never below one wave.
 // Pinned on resnet50's batch-256 shapes at 224 (M = K_out, N = R*S*C, K = 256*P*Q) where the old

@@ -17,8 +17,8 @@ if [ -z "${CTRAIN_PREBUILT:-}" ] || [ ! -x "$OUT/bench_conv" ]; then
   GA=$ARCH
   [ "$ARCH" = 90 ] && GA=90a
   "$NVCC" -std=c++17 -O3 -lineinfo -I. -DCTRAIN_CUDA -gencode arch=compute_$GA,code=sm_$GA \
-    -o "$OUT/bench_conv" tools/bench_conv.cu kernels/conv.cu kernels/conv_tc2.cu kernels/conv_wgmma.cu \
-    kernels/linear.cu "$OUT/common.o"
+    -o "$OUT/bench_conv" tools/bench_conv.cu kernels/conv.cu kernels/conv_generic.cu kernels/conv_tc1.cu kernels/conv_split.cu \
+    kernels/conv_tc2.cu kernels/conv_wgmma.cu kernels/linear.cu "$OUT/common.o"
 fi
 [ -n "${BENCH_BUILD_ONLY:-}" ] && exit 0
 "$OUT/bench_conv" "${1:-64}" "${2:-10}"

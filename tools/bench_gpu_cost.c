@@ -476,7 +476,7 @@ int main(int argc, char **argv) {
     // A forward GEMM (M = N*P*Q rows, N = K columns, reduction R*S*C) runs on block tiles with k
     // steps of 32: its count must equal exactly its dimensions padded to those: 128x128 on conv
     // engine v2 (kernels/conv_tc2.cu; the launch's symbol says which engine ran), 128x64 on v1
-    // (kernels/conv.cu), 128x128 with k steps of 64 on the wgmma engine (kernels/conv_wgmma.cu). The executor pads a stem of fewer than 8 channels to 8 (nn/model_cuda.cu),
+    // (kernels/conv_tc1.cu), 128x128 with k steps of 64 on the wgmma engine (kernels/conv_wgmma.cu). The executor pads a stem of fewer than 8 channels to 8 (nn/model_cuda.cu),
     // so its reduction is R*S*8. The gradients' split-K and stride-phase plans are not modelled.
     double analytic = 0;
     if (!quiet)
