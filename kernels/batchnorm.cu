@@ -44,8 +44,11 @@ extern "C" int batchnorm_gpu_chunks(int M) { return bn_chunks(M); }
 // Workspace: the chunk partials (2 doubles per chunk and channel) or a convolution's tile
 // statistics (2 floats per 128-row tile and channel, batchnorm_add_forward_train_tiles_gpu),
 // whichever is larger, then 3 floats per channel of constants (scale; or k0, k1, k2).
+// A strided data gradient cuts its tiles per stride phase (kernels/conv.cu): at most one more per
+// phase, and it takes the BN epilogue at strides up to 2 (CONV_BN_MAX_PHASES).
+static int bn_max_tiles(int M) { return (M + BN_TILE_ROWS - 1) / BN_TILE_ROWS + CONV_BN_MAX_PHASES; }
 static size_t bn_partial_floats(int M, int C) {
-    size_t chunks = (size_t)4 * bn_chunks(M) * C, tiles = (size_t)2 * ((M + BN_TILE_ROWS - 1) / BN_TILE_ROWS) * C;
+    size_t chunks = (size_t)4 * bn_chunks(M) * C, tiles = (size_t)2 * bn_max_tiles(M) * C;
     return chunks > tiles ? chunks : tiles;
 }
 extern "C" size_t batchnorm_gpu_work_floats(int M, int C) { return bn_partial_floats(M, C) + (size_t)3 * C; }
@@ -570,27 +573,28 @@ extern "C" void batchnorm_backward_gpu(void *dx, float *dgamma, float *dbeta, co
 // start of work, dy already masked by the ReLU): no reduction pass over dy and x.
 template <typename T, int V>
 static void bn_backward_tiles_launch(T *dx, float *dgamma, float *dbeta, const T *dy, const T *x, const float *tiles,
-                                     const float *gamma, const float *save_mean, const float *save_invstd, int M,
+                                     int ntiles, const float *gamma, const float *save_mean, const float *save_invstd, int M,
                                      int C, float *work, cudaStream_t stream) {
     BnGrid g = bn_grid(C, V);
     float *k = bn_consts(work, M, C);
     CT_LAUNCH(bn_finish_grad_tiles_k, (C + 127) / 128, 128, 0, stream, dgamma, dbeta, k, tiles, gamma, save_mean,
-              save_invstd, (M + BN_TILE_ROWS - 1) / BN_TILE_ROWS, M, C);
+              save_invstd, ntiles, M, C);
     CT_LAUNCH((bn_dx_k<T, V>), dim3(g.gx, bn_row_blocks(M, g)), BN_THREADS, 0, stream, dx, (T *)NULL, 0, dy, x,
               (const T *)NULL, (const float *)k, M, C, g.tx);
 }
 
 extern "C" void batchnorm_backward_tiles_gpu(void *dx, float *dgamma, float *dbeta, const void *dy, const void *x,
-                                             const float *tiles, const float *gamma, const float *save_mean,
+                                             const float *tiles, int ntiles, const float *gamma, const float *save_mean,
                                              const float *save_invstd, int M, int C, float *work, CtDtype dt,
                                              ct_stream_t stream) {
-    if (M < 1 || C < 1) ct_die("batchnorm_backward_tiles_gpu: M = %d, C = %d", M, C);
+    if (M < 1 || C < 1 || ntiles < 1 || ntiles > bn_max_tiles(M))
+        ct_die("batchnorm_backward_tiles_gpu: M = %d, C = %d, %d tiles", M, C, ntiles);
     CT_DISPATCH(dt, T, {
         if (bn_vec_width<T>(C, dx, dy, x, NULL, NULL) > 1)
-            bn_backward_tiles_launch<T, CT_VEC(T)>((T *)dx, dgamma, dbeta, (const T *)dy, (const T *)x, tiles, gamma,
+            bn_backward_tiles_launch<T, CT_VEC(T)>((T *)dx, dgamma, dbeta, (const T *)dy, (const T *)x, tiles, ntiles, gamma,
                                                    save_mean, save_invstd, M, C, work, (cudaStream_t)stream);
         else
-            bn_backward_tiles_launch<T, 1>((T *)dx, dgamma, dbeta, (const T *)dy, (const T *)x, tiles, gamma,
+            bn_backward_tiles_launch<T, 1>((T *)dx, dgamma, dbeta, (const T *)dy, (const T *)x, tiles, ntiles, gamma,
                                            save_mean, save_invstd, M, C, work, (cudaStream_t)stream);
     });
     CT_CHECK_LAUNCH("batchnorm backward (tile sums)");

@@ -183,15 +183,46 @@ extern "C" int conv2d_forward_stats_gpu(const ConvShape *s, void *out, float *st
     return conv_forward(s, out, stats, in, w, dt, st, CT_CONV_AUTO) == CT_CONV_TC2;
 }
 
+// The stride phase (ph, pw) of the tensor-core data gradient: the input pixels h = ph + hh*st,
+// w = pw + ww*st receive only the taps r = r0 + ri*st, s = s0 + si*st (GemmArgs); M = its pixels.
+static void dgrad_phase(const ConvShape *s, GemmArgs *g, int ph, int pw) {
+    int str = s->stride;
+    g->ph_h = ph;
+    g->ph_w = pw;
+    g->Hp = ph < s->H ? (s->H - ph + str - 1) / str : 0;
+    g->Wp = pw < s->W ? (s->W - pw + str - 1) / str : 0;
+    g->r0 = (ph + s->pad) % str;
+    g->s0 = (pw + s->pad) % str;
+    g->nr = g->r0 < s->R ? (s->R - g->r0 + str - 1) / str : 0;
+    g->ns = g->s0 < s->S ? (s->S - g->s0 + str - 1) / str : 0;
+    g->dh = (ph + s->pad - g->r0) / str;
+    g->dw = (pw + s->pad - g->s0) / str;
+    g->M = s->N * g->Hp * g->Wp;
+    g->K = g->k_end = g->nr * g->ns * s->K;
+    if (g->K == 0) g->nr = g->ns = 1;  // no taps: keep the kernel's index arithmetic defined
+}
+
+extern "C" int conv2d_gpu_dgrad_bn_tiles(const ConvShape *s) {
+    int n = 0;
+    for (int ph = 0; ph < s->stride; ph++)
+        for (int pw = 0; pw < s->stride; pw++) {
+            GemmArgs g = {};
+            dgrad_phase(s, &g, ph, pw);
+            n += (g.M + CONV_BN_TILE_ROWS - 1) / CONV_BN_TILE_ROWS;
+        }
+    return n;
+}
+
 // The data gradient on the engine `algo` resolves to; acc: din += the gradient (in place, one
 // rounding from fp32: the second contribution to a gradient slot) instead of din = it.
 // bn (may be NULL): its bn_* fields ask for the BN backward epilogue (conv2d_backward_data_bn_gpu,
-// conv2d_backward_data_tail_gpu), which only engine v2 runs, at stride 1: otherwise nothing runs
-// and the result is 0 (CT_CONV_AUTO).
+// conv2d_backward_data_tail_gpu), which only engine v2 runs, at strides 1 and 2 (every phase on
+// v2, each writing its own tiles): otherwise nothing runs and the result is 0 (CT_CONV_AUTO).
 static int conv_dgrad(const ConvShape *s, void *din, const void *dout, const void *w, CtDtype dt, ct_stream_t st,
                       int algo, int acc, const GemmArgs *bn) {
-    if (bn && (dt != CT_BF16 || s->stride != 1 || conv_empty(s) || s->N <= 0 || s->H <= 0 || s->W <= 0 ||
-               s->C <= 0 || !ct_aligned(8, bn->bn_tiles) || !ct_aligned(4, bn->bn_x) || !ct_aligned(4, bn->bn_y)))
+    if (bn && (dt != CT_BF16 || s->stride * s->stride > CONV_BN_MAX_PHASES || conv_empty(s) || s->N <= 0 ||
+               s->H <= 0 || s->W <= 0 || s->C <= 0 || !ct_aligned(8, bn->bn_tiles) || !ct_aligned(4, bn->bn_x) ||
+               !ct_aligned(4, bn->bn_y)))
         return CT_CONV_AUTO;
     if (s->N <= 0 || s->H <= 0 || s->W <= 0 || s->C <= 0) return CT_CONV_GENERIC;
     if (conv_empty(s)) {  // no output pixel sees the input: the gradient is zero
@@ -217,19 +248,13 @@ static int conv_dgrad(const ConvShape *s, void *din, const void *dout, const voi
         g.bn_beta = bn->bn_beta;
         g.bn_mean = bn->bn_mean;
         g.bn_invstd = bn->bn_invstd;
-        g.bn_tiles = bn->bn_tiles;
-        // Stride 1: one phase, GEMM rows = input pixels, so the tiles are the BN's 128-row tiles.
-        GemmArgs t = g;
-        t.ph_h = t.ph_w = t.r0 = t.s0 = 0;
-        t.Hp = s->H;
-        t.Wp = s->W;
-        t.nr = s->R;
-        t.ns = s->S;
-        t.dh = s->pad;
-        t.dw = s->pad;
-        t.M = s->N * s->H * s->W;
-        t.K = t.k_end = s->R * s->S * s->K;
-        if (!ct_conv_tc2_eligible(GEMM_DGRAD, &t)) return CT_CONV_AUTO;
+        // Every phase must take v2, whose epilogue writes the tiles: else run nothing.
+        for (int ph = 0; ph < s->stride; ph++)
+            for (int pw = 0; pw < s->stride; pw++) {
+                GemmArgs t = g;
+                dgrad_phase(s, &t, ph, pw);
+                if (t.M > 0 && !ct_conv_tc2_eligible(GEMM_DGRAD, &t)) return CT_CONV_AUTO;
+            }
     }
     if (algo == CT_CONV_GENERIC || !g.tc_ok) {  // the generic engine walks all taps at once
         g.M = s->N * s->H * s->W;
@@ -238,24 +263,16 @@ static int conv_dgrad(const ConvShape *s, void *din, const void *dout, const voi
     }
     // Tensor cores: one GEMM per stride phase (one in all for stride 1). A phase whose taps are
     // all skipped (1x1 stride 2, odd rows) still runs with K = 0 and writes its zeros (adds
-    // nothing when accumulating).
-    int used = algo == CT_CONV_TC2 ? CT_CONV_TC2 : CT_CONV_TC, str = s->stride;
-    for (int ph = 0; ph < str; ph++)
-        for (int pw = 0; pw < str; pw++) {
-            g.ph_h = ph;
-            g.ph_w = pw;
-            g.Hp = ph < s->H ? (s->H - ph + str - 1) / str : 0;
-            g.Wp = pw < s->W ? (s->W - pw + str - 1) / str : 0;
-            g.r0 = (ph + s->pad) % str;
-            g.s0 = (pw + s->pad) % str;
-            g.nr = g.r0 < s->R ? (s->R - g.r0 + str - 1) / str : 0;
-            g.ns = g.s0 < s->S ? (s->S - g.s0 + str - 1) / str : 0;
-            g.dh = (ph + s->pad - g.r0) / str;
-            g.dw = (pw + s->pad - g.s0) / str;
-            g.M = s->N * g.Hp * g.Wp;
-            g.K = g.k_end = g.nr * g.ns * s->K;
-            if (g.K == 0) g.nr = g.ns = 1;  // no taps: keep the kernel's index arithmetic defined
-            if (g.M <= 0 || (acc && g.K == 0)) continue;
+    // nothing when accumulating, so it is skipped then, unless its BN epilogue must mask and sum).
+    int used = algo == CT_CONV_TC2 ? CT_CONV_TC2 : CT_CONV_TC, tile0 = 0;
+    for (int ph = 0; ph < s->stride; ph++)
+        for (int pw = 0; pw < s->stride; pw++) {
+            dgrad_phase(s, &g, ph, pw);
+            if (bn) {  // this phase's tiles follow the previous phases'
+                g.bn_tiles = bn->bn_tiles + (size_t)tile0 * 2 * s->C;
+                tile0 += (g.M + CONV_BN_TILE_ROWS - 1) / CONV_BN_TILE_ROWS;
+            }
+            if (g.M <= 0 || (acc && g.K == 0 && !bn)) continue;
             if (algo == CT_CONV_TC2 && ct_conv_tc2_eligible(GEMM_DGRAD, &g)) {
                 ct_conv_tc2_run(GEMM_DGRAD, g, NULL, NULL, (cudaStream_t)st);
                 continue;

@@ -7,6 +7,8 @@
 #include "kernels/kernels.h"
 
 enum { GEMM_FWD = 0, GEMM_DGRAD = 1, GEMM_WGRAD = 2 };
+// Rows per tile of the BN epilogues' per-tile sums (engine v2's CTA rows, T2_BM).
+#define CONV_BN_TILE_ROWS 128
 #define CONV_MAX_SPLITS 64
 
 #ifdef __CUDACC__

@@ -33,6 +33,7 @@
 #endif
 
 #define T2_BM 128
+static_assert(T2_BM == CONV_BN_TILE_ROWS, "the BN epilogues' tiles are the CTA's rows");
 #define T2_BN 128
 #define T2_BK 32
 #define T2_STAGES 4

@@ -156,13 +156,19 @@ void batchnorm_add_bn_forward_train_gpu(void *y, float *save_mean, float *save_i
                                         BnAffine rb, const float *gamma, const float *beta, int M, int C,
                                         float momentum, float eps, int relu, float *work, CtDtype dt,
                                         ct_stream_t stream);
-// BN backward reductions in the data-gradient epilogue (engine v2, bf16, stride 1): for a conv whose
-// input was y = relu(bn(x)), conv2d_backward_data_bn_gpu writes din = the gradient masked by the
-// ReLU it recomputes from x, gamma, beta, mean and invstd (y is not read), and per 128-row tile and
-// channel {sum g, sum g (x - mean)} (conv2d_gpu_stats_floats(M, C) floats); it returns 0 and runs
+// BN backward reductions in the data-gradient epilogue (engine v2, bf16, stride 1 or 2): for a conv
+// whose input was y = relu(bn(x)), conv2d_backward_data_bn_gpu writes din = the gradient masked by
+// the ReLU it recomputes from x, gamma, beta, mean and invstd (y is not read), and per tile of 128
+// GEMM rows and channel {sum g, sum g (x - mean)}: conv2d_gpu_dgrad_bn_tiles(s) tiles of 2 * C
+// floats. At stride 1 the tiles are the input's 128-row tiles; at stride 2 the data gradient runs
+// once per stride phase (ph, pw) in row-major order, each over its pixels (image, row, column of
+// the phase grid), and each phase's rows are cut into tiles of their own. It returns 0 and runs
 // nothing where the shape, dtype or CTRAIN_CONV_ENGINE send it elsewhere. batchnorm_backward_tiles_gpu
-// is then the BN backward without its reduction pass (tiles at the start of work; dy the masked
-// din). CPU twins: nn/layers.h batchnorm_relu_grad_tiles, batchnorm_backward_tiles.
+// is then the BN backward without its reduction pass (the tiles at the start of work, ntiles of
+// them; dy the masked din). CPU twins: nn/layers.h batchnorm_relu_grad_tiles (on the rows in that
+// order), batchnorm_backward_tiles.
+#define CONV_BN_MAX_PHASES 4
+int conv2d_gpu_dgrad_bn_tiles(const ConvShape *s);
 int conv2d_backward_data_bn_gpu(const ConvShape *s, void *din, float *tiles, const void *dout, const void *w,
                                 const void *x, const float *gamma, const float *beta, const float *mean,
                                 const float *invstd, CtDtype dt, ct_stream_t st);
@@ -174,7 +180,7 @@ int conv2d_backward_data_tail_gpu(const ConvShape *s, void *din, int acc, float 
                                   const void *w, const void *y, const void *x, const float *mean, CtDtype dt,
                                   ct_stream_t st);
 void batchnorm_backward_tiles_gpu(void *dx, float *dgamma, float *dbeta, const void *dy, const void *x,
-                                  const float *tiles, const float *gamma, const float *save_mean,
+                                  const float *tiles, int ntiles, const float *gamma, const float *save_mean,
                                   const float *save_invstd, int M, int C, float *work, CtDtype dt,
                                   ct_stream_t stream);
 void batchnorm_add_forward_eval_gpu(void *y, const void *x, const void *res, const float *gamma,

@@ -359,9 +359,8 @@ void batchnorm_tail_grad_tiles(float *g, float *tiles, const float *dy, const fl
 }
 
 void batchnorm_backward_tiles(float *dx, float *dgamma, float *dbeta, const float *g, const float *x,
-                              const float *tiles, const float *gamma, const float *save_mean,
+                              const float *tiles, int nt, const float *gamma, const float *save_mean,
                               const float *save_invstd, int M, int C) {
-    const int nt = (M + BN_STATS_TILE_ROWS - 1) / BN_STATS_TILE_ROWS;
     float *k0 = ct_alloc((size_t)C * 3 * sizeof(float)), *k1 = k0 + C, *k2 = k1 + C;
     for (int c = 0; c < C; c++) {
         double sg = 0.0, sgx = 0.0;

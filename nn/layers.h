@@ -98,8 +98,10 @@ void batchnorm_relu_grad_tiles(float *g, float *tiles, const float *dy, const fl
 // gradient is g itself.
 void batchnorm_tail_grad_tiles(float *g, float *tiles, const float *dy, const float *y, const float *x,
                                const float *mean, int M, int C);
+// batchnorm_backward_tiles merges `ntiles` tiles: (M + 127) / 128, or more where a strided data
+// gradient cut its tiles per stride phase (conv2d_gpu_dgrad_bn_tiles).
 void batchnorm_backward_tiles(float *dx, float *dgamma, float *dbeta, const float *g, const float *x,
-                              const float *tiles, const float *gamma, const float *save_mean,
+                              const float *tiles, int ntiles, const float *gamma, const float *save_mean,
                               const float *save_invstd, int M, int C);
 void batchnorm_add_forward_eval(float *y, const float *x, const float *res, const float *gamma,
                                 const float *beta, const float *running_mean, const float *running_var, int M,

@@ -26,7 +26,7 @@
 // input is relu(bn(x)) of the op before, read by it alone (e->bn_bwd; bn1 -> conv2, bn2 -> conv3;
 // the stem's bn1 -> max pool, in maxpool_backward_bn_gpu's tiles of 128 rows as well),
 // writes that BN's masked gradient and per-tile {sum g, sum g (x - mean)} in e->work
-// (conv2d_backward_data_bn_gpu, engine v2, stride 1), and the BN skips its reduction pass. The same
+// (conv2d_backward_data_bn_gpu, engine v2, stride 1 or 2), and the BN skips its reduction pass. The same
 // for a block tail (e->tail_bwd: bn3 or the shortcut's BN + add + relu -> the next block's conv1,
 // the last contribution to the block output's gradient; conv2d_backward_data_tail_gpu): the mask
 // is y > 0 from the stored block output, the conv's own input. The plan gives a fused tail's
@@ -508,6 +508,7 @@ static void backward_ops(GpuExec *e, const ResNet *m, GradReadyFn ready, void *c
     uint8_t *init = (uint8_t *)ct_zalloc((size_t)m->n_tensors);
     int last = m->n_tensors - 1;
     int tiles_op = -1;  // the BN whose backward sums the previous conv's dgrad epilogue left in e->work
+    int tiles_n = 0;    // how many tiles of sums it left
     for (int i = m->n_ops - 1; i >= 0; i--) {
         const Op *op = &m->ops[i];
         if (i > 0 && e->fuse[i - 1]) continue;  // the ADD of a fused pair: done with its BN
@@ -534,14 +535,18 @@ static void backward_ops(GpuExec *e, const ResNet *m, GradReadyFn ready, void *c
                 int tb = e->tail_bwd[i];        // the fused tail BN whose output this conv reads
                 if (tb >= 0 && conv2d_backward_data_tail_gpu(&s, e->grad[op->in], init[op->in], e->work, gout,
                                                              wop(e, m, op->w), in, e->act[m->ops[tb].in],
-                                                             e->bnstat + e->bnstat_off[tb], dt, st))
+                                                             e->bnstat + e->bnstat_off[tb], dt, st)) {
                     tiles_op = tb;
+                    tiles_n = conv2d_gpu_dgrad_bn_tiles(&s);
+                }
                 else if (e->bn_bwd[i] && !init[op->in] &&
                     conv2d_backward_data_bn_gpu(&s, e->grad[op->in], e->work, gout, wop(e, m, op->w), e->act[bn->in],
                                                 pparam(e, m, bn->w), pparam(e, m, bn->b),
                                                 e->bnstat + e->bnstat_off[i - 1],
-                                                e->bnstat + e->bnstat_off[i - 1] + bn->C, dt, st))
+                                                e->bnstat + e->bnstat_off[i - 1] + bn->C, dt, st)) {
                     tiles_op = i - 1;
+                    tiles_n = conv2d_gpu_dgrad_bn_tiles(&s);
+                }
                 else if (init[op->in]) conv2d_backward_data_acc_gpu(&s, e->grad[op->in], gout, wop(e, m, op->w), dt, st);
                 else conv2d_backward_data_gpu(&s, e->grad[op->in], gout, wop(e, m, op->w), dt, st);
                 init[op->in] = 1;
@@ -565,7 +570,8 @@ static void backward_ops(GpuExec *e, const ResNet *m, GradReadyFn ready, void *c
                     init[rs] = 1;
                 }
                 batchnorm_backward_tiles_gpu(grad_target(e, op->in, init), pgrad(e, m, op->w), pgrad(e, m, op->b), gout,
-                                             in, e->work, pparam(e, m, op->w), mean, invstd, M, C, e->work, dt, st);
+                                             in, e->work, tiles_n, pparam(e, m, op->w), mean, invstd, M, C, e->work, dt,
+                                             st);
                 finish_grad(e, op->in, init, n_in);
                 break;
             }
@@ -591,6 +597,7 @@ static void backward_ops(GpuExec *e, const ResNet *m, GradReadyFn ready, void *c
                                         e->act[bn->in], a, N, di->H, di->W, di->C, op->R, op->stride, op->pad,
                                         dout->H, dout->W, dt, st)) {
                 tiles_op = i - 1;
+                tiles_n = (int)((n_in / di->C + 127) / 128);  // the pool's 128-row tiles
                 init[op->in] = 1;
                 break;
             }

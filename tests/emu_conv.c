@@ -429,6 +429,29 @@ static void test_conv_bn_stats(int N, int H, int W, int C, int K, int R, int S, 
 // (batchnorm_backward_tiles_gpu) against its twin and against the unfused batchnorm_add_backward_gpu
 // (mask from the stored y; tail: its residual gradient bit-identical to the masked gradient).
 // Shapes with ragged row and column tiles.
+// The rows of an [N*H*W, C] input in the order a stride-st data gradient's phases produce them
+// (kernels/kernels.h: phase (ph, pw) row-major, then image, row, column of the phase grid), each
+// phase padded with -1 (no row) to whole 128-row tiles, so that the CPU twins, run on rows in this
+// order, cut the GPU's tiles. Returns the padded length.
+static int phase_rows(int *order, int N, int H, int W, int st) {
+    int k = 0;
+    for (int ph = 0; ph < st; ph++)
+        for (int pw = 0; pw < st; pw++) {
+            int k0 = k;
+            for (int n = 0; n < N; n++)
+                for (int h = ph; h < H; h += st)
+                    for (int w = pw; w < W; w += st) order[k++] = (n * H + h) * W + w;
+            while ((k - k0) % 128) order[k++] = -1;
+        }
+    return k;
+}
+static float *rows_gather(const float *a, const int *order, int n, int C) {  // -1 rows: zero
+    float *b = (float *)ct_alloc((size_t)n * C * 4);
+    for (int i = 0; i < n; i++)
+        for (int c = 0; c < C; c++) b[(size_t)i * C + c] = order[i] < 0 ? 0.f : a[(size_t)order[i] * C + c];
+    return b;
+}
+
 static void test_dgrad_bn(int N, int H, int W, int C, int K, int R, int S, int stride, int pad, int tail) {
     ConvShape s = conv_shape(N, H, W, C, K, R, S, stride, pad);
     int M = N * H * W;
@@ -454,7 +477,8 @@ static void test_dgrad_bn(int N, int H, int W, int C, int K, int R, int S, int s
         if (tail) o = ct_round_bf16(o) + res[i];
         y[i] = o > 0.f ? ct_round_bf16(o) : 0.f;
     }
-    size_t nwork = batchnorm_gpu_work_floats(M, C), ntile = conv2d_gpu_stats_floats(M, C);
+    int nt = conv2d_gpu_dgrad_bn_tiles(&s);
+    size_t nwork = batchnorm_gpu_work_floats(M, C), ntile = (size_t)nt * 2 * C;
     void *d_x = dev_upload(x, nin, CT_BF16), *d_w = dev_upload(w, nw, CT_BF16), *d_dout = dev_upload(dout, nout, CT_BF16);
     void *d_y = dev_upload(y, nin, CT_BF16);
     float *d_p = (float *)dev_upload(pv, 4 * (size_t)C, CT_F32);
@@ -463,7 +487,7 @@ static void test_dgrad_bn(int N, int H, int W, int C, int K, int R, int S, int s
     void *d_g = tail ? dev_upload(g0, nin, CT_BF16) : dev_alloc_poisoned(nin * 2), *d_dx = dev_alloc_poisoned(nin * 2);
     void *d_dres = dev_alloc_poisoned(nin * 2);
     float *work = (float *)dev_alloc_poisoned(nwork * 4), *d_db = (float *)dev_alloc_poisoned(4 * (size_t)C * 4);
-    int want = stride == 1 && C % 8 == 0 && K % 8 == 0;
+    int want = stride <= 2 && C % 8 == 0 && K % 8 == 0;
     int ran = tail ? conv2d_backward_data_tail_gpu(&s, d_g, 1, work, d_dout, d_w, d_y, d_x, d_p + 2 * C, CT_BF16, stream)
                    : conv2d_backward_data_bn_gpu(&s, d_g, work, d_dout, d_w, d_x, d_p, d_p + C, d_p + 2 * C, d_p + 3 * C,
                                                  CT_BF16, stream);
@@ -477,21 +501,29 @@ static void test_dgrad_bn(int N, int H, int W, int C, int K, int R, int S, int s
         dev_download(plain, d_plain, nin, CT_BF16);
         dev_download(g, d_g, nin, CT_BF16);
         dev_download(tiles, work, ntile, CT_F32);
-        if (tail) batchnorm_tail_grad_tiles(gref, tref, plain, y, x, mean, M, C);
-        else batchnorm_relu_grad_tiles(gref, tref, plain, x, gamma, beta, mean, invstd, M, C);
+        // The twins on the rows in the phases' order (M rows as they are at stride 1).
+        int *order = (int *)ct_alloc(((size_t)M + 4 * 128) * sizeof(int)), np = phase_rows(order, N, H, W, stride);
+        CHECK(np == nt * 128, "%s: %d tiles, the phases make %d rows", what, nt, np);
+        float *pp = rows_gather(plain, order, np, C), *px = rows_gather(x, order, np, C);
+        float *py = rows_gather(y, order, np, C), *pg = (float *)ct_alloc((size_t)np * C * 4);
+        if (tail) batchnorm_tail_grad_tiles(pg, tref, pp, py, px, mean, np, C);
+        else batchnorm_relu_grad_tiles(pg, tref, pp, px, gamma, beta, mean, invstd, np, C);
+        for (int i = 0; i < np; i++)
+            if (order[i] >= 0) memcpy(gref + (size_t)order[i] * C, pg + (size_t)i * C, (size_t)C * 4);
+        free(order), free(pp), free(px), free(py), free(pg);
         CHECK(memcmp(g, gref, nin * 4) == 0, "%s: masked gradient differs from the twin's", what);
         double terr = rel_err_norm(tiles, tref, ntile);
         printf("  %-40s tiles %.3g\n", what, terr);
         CHECK(terr <= 1e-5, "%s: tiles off by %.3g", what, terr);
         // BN backward from the tiles, against its twin (same tiles) and the unfused GPU backward.
-        batchnorm_backward_tiles_gpu(d_dx, d_db, d_db + C, d_g, d_x, work, d_p, d_p + 2 * C, d_p + 3 * C, M, C, work,
-                                     CT_BF16, stream);
+        batchnorm_backward_tiles_gpu(d_dx, d_db, d_db + C, d_g, d_x, work, nt, d_p, d_p + 2 * C, d_p + 3 * C, M, C,
+                                     work, CT_BF16, stream);
         float *dx = (float *)ct_alloc(nin * 4), *dxref = (float *)ct_alloc(nin * 4), *db = (float *)ct_alloc(8 * (size_t)C);
         float *dbref = (float *)ct_alloc(8 * (size_t)C);
         sync();
         dev_download(dx, d_dx, nin, CT_BF16);
         dev_download(db, d_db, 2 * (size_t)C, CT_F32);
-        batchnorm_backward_tiles(dxref, dbref, dbref + C, g, x, tiles, gamma, mean, invstd, M, C);
+        batchnorm_backward_tiles(dxref, dbref, dbref + C, g, x, tiles, nt, gamma, mean, invstd, M, C);
         CHECK(memcmp(db, dbref, 8 * (size_t)C) == 0, "%s: dgamma/dbeta differ from the twin's", what);
         double e1 = rel_err_norm(dx, dxref, nin);
         batchnorm_add_backward_gpu(d_dx, tail ? d_dres : NULL, 0, d_db + 2 * C, d_db + 3 * C, d_plain, d_x, d_y, d_p,
@@ -655,11 +687,17 @@ int main(void) {
     test_conv_bn_stats(1, 21, 19, 8, 16, 7, 7, 2, 3);
     // Ragged row tiles (M = 198, 105), two column tiles with a ragged edge (C = 136), one partial
     // tile; stride 2 and C = 12 are not taken (0 returned, nothing run).
+    // Stride 2: four phases of uneven sizes (odd H, W), several tiles in the largest; a 1x1 stride-2
+    // conv, whose odd phases get no tap (K = 0: zeros, masked and summed all the same); stride 3
+    // is not taken.
     for (int tail = 0; tail < 2; tail++) {
         test_dgrad_bn(2, 9, 11, 24, 16, 3, 3, 1, 1, tail);
         test_dgrad_bn(1, 16, 9, 136, 8, 1, 1, 1, 0, tail);
         test_dgrad_bn(3, 7, 5, 8, 40, 3, 3, 1, 1, tail);
         test_dgrad_bn(2, 8, 8, 16, 16, 3, 3, 2, 1, tail);
+        test_dgrad_bn(3, 21, 19, 16, 24, 3, 3, 2, 1, tail);
+        test_dgrad_bn(2, 11, 9, 8, 16, 1, 1, 2, 0, tail);
+        test_dgrad_bn(1, 9, 9, 8, 8, 3, 3, 3, 1, tail);
         test_dgrad_bn(1, 6, 6, 12, 16, 3, 3, 1, 1, tail);
     }
     test_split_plan();
