@@ -247,7 +247,7 @@ template <typename T, int V>
 __global__ void __launch_bounds__(BN_THREADS)
     bn_affine_k(T *y, const T *x, const T *res, const float *mean, const float *scale, const float *gamma,
                 const float *var, float eps, const float *beta, int M, int C, int tx_n, int relu,
-                BnAffine rb) {
+                BnAffine rb, uint8_t *mask) {
     const BnLane l = bn_lane<V>(tx_n, C);
     if (!l.active) return;
     const int c0 = l.c0;
@@ -284,6 +284,13 @@ __global__ void __launch_bounds__(BN_THREADS)
             v[k] = relu && !(o > 0.f) ? 0.f : o;
         }
         ct_stv<V>(y, i, v);
+        if (V == 8 && mask) {  // bit k: y[c0 + k] > 0 as stored (bn_relu_mask_ok)
+            unsigned b = 0;
+            for (int k = 0; k < V; k++)
+                b |= (unsigned)((sizeof(T) == 2 ? ct_bf16_to_f32(ct_f32_to_bf16(v[k])) : v[k]) > 0.f) << k;
+            CT_COST_ACCESS(mask + i / 8, 1, true);
+            mask[i / 8] = (uint8_t)b;
+        }
     }
 }
 
@@ -409,54 +416,62 @@ template <typename T, int V>
 static void bn_forward_train_launch(T *y, float *save_mean, float *save_invstd, float *running_mean,
                                     float *running_var, const T *x, const T *res, const float *tiles,
                                     const float *gamma, const float *beta, int M, int C, float momentum, float eps,
-                                    int relu, BnAffine rb, float *work, cudaStream_t stream) {
+                                    int relu, BnAffine rb, uint8_t *mask, float *work, cudaStream_t stream) {
     BnGrid g = bn_grid(C, V);
     float *scale = bn_stats_launch<T, V>(save_mean, save_invstd, running_mean, running_var, x, tiles, gamma, M, C,
                                          momentum, eps, work, stream);
     CT_LAUNCH((bn_affine_k<T, V>), dim3(g.gx, bn_row_blocks(M, g)), BN_THREADS, 0, stream, y, x, res,
               (const float *)save_mean, (const float *)scale, gamma, (const float *)NULL, eps, beta, M,
-              C, g.tx, relu, rb);
+              C, g.tx, relu, rb, mask);
 }
 
-static void bn_forward_train(void *y, float *save_mean, float *save_invstd, float *running_mean, float *running_var,
-                             const void *x, const void *res, const float *tiles, const float *gamma, const float *beta,
-                             int M, int C, float momentum, float eps, int relu, BnAffine rb, float *work, CtDtype dt,
-                             ct_stream_t stream) {
+// The ReLU mask a train forward can write beside y (bn_affine_k): one byte per 8 channels of a
+// row, so only on the 8-wide bf16 vector path with ReLU.
+static int bn_relu_mask_ok(CtDtype dt, int C, int relu, const void *y, const void *x, const void *res) {
+    return dt == CT_BF16 && relu && bn_vec_width<uint16_t>(C, y, x, res, NULL) == 8;
+}
+
+static int bn_forward_train(void *y, float *save_mean, float *save_invstd, float *running_mean, float *running_var,
+                            const void *x, const void *res, const float *tiles, const float *gamma, const float *beta,
+                            int M, int C, float momentum, float eps, int relu, uint8_t *mask, BnAffine rb, float *work,
+                            CtDtype dt, ct_stream_t stream) {
+    if (mask && !bn_relu_mask_ok(dt, C, relu, y, x, res)) mask = NULL;
     CT_DISPATCH(dt, T, {
         if (bn_vec_width<T>(C, y, x, res, NULL) > 1)
             bn_forward_train_launch<T, CT_VEC(T)>((T *)y, save_mean, save_invstd, running_mean, running_var,
                                                   (const T *)x, (const T *)res, tiles, gamma, beta, M, C, momentum,
-                                                  eps, relu, rb, work, (cudaStream_t)stream);
+                                                  eps, relu, rb, mask, work, (cudaStream_t)stream);
         else
             bn_forward_train_launch<T, 1>((T *)y, save_mean, save_invstd, running_mean, running_var, (const T *)x,
-                                          (const T *)res, tiles, gamma, beta, M, C, momentum, eps, relu, rb, work,
+                                          (const T *)res, tiles, gamma, beta, M, C, momentum, eps, relu, rb, NULL, work,
                                           (cudaStream_t)stream);
     });
+    return mask != NULL;
 }
 
-// The train forward with the statistics already gathered (conv2d_forward_stats_gpu's tiles): no
-// pass of its own over x before the output pass. `tiles` must not overlap the constants at the end
-// of `work` (conv2d_gpu_stats_floats(M, C) floats from work's start never do).
-extern "C" void batchnorm_add_forward_train_tiles_gpu(void *y, float *save_mean, float *save_invstd,
-                                                      float *running_mean, float *running_var, const void *x,
-                                                      const void *res, const float *tiles, const float *gamma,
-                                                      const float *beta, int M, int C, float momentum, float eps,
-                                                      int relu, float *work, CtDtype dt, ct_stream_t stream) {
+extern "C" int batchnorm_add_forward_train_tiles_gpu(void *y, float *save_mean, float *save_invstd,
+                                                     float *running_mean, float *running_var, const void *x,
+                                                     const void *res, const float *tiles, const float *gamma,
+                                                     const float *beta, int M, int C, float momentum, float eps,
+                                                     int relu, uint8_t *relu_mask, float *work, CtDtype dt,
+                                                     ct_stream_t stream) {
     if (M < 1 || C < 1) ct_die("batchnorm_forward_train_tiles_gpu: M = %d, C = %d", M, C);
-    bn_forward_train(y, save_mean, save_invstd, running_mean, running_var, x, res, tiles, gamma, beta, M, C,
-                     momentum, eps, relu, BnAffine{}, work, dt, stream);
+    int wrote = bn_forward_train(y, save_mean, save_invstd, running_mean, running_var, x, res, tiles, gamma, beta, M,
+                                 C, momentum, eps, relu, relu_mask, BnAffine{}, work, dt, stream);
     CT_CHECK_LAUNCH("batchnorm forward (train, tile statistics)");
+    return wrote;
 }
 
-extern "C" void batchnorm_add_forward_train_gpu(void *y, float *save_mean, float *save_invstd,
-                                                float *running_mean, float *running_var, const void *x,
-                                                const void *res, const float *gamma, const float *beta,
-                                                int M, int C, float momentum, float eps, int relu,
-                                                float *work, CtDtype dt, ct_stream_t stream) {
+extern "C" int batchnorm_add_forward_train_gpu(void *y, float *save_mean, float *save_invstd,
+                                               float *running_mean, float *running_var, const void *x,
+                                               const void *res, const float *gamma, const float *beta,
+                                               int M, int C, float momentum, float eps, int relu,
+                                               uint8_t *relu_mask, float *work, CtDtype dt, ct_stream_t stream) {
     if (M < 1 || C < 1) ct_die("batchnorm_forward_train_gpu: M = %d, C = %d", M, C);
-    bn_forward_train(y, save_mean, save_invstd, running_mean, running_var, x, res, NULL, gamma, beta, M, C,
-                     momentum, eps, relu, BnAffine{}, work, dt, stream);
+    int wrote = bn_forward_train(y, save_mean, save_invstd, running_mean, running_var, x, res, NULL, gamma, beta, M, C,
+                                 momentum, eps, relu, relu_mask, BnAffine{}, work, dt, stream);
     CT_CHECK_LAUNCH("batchnorm_forward_train_gpu");
+    return wrote;
 }
 
 extern "C" void batchnorm_stats_train_gpu(float *save_mean, float *save_invstd, float *running_mean,
@@ -475,17 +490,18 @@ extern "C" void batchnorm_stats_train_gpu(float *save_mean, float *save_invstd, 
     CT_CHECK_LAUNCH("batchnorm_stats_train_gpu");
 }
 
-extern "C" void batchnorm_add_bn_forward_train_gpu(void *y, float *save_mean, float *save_invstd,
-                                                   float *running_mean, float *running_var, const void *x,
-                                                   const float *tiles, const void *rx, BnAffine rb,
-                                                   const float *gamma, const float *beta, int M, int C,
-                                                   float momentum, float eps, int relu, float *work, CtDtype dt,
-                                                   ct_stream_t stream) {
+extern "C" int batchnorm_add_bn_forward_train_gpu(void *y, float *save_mean, float *save_invstd,
+                                                  float *running_mean, float *running_var, const void *x,
+                                                  const float *tiles, const void *rx, BnAffine rb,
+                                                  const float *gamma, const float *beta, int M, int C,
+                                                  float momentum, float eps, int relu, uint8_t *relu_mask,
+                                                  float *work, CtDtype dt, ct_stream_t stream) {
     if (M < 1 || C < 1) ct_die("batchnorm_add_bn_forward_train_gpu: M = %d, C = %d", M, C);
     if (!rx || !rb.mean || !rb.invstd || !rb.gamma || !rb.beta) ct_die("batchnorm_add_bn_forward_train_gpu: no residual BN");
-    bn_forward_train(y, save_mean, save_invstd, running_mean, running_var, x, rx, tiles, gamma, beta, M, C, momentum,
-                     eps, relu, rb, work, dt, stream);
+    int wrote = bn_forward_train(y, save_mean, save_invstd, running_mean, running_var, x, rx, tiles, gamma, beta, M, C,
+                                 momentum, eps, relu, relu_mask, rb, work, dt, stream);
     CT_CHECK_LAUNCH("batchnorm forward (train, residual BN)");
+    return wrote;
 }
 extern "C" void batchnorm_forward_train_gpu(void *y, float *save_mean, float *save_invstd,
                                             float *running_mean, float *running_var, const void *x,
@@ -493,7 +509,7 @@ extern "C" void batchnorm_forward_train_gpu(void *y, float *save_mean, float *sa
                                             float momentum, float eps, int relu, float *work,
                                             CtDtype dt, ct_stream_t stream) {
     batchnorm_add_forward_train_gpu(y, save_mean, save_invstd, running_mean, running_var, x, NULL, gamma,
-                                    beta, M, C, momentum, eps, relu, work, dt, stream);
+                                    beta, M, C, momentum, eps, relu, NULL, work, dt, stream);
 }
 
 template <typename T, int V>
@@ -502,7 +518,8 @@ static void bn_forward_eval_launch(T *y, const T *x, const T *res, const float *
                                    float eps, int relu, cudaStream_t stream) {
     BnGrid g = bn_grid(C, V);
     CT_LAUNCH((bn_affine_k<T, V>), dim3(g.gx, bn_row_blocks(M, g)), BN_THREADS, 0, stream, y, x, res,
-              running_mean, (const float *)NULL, gamma, running_var, eps, beta, M, C, g.tx, relu, BnAffine{});
+              running_mean, (const float *)NULL, gamma, running_var, eps, beta, M, C, g.tx, relu, BnAffine{},
+              (uint8_t *)NULL);
 }
 
 extern "C" void batchnorm_add_forward_eval_gpu(void *y, const void *x, const void *res, const float *gamma,

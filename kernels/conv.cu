@@ -244,6 +244,7 @@ static int conv_dgrad(const ConvShape *s, void *din, const void *dout, const voi
         if (algo != CT_CONV_TC2) return CT_CONV_AUTO;
         g.bn_x = bn->bn_x;
         g.bn_y = bn->bn_y;
+        g.bn_mask = bn->bn_mask;
         g.bn_gamma = bn->bn_gamma;
         g.bn_beta = bn->bn_beta;
         g.bn_mean = bn->bn_mean;
@@ -312,11 +313,12 @@ extern "C" int conv2d_backward_data_bn_gpu(const ConvShape *s, void *din, float 
 // The same for a conv whose input is a block tail's output y = relu(bn(x) + res): mask y > 0 (y
 // is this conv's input, so the mask costs one read of it), tiles of x, the tail BN's input.
 extern "C" int conv2d_backward_data_tail_gpu(const ConvShape *s, void *din, int acc, float *tiles, const void *dout,
-                                             const void *w, const void *y, const void *x, const float *mean,
-                                             CtDtype dt, ct_stream_t st) {
+                                             const void *w, const void *y, const uint8_t *mask, const void *x,
+                                             const float *mean, CtDtype dt, ct_stream_t st) {
     GemmArgs bn = {};
     bn.bn_x = x;
     bn.bn_y = y;
+    bn.bn_mask = mask;
     bn.bn_mean = mean;
     bn.bn_tiles = tiles;
     return conv_dgrad(s, din, dout, w, dt, st, CT_CONV_AUTO, acc, &bn) == CT_CONV_TC2;

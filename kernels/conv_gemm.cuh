@@ -45,7 +45,9 @@ typedef struct {
     // bn_y set: the input was a block tail's y = relu(bn(x) + res) (conv2d_backward_data_tail_gpu):
     // the mask is y > 0 (y is the conv's own input, read at C's rows), so gamma, beta and invstd
     // are not needed; the sums are the same.
+    // bn_mask set: the mask bits the tail's forward wrote (relu_mask), read instead of y (bn_y unused).
     const void *bn_x, *bn_y;
+    const uint8_t *bn_mask;
     const float *bn_gamma, *bn_beta, *bn_mean, *bn_invstd;
     float *bn_tiles;
 } GemmArgs;

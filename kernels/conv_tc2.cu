@@ -431,7 +431,7 @@ __global__ void __launch_bounds__(T2_THREADS) gemm_tc2_k(GemmArgs g, int tiles_m
     // BN backward in the data-gradient epilogue: the tile's per-channel constants (mean, the
     // forward's scale gamma * invstd and beta, so the ReLU mask is recomputed with its exact
     // operations) in shared memory, which the pipeline no longer uses.
-    const bool bn = MODE == GEMM_DGRAD && g.bn_tiles, tail = bn && g.bn_y;
+    const bool bn = MODE == GEMM_DGRAD && g.bn_tiles, tail = bn && (g.bn_y || g.bn_mask);
     float *bn_c = (float *)sm;
     float gs[8][2][2];
     if (bn) {
@@ -491,7 +491,12 @@ __global__ void __launch_bounds__(T2_THREADS) gemm_tc2_k(GemmArgs g, int tiles_m
                         ct_check_vec_align(xp, sizeof(uint32_t));
                         CT_COST_ACCESS(xp, sizeof(uint32_t), false);
                         uint32_t xw = *(const uint32_t *)xp, yw = 0;
-                        if (tail) {  // the stored block output y: mask y > 0
+                        if (tail && g.bn_mask) {  // the forward's mask bits, as y's sign pattern
+                            size_t e = row * g.N + n;
+                            CT_COST_ACCESS(g.bn_mask + e / 8, 1, false);
+                            unsigned b = g.bn_mask[e / 8] >> (e % 8);
+                            yw = (b & 1u ? 0x3f80u : 0u) | (b & 2u ? 0x3f800000u : 0u);  // bf16 1.0 or 0
+                        } else if (tail) {  // the stored block output y: mask y > 0
                             const uint16_t *yp = (const uint16_t *)g.bn_y + row * g.N + n;
                             ct_check_vec_align(yp, sizeof(uint32_t));
                             CT_COST_ACCESS(yp, sizeof(uint32_t), false);

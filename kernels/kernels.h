@@ -121,10 +121,14 @@ void batchnorm_backward_gpu(void *dx, float *dgamma, float *dbeta, const void *d
 // A residual block's tail in one pass (twins of nn/layers.h's batchnorm_add_*): y = bn(x) + res
 // [relu], the BN output never stored; backward: g = dy masked by y > 0 (y NULL: no ReLU), dres = g
 // (res_acc: dres += g, accumulated in place), dx, dgamma, dbeta of g. dx or dres may alias dy.
-void batchnorm_add_forward_train_gpu(void *y, float *save_mean, float *save_invstd, float *running_mean,
-                                     float *running_var, const void *x, const void *res, const float *gamma,
-                                     const float *beta, int M, int C, float momentum, float eps, int relu,
-                                     float *work, CtDtype dt, ct_stream_t stream);
+// relu_mask (may be NULL): with ReLU, bf16 and C a multiple of 8, the train forwards also write
+// bit k of byte (r * C + c) / 8 = (y[r][c + k] > 0) for c a multiple of 8 (M * C / 8 bytes), for a
+// backward that needs the mask but not y (conv2d_backward_data_tail_gpu); they return 1 if they
+// wrote it, 0 (nothing written) otherwise.
+int batchnorm_add_forward_train_gpu(void *y, float *save_mean, float *save_invstd, float *running_mean,
+                                    float *running_var, const void *x, const void *res, const float *gamma,
+                                    const float *beta, int M, int C, float momentum, float eps, int relu,
+                                    uint8_t *relu_mask, float *work, CtDtype dt, ct_stream_t stream);
 // BN statistics gathered by the convolution before it (engine v2's forward epilogue, bf16 only):
 // conv2d_forward_stats_gpu convolves as conv2d_forward_gpu does (the same output bits) and writes
 // per 128-row tile and output channel {sum, m2} of the stored values (conv2d_gpu_stats_floats(M, K)
@@ -135,10 +139,11 @@ void batchnorm_add_forward_train_gpu(void *y, float *save_mean, float *save_invs
 size_t conv2d_gpu_stats_floats(int M, int C);
 int conv2d_forward_stats_gpu(const ConvShape *s, void *out, float *stats, const void *in, const void *w, CtDtype dt,
                              ct_stream_t st);
-void batchnorm_add_forward_train_tiles_gpu(void *y, float *save_mean, float *save_invstd, float *running_mean,
-                                           float *running_var, const void *x, const void *res, const float *tiles,
-                                           const float *gamma, const float *beta, int M, int C, float momentum,
-                                           float eps, int relu, float *work, CtDtype dt, ct_stream_t stream);
+int batchnorm_add_forward_train_tiles_gpu(void *y, float *save_mean, float *save_invstd, float *running_mean,
+                                          float *running_var, const void *x, const void *res, const float *tiles,
+                                          const float *gamma, const float *beta, int M, int C, float momentum,
+                                          float eps, int relu, uint8_t *relu_mask, float *work, CtDtype dt,
+                                          ct_stream_t stream);
 // A tail whose residual is itself a BN's output (the shortcut's BN and bn3 of a downsampling
 // block): batchnorm_stats_train_gpu computes that BN's train statistics only (from tiles, or a
 // sums pass when tiles is NULL: save_mean, save_invstd, running statistics), and
@@ -151,11 +156,11 @@ typedef struct {
 void batchnorm_stats_train_gpu(float *save_mean, float *save_invstd, float *running_mean, float *running_var,
                                const void *x, const float *tiles, const float *gamma, int M, int C, float momentum,
                                float eps, float *work, CtDtype dt, ct_stream_t stream);
-void batchnorm_add_bn_forward_train_gpu(void *y, float *save_mean, float *save_invstd, float *running_mean,
-                                        float *running_var, const void *x, const float *tiles, const void *rx,
-                                        BnAffine rb, const float *gamma, const float *beta, int M, int C,
-                                        float momentum, float eps, int relu, float *work, CtDtype dt,
-                                        ct_stream_t stream);
+int batchnorm_add_bn_forward_train_gpu(void *y, float *save_mean, float *save_invstd, float *running_mean,
+                                       float *running_var, const void *x, const float *tiles, const void *rx,
+                                       BnAffine rb, const float *gamma, const float *beta, int M, int C,
+                                       float momentum, float eps, int relu, uint8_t *relu_mask, float *work,
+                                       CtDtype dt, ct_stream_t stream);
 // BN backward reductions in the data-gradient epilogue (engine v2, bf16, stride 1 or 2): for a conv
 // whose input was y = relu(bn(x)), conv2d_backward_data_bn_gpu writes din = the gradient masked by
 // the ReLU it recomputes from x, gamma, beta, mean and invstd (y is not read), and per tile of 128
@@ -176,9 +181,10 @@ int conv2d_backward_data_bn_gpu(const ConvShape *s, void *din, float *tiles, con
 // tail), as the last contribution to its gradient: din = round(din + the gradient) (acc) or the
 // gradient, masked by y > 0 (y = the conv's input, read in the epilogue), and the tiles of the tail
 // BN's input x. din is then also the residual's gradient. CPU twin: batchnorm_tail_grad_tiles.
+// mask (may be NULL): the tail forward's relu_mask, read instead of y (1 bit per element, not 16).
 int conv2d_backward_data_tail_gpu(const ConvShape *s, void *din, int acc, float *tiles, const void *dout,
-                                  const void *w, const void *y, const void *x, const float *mean, CtDtype dt,
-                                  ct_stream_t st);
+                                  const void *w, const void *y, const uint8_t *mask, const void *x, const float *mean,
+                                  CtDtype dt, ct_stream_t st);
 void batchnorm_backward_tiles_gpu(void *dx, float *dgamma, float *dbeta, const void *dy, const void *x,
                                   const float *tiles, int ntiles, const float *gamma, const float *save_mean,
                                   const float *save_invstd, int M, int C, float *work, CtDtype dt,

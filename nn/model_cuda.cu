@@ -29,7 +29,8 @@
 // (conv2d_backward_data_bn_gpu, engine v2, stride 1 or 2), and the BN skips its reduction pass. The same
 // for a block tail (e->tail_bwd: bn3 or the shortcut's BN + add + relu -> the next block's conv1,
 // the last contribution to the block output's gradient; conv2d_backward_data_tail_gpu): the mask
-// is y > 0 from the stored block output, the conv's own input. The plan gives a fused tail's
+// is y > 0, read from the bits the tail's forward wrote beside y (e->relu_mask: 1 bit an element),
+// else from the stored block output, the conv's own input. The plan gives a fused tail's
 // residual gradient the output gradient's buffer (the masked gradient is both), so no pass writes it.
 #include <string.h>
 
@@ -221,17 +222,22 @@ static void forward_ops(GpuExec *e, const ResNet *m, int N, int train) {
             if (rbn) res = e->scratch;
             if (train && !m->freeze_backbone) {
                 float *mean = e->bnstat + e->bnstat_off[i], *invstd = mean + C;
+                uint8_t *mask = e->relu_mask[i];  // for the tail's backward in the next conv's epilogue
                 if (rbn) {
                     const float *rmean = e->bnstat + e->bnstat_off[e->res_bn[i]];
                     BnAffine rb = {rmean, rmean + C, pparam(e, m, rbn->w), pparam(e, m, rbn->b)};
-                    batchnorm_add_bn_forward_train_gpu(out, mean, invstd, rm, rv, in, tiles, e->act[rbn->in], rb, gamma,
-                                                       beta, M, C, BN_MOMENTUM, BN_EPS, relu, e->work, dt, st);
-                } else if (stats_op == i)
-                    batchnorm_add_forward_train_tiles_gpu(out, mean, invstd, rm, rv, in, res, e->work, gamma, beta, M,
-                                                          C, BN_MOMENTUM, BN_EPS, relu, e->work, dt, st);
-                else
-                    batchnorm_add_forward_train_gpu(out, mean, invstd, rm, rv, in, res, gamma, beta, M, C,
-                                                    BN_MOMENTUM, BN_EPS, relu, e->work, dt, st);
+                    e->mask_ok[i] = (uint8_t)batchnorm_add_bn_forward_train_gpu(
+                        out, mean, invstd, rm, rv, in, tiles, e->act[rbn->in], rb, gamma, beta, M, C, BN_MOMENTUM,
+                        BN_EPS, relu, mask, e->work, dt, st);
+                } else if (stats_op == i) {
+                    e->mask_ok[i] = (uint8_t)batchnorm_add_forward_train_tiles_gpu(
+                        out, mean, invstd, rm, rv, in, res, e->work, gamma, beta, M, C, BN_MOMENTUM, BN_EPS, relu, mask,
+                        e->work, dt, st);
+                } else {
+                    e->mask_ok[i] = (uint8_t)batchnorm_add_forward_train_gpu(out, mean, invstd, rm, rv, in, res, gamma,
+                                                                             beta, M, C, BN_MOMENTUM, BN_EPS, relu, mask,
+                                                                             e->work, dt, st);
+                }
             } else {
                 batchnorm_add_forward_eval_gpu(out, in, res, gamma, beta, rm, rv, M, C, BN_EPS, relu, dt, st);
             }
@@ -534,8 +540,9 @@ static void backward_ops(GpuExec *e, const ResNet *m, GradReadyFn ready, void *c
                 const Op *bn = &m->ops[i - 1];  // e->bn_bwd[i]: the BN(+ReLU) this conv alone reads
                 int tb = e->tail_bwd[i];        // the fused tail BN whose output this conv reads
                 if (tb >= 0 && conv2d_backward_data_tail_gpu(&s, e->grad[op->in], init[op->in], e->work, gout,
-                                                             wop(e, m, op->w), in, e->act[m->ops[tb].in],
-                                                             e->bnstat + e->bnstat_off[tb], dt, st)) {
+                                                             wop(e, m, op->w), in, e->mask_ok[tb] ? e->relu_mask[tb] : NULL,
+                                                             e->act[m->ops[tb].in], e->bnstat + e->bnstat_off[tb], dt,
+                                                             st)) {
                     tiles_op = tb;
                     tiles_n = conv2d_gpu_dgrad_bn_tiles(&s);
                 }

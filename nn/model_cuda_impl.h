@@ -51,6 +51,8 @@ struct GpuExec {
     int *res_bn;          // per fused tail BN: the BN whose output is its residual, applied by the tail (-1: none)
     int *pool_bn;         // per max pool op: the BN + ReLU before it, applied on the fly (-1: none; CTRAIN_FUSE_BN_POOL=0: off)
     uint8_t *stats_only;  // per BN op: its output is never stored (the tail or pool after it applies it)
+    uint8_t **relu_mask;  // per fused tail BN with a tail_bwd conv after it: its ReLU mask bits (plan; NULL: none)
+    uint8_t *mask_ok;     // per op: the last train forward wrote relu_mask[op]
     int *tail_bwd;        // per conv op: the fused tail BN whose output y (through its ADD, with ReLU) this conv
                           // reads right after it and is the last to add to y's gradient, so its dgrad
                           // epilogue masks by y > 0 and does that BN's reductions; -1: none (same switch)

@@ -24,6 +24,11 @@ void exec_free_plan(GpuExec *e, const ResNet *m) {
     dfree(e->scratch);
     dfree(e->work);
     dfree(e->bnstat);
+    for (int i = 0; e->relu_mask && i < m->n_ops; i++) dfree(e->relu_mask[i]);
+    free(e->relu_mask);
+    free(e->mask_ok);
+    e->relu_mask = NULL;
+    e->mask_ok = NULL;
     dfree(e->xpad);
     dfree(e->wpad);
     dfree(e->dwpad);
@@ -149,6 +154,16 @@ void exec_plan(GpuExec *e, const ResNet *m, int N, int H, int W) {
     free(cap);
     free(busy);
     free(unused);
+
+    // The tails' ReLU mask bits (bf16: one byte per 8 channels), for the conv whose data-gradient
+    // epilogue does the tail's backward reductions (e->tail_bwd).
+    e->relu_mask = (uint8_t **)ct_zalloc((size_t)m->n_ops * sizeof(uint8_t *));
+    e->mask_ok = (uint8_t *)ct_zalloc((size_t)m->n_ops);
+    for (int i = 0; i < m->n_ops && e->dt == CT_BF16; i++) {
+        if (e->tail_bwd[i] < 0) continue;
+        const Op *add = &m->ops[e->tail_bwd[i] + 1];
+        e->relu_mask[e->tail_bwd[i]] = (uint8_t *)dmalloc(e, (slot_elems(e, add->out, N) + 7) / 8);
+    }
 
     // BN statistics and the reduction workspace.
     e->bnstat_off = (size_t *)ct_zalloc((size_t)m->n_ops * sizeof(size_t));

@@ -392,7 +392,7 @@ static void test_conv_bn_stats(int N, int H, int W, int C, int K, int R, int S, 
     float *d_gamma = (float *)dev_upload(gamma, K, CT_F32), *d_beta = (float *)dev_upload(beta, K, CT_F32);
     float *d_rs = (float *)dev_upload(rs, 2 * K, CT_F32), *d_ms = (float *)dev_alloc_poisoned(2 * K * 4);
     batchnorm_add_forward_train_tiles_gpu(yb, d_ms, d_ms + K, d_rs, d_rs + K, o1, NULL, work, d_gamma, d_beta, M, K,
-                                          0.1f, 1e-5f, 1, work, dt, stream);
+                                          0.1f, 1e-5f, 1, NULL, work, dt, stream);
     sync();
     float *gy = (float *)ct_alloc(nout * 4), *gms = (float *)ct_alloc(4 * K * 4), *cy = (float *)ct_alloc(nout * 4);
     float *cms = (float *)ct_alloc(4 * K * 4), *oy = (float *)ct_alloc(nout * 4), *oms = (float *)ct_alloc(4 * K * 4);
@@ -457,8 +457,8 @@ static void test_dgrad_bn(int N, int H, int W, int C, int K, int R, int S, int s
     int M = N * H * W;
     size_t nin = (size_t)M * C, nout = (size_t)N * s.P * s.Q * K, nw = (size_t)K * R * S * C;
     char what[128];
-    snprintf(what, sizeof what, "dgrad+%s N%d H%d W%d C%d K%d %dx%d/%d", tail ? "tail" : "bn", N, H, W, C, K, R, S,
-             stride);
+    snprintf(what, sizeof what, "dgrad+%s N%d H%d W%d C%d K%d %dx%d/%d", tail == 2 ? "tailmask" : tail ? "tail" : "bn", N,
+             H, W, C, K, R, S, stride);
     uint64_t key = 977 + ((uint64_t)M * 131 + C) * 131 + K + 7 * tail;
     float *x = host_random(nin, key, CT_BF16), *w = host_random(nw, key + 1, CT_BF16);
     float *dout = host_random(nout, key + 2, CT_BF16), *pv = host_random(4 * (size_t)C, key + 3, CT_F32);
@@ -488,7 +488,13 @@ static void test_dgrad_bn(int N, int H, int W, int C, int K, int R, int S, int s
     void *d_dres = dev_alloc_poisoned(nin * 2);
     float *work = (float *)dev_alloc_poisoned(nwork * 4), *d_db = (float *)dev_alloc_poisoned(4 * (size_t)C * 4);
     int want = stride <= 2 && C % 8 == 0 && K % 8 == 0;
-    int ran = tail ? conv2d_backward_data_tail_gpu(&s, d_g, 1, work, d_dout, d_w, d_y, d_x, d_p + 2 * C, CT_BF16, stream)
+    // tail 2: the mask bits of y (the tail forward's relu_mask) instead of y
+    uint8_t *hmask = (uint8_t *)ct_zalloc(nin / 8 + 1), *d_mask = NULL;
+    for (size_t i = 0; i < nin; i++) hmask[i / 8] |= (uint8_t)((y[i] > 0.f) << (i % 8));
+    if (cudaMalloc((void **)&d_mask, nin / 8 + 1) != cudaSuccess) ct_die("cudaMalloc");
+    cudaMemcpy(d_mask, hmask, nin / 8 + 1, cudaMemcpyHostToDevice);
+    int ran = tail ? conv2d_backward_data_tail_gpu(&s, d_g, 1, work, d_dout, d_w, tail == 2 ? NULL : d_y,
+                                                   tail == 2 ? d_mask : NULL, d_x, d_p + 2 * C, CT_BF16, stream)
                    : conv2d_backward_data_bn_gpu(&s, d_g, work, d_dout, d_w, d_x, d_p, d_p + C, d_p + 2 * C, d_p + 3 * C,
                                                  CT_BF16, stream);
     if (tail) conv2d_backward_data_acc_gpu_ex(&s, d_plain, d_dout, d_w, CT_BF16, stream, CT_CONV_TC2);
@@ -541,7 +547,8 @@ static void test_dgrad_bn(int N, int H, int W, int C, int K, int R, int S, int s
         free(plain), free(g), free(gref), free(tiles), free(tref), free(dx), free(dxref), free(db), free(dbref);
     }
     cudaFree(d_x), cudaFree(d_w), cudaFree(d_dout), cudaFree(d_y), cudaFree(d_p), cudaFree(d_plain);
-    cudaFree(d_g), cudaFree(d_dx), cudaFree(d_dres), cudaFree(work), cudaFree(d_db);
+    cudaFree(d_g), cudaFree(d_dx), cudaFree(d_dres), cudaFree(work), cudaFree(d_db), cudaFree(d_mask);
+    free(hmask);
     free(x), free(w), free(dout), free(pv), free(y), free(res), free(g0);
 }
 
@@ -690,7 +697,7 @@ int main(void) {
     // Stride 2: four phases of uneven sizes (odd H, W), several tiles in the largest; a 1x1 stride-2
     // conv, whose odd phases get no tap (K = 0: zeros, masked and summed all the same); stride 3
     // is not taken.
-    for (int tail = 0; tail < 2; tail++) {
+    for (int tail = 0; tail < 3; tail++) {  // relu(bn(x)); a block tail, mask from y; from its mask bits
         test_dgrad_bn(2, 9, 11, 24, 16, 3, 3, 1, 1, tail);
         test_dgrad_bn(1, 16, 9, 136, 8, 1, 1, 1, 0, tail);
         test_dgrad_bn(3, 7, 5, 8, 40, 3, 3, 1, 1, tail);

@@ -597,9 +597,23 @@ static void test_batchnorm_add(int M, int C, int relu, int res_acc, CtDtype dt) 
     float *dg = dev_f32(gamma, C), *db = dev_f32(beta, C), *drm = dev_f32(rm, C), *drv = dev_f32(rv, C);
     float *dmean = dev_f32(NULL, C), *dinv = dev_f32(NULL, C);
     float *work = dev_f32(NULL, batchnorm_gpu_work_floats(M, C));
-    batchnorm_add_forward_train_gpu(dy_, dmean, dinv, drm, drv, dx_, dres_, dg, db, M, C, 0.1f, 1e-5f, relu, work,
-                                    dt, 0);
+    uint8_t *dmask = NULL;
+    CT_CUDA_CHECK(cudaMalloc((void **)&dmask, n / 8 + 1));
+    int wrote = batchnorm_add_forward_train_gpu(dy_, dmean, dinv, drm, drv, dx_, dres_, dg, db, M, C, 0.1f, 1e-5f, relu,
+                                                dmask, work, dt, 0);
     float *gy = host_act(dy_, n, dt), *gm = host_f32(dmean, C), *grv = host_f32(drv, C);
+    // The ReLU mask (relu, bf16, C a multiple of 8): bit for bit y > 0 as stored.
+    CHECK(wrote == (relu && dt == CT_BF16 && C % 8 == 0), "bn+add fwd M=%d C=%d relu=%d (%s): mask written %d", M, C,
+          relu, dtname(dt), wrote);
+    if (wrote) {
+        uint8_t *hm = (uint8_t *)ct_alloc(n / 8);
+        cudaMemcpy(hm, dmask, n / 8, cudaMemcpyDeviceToHost);
+        size_t bad = 0;
+        for (size_t i = 0; i < n; i++) bad += ((hm[i / 8] >> (i % 8)) & 1) != (gy[i] > 0.f);
+        CHECK(bad == 0, "bn+add fwd M=%d C=%d: %zu mask bits differ from y > 0", M, C, bad);
+        free(hm);
+    }
+    cudaFree(dmask);
     snprintf(what, sizeof what, "bn+add fwd train M=%d C=%d relu=%d: y", M, C, relu);
     expect_close(what, gy, y, n, tol(dt), dt);
     // Where both sides' statistics agree bit for bit (they do on these shapes), the one rounding
@@ -676,17 +690,19 @@ static void test_batchnorm_res_bn(int M, int C, int relu, int tiles, CtDtype dt)
     float **a = dp[0], **b = dp[1], **sa = st[0], **sb = st[1];
     if (tiles) {
         batchnorm_add_forward_train_tiles_gpu(dr, sa[2], sa[3], a[6], a[7], drx, NULL, dtrx, a[2], a[3], M, C, m, eps, 0,
-                                              work, dt, 0);
+                                              NULL, work, dt, 0);
         batchnorm_add_forward_train_tiles_gpu(dy1, sa[0], sa[1], a[4], a[5], dx, dr, dtx, a[0], a[1], M, C, m, eps, relu,
-                                              work, dt, 0);
+                                              NULL, work, dt, 0);
     } else {
-        batchnorm_add_forward_train_gpu(dr, sa[2], sa[3], a[6], a[7], drx, NULL, a[2], a[3], M, C, m, eps, 0, work, dt, 0);
-        batchnorm_add_forward_train_gpu(dy1, sa[0], sa[1], a[4], a[5], dx, dr, a[0], a[1], M, C, m, eps, relu, work, dt, 0);
+        batchnorm_add_forward_train_gpu(dr, sa[2], sa[3], a[6], a[7], drx, NULL, a[2], a[3], M, C, m, eps, 0, NULL, work,
+                                        dt, 0);
+        batchnorm_add_forward_train_gpu(dy1, sa[0], sa[1], a[4], a[5], dx, dr, a[0], a[1], M, C, m, eps, relu, NULL, work,
+                                        dt, 0);
     }
     batchnorm_stats_train_gpu(sb[2], sb[3], b[6], b[7], drx, tiles ? dtrx : NULL, b[2], M, C, m, eps, work, dt, 0);
     BnAffine rb = {sb[2], sb[3], b[2], b[3]};
     batchnorm_add_bn_forward_train_gpu(dy2, sb[0], sb[1], b[4], b[5], dx, tiles ? dtx : NULL, drx, rb, b[0], b[1], M, C,
-                                       m, eps, relu, work, dt, 0);
+                                       m, eps, relu, NULL, work, dt, 0);
     float *y1 = host_act(dy1, n, dt), *y2 = host_act(dy2, n, dt);
     CHECK(!memcmp(y1, y2, n * 4), "bn+bn(res) fwd M=%d C=%d relu=%d tiles=%d (%s): output differs from the two passes",
           M, C, relu, tiles, dtname(dt));
