@@ -463,6 +463,16 @@ int main(void) {
     // 2, where BN's backward is pure cancellation and neither backend's gradient means anything.
     run_case("resnet18", 2, 36, 36, CT_F32, 0);
     run_case("resnet18", 2, 36, 36, CT_BF16, 0);  // ~1 minute under emulation
+    // Every batch-norm fusion off (the environment switches of nn/model_cuda.cu): the unfused passes
+    // each fusion replaces, wired as the executor runs them when a switch is 0.
+    {
+        static const char *off[] = {"CTRAIN_FUSE_BN_ADD", "CTRAIN_FUSE_BN_STATS", "CTRAIN_FUSE_BN_BWD",
+                                    "CTRAIN_FUSE_BN_POOL", "CTRAIN_FUSE_BN_RES"};
+        for (size_t i = 0; i < sizeof off / sizeof off[0]; i++) setenv(off[i], "0", 1);
+        printf("every batch-norm fusion off:\n");
+        run_case("resnet18", 2, 36, 36, CT_BF16, 0);
+        for (size_t i = 0; i < sizeof off / sizeof off[0]; i++) unsetenv(off[i]);
+    }
     // ~2 minutes under emulation: tests/gpu.sh sets EMU_MODEL_ALL=1 (seconds on a GPU).
     const char *all = getenv("EMU_MODEL_ALL");
     if (all && *all == '1') {
