@@ -1,37 +1,17 @@
 // GPU executor of a ResNet graph: walks nn/resnet.h's op list with the kernels of
 // kernels/kernels.h. API and conventions in nn/model_cuda.h. This file owns the executor's life
-// (create/free), the forward and backward passes, their CUDA graphs and the losses; the memory
-// plan is nn/model_cuda_plan.cu's, the state copies and optimizer steps nn/model_cuda_state.cu's,
-// the profiler nn/model_cuda_prof.cu's (the struct they share: nn/model_cuda_impl.h).
+// (create/free), the forward and backward passes and their CUDA graphs; the losses are
+// nn/model_cuda_loss.cu's, the fusion plan nn/model_cuda_fuse.cu's, the memory plan nn/model_cuda_plan.cu's, the state copies and
+// optimizer steps nn/model_cuda_state.cu's, the profiler nn/model_cuda_prof.cu's (the struct they
+// share: nn/model_cuda_impl.h).
 //
 // The second contribution to a gradient slot (a block input feeds both the residual add and a
 // conv or the shortcut) is accumulated in place where the kernel can: a convolution's data
 // gradient adds to the slot in its epilogue (conv2d_backward_data_acc_gpu), a fused block tail in
 // its dx pass; the other kernels overwrite their output (the CPU convention), so theirs goes
 // through a scratch buffer and add_inplace.
-// Fusion (resnet_bn_add_fusable, CTRAIN_FUSE_BN_ADD=0 turns it off): bn3 + add [+ relu] runs as one
-// batch norm whose last pass adds the residual (the BN output slot is never allocated), and its
-// backward writes the residual's gradient in the BN's dx pass (no ReLU pass, no device copies).
-// The stem's BN + ReLU in the max pool (CTRAIN_FUSE_BN_POOL=0 turns it off): the pool applies it
-// to the BN's input on the fly (maxpool_forward_bn_gpu) and its backward recomputes it; the BN only
-// gathers its statistics (e->stats_only) and its output has no buffer.
-// The residual's own BN (CTRAIN_FUSE_BN_RES=0 turns it off): a fused tail whose residual is a BN's
-// output read by nothing else (bn3 or bn2 of a downsampling block, beside the shortcut's BN fused
-// with the ADD) applies that BN itself (batchnorm_add_bn_forward_train_gpu); the BN only gathers
-// its statistics (e->stats_only) and its output has no buffer; its backward needs only its input.
-// BN statistics in the conv epilogue (CTRAIN_FUSE_BN_STATS=0 turns it off): a bf16 train forward
-// whose conv feeds a BN and runs on engine v2 leaves per-tile {sum, m2} in e->work
-// (conv2d_forward_stats_gpu), and that BN skips its statistics pass.
-// BN backward reductions in the dgrad epilogue (CTRAIN_FUSE_BN_BWD=0 turns it off): a conv whose
-// input is relu(bn(x)) of the op before, read by it alone (e->bn_bwd; bn1 -> conv2, bn2 -> conv3;
-// the stem's bn1 -> max pool, in maxpool_backward_bn_gpu's tiles of 128 rows as well),
-// writes that BN's masked gradient and per-tile {sum g, sum g (x - mean)} in e->work
-// (conv2d_backward_data_bn_gpu, engine v2, stride 1 or 2), and the BN skips its reduction pass. The same
-// for a block tail (e->tail_bwd: bn3 or the shortcut's BN + add + relu -> the next block's conv1,
-// the last contribution to the block output's gradient; conv2d_backward_data_tail_gpu): the mask
-// is y > 0, read from the bits the tail's forward wrote beside y (e->relu_mask: 1 bit an element),
-// else from the stored block output, the conv's own input. The plan gives a fused tail's
-// residual gradient the output gradient's buffer (the masked gradient is both), so no pass writes it.
+// Which batch-norm passes ride in which kernels (the fusions and their switches) is decided once
+// per executor by nn/model_cuda_fuse.cu; the passes below follow its per-op tables.
 #include <string.h>
 
 #include "nn/model_cuda_impl.h"
@@ -45,61 +25,7 @@ GpuExec *gpu_exec_create(const ResNet *m, CtDtype dt) {
     e->esz = dt == CT_BF16 ? 2 : 4;
     e->graph = m;
     e->decay_mode = -1;
-    e->fuse = (uint8_t *)ct_zalloc((size_t)m->n_ops);
-    for (int i = 0; i < m->n_ops; i++) e->fuse[i] = (uint8_t)resnet_bn_add_fusable(m, i);
-    const char *fs = getenv("CTRAIN_FUSE_BN_STATS");
-    e->fuse_stats = !(fs && !strcmp(fs, "0"));
-    const char *fb = getenv("CTRAIN_FUSE_BN_BWD");
-    e->bn_bwd = (uint8_t *)ct_zalloc((size_t)m->n_ops);
-    for (int i = 1; i < m->n_ops && !(fb && !strcmp(fb, "0")); i++) {
-        const Op *op = &m->ops[i], *bn = &m->ops[i - 1];
-        if ((op->kind != OP_CONV && op->kind != OP_MAXPOOL) || bn->kind != OP_BN || !bn->relu || e->fuse[i - 1] ||
-            bn->out != op->in)
-            continue;
-        int readers = 0;
-        for (int j = 0; j < m->n_ops; j++) readers += (m->ops[j].in == op->in) + (m->ops[j].in2 == op->in);
-        e->bn_bwd[i] = readers == 1;
-    }
-    // A fused tail whose residual is the output of a BN (no ReLU) read by nothing else: that BN only
-    // gathers its statistics, and the tail applies it on the fly (its output is never stored).
-    const char *fr = getenv("CTRAIN_FUSE_BN_RES");
-    e->res_bn = (int *)ct_alloc((size_t)m->n_ops * sizeof(int));
-    e->stats_only = (uint8_t *)ct_zalloc((size_t)m->n_ops);
-    for (int i = 0; i < m->n_ops; i++) {
-        e->res_bn[i] = -1;
-        if (!e->fuse[i] || (fr && !strcmp(fr, "0"))) continue;
-        const Op *add = &m->ops[i + 1];
-        int rs = add->in == m->ops[i].out ? add->in2 : add->in, readers = 0, b = -1;
-        for (int j = 0; j < m->n_ops; j++) {
-            readers += (m->ops[j].in == rs) + (m->ops[j].kind == OP_ADD && m->ops[j].in2 == rs);
-            if (m->ops[j].out == rs) b = j;
-        }
-        if (b < 0 || readers != 1 || m->ops[b].kind != OP_BN || m->ops[b].relu || e->fuse[b]) continue;
-        e->res_bn[i] = b;
-        e->stats_only[b] = 1;
-    }
-    // The stem's BN + ReLU read by the max pool alone: the pool applies it on the fly (forward) and
-    // recomputes it (backward); the BN only gathers its statistics (CTRAIN_FUSE_BN_POOL=0 or
-    // CTRAIN_FUSE_BN_BWD=0: off).
-    const char *fp = getenv("CTRAIN_FUSE_BN_POOL");
-    e->pool_bn = (int *)ct_alloc((size_t)m->n_ops * sizeof(int));
-    for (int i = 0; i < m->n_ops; i++) {
-        e->pool_bn[i] = -1;
-        if (!e->bn_bwd[i] || m->ops[i].kind != OP_MAXPOOL || (fp && !strcmp(fp, "0"))) continue;
-        e->pool_bn[i] = i - 1;
-        e->stats_only[i - 1] = 1;
-    }
-    e->tail_bwd = (int *)ct_alloc((size_t)m->n_ops * sizeof(int));
-    for (int i = 0; i < m->n_ops; i++) {
-        e->tail_bwd[i] = -1;
-        const Op *op = &m->ops[i];
-        if (fb && !strcmp(fb, "0")) continue;
-        if (op->kind != OP_CONV || i < 2 || !e->fuse[i - 2] || m->ops[i - 1].out != op->in || !m->ops[i - 1].relu)
-            continue;
-        int later = 0;  // another reader before it in the op list: backward visits that one after
-        for (int j = 0; j < i; j++) later += m->ops[j].in == op->in || (m->ops[j].kind == OP_ADD && m->ops[j].in2 == op->in);
-        if (!later) e->tail_bwd[i] = i - 2;
-    }
+    exec_plan_fusions(e, m);
     CK(cudaStreamCreateWithFlags(&e->st, cudaStreamNonBlocking));
     CK(cudaStreamCreateWithFlags(&e->cp, cudaStreamNonBlocking));
     for (int i = 0; i < 2; i++) {
@@ -133,12 +59,7 @@ void gpu_exec_free(GpuExec *e) {
     if (!e) return;
     prof_free(e->prof);
     exec_free_plan(e, e->graph);
-    free(e->fuse);
-    free(e->bn_bwd);
-    free(e->tail_bwd);
-    free(e->res_bn);
-    free(e->pool_bn);
-    free(e->stats_only);
+    exec_free_fusions(e);
     dfree(e->params);
     dfree(e->grads);
     dfree(e->mom);
@@ -436,64 +357,6 @@ void gpu_forward_u8_dev(GpuExec *e, ResNet *m, const uint8_t *x, int N, int H, i
 
 float *gpu_exec_logits(GpuExec *e) { return e->logits; }
 void gpu_exec_sync(GpuExec *e) { CK(cudaStreamSynchronize(e->st)); }
-
-static void check_labels(const ResNet *m, const int32_t *labels, int N) {
-    for (int n = 0; n < N; n++)
-        if (labels[n] < 0 || labels[n] >= m->num_classes)
-            ct_die("gpu: label %d of batch row %d is outside [0, %d)", labels[n], n, m->num_classes);
-}
-
-// Enqueues the cross-entropy of the last training forward against the soft target of
-// (labels, labels_b, lam) (labels_b == labels: the plain one): dlogits on the device, the loss and
-// the hit count copied into h_scalars[0], [1] (valid once the stream has reached that point).
-static void enqueue_xent(GpuExec *e, const ResNet *m, const int32_t *labels, const int32_t *labels_b, float lam,
-                         int N, float smoothing, float grad_scale) {
-    if (N != e->fwd_train_N) ct_die("gpu: loss of %d rows after a training forward of %d", N, e->fwd_train_N);
-    check_labels(m, labels, N);
-    CK(cudaMemcpyAsync(e->labels, labels, (size_t)N * sizeof(int32_t), cudaMemcpyHostToDevice, e->st));
-    const int32_t *lb_dev = e->labels;
-    if (labels_b != labels) {
-        check_labels(m, labels_b, N);
-        CK(cudaMemcpyAsync(e->labels_b, labels_b, (size_t)N * sizeof(int32_t), cudaMemcpyHostToDevice, e->st));
-        lb_dev = e->labels_b;
-    }
-    softmax_xent_mix_gpu(e->dlogits, e->logits, e->labels, lb_dev, lam, N, m->num_classes, smoothing, grad_scale,
-                         e->loss_work, e->scalars, (int *)(e->scalars + 1), e->st);
-    CK(cudaMemcpyAsync(e->h_scalars, e->scalars, 2 * sizeof(float), cudaMemcpyDeviceToHost, e->st));
-}
-static float xent_result(const GpuExec *e, int *correct) {
-    if (correct) memcpy(correct, e->h_scalars + 1, sizeof(int));
-    return e->h_scalars[0];
-}
-
-float gpu_loss_xent_mix(GpuExec *e, const ResNet *m, const int32_t *labels, const int32_t *labels_b, float lam,
-                        int N, float smoothing, float grad_scale, int *correct) {
-    if (!(lam >= 0 && lam <= 1)) ct_die("gpu: mix lam %g is outside [0, 1]", lam);
-    enqueue_xent(e, m, labels, labels_b, lam, N, smoothing, grad_scale);
-    CK(cudaStreamSynchronize(e->st));
-    return xent_result(e, correct);
-}
-
-float gpu_loss_xent(GpuExec *e, const ResNet *m, const int32_t *labels, int N, float smoothing,
-                    float grad_scale, int *correct) {
-    return gpu_loss_xent_mix(e, m, labels, labels, 1.0f, N, smoothing, grad_scale, correct);
-}
-
-float gpu_loss_kd(GpuExec *e, const ResNet *m, const float *teacher_logits, int N, float temperature,
-                  float grad_scale) {
-    if (N != e->fwd_train_N) ct_die("gpu: loss of %d rows after a training forward of %d", N, e->fwd_train_N);
-    kd_loss_gpu(e->dlogits, e->logits, teacher_logits, N, m->num_classes, temperature, grad_scale, e->loss_work,
-                e->scalars + 2, e->st);
-    CK(cudaMemcpyAsync(e->h_scalars + 2, e->scalars + 2, sizeof(float), cudaMemcpyDeviceToHost, e->st));
-    CK(cudaStreamSynchronize(e->st));
-    return e->h_scalars[2];
-}
-
-void gpu_dlogits_poison(GpuExec *e) {
-    static const float nan = NAN;
-    CK(cudaMemcpyAsync(e->dlogits, &nan, sizeof nan, cudaMemcpyHostToDevice, e->st));
-    CK(cudaStreamSynchronize(e->st));  // &nan is pageable: the copy must be done before returning
-}
 
 // Gradient target of slot s: its own buffer for the first contribution, else the scratch (the
 // caller then adds it with finish_grad).

@@ -152,6 +152,19 @@ static inline ConvShape op_conv_shape(const GpuExec *e, const Op *op, int N) {
 // nn/model_cuda.cu: drops a captured graph (a new plan makes it stale).
 void graph_drop(StepGraph *g);
 
+// nn/model_cuda_loss.cu: enqueues the cross-entropy of the last training forward against the
+// soft target of (labels, labels_b, lam) (labels_b == labels: the plain one): dlogits on the device,
+// the loss and the hit count into h_scalars[0], [1] (valid once the stream has reached that point);
+// xent_result reads them back.
+void enqueue_xent(GpuExec *e, const ResNet *m, const int32_t *labels, const int32_t *labels_b, float lam, int N,
+                  float smoothing, float grad_scale);
+float xent_result(const GpuExec *e, int *correct);
+
+// nn/model_cuda_fuse.cu: the fusion plan (fuse, fuse_stats, bn_bwd, tail_bwd, res_bn, pool_bn,
+// stats_only) from the op list and the CTRAIN_FUSE_* switches, and its release.
+void exec_plan_fusions(GpuExec *e, const ResNet *m);
+void exec_free_fusions(GpuExec *e);
+
 // nn/model_cuda_plan.cu: the memory plan for batches of up to N images of H x W (kept when it
 // already covers them), and its release.
 void exec_plan(GpuExec *e, const ResNet *m, int N, int H, int W);
