@@ -98,16 +98,20 @@ static void input_tile(const ConvShape *s, float *restrict v, size_t vs, const f
         }
         return;
     }
+    // Edge tiles: pixels outside the image load as zero through an empty mask (from a valid
+    // address), without branches, which mispredicted here as often as they were taken.
     const float *src[4][4];
+    __mmask16 mk[4][4];
     for (int i = 0; i < 4; i++)
         for (int j = 0; j < 4; j++) {
-            const int y = y0 + i, x = x0 + j;
-            src[i][j] = y >= 0 && y < s->H && x >= 0 && x < s->W ? img + ((size_t)y * s->W + x) * C : NULL;
+            const int y = y0 + i, x = x0 + j, ok = y >= 0 && y < s->H && x >= 0 && x < s->W;
+            src[i][j] = ok ? img + ((size_t)y * s->W + x) * C : img;
+            mk[i][j] = ok ? 0xFFFF : 0;
         }
     for (int c = 0; c < C; c += 16) {
         __m512 d[4][4];
         for (int i = 0; i < 4; i++)
-            for (int j = 0; j < 4; j++) d[i][j] = src[i][j] ? _mm512_loadu_ps(src[i][j] + c) : _mm512_setzero_ps();
+            for (int j = 0; j < 4; j++) d[i][j] = _mm512_maskz_loadu_ps(mk[i][j], src[i][j] + c);
         bt_d_b(v + c, xs, d);
     }
 }
@@ -233,13 +237,17 @@ static void xi_tiles(const ConvShape *s, float *restrict v, float *restrict e, c
     int n = (int)(t0 / ((size_t)th * tw)), ty = (int)(t0 / tw % th), tx = (int)(t0 % tw);
     for (int t = 0; t < nt; t++) {
         const float *img = in + (size_t)n * H * W * C, *gimg = dout + (size_t)n * P * Q * K;
-        const float *src[2][2], *g[2][2];  // d[ri[a]][cj[b]], dY[a][b]
+        const float *src[2][2], *g[2][2];  // d[ri[a]][cj[b]], dY[a][b]; empty masks load zero
+        __mmask16 ms[2][2], mg[2][2];
         for (int a = 0; a < 2; a++) {
             const int y = 2 * ty - 1 + ri[a], gy = 2 * ty + a;
             for (int b = 0; b < 2; b++) {
                 const int x = 2 * tx - 1 + cj[b], gx = 2 * tx + b;
-                src[a][b] = y >= 0 && y < H && x >= 0 && x < W ? img + ((size_t)y * W + x) * C : NULL;
-                g[a][b] = ai[a] && aj[b] && gy < P && gx < Q ? gimg + ((size_t)gy * Q + gx) * K : NULL;
+                const int oks = y >= 0 && y < H && x >= 0 && x < W, okg = ai[a] && aj[b] && gy < P && gx < Q;
+                src[a][b] = oks ? img + ((size_t)y * W + x) * C : img;
+                g[a][b] = okg ? gimg + ((size_t)gy * Q + gx) * K : gimg;
+                ms[a][b] = oks ? 0xFFFF : 0;
+                mg[a][b] = okg ? 0xFFFF : 0;
             }
         }
         if (++tx == tw) {
@@ -250,7 +258,7 @@ static void xi_tiles(const ConvShape *s, float *restrict v, float *restrict e, c
         for (int c = 0; c < C; c += 16) {
             __m512 d[2][2];
             for (int a = 0; a < 2; a++)
-                for (int b = 0; b < 2; b++) d[a][b] = src[a][b] ? _mm512_loadu_ps(src[a][b] + c) : _mm512_setzero_ps();
+                for (int b = 0; b < 2; b++) d[a][b] = _mm512_maskz_loadu_ps(ms[a][b], src[a][b] + c);
             // q[i][col] = d[ri0][col] op d[ri1][col], then q[i][cj0] op' q[i][cj1].
             const __m512 q0 = combine(d[0][0], d[1][0], ri[2]), q1 = combine(d[0][1], d[1][1], ri[2]);
             _mm512_storeu_ps(vt + c, combine(q0, q1, cj[2]));
@@ -259,7 +267,7 @@ static void xi_tiles(const ConvShape *s, float *restrict v, float *restrict e, c
         for (int k = 0; k < K; k += 16) {
             __m512 d[2][2];
             for (int a = 0; a < 2; a++)
-                for (int b = 0; b < 2; b++) d[a][b] = g[a][b] ? _mm512_loadu_ps(g[a][b] + k) : _mm512_setzero_ps();
+                for (int b = 0; b < 2; b++) d[a][b] = _mm512_maskz_loadu_ps(mg[a][b], g[a][b] + k);
             const __m512 r0 = a_comb(d[0][0], d[1][0], ai), r1 = a_comb(d[0][1], d[1][1], ai);
             _mm512_storeu_ps(et + k, a_comb(r0, r1, aj));
         }
@@ -272,16 +280,18 @@ static void grad_tile(const ConvShape *s, float *restrict e, size_t es, const fl
     const int K = s->K;
     const int n = (int)(tile / ((size_t)th * tw)), ty = (int)(tile / tw % th), tx = (int)(tile % tw);
     const float *src[2][2];
+    __mmask16 mk[2][2];
     for (int a = 0; a < 2; a++)
         for (int b = 0; b < 2; b++) {
-            const int y = 2 * ty + a, x = 2 * tx + b;
-            src[a][b] = y < s->P && x < s->Q ? dout + (((size_t)n * s->P + y) * s->Q + x) * K : NULL;
+            const int y = 2 * ty + a, x = 2 * tx + b, ok = y < s->P && x < s->Q;
+            src[a][b] = ok ? dout + (((size_t)n * s->P + y) * s->Q + x) * K : dout;
+            mk[a][b] = ok ? 0xFFFF : 0;
         }
     const size_t xs = es * K;
     for (int k = 0; k < K; k += 16) {
         __m512 d[2][2], r[4][2];
         for (int a = 0; a < 2; a++)
-            for (int b = 0; b < 2; b++) d[a][b] = src[a][b] ? _mm512_loadu_ps(src[a][b] + k) : _mm512_setzero_ps();
+            for (int b = 0; b < 2; b++) d[a][b] = _mm512_maskz_loadu_ps(mk[a][b], src[a][b] + k);
         for (int i = 0; i < 4; i++)
             for (int b = 0; b < 2; b++) r[i][b] = a_comb(d[0][b], d[1][b], A_ROW[i]);
         for (int i = 0; i < 4; i++)
