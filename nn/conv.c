@@ -332,22 +332,24 @@ static void direct_backward_weight(const ConvShape *s, float *dw, const float *d
 // Training forwards (and the stride-1 data gradients, which are forwards) of the 3x3 stride-1
 // layers with 16+ output channels run as Winograd F(2x2, 3x3) (nn/winograd.h): 16 multiplies per
 // 2x2 outputs instead of 36, 1.4-1.6x faster than the direct kernels on resnet20/18's 32-128
-// channel layers (tools/bench_layers; 1.1x on the 16-channel ones). Weight gradients stay direct:
-// a Winograd weight gradient (G^T sum (B^T d B)(A dY A^T) G) was tried and measured no faster here.
-// Below 8x8 feature maps the per-call weight transform (16 C K) outweighs the saving, so the
-// choice depends on the shape only (never on the batch or thread count). On by default;
-// CTRAIN_CPU_WINOGRAD=0 keeps the direct/GEMM route. Per layer it is as close to float64 as the
-// direct kernels (tests/test_layers.c); its different roundings make different ReLU branch
-// choices where a pre-activation lies within float32 rounding of zero, which is why
-// tests/test_parity.sh holds it against float64 replayed on those branches (docs/BENCHMARKS.md).
-static int winograd_train_ok(const ConvShape *s) {
+// channel layers (tools/bench_layers; 1.1x on the 16-channel ones). Below 8x8 feature maps the
+// per-call weight transform (16 C K) outweighs the saving. Their weight gradients run as 16 GEMMs
+// in the Winograd domain on every map size (no weight transform there) from 32x32 channels on
+// (at 16 the per-tile transforms cost what the products save: the direct kernel stays). The choice depends on the
+// shape only (never on the batch or thread count). On by default; CTRAIN_CPU_WINOGRAD=0 keeps the
+// direct/GEMM route. Per layer it is as close to float64 as the direct kernels
+// (tests/test_layers.c); its different roundings make different ReLU branch choices where a
+// pre-activation lies within float32 rounding of zero, which is why tests/test_parity.sh holds it
+// against float64 replayed on those branches (docs/BENCHMARKS.md).
+static int winograd_enabled(const ConvShape *s) {
     static int enabled = -1;
     if (enabled < 0) {
         const char *v = getenv("CTRAIN_CPU_WINOGRAD");
         enabled = !(v && !strcmp(v, "0"));
     }
-    return enabled && s->P * s->Q >= 64 && winograd_ok_k16(s);
+    return enabled && winograd_ok_k16(s);
 }
+static int winograd_train_ok(const ConvShape *s) { return s->P * s->Q >= 64 && winograd_enabled(s); }
 
 void conv2d_forward(const ConvShape *s, float *out, const float *in, const float *w) {
     const size_t npq = (size_t)s->N * s->P * s->Q;
@@ -429,6 +431,10 @@ void conv2d_backward_weight(const ConvShape *s, float *dw, const float *dout, co
     const size_t npq = (size_t)s->N * s->P * s->Q;
     const int rsc = s->R * s->S * s->C, K = s->K;
     const size_t nw = (size_t)K * rsc;
+    if (winograd_enabled(s) && K * s->C >= 32 * 32) {
+        conv3x3_winograd_backward_weight(s, dw, dout, in);
+        return;
+    }
     if (direct_ok(s)) {
         direct_backward_weight(s, dw, dout, in);
         return;

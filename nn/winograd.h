@@ -1,5 +1,6 @@
-// Winograd F(2x2, 3x3) convolution for inference (nn/winograd.c): the 3x3 stride-1 pad-1 layers
-// of a BN-folded network (nn/fold.h), with the same epilogue as conv2d_forward_ep.
+// Winograd F(2x2, 3x3) convolution (nn/winograd.c): the 3x3 stride-1 pad-1 layers of a BN-folded
+// network (nn/fold.h), with the same epilogue as conv2d_forward_ep, and of the CPU training step
+// (nn/conv.c: forward, data gradient, weight gradient).
 #pragma once
 #include "nn/layers.h"
 
@@ -19,6 +20,13 @@ void winograd_weights(float *u, const float *w, int K, int C);
 // may be NULL. Same bits for any thread count and batch size.
 void conv3x3_winograd_ep(const ConvShape *s, float *out, const float *in, const float *u, const float *bias,
                          const float *res, int relu);
+// dw[K,3,3,C] (KRSC) = the weight gradient of that convolution (no bias) from dout[N,P,Q,K] and
+// in[N,H,W,C], as 16 GEMMs in the Winograd domain (any map size). Same bits for any thread count.
+void conv3x3_winograd_backward_weight(const ConvShape *s, float *dw, const float *dout, const float *in);
+// The same on a chosen route (tests): WG_ROUTE_AUTO picks by K C as the one above does;
+// WG_ROUTE_XI splits the 16 Winograd-domain elements over threads, WG_ROUTE_GROUP fixed tile groups.
+enum { WG_ROUTE_AUTO, WG_ROUTE_XI, WG_ROUTE_GROUP };
+void conv3x3_winograd_backward_weight_ex(const ConvShape *s, float *dw, const float *dout, const float *in, int route);
 #ifdef __cplusplus
 }
 #endif

@@ -2,6 +2,7 @@
 // randomly drawn shapes. Every GEMM micro-kernel this CPU can run is exercised.
 #include <float.h>
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -129,6 +130,14 @@ static void test_conv(void) {
         {3, 11, 8, 32, 16, 3, 3, 1, 1},  // K 16 only (remainder block alone); odd H, even W
         {1, 8, 8, 128, 32, 3, 3, 1, 1},  // 8x8 (the smallest map it takes), 128 -> 32 and back
         {1, 7, 10, 48, 64, 3, 3, 1, 1},  // 70 pixels: tiles split across two 28-tile blocks
+        // Winograd weight gradient (32x32+ channels, any map size): the tile-group route (K C <=
+        // 1024) and the per-xi route, a 1x1 map (one tile, three of its outputs clipped), 2x2
+        // maps, odd edges, and more tiles than one chunk (xi route) / one group's chunk.
+        {1, 1, 1, 32, 32, 3, 3, 1, 1},
+        {3, 2, 2, 64, 64, 3, 3, 1, 1},
+        {2, 5, 3, 16, 64, 3, 3, 1, 1},
+        {2, 16, 18, 64, 64, 3, 3, 1, 1},
+        {4, 32, 34, 32, 32, 3, 3, 1, 1},
     };
     for (size_t i = 0; i < CT_ARRAY_LEN(fixed); i++) {
         const int *f = fixed[i];
@@ -204,6 +213,71 @@ static void test_winograd_accuracy(void) {
         CHECK(ew <= 2 * ed && mw <= 2 * md, "winograd N%d %dx%d C%d K%d: error %.3g (max %.3g) vs direct %.3g (max %.3g)", s.N,
               s.H, s.W, s.C, s.K, ew, mw / rms, ed, md / rms);
         free(in), free(w), free(wt), free(u), free(ow), free(od), free(ref);
+    }
+}
+
+// The Winograd weight gradient on both routes against float64 and against the GEMM route
+// (im2col + sgemm, the accuracy the direct kernels have): per weight and norm-wise within 2x of
+// the GEMM's error; and 1, 2 and 3 threads give the same bits.
+static void test_winograd_wgrad(void) {
+    const int shapes[][4] = {{16, 32, 32, 32}, {8, 16, 64, 64}, {8, 8, 128, 128}, {4, 4, 256, 128}, {2, 3, 64, 48},
+                             {32, 2, 64, 64}, {3, 9, 16, 64}};
+    for (size_t i = 0; i < CT_ARRAY_LEN(shapes); i++) {
+        const int *f = shapes[i];
+        ConvShape s = conv_shape(f[0], f[1], f[1], f[2], f[3], 3, 3, 1, 1);
+        if (!winograd_ok_k16(&s)) {
+            printf("winograd weight gradient: no AVX-512 here, skipped\n");
+            return;
+        }
+        const int C = s.C, K = s.K, rsc = 9 * C;
+        const size_t npq = (size_t)s.N * s.P * s.Q, nin = (size_t)s.N * s.H * s.W * C, nw = (size_t)K * rsc;
+        float *in = rand_buf(nin, 1), *dout = rand_buf(npq * K, 1), *col = ct_alloc(npq * rsc * sizeof(float));
+        float *dg = ct_alloc(nw * sizeof(float)), *dwv[2][3];
+        double *ref = calloc(nw, sizeof(double));
+        for (size_t j = 0; j < nin; j++) in[j] = in[j] > 0 ? in[j] : 0;
+        for (int n = 0; n < s.N; n++)
+            for (int p = 0; p < s.P; p++)
+                for (int q = 0; q < s.Q; q++) {
+                    const size_t m = ((size_t)n * s.P + p) * s.Q + q;
+                    for (int r = 0; r < 3; r++)
+                        for (int t = 0; t < 3; t++)
+                            for (int c = 0; c < C; c++)
+                                col[m * rsc + (r * 3 + t) * C + c] = (float)in_at(&s, in, n, p - 1 + r, q - 1 + t, c);
+                    for (int k = 0; k < K; k++)
+                        for (int j = 0; j < rsc; j++) ref[(size_t)k * rsc + j] += (double)dout[m * K + k] * col[m * rsc + j];
+                }
+        sgemm(K, rsc, (int)npq, dout, 1, K, col, rsc, 1, dg, rsc, 0);
+        for (int route = 0; route < 2; route++)
+            for (int th = 0; th < 3; th++) {
+                dwv[route][th] = ct_alloc(nw * sizeof(float));
+                omp_set_num_threads(th + 1);
+                conv3x3_winograd_backward_weight_ex(&s, dwv[route][th], dout, in, route ? WG_ROUTE_GROUP : WG_ROUTE_XI);
+            }
+        omp_set_num_threads(2);
+        double eg = 0, nr = 0, mg = 0;
+        for (size_t j = 0; j < nw; j++) {
+            const double d = dg[j] - ref[j];
+            eg += d * d, nr += ref[j] * ref[j], mg = fmax(mg, fabs(d));
+        }
+        const double rms = sqrt(nr / nw);
+        eg = sqrt(eg / nr);
+        for (int route = 0; route < 2; route++) {
+            double ew = 0, mw = 0;
+            for (size_t j = 0; j < nw; j++) {
+                const double d = dwv[route][0][j] - ref[j];
+                ew += d * d, mw = fmax(mw, fabs(d));
+            }
+            ew = sqrt(ew / nr);
+            const int same = !memcmp(dwv[route][0], dwv[route][1], nw * 4) && !memcmp(dwv[route][0], dwv[route][2], nw * 4);
+            printf("winograd wgrad (%s) N%d %dx%d C%d K%d vs float64: rel err %.2e (gemm %.2e), max |err|/rms %.2e (gemm %.2e)%s\n",
+                   route ? "group" : "xi", s.N, s.H, s.W, C, K, ew, eg, mw / rms, mg / rms, same ? "" : ", THREADS DIFFER");
+            CHECK(ew <= 2 * eg && mw <= 2 * mg, "winograd wgrad (%s) N%d %dx%d C%d K%d: error %.3g (max %.3g) vs gemm %.3g (max %.3g)",
+                  route ? "group" : "xi", s.N, s.H, s.W, C, K, ew, mw / rms, eg, mg / rms);
+            CHECK(same, "winograd wgrad (%s) N%d %dx%d C%d K%d: 1, 2 and 3 threads differ", route ? "group" : "xi", s.N, s.H,
+                  s.W, C, K);
+            for (int th = 0; th < 3; th++) free(dwv[route][th]);
+        }
+        free(in), free(dout), free(col), free(dg), free(ref);
     }
 }
 
@@ -645,6 +719,7 @@ int main(void) {
     }
     sgemm_set_kernel(dflt);
     test_winograd_accuracy();
+    test_winograd_wgrad();
     test_maxpool();
     test_blur();
     test_avgpool_linear();
