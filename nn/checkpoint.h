@@ -8,6 +8,10 @@
 //   | f32 momentum[n_params] (when has_momentum) | f32 buffers[n_buffers] | i64 counts[n_counts]
 //   | f32 ema_params[n_params] f32 ema_buffers[n_buffers] (version 2 only, has_ema)
 //   | u32 crc32c of all before
+// The flat arrays are ResNet.params' layout (nn/resnet.h): tensors padded to 8 elements. Files of
+// builds before that padding hold the real parameter count instead (tensors back to back); the
+// trainer moves them to the padded layout when it loads them (trainer/state.c). They differ only
+// when the class count is not a multiple of 8.
 // A file without an EMA is still written as version 1, byte for byte what older builds wrote, so
 // they keep reading it; version 2 files are refused by them as an unsupported version.
 // meta: char arch[32] | u32 num_classes | u32 in_channels | u64 class_hash | u32 epoch

@@ -69,7 +69,7 @@ int lars_tensors(const ResNet *m, CtLarsTensor *out) {
 }
 
 void lars_step(const SgdConfig *cfg, SgdState *st, const ResNet *m, float *params, const float *grads, float lr) {
-    if (st->n != m->n_params) ct_die("lars: state has %zu elements, model %s has %zu params", st->n, m->arch, m->n_params);
+    if (st->n != m->n_params) ct_die("lars: state has %zu elements, model %s has %zu (its flat parameter array)", st->n, m->arch, m->n_params);
     int nt = lars_tensors(m, NULL);
     CtLarsTensor *t = ct_alloc(sizeof *t * (size_t)(nt ? nt : 1));
     lars_tensors(m, t);

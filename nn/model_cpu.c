@@ -346,6 +346,9 @@ void cpu_backward(CpuExec *e, const ResNet *m, const float *dlogits, float *grad
     int N = e->forward_was_train;
     if (N <= 0 || !e->train) ct_die("%s: cpu_backward without a preceding training forward", m->arch);
     memset(e->grad_written, 0, m->n_tensors);
+    // The gaps between tensors (resnet.h) are part of every bucket the ready callback reports:
+    // they must read zero, whatever the caller's buffer held.
+    resnet_zero_padding(m, grads);
     for (int i = m->n_ops - 1; i >= 0; i--) {
         const Op *op = &m->ops[i];
         if (i > 0 && e->fuse[i - 1]) continue;  // the ADD of a fused pair: done with its BN

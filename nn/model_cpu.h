@@ -44,7 +44,7 @@ int cpu_plain_op_forward(int kind, float *y, const float *x, const float *x2, in
 
 // Backward of the last training forward, given dlogits[N, num_classes]. OVERWRITES every gradient
 // in grads[resnet_trainable(m)] (all of them unless m->freeze_backbone: then only fc's, and the
-// rest of grads is left as it was) (same layout as m->params; conv gradients KRSC). If ready != NULL it is
+// rest of grads is left as it was) and zeroes the padding between tensors (nn/resnet.h) (same layout as m->params; conv gradients KRSC). If ready != NULL it is
 // called after each op that produced parameter gradients with n: grads[0, n) are final from then
 // on (n grows to m->n_params; see Op.grad_done and GradReadyFn in nn/resnet.h).
 void cpu_backward(CpuExec *e, const ResNet *m, const float *dlogits, float *grads, GradReadyFn ready,

@@ -37,7 +37,7 @@ void gpu_upload_state(GpuExec *e, const ResNet *m, const SgdState *sgd) {
     CK(cudaMemcpyAsync(e->bufs, m->bufs, m->n_bufs * sizeof(float), cudaMemcpyHostToDevice, e->st));
     if (sgd) {
         if (sgd->n != m->n_params)
-            ct_die("gpu: SGD state has %zu elements, model %s has %zu params", sgd->n, m->arch, m->n_params);
+            ct_die("gpu: SGD state has %zu elements, model %s has %zu (its flat parameter array)", sgd->n, m->arch, m->n_params);
         CK(cudaMemcpyAsync(e->mom, sgd->buf, m->n_params * sizeof(float), cudaMemcpyHostToDevice, e->st));
     }
     if (e->wbf) f32_to_bf16_gpu(e->wbf, e->params, m->n_params, e->st);
@@ -49,7 +49,7 @@ void gpu_download_state(GpuExec *e, ResNet *m, SgdState *sgd) {
     CK(cudaMemcpyAsync(m->bufs, e->bufs, m->n_bufs * sizeof(float), cudaMemcpyDeviceToHost, e->st));
     if (sgd) {
         if (sgd->n != m->n_params)
-            ct_die("gpu: SGD state has %zu elements, model %s has %zu params", sgd->n, m->arch, m->n_params);
+            ct_die("gpu: SGD state has %zu elements, model %s has %zu (its flat parameter array)", sgd->n, m->arch, m->n_params);
         CK(cudaMemcpyAsync(sgd->buf, e->mom, m->n_params * sizeof(float), cudaMemcpyDeviceToHost, e->st));
     }
     CK(cudaStreamSynchronize(e->st));
@@ -83,7 +83,7 @@ int gpu_grads_finite(GpuExec *e) {
 }
 
 void gpu_lars_step(GpuExec *e, const ResNet *m, const SgdConfig *cfg, SgdState *st, float lr) {
-    if (st->n != m->n_params) ct_die("lars: state has %zu elements, model %s has %zu params", st->n, m->arch, m->n_params);
+    if (st->n != m->n_params) ct_die("lars: state has %zu elements, model %s has %zu (its flat parameter array)", st->n, m->arch, m->n_params);
     if (!e->lars_t) {
         e->lars_n = lars_tensors(m, NULL);
         CtLarsTensor *h = (CtLarsTensor *)ct_alloc(sizeof(CtLarsTensor) * (size_t)(e->lars_n ? e->lars_n : 1));
@@ -104,7 +104,7 @@ void gpu_lars_step(GpuExec *e, const ResNet *m, const SgdConfig *cfg, SgdState *
 
 void gpu_sgd_step(GpuExec *e, const ResNet *m, const SgdConfig *cfg, SgdState *st, float lr) {
     if (st->n != m->n_params)
-        ct_die("sgd: state has %zu elements, model %s has %zu params", st->n, m->arch, m->n_params);
+        ct_die("sgd: state has %zu elements, model %s has %zu (its flat parameter array)", st->n, m->arch, m->n_params);
     if (e->decay_mode != cfg->wd_exclude_bn_bias) {
         // Mask of elements that get weight decay, from the entry table (built once per config).
         uint8_t *h = (uint8_t *)ct_alloc(m->n_params ? m->n_params : 1);

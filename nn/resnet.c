@@ -69,6 +69,10 @@ typedef struct {
     int blur_in, blur_out;  // the last blur's input and output slots (-1: none yet)
 } Builder;
 
+static size_t align_up(size_t n) {
+    return (n + RESNET_PARAM_ALIGN - 1) / RESNET_PARAM_ALIGN * RESNET_PARAM_ALIGN;
+}
+
 static int new_slot(Builder *b, int C) {
     ResNet *m = b->m;
     if (m->n_tensors == b->cap_tensors) {
@@ -299,6 +303,8 @@ ResNet *resnet_create_ex(const char *arch, int in_channels, int num_classes, int
     op->out = new_slot(&b, num_classes);
 
     // Parameter offsets in the order backward produces the gradients: walk the ops backwards.
+    // Every tensor starts at a multiple of RESNET_PARAM_ALIGN elements (see resnet.h); an op's
+    // grad_done includes the gap after its tensors, so the buckets cover the whole flat array.
     size_t off = 0;
     for (int i = m->n_ops - 1; i >= 0; i--) {
         Op *o = &m->ops[i];
@@ -307,7 +313,7 @@ ResNet *resnet_create_ex(const char *arch, int in_channels, int num_classes, int
             if (ids[k] < 0) continue;
             StateEntry *e = &m->entries[ids[k]];
             e->offset = off;
-            off += e->count;
+            off = align_up(off + e->count);
         }
         o->grad_done = off;
     }
@@ -332,6 +338,55 @@ void resnet_free(ResNet *m) {
     free(m->bufs);
     free(m->counts);
     free(m);
+}
+
+size_t resnet_param_count(const ResNet *m) {
+    size_t n = 0;
+    for (int i = 0; i < m->n_entries; i++)
+        if (m->entries[i].kind == ENTRY_PARAM) n += m->entries[i].count;
+    return n;
+}
+
+// Offsets as builds before the padding laid them out: the same walk, tensors back to back.
+static size_t *packed_offsets(const ResNet *m) {
+    size_t *at = ct_alloc(CT_MAX((size_t)m->n_entries, 1) * sizeof(size_t)), off = 0;
+    for (int i = m->n_ops - 1; i >= 0; i--) {
+        const Op *o = &m->ops[i];
+        int ids[2] = {o->w, o->b};
+        for (int k = 0; k < 2; k++) {
+            if (ids[k] < 0) continue;
+            at[ids[k]] = off;
+            off += m->entries[ids[k]].count;
+        }
+    }
+    return at;
+}
+
+void resnet_params_unpack(const ResNet *m, float *dst, const float *packed) {
+    size_t *at = packed_offsets(m);
+    memset(dst, 0, m->n_params * sizeof(float));
+    for (int i = 0; i < m->n_entries; i++) {
+        const StateEntry *e = &m->entries[i];
+        if (e->kind == ENTRY_PARAM) memcpy(dst + e->offset, packed + at[i], e->count * sizeof(float));
+    }
+    free(at);
+}
+
+void resnet_zero_padding(const ResNet *m, float *flat) {
+    // Walk the layout as resnet_create laid it out: each op's tensors, then its gap.
+    size_t at = 0;
+    for (int i = m->n_ops - 1; i >= 0; i--) {
+        const Op *o = &m->ops[i];
+        int ids[2] = {o->w, o->b};
+        for (int k = 0; k < 2; k++) {
+            if (ids[k] < 0) continue;
+            const StateEntry *e = &m->entries[ids[k]];
+            if (e->offset > at) memset(flat + at, 0, (e->offset - at) * sizeof(float));
+            at = e->offset + e->count;
+        }
+        if (o->w >= 0 && o->grad_done > at) memset(flat + at, 0, (o->grad_done - at) * sizeof(float));
+        if (o->w >= 0) at = o->grad_done;
+    }
 }
 
 static int ends_with(const char *s, const char *suffix) {
@@ -463,8 +518,8 @@ void krsc_to_oihw(float *dst, const float *src, int K, int C, int R, int S) {
 
 void resnet_print(const ResNet *m, FILE *f) {
     static const char *kinds[] = {"conv", "bn", "relu", "maxpool", "add", "avgpool", "fc", "blur"};
-    fprintf(f, "%s%s: in_channels %d, classes %d, %d ops, %d slots, %zu params, %zu buffers\n", m->arch,
-            m->blurpool ? " (blurpool)" : "", m->in_channels, m->num_classes, m->n_ops, m->n_tensors, m->n_params,
+    fprintf(f, "%s%s: in_channels %d, classes %d, %d ops, %d slots, %zu params (flat %zu), %zu buffers\n", m->arch,
+            m->blurpool ? " (blurpool)" : "", m->in_channels, m->num_classes, m->n_ops, m->n_tensors, resnet_param_count(m), m->n_params,
             m->n_bufs);
     for (int i = 0; i < m->n_ops; i++) {
         const Op *o = &m->ops[i];

@@ -19,6 +19,13 @@
 //   conv last), so grads, momentum and params share one layout and a prefix [0, n) of the
 //   gradient buffer is final as soon as backward has passed the op whose grad_done is n: buckets
 //   can be reduced while backward continues.
+// - Every parameter tensor starts at a multiple of RESNET_PARAM_ALIGN (8) elements, with zeros in
+//   the gaps: 32 bytes in fp32 and 16 in the GPU's bf16 copy, which its convs' vectorised weight
+//   loads need. Only fc.bias's count (the class count) can leave a gap, so 1000-class models have
+//   none; n_params is the padded size (what every flat array holds), resnet_param_count the real
+//   number of parameters (what logs print). The gaps hold zero in params, grads and momentum and
+//   belong to the op before them (its grad_done includes them). Builds before this padding wrote
+//   the tensors back to back; resnet_params_unpack reads that layout (old checkpoints).
 // - bufs: BN running_mean/running_var (fp32, flat); counts: BN num_batches_tracked (int64, one per BN).
 #pragma once
 #include <stddef.h>
@@ -28,6 +35,8 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+enum { RESNET_PARAM_ALIGN = 8 };  // elements; see "Memory layouts" above
 
 typedef enum {
     OP_CONV = 0,  // out = conv(in, w)                          (no bias, groups 1)
@@ -92,7 +101,7 @@ typedef struct {
     int n_entries;     // in torchvision state_dict order (named_parameters/buffers order)
     StateEntry *entries;
 
-    size_t n_params, n_bufs, n_counts;
+    size_t n_params, n_bufs, n_counts;  // n_params: the padded flat size (resnet_param_count: the real one)
     float *params;     // [n_params], host, owned
     float *bufs;       // [n_bufs], host, owned
     int64_t *counts;   // [n_counts], host, owned
@@ -165,7 +174,15 @@ size_t *resnet_grad_boundaries_alloc(const ResNet *m, size_t *n);
 
 // Entry lookup by torchvision name; -1 if absent.
 int resnet_find_entry(const ResNet *m, const char *name);
-// Number of float parameters (sum of ENTRY_PARAM counts) == m->n_params.
+// Number of real parameters (sum of the ENTRY_PARAM counts; n_params less the padding), e.g.
+// 11,689,512 for resnet18: what a log or --help calls the parameter count.
+size_t resnet_param_count(const ResNet *m);
+// dst [n_params] = the parameters of packed, a flat array in the unpadded layout of builds before
+// the padding (the same backward order, tensors back to back, resnet_param_count floats); the
+// gaps become zero. A file's flat array of resnet_param_count != n_params floats is in that layout.
+void resnet_params_unpack(const ResNet *m, float *dst, const float *packed);
+// Zeroes the gaps between the tensors of a flat [n_params] array (the tensors are untouched).
+void resnet_zero_padding(const ResNet *m, float *flat);
 
 // Conv weight layout conversions (dims of the torch tensor: K out, C in, R x S kernel).
 void oihw_to_krsc(float *dst, const float *src, int K, int C, int R, int S);

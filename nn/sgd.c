@@ -36,7 +36,7 @@ void sgd_update_range(float *p, const float *g, float *buf, size_t n, float lr, 
 
 void sgd_step(const SgdConfig *cfg, SgdState *st, const ResNet *m, float *params, const float *grads,
               float lr) {
-    if (st->n != m->n_params) ct_die("sgd: state has %zu elements, model %s has %zu params", st->n, m->arch, m->n_params);
+    if (st->n != m->n_params) ct_die("sgd: state has %zu elements, model %s has %zu (its flat parameter array)", st->n, m->arch, m->n_params);
     int first = st->steps == 0;
     size_t trainable = resnet_trainable(m);
     for (int i = 0; i < m->n_entries; i++) {

@@ -11,8 +11,9 @@ static void check_count(const char *arch, int cin, int classes, size_t expect) {
     ResNet *m = resnet_create(arch, cin, classes);
     CHECK(m != NULL, "resnet_create(%s)", arch);
     if (!m) return;
-    CHECK(m->n_params == expect, "%s: %zu params, torchvision has %zu", arch, m->n_params, expect);
-    // Offsets: a partition of [0, n_params), fc first (produced first by backward), stem conv last.
+    CHECK(resnet_param_count(m) == expect, "%s: %zu params, torchvision has %zu", arch, resnet_param_count(m), expect);
+    // Offsets: disjoint tensors in [0, n_params) with gaps of less than RESNET_PARAM_ALIGN between
+    // them, fc first (produced first by backward), stem conv last.
     size_t total = 0;
     char *seen = ct_zalloc(m->n_params + 1);
     int overlap = 0;
@@ -22,11 +23,19 @@ static void check_count(const char *arch, int cin, int classes, size_t expect) {
         total += e->count;
         for (size_t j = 0; j < e->count; j++) overlap |= seen[e->offset + j]++;
     }
-    CHECK(total == m->n_params && !overlap, "%s: param offsets are not a partition", arch);
+    size_t gap = 0, longest = 0;
+    for (size_t j = 0; j < m->n_params; j++) {
+        gap = seen[j] ? 0 : gap + 1;
+        longest = CT_MAX(longest, gap);
+    }
+    CHECK(total == expect && !overlap && longest < RESNET_PARAM_ALIGN && m->n_params - total < (size_t)m->n_entries * 8,
+          "%s: param offsets are not a padded partition (total %zu, longest gap %zu, flat %zu)", arch, total, longest,
+          m->n_params);
     free(seen);
     CHECK(m->entries[resnet_find_entry(m, "fc.weight")].offset == 0, "%s: fc.weight not first", arch);
     const StateEntry *c1 = &m->entries[resnet_find_entry(m, "conv1.weight")];
-    CHECK(c1->offset + c1->count == m->n_params, "%s: conv1.weight not last", arch);
+    CHECK(c1->offset + c1->count <= m->n_params && m->n_params - c1->offset - c1->count < RESNET_PARAM_ALIGN,
+          "%s: conv1.weight not last", arch);
     // grad_done is monotone over the reversed op list and ends at n_params.
     size_t prev = 0;
     int mono = 1;
@@ -35,6 +44,64 @@ static void check_count(const char *arch, int cin, int classes, size_t expect) {
         prev = m->ops[i].grad_done;
     }
     CHECK(mono && prev == m->n_params, "%s: grad_done not monotone", arch);
+    resnet_free(m);
+}
+
+// Every tensor of params (and of bufs) starts at a multiple of 8 elements: 32 bytes in fp32, 16 in
+// the GPU's bf16 copy, whose convs load weights 16 bytes at a time only from such an address (else
+// they take engine v1's element-gathered loop; docs/BENCHMARKS.md). The gaps read zero after
+// resnet_create, and every bucket boundary is aligned too.
+static void check_aligned(const char *arch, int cin, int classes, int init) {
+    ResNet *m = resnet_create(arch, cin, classes);
+    int bad = 0;
+    char first[64] = "";
+    for (int i = 0; i < m->n_entries; i++) {
+        const StateEntry *e = &m->entries[i];
+        if (e->kind == ENTRY_COUNT || e->offset % 8 == 0) continue;
+        if (!bad++) snprintf(first, sizeof first, "%s", e->name);
+    }
+    for (int i = 0; i < m->n_ops; i++) bad += m->ops[i].grad_done % 8 != 0;
+    bad += m->n_params % 8 != 0;
+    // The gaps of an initialised model hold zero; resnet_zero_padding restores that and nothing else.
+    if (init) resnet_init(m, 7, 0);
+    size_t nonzero = 0;
+    char *in = ct_zalloc(m->n_params);
+    for (int i = 0; i < m->n_entries; i++)
+        if (m->entries[i].kind == ENTRY_PARAM) memset(in + m->entries[i].offset, 1, m->entries[i].count);
+    float *f = ct_alloc(m->n_params * sizeof(float));
+    for (size_t j = 0; j < m->n_params; j++) {
+        nonzero += !in[j] && m->params[j] != 0.0f;
+        f[j] = in[j] ? m->params[j] : 1.0f;
+    }
+    resnet_zero_padding(m, f);
+    CHECK(!bad && !nonzero && !memcmp(f, m->params, m->n_params * sizeof(float)),
+          "%s %d classes: %d offsets or boundaries off 8 (first %s), %zu gap elements nonzero, zero_padding %s", arch,
+          classes, bad, first, nonzero, memcmp(f, m->params, m->n_params * sizeof(float)) ? "wrong" : "ok");
+    free(in), free(f);
+    resnet_free(m);
+}
+
+// The unpadded layout of older builds (their checkpoints): resnet20 on 10 classes held fc.weight
+// [0, 640), fc.bias [640, 650) and layer3.2.bn2.weight from 650 on; padded, the bias is followed
+// by 6 zeros and the BN weight starts at 656.
+static void check_unpack(void) {
+    ResNet *m = resnet_create("resnet20", 3, 10);
+    size_t real = resnet_param_count(m);
+    CHECK(real == 272474 && m->n_params == 272480, "resnet20/10: %zu params in a flat array of %zu", real, m->n_params);
+    const StateEntry *bn = &m->entries[resnet_find_entry(m, "layer3.2.bn2.weight")];
+    const StateEntry *c1 = &m->entries[resnet_find_entry(m, "conv1.weight")];
+    CHECK(m->entries[resnet_find_entry(m, "fc.bias")].offset == 640 && bn->offset == 656, "resnet20/10: fc.bias at %zu, "
+          "layer3.2.bn2.weight at %zu", m->entries[resnet_find_entry(m, "fc.bias")].offset, bn->offset);
+    float *packed = ct_alloc(real * sizeof(float)), *dst = ct_alloc(m->n_params * sizeof(float));
+    for (size_t j = 0; j < real; j++) packed[j] = (float)(j + 1);
+    for (size_t j = 0; j < m->n_params; j++) dst[j] = -1.0f;
+    resnet_params_unpack(m, dst, packed);
+    int ok = dst[0] == 1.0f && dst[649] == 650.0f && dst[bn->offset] == 651.0f;
+    for (size_t j = 650; j < 656; j++) ok &= dst[j] == 0.0f;
+    // Every later tensor moved by the same 6 floats, the stem conv included.
+    ok &= dst[c1->offset] == (float)(c1->offset - 6 + 1) && dst[m->n_params - 1] == (float)real;
+    CHECK(ok, "resnet_params_unpack: %g %g %g ... %g", dst[0], dst[649], dst[bn->offset], dst[m->n_params - 1]);
+    free(packed), free(dst);
     resnet_free(m);
 }
 
@@ -82,6 +149,13 @@ int main(void) {
     // CIFAR resnet20 with projection shortcuts: 269,722 (He et al., option A) + 2 projections
     // (16*32 + 2*32 and 32*64 + 2*64) = 272,474.
     check_count("resnet20", 3, 10, 272474);
+    check_count("resnet18", 3, 10, 11181642);
+    check_unpack();
+    const char *archs[] = {"resnet18", "resnet34", "resnet50", "resnet101", "resnet152", "resnet20", "resnet32",
+                           "resnet44", "resnet56", "resnet110"};
+    const int classes[] = {10, 1000, 7, 1};
+    for (int a = 0; a < 10; a++)  // (initialising the large ones would take minutes)
+        for (int k = 0; k < 4; k++) check_aligned(archs[a], k == 3 ? 1 : 3, classes[k], a == 0 || a >= 5);
     CHECK(resnet_create("resnet19", 3, 10) == NULL, "unknown arch accepted");
     CHECK(!resnet_arch_valid("resnet") && resnet_arch_valid("resnet110"), "arch_valid");
     // A block's conv1 and downsample.0 read the same tensor and share its blur (BasicBlock); in a
@@ -161,7 +235,7 @@ int main(void) {
     for (int i = 0; i < m->n_ops; i++) with_w += m->ops[i].w >= 0;
     for (size_t i = 1; i < nbd; i++) up &= bd[i] > bd[i - 1];
     CHECK(nbd == with_w && nbd == 41 && up, "resnet18: %zu boundaries (%zu ops with parameters)", nbd, with_w);
-    CHECK(bd[0] == 512 * 1000 + 1000 && bd[nbd - 1] == m->n_params, "resnet18 boundaries %zu .. %zu", bd[0], bd[nbd - 1]);
+    CHECK(bd[0] == 512 * 1000 + 1000 && bd[nbd - 1] == m->n_params && m->n_params == 11689512, "resnet18 boundaries %zu .. %zu", bd[0], bd[nbd - 1]);
     size_t two[3] = {0, 0, 7};
     CHECK(resnet_grad_boundaries(m, two, 2) == nbd && two[0] == bd[0] && two[1] == bd[1] && two[2] == 7,
           "resnet_grad_boundaries with max 2");

@@ -1,6 +1,7 @@
 # Determinism of train on the CPU backend: two runs with different --workers give bit-identical
-# metrics (wall-clock fields aside) and weights; 2 epochs straight equal 1 epoch + resume + 1 epoch,
-# and equal a run interrupted by SIGINT in the middle of an epoch and resumed, bit for bit.
+# metrics (wall-clock fields aside) and weights; 2 epochs straight equal 1 epoch + resume + 1 epoch
+# (also from a checkpoint in the unpadded layout of older builds), and equal a run interrupted by
+# SIGINT in the middle of an epoch and resumed, bit for bit.
 source "$(dirname "$0")/train_lib.sh"
 make_synth "$TMP/d" 512 128 16
 F=("${SMALL_FLAGS[@]}" --lr-schedule step --lr-step-size 1 --lr-gamma 0.5 --nesterov -p 2 "$TMP/d")
@@ -19,10 +20,20 @@ same "$TMP/a" "$TMP/b" "--workers 2 vs --workers 3"
 # 1 epoch, stop, resume for the second (the step schedule does not depend on --epochs).
 "$TRAIN" "${F[@]}" --epochs 1 --out "$TMP/c" 2>"$TMP/c.log" || { cat "$TMP/c.log"; fail "run c failed"; }
 cp "$TMP/c/last.ckpt" "$TMP/c-epoch1.ckpt"
+cp -r "$TMP/c" "$TMP/o"  # the run directory after epoch 1, for the unpadded checkpoint below
 "$TRAIN" "${F[@]}" --epochs 2 --resume "$TMP/c/last.ckpt" --out "$TMP/c" 2>"$TMP/c2.log" || { cat "$TMP/c2.log"; fail "resume c failed"; }
 grep -q "resuming .* at epoch 2 step 0/16" "$TMP/c2.log" || { cat "$TMP/c2.log"; fail "resume did not start at epoch 2"; }
 same "$TMP/a" "$TMP/c" "2 epochs vs 1 + resume + 1"
 cmp -s "$TMP/a/last.ckpt" "$TMP/c/last.ckpt" || fail "last.ckpt after resume differs from the straight run's"
+
+# A checkpoint in the layout of builds before the parameter padding (tensors back to back; resnet20
+# on 10 classes has 650 fc floats, so every later tensor moves): it loads into the padded layout and
+# the resumed run is the straight run bit for bit.
+"$CTRAIN_BUILD/tests/helper_ckpt" pack "$TMP/c-epoch1.ckpt" "$TMP/o/last.ckpt" >"$TMP/pack.log" || fail "helper_ckpt pack failed"
+grep -q "packed 272480 -> 272474 floats" "$TMP/pack.log" || fail "old layout: $(cat "$TMP/pack.log"), expected 272480 -> 272474"
+"$TRAIN" "${F[@]}" --epochs 2 --resume "$TMP/o/last.ckpt" --out "$TMP/o" 2>"$TMP/o.log" || { cat "$TMP/o.log"; fail "resume from the unpadded layout failed"; }
+same "$TMP/a" "$TMP/o" "unpadded (old) checkpoint: 1 + resume + 1 vs 2 epochs"
+cmp -s "$TMP/a/last.ckpt" "$TMP/o/last.ckpt" || fail "last.ckpt after resuming the unpadded file differs from the straight run's"
 
 # SIGINT mid-epoch: the step finishes, last.ckpt is written, exit status 130; resuming gives the same run.
 rm -rf "$TMP/e"

@@ -139,7 +139,7 @@ void runlog_write_config(RunLog *log, const Run *r, int argc, char **argv) {
     json_object_set_new(derived, "class_hash", json_string(hash));
     json_object_set_new(derived, "mean", floats_json(d->mean, d->channels));
     json_object_set_new(derived, "std", floats_json(d->std, d->channels));
-    json_object_set_new(derived, "parameters", json_integer((json_int_t)r->model.net->n_params));
+    json_object_set_new(derived, "parameters", json_integer((json_int_t)resnet_param_count(r->model.net)));
     json_object_set_new(derived, "precision", json_string(c->precision));
 
     json_t *command = json_array();
@@ -176,7 +176,7 @@ void runlog_banner(const Run *r) {
     int world = r->rank.world, cuda = backend_kind(r->model.backend) == BACKEND_CUDA;
     int bf16 = !strcmp(c->precision, "bf16");
     int64_t spe = r->loaders.steps_per_epoch;
-    fprintf(stderr, "train: %s (%zu parameters), %d classes, %d channel(s), %dx%d crops\n", c->arch, r->model.net->n_params,
+    fprintf(stderr, "train: %s (%zu parameters), %d classes, %d channel(s), %dx%d crops\n", c->arch, resnet_param_count(r->model.net),
             d->classes, d->channels, c->res_end, c->res_end);
     if (c->res_start != c->res_end)
         fprintf(stderr, "train: progressive resizing: %d px through epoch %d, %d px from epoch %d on, linear in between "
@@ -198,7 +198,7 @@ void runlog_banner(const Run *r) {
             world > 1 ? " per rank" : "", c->workers_auto ? ", auto" : "", c->lr,
             c->lr_schedule, c->epochs, r->log->out, c->resume[0] ? " (resumed)" : "");
     if (r->model.teacher)
-        fprintf(stderr, "train: teacher %s (%zu parameters) from %s\n", r->model.teacher->arch, r->model.teacher->n_params,
+        fprintf(stderr, "train: teacher %s (%zu parameters) from %s\n", r->model.teacher->arch, resnet_param_count(r->model.teacher),
                 strchr(c->teacher, ':') + 1);
     if (c->resume[0])
         fprintf(stderr, "train: resuming %s at epoch %d step %lld/%lld\n", c->resume, r->pos.epoch + 1,

@@ -105,10 +105,28 @@ void state_load_checkpoint(Run *r, const char *flag, const char *path, int resto
     if (m->class_hash != r->data->class_hash)
         ct_die("%s %s: class table differs from the shards' (hash %016llx vs %016llx): trained on another dataset",
                flag, path, (unsigned long long)m->class_hash, (unsigned long long)r->data->class_hash);
+    // Files written before the parameter padding (nn/resnet.h) hold the tensors back to back: the
+    // real count instead of the padded one. Their arrays move to the padded layout here.
+    int packed = m->n_params != net->n_params && m->n_params == resnet_param_count(net);
+    if (packed) {
+        float **arrays[3] = {&ck.params, &ck.momentum, &ck.ema_params};
+        for (int i = 0; i < 3; i++) {
+            if (!*arrays[i]) continue;
+            float *a = ct_alloc(net->n_params * sizeof(float));
+            resnet_params_unpack(net, a, *arrays[i]);
+            free(*arrays[i]);
+            *arrays[i] = a;
+        }
+        ck.meta.n_params = net->n_params;
+    }
     if (m->n_params != net->n_params || m->n_buffers != net->n_bufs || m->n_counts != net->n_counts)
         ct_die("%s %s: tensor sizes differ from a %s (%llu/%llu/%llu vs %zu/%zu/%zu)", flag, path, net->arch,
                (unsigned long long)m->n_params, (unsigned long long)m->n_buffers, (unsigned long long)m->n_counts,
                net->n_params, net->n_bufs, net->n_counts);
+    // The gaps hold zero whatever the file says (a hand-made file could break that).
+    float *flat[3] = {ck.params, ck.momentum, ck.ema_params};
+    for (int i = 0; i < 3; i++)
+        if (flat[i]) resnet_zero_padding(net, flat[i]);
     memcpy(net->params, ck.params, m->n_params * sizeof(float));
     memcpy(net->bufs, ck.buffers, m->n_buffers * sizeof(float));
     memcpy(net->counts, ck.counts, m->n_counts * sizeof(int64_t));
