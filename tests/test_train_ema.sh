@@ -193,8 +193,10 @@ for c, t in zip(ep, ref["epochs"]):
           % (c["epoch"], c["val_loss"], c["val_top1"], t["val_loss"], t["val_top1"], c["ema_val_loss"], c["ema_val_top1"],
              t["ema_val_loss"], t["ema_val_top1"], rel(c["ema_val_loss"], t["ema_val_loss"])))
     assert rel(c["val_loss"], t["val_loss"]) < 2e-3 and abs(c["val_top1"] - t["val_top1"]) <= one, "plain model"
-    # The check discriminates: the EMA is far from the plain model here.
-    assert rel(t["ema_val_loss"], t["val_loss"]) > 0.1, "EMA and plain evaluate alike: the run checks nothing"
+    # The check discriminates: PyTorch's EMA is at least 5x the tolerance below (2e-3) away from its
+    # plain model, so an EMA that is not applied, or averaged wrongly, fails (measured 2026-11-25:
+    # 0.104 after epoch 1, 0.029 after epoch 2).
+    assert rel(t["ema_val_loss"], t["val_loss"]) > 1e-2, "EMA and plain evaluate alike: the run checks nothing"
     assert rel(c["ema_val_loss"], t["ema_val_loss"]) < 2e-3, "EMA val loss"
     assert abs(c["ema_val_top1"] - t["ema_val_top1"]) <= one, "EMA val top-1"
 PY

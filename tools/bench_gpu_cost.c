@@ -19,7 +19,8 @@
 //   partial sums: 16 bytes per chunk and channel, written by bn_sums_k and read by its finish
 //   kernel; a weight gradient's split-K partials: splits x M x N fp32, written by the GEMM and read
 //   by reduce_splits_k, one launch more; the conv epilogue's BN tile statistics, 8 bytes per
-//   128-row tile and channel), priced by the plans themselves (batchnorm_gpu_chunks,
+//   128-row tile and channel; the backward's sums from a data-gradient epilogue (tiles per stride
+//   phase) or the stem's max pool), priced by the plans themselves (batchnorm_gpu_chunks,
 //   conv2d_gpu_wgrad_splits; each run checks them against the launches' grids); the rest is linear
 //   in the batch (activations and their gradients: b per image; weights, their gradients, per-channel
 //   vectors, optimizer state: a per step) and is fitted from the two runs. --check-batch B3 counts a
@@ -190,12 +191,23 @@ static void add_workspace(const ResNet *m, const TensorDim *dims, const CtCostLa
         x->wrd += bytes;
         g[op * 4].wwr += bytes;  // the conv before it (op - 1), forward
     } else if (strstr(c->name, "bn_finish_grad_tiles_k") && op + 1 < m->n_ops) {
-        // The backward's sums from the data-gradient epilogue of the conv after it (op + 1, part 2:
-        // PROF_BWD_DATA): the same 8 bytes per 128-row tile and channel.
+        // The backward's sums, 8 bytes per tile and channel, written by the op that reads the BN's
+        // output: the conv after it (its data-gradient epilogue, part 2: PROF_BWD_DATA; tiles per
+        // stride phase), the stem's max pool (its backward, part 3: PROF_BWD; 128-row tiles), or,
+        // for a fused tail, the conv after its ADD.
         const TensorDim *d = &dims[o->in];
-        double bytes = 8.0 * ((B * d->H * d->W + 127) / 128) * d->C;
+        int w = op + 1 < m->n_ops && m->ops[op + 1].kind == OP_ADD ? op + 2 : op + 1;
+        const Op *r = &m->ops[w];
+        int tiles = (B * d->H * d->W + 127) / 128, part = 3;
+        if (r->kind == OP_CONV) {
+            const TensorDim *ri = &dims[r->in];
+            ConvShape s = conv_shape(B, ri->H, ri->W, ri->C, r->K, r->R, r->S, r->stride, r->pad);
+            tiles = conv2d_gpu_dgrad_bn_tiles(&s);
+            part = 2;
+        }
+        double bytes = 8.0 * tiles * d->C;
         x->wrd += bytes;
-        g[(op + 2) * 4 + 2].wwr += bytes;
+        g[(w + 1) * 4 + part].wwr += bytes;
     } else if (o->kind == OP_CONV && (strstr(c->name, "gemm_tc2_k<2") || strstr(c->name, "gemm_tc_k<2"))) {
         const TensorDim *d = &dims[o->out];
         int cin = o->in == 0 && o->C < 8 ? 8 : o->C;  // the executor pads a thin stem to 8 channels
