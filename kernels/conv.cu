@@ -215,14 +215,14 @@ extern "C" int conv2d_gpu_dgrad_bn_tiles(const ConvShape *s) {
 
 // The data gradient on the engine `algo` resolves to; acc: din += the gradient (in place, one
 // rounding from fp32: the second contribution to a gradient slot) instead of din = it.
-// bn (may be NULL): its bn_* fields ask for the BN backward epilogue (conv2d_backward_data_bn_gpu,
+// bn (may be NULL): asks for the BN backward epilogue (conv2d_backward_data_bn_gpu,
 // conv2d_backward_data_tail_gpu), which only engine v2 runs, at strides 1 and 2 (every phase on
 // v2, each writing its own tiles): otherwise nothing runs and the result is 0 (CT_CONV_AUTO).
 static int conv_dgrad(const ConvShape *s, void *din, const void *dout, const void *w, CtDtype dt, ct_stream_t st,
-                      int algo, int acc, const GemmArgs *bn) {
+                      int algo, int acc, const ConvBnEpilogue *bn) {
     if (bn && (dt != CT_BF16 || s->stride * s->stride > CONV_BN_MAX_PHASES || conv_empty(s) || s->N <= 0 ||
-               s->H <= 0 || s->W <= 0 || s->C <= 0 || !ct_aligned(8, bn->bn_tiles) || !ct_aligned(4, bn->bn_x) ||
-               !ct_aligned(4, bn->bn_y)))
+               s->H <= 0 || s->W <= 0 || s->C <= 0 || !ct_aligned(8, bn->tiles) || !ct_aligned(4, bn->x) ||
+               !ct_aligned(4, bn->y)))
         return CT_CONV_AUTO;
     if (s->N <= 0 || s->H <= 0 || s->W <= 0 || s->C <= 0) return CT_CONV_GENERIC;
     if (conv_empty(s)) {  // no output pixel sees the input: the gradient is zero
@@ -242,13 +242,7 @@ static int conv_dgrad(const ConvShape *s, void *din, const void *dout, const voi
     if (algo == CT_CONV_WGMMA) algo = CT_CONV_TC2;  // forward only so far
     if (bn) {
         if (algo != CT_CONV_TC2) return CT_CONV_AUTO;
-        g.bn_x = bn->bn_x;
-        g.bn_y = bn->bn_y;
-        g.bn_mask = bn->bn_mask;
-        g.bn_gamma = bn->bn_gamma;
-        g.bn_beta = bn->bn_beta;
-        g.bn_mean = bn->bn_mean;
-        g.bn_invstd = bn->bn_invstd;
+        g.bn = *bn;  // tiles: set per phase below
         // Every phase must take v2, whose epilogue writes the tiles: else run nothing.
         for (int ph = 0; ph < s->stride; ph++)
             for (int pw = 0; pw < s->stride; pw++) {
@@ -270,7 +264,7 @@ static int conv_dgrad(const ConvShape *s, void *din, const void *dout, const voi
         for (int pw = 0; pw < s->stride; pw++) {
             dgrad_phase(s, &g, ph, pw);
             if (bn) {  // this phase's tiles follow the previous phases'
-                g.bn_tiles = bn->bn_tiles + (size_t)tile0 * 2 * s->C;
+                g.bn.tiles = bn->tiles + (size_t)tile0 * 2 * s->C;
                 tile0 += (g.M + CONV_BN_TILE_ROWS - 1) / CONV_BN_TILE_ROWS;
             }
             if (g.M <= 0 || (acc && g.K == 0 && !bn)) continue;
@@ -300,13 +294,13 @@ extern "C" int conv2d_backward_data_acc_gpu_ex(const ConvShape *s, void *din, co
 extern "C" int conv2d_backward_data_bn_gpu(const ConvShape *s, void *din, float *tiles, const void *dout,
                                            const void *w, const void *x, const float *gamma, const float *beta,
                                            const float *mean, const float *invstd, CtDtype dt, ct_stream_t st) {
-    GemmArgs bn = {};
-    bn.bn_x = x;
-    bn.bn_gamma = gamma;
-    bn.bn_beta = beta;
-    bn.bn_mean = mean;
-    bn.bn_invstd = invstd;
-    bn.bn_tiles = tiles;
+    ConvBnEpilogue bn = {};
+    bn.x = x;
+    bn.gamma = gamma;
+    bn.beta = beta;
+    bn.mean = mean;
+    bn.invstd = invstd;
+    bn.tiles = tiles;
     return conv_dgrad(s, din, dout, w, dt, st, CT_CONV_AUTO, 0, &bn) == CT_CONV_TC2;
 }
 
@@ -315,12 +309,12 @@ extern "C" int conv2d_backward_data_bn_gpu(const ConvShape *s, void *din, float 
 extern "C" int conv2d_backward_data_tail_gpu(const ConvShape *s, void *din, int acc, float *tiles, const void *dout,
                                              const void *w, const void *y, const uint8_t *mask, const void *x,
                                              const float *mean, CtDtype dt, ct_stream_t st) {
-    GemmArgs bn = {};
-    bn.bn_x = x;
-    bn.bn_y = y;
-    bn.bn_mask = mask;
-    bn.bn_mean = mean;
-    bn.bn_tiles = tiles;
+    ConvBnEpilogue bn = {};
+    bn.x = x;
+    bn.y = y;
+    bn.mask = mask;
+    bn.mean = mean;
+    bn.tiles = tiles;
     return conv_dgrad(s, din, dout, w, dt, st, CT_CONV_AUTO, acc, &bn) == CT_CONV_TC2;
 }
 

@@ -17,6 +17,18 @@ enum { GEMM_FWD = 0, GEMM_DGRAD = 1, GEMM_WGRAD = 2 };
 #define CV_UNROLL
 #endif
 
+// The data gradient's BN epilogue (conv.cu's conv2d_backward_data_bn_gpu / _tail_gpu): the input
+// was y = relu(bn(x)), so C gets the gradient masked by the ReLU recomputed from x, gamma, beta,
+// mean, invstd, and `tiles` per 128-row tile and channel its sums {g, g (x - mean)}. With y or mask
+// set, the input was a block tail's y = relu(bn(x) + res): the mask is y > 0, read from y or from
+// the bits the tail's forward wrote (relu_mask), and only mean is needed.
+typedef struct {
+    const void *x, *y;
+    const uint8_t *mask;
+    const float *gamma, *beta, *mean, *invstd;
+    float *tiles;
+} ConvBnEpilogue;
+
 // C[M,N] = sum_{k < K} A[M,k] B[k,N], operands gathered from the tensors of convolution `s`
 // according to the mode (see conv.cu). A linear layer is the 1x1 convolution of a 1x1 image.
 typedef struct {
@@ -40,16 +52,8 @@ typedef struct {
     // Epilogue options (conv.cu's entry points set them; zero means a plain store).
     float *stats;  // FWD on engine v2: per-tile BN statistics (conv2d_forward_stats_gpu)
     int c_acc;     // DGRAD: C += the product, in place (C = round(float(C) + acc), one rounding)
-    // DGRAD on engine v2 whose input was y = relu(bn(x)) (conv2d_backward_data_bn_gpu): C gets the
-    // gradient masked by the recomputed ReLU, bn_tiles per 128-row tile and channel its sums.
-    // bn_y set: the input was a block tail's y = relu(bn(x) + res) (conv2d_backward_data_tail_gpu):
-    // the mask is y > 0 (y is the conv's own input, read at C's rows), so gamma, beta and invstd
-    // are not needed; the sums are the same.
-    // bn_mask set: the mask bits the tail's forward wrote (relu_mask), read instead of y (bn_y unused).
-    const void *bn_x, *bn_y;
-    const uint8_t *bn_mask;
-    const float *bn_gamma, *bn_beta, *bn_mean, *bn_invstd;
-    float *bn_tiles;
+    // DGRAD on engine v2 with a batch norm's backward reductions in the epilogue (bn.tiles set).
+    ConvBnEpilogue bn;
 } GemmArgs;
 
 // Sets tc_ok, vec_a, vec_b for operands g->a, g->b of dtype dt.

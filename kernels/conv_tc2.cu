@@ -431,7 +431,7 @@ __global__ void __launch_bounds__(T2_THREADS) gemm_tc2_k(GemmArgs g, int tiles_m
     // BN backward in the data-gradient epilogue: the tile's per-channel constants (mean, the
     // forward's scale gamma * invstd and beta, so the ReLU mask is recomputed with its exact
     // operations) in shared memory, which the pipeline no longer uses.
-    const bool bn = MODE == GEMM_DGRAD && g.bn_tiles, tail = bn && (g.bn_y || g.bn_mask);
+    const bool bn = MODE == GEMM_DGRAD && g.bn.tiles, tail = bn && (g.bn.y || g.bn.mask);
     float *bn_c = (float *)sm;
     float gs[8][2][2];
     if (bn) {
@@ -440,10 +440,10 @@ __global__ void __launch_bounds__(T2_THREADS) gemm_tc2_k(GemmArgs g, int tiles_m
             int n = n0 + i;
             float mu = 0.f, sc = 0.f, be = 0.f;
             if (n < g.N) {
-                mu = ct_ld(g.bn_mean, n);
+                mu = ct_ld(g.bn.mean, n);
                 if (!tail) {
-                    sc = __fmul_rn(ct_ld(g.bn_gamma, n), ct_ld(g.bn_invstd, n));
-                    be = ct_ld(g.bn_beta, n);
+                    sc = __fmul_rn(ct_ld(g.bn.gamma, n), ct_ld(g.bn.invstd, n));
+                    be = ct_ld(g.bn.beta, n);
                 }
             }
             bn_c[i] = mu;
@@ -487,17 +487,17 @@ __global__ void __launch_bounds__(T2_THREADS) gemm_tc2_k(GemmArgs g, int tiles_m
                     }
                     uint32_t word = ct_f32_to_bf16(v0) | (uint32_t)ct_f32_to_bf16(v1) << 16;
                     if (bn) {  // mask by the forward's ReLU, then the sums
-                        const uint16_t *xp = (const uint16_t *)g.bn_x + row * g.N + n;
+                        const uint16_t *xp = (const uint16_t *)g.bn.x + row * g.N + n;
                         ct_check_vec_align(xp, sizeof(uint32_t));
                         CT_COST_ACCESS(xp, sizeof(uint32_t), false);
                         uint32_t xw = *(const uint32_t *)xp, yw = 0;
-                        if (tail && g.bn_mask) {  // the forward's mask bits, as y's sign pattern
+                        if (tail && g.bn.mask) {  // the forward's mask bits, as y's sign pattern
                             size_t e = row * g.N + n;
-                            CT_COST_ACCESS(g.bn_mask + e / 8, 1, false);
-                            unsigned b = g.bn_mask[e / 8] >> (e % 8);
+                            CT_COST_ACCESS(g.bn.mask + e / 8, 1, false);
+                            unsigned b = g.bn.mask[e / 8] >> (e % 8);
                             yw = (b & 1u ? 0x3f80u : 0u) | (b & 2u ? 0x3f800000u : 0u);  // bf16 1.0 or 0
                         } else if (tail) {  // the stored block output y: mask y > 0
-                            const uint16_t *yp = (const uint16_t *)g.bn_y + row * g.N + n;
+                            const uint16_t *yp = (const uint16_t *)g.bn.y + row * g.N + n;
                             ct_check_vec_align(yp, sizeof(uint32_t));
                             CT_COST_ACCESS(yp, sizeof(uint32_t), false);
                             yw = *(const uint32_t *)yp;
@@ -523,7 +523,7 @@ __global__ void __launch_bounds__(T2_THREADS) gemm_tc2_k(GemmArgs g, int tiles_m
             }
         }
     if (MODE == GEMM_FWD && g.stats) t2_tile_stats(acc, g.stats, g.M, g.N, m0, n0, wm, wn, lane, (float *)sm);
-    if (bn) t2_tile_gsums(gs, g.bn_tiles, g.N, m0, n0, wm, wn, lane, (float *)sm + 3 * T2_BN);
+    if (bn) t2_tile_gsums(gs, g.bn.tiles, g.N, m0, n0, wm, wn, lane, (float *)sm + 3 * T2_BN);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -556,7 +556,7 @@ extern "C" void ct_conv_tc2_run(int mode, GemmArgs g, float *work, float *final_
     if (mode != GEMM_FWD) g.stats = NULL;
     if (mode != GEMM_DGRAD) {
         g.c_acc = 0;
-        g.bn_tiles = NULL;
+        g.bn.tiles = NULL;
     }
     if (mode == GEMM_WGRAD && !g.no_split) {
         ct_conv_tc2_split(g.M, g.N, g.k_end, &splits, &g.k_split);

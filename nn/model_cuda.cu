@@ -145,8 +145,7 @@ static void forward_ops(GpuExec *e, const ResNet *m, int N, int train) {
                 float *mean = e->bnstat + e->bnstat_off[i], *invstd = mean + C;
                 uint8_t *mask = e->relu_mask[i];  // for the tail's backward in the next conv's epilogue
                 if (rbn) {
-                    const float *rmean = e->bnstat + e->bnstat_off[e->res_bn[i]];
-                    BnAffine rb = {rmean, rmean + C, pparam(e, m, rbn->w), pparam(e, m, rbn->b)};
+                    BnAffine rb = bn_affine(e, m, e->res_bn[i]);
                     e->mask_ok[i] = (uint8_t)batchnorm_add_bn_forward_train_gpu(
                         out, mean, invstd, rm, rv, in, tiles, e->act[rbn->in], rb, gamma, beta, M, C, BN_MOMENTUM,
                         BN_EPS, relu, mask, e->work, dt, st);
@@ -170,9 +169,7 @@ static void forward_ops(GpuExec *e, const ResNet *m, int N, int train) {
         case OP_MAXPOOL:
             if (e->pool_bn[i] >= 0 && train && !m->freeze_backbone) {  // relu(bn(x)) on the fly
                 const Op *bn = &m->ops[e->pool_bn[i]];
-                const float *mean = e->bnstat + e->bnstat_off[e->pool_bn[i]];
-                BnAffine a = {mean, mean + bn->C, pparam(e, m, bn->w), pparam(e, m, bn->b)};
-                maxpool_forward_bn_gpu(out, e->act[bn->in], a, N, di->H, di->W, di->C, op->R, op->stride, op->pad,
+                maxpool_forward_bn_gpu(out, e->act[bn->in], bn_affine(e, m, e->pool_bn[i]), N, di->H, di->W, di->C, op->R, op->stride, op->pad,
                                        dout->H, dout->W, dt, st);
                 break;
             }
@@ -459,8 +456,7 @@ static void backward_ops(GpuExec *e, const ResNet *m, GradReadyFn ready, void *c
             break;
         case OP_MAXPOOL: {
             const Op *bn = &m->ops[i - 1];  // e->bn_bwd[i]: the stem's BN + ReLU, read by the pool alone
-            const float *mean = e->bnstat + e->bnstat_off[i - 1];
-            BnAffine a = {mean, mean + bn->C, pparam(e, m, bn->w), pparam(e, m, bn->b)};
+            BnAffine a = bn_affine(e, m, i - 1);
             // pool_bn: y was never stored; the kernel recomputes it (and then always runs)
             if (e->bn_bwd[i] && !init[op->in] &&
                 maxpool_backward_bn_gpu(e->grad[op->in], e->work, gout, e->pool_bn[i] >= 0 ? NULL : in,

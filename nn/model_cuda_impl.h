@@ -127,6 +127,14 @@ static inline void dfree(void *p) {
 static inline const StateEntry *entry(const ResNet *m, int i) { return &m->entries[i]; }
 static inline float *pparam(GpuExec *e, const ResNet *m, int i) { return e->params + entry(m, i)->offset; }
 static inline float *pgrad(GpuExec *e, const ResNet *m, int i) { return e->grads + entry(m, i)->offset; }
+// BN op i's saved statistics (the last train forward's) and affine parameters, as the fused
+// kernels that apply or recompute it take them.
+static inline BnAffine bn_affine(GpuExec *e, const ResNet *m, int i) {
+    const Op *bn = &m->ops[i];
+    const float *mean = e->bnstat + e->bnstat_off[i];
+    BnAffine a = {mean, mean + bn->C, pparam(e, m, bn->w), pparam(e, m, bn->b)};
+    return a;
+}
 // Conv / linear weight operand in the activation dtype.
 static inline const void *wop(GpuExec *e, const ResNet *m, int i) {
     size_t off = entry(m, i)->offset;

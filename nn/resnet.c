@@ -73,6 +73,26 @@ static size_t align_up(size_t n) {
     return (n + RESNET_PARAM_ALIGN - 1) / RESNET_PARAM_ALIGN * RESNET_PARAM_ALIGN;
 }
 
+// The flat parameter layout, in the order backward produces the gradients (the ops walked
+// backwards): at[entry] = its offset, done[op] (may be NULL) = the end of its tensors; padded: each
+// tensor's end rounded up to RESNET_PARAM_ALIGN, else back to back (builds before the padding).
+// Returns the flat size.
+static size_t param_layout(const ResNet *m, int padded, size_t *at, size_t *done) {
+    size_t off = 0;
+    for (int i = m->n_ops - 1; i >= 0; i--) {
+        const Op *o = &m->ops[i];
+        int ids[2] = {o->w, o->b};
+        for (int k = 0; k < 2; k++) {
+            if (ids[k] < 0) continue;
+            at[ids[k]] = off;
+            off += m->entries[ids[k]].count;
+            if (padded) off = align_up(off);
+        }
+        if (done) done[i] = off;
+    }
+    return off;
+}
+
 static int new_slot(Builder *b, int C) {
     ResNet *m = b->m;
     if (m->n_tensors == b->cap_tensors) {
@@ -305,19 +325,14 @@ ResNet *resnet_create_ex(const char *arch, int in_channels, int num_classes, int
     // Parameter offsets in the order backward produces the gradients: walk the ops backwards.
     // Every tensor starts at a multiple of RESNET_PARAM_ALIGN elements (see resnet.h); an op's
     // grad_done includes the gap after its tensors, so the buckets cover the whole flat array.
-    size_t off = 0;
-    for (int i = m->n_ops - 1; i >= 0; i--) {
-        Op *o = &m->ops[i];
-        int ids[2] = {o->w, o->b};
-        for (int k = 0; k < 2; k++) {
-            if (ids[k] < 0) continue;
-            StateEntry *e = &m->entries[ids[k]];
-            e->offset = off;
-            off = align_up(off + e->count);
-        }
-        o->grad_done = off;
-    }
-    m->n_params = off;
+    size_t *at = ct_alloc(CT_MAX((size_t)m->n_entries, 1) * sizeof(size_t));
+    size_t *done = ct_alloc(CT_MAX((size_t)m->n_ops, 1) * sizeof(size_t));
+    m->n_params = param_layout(m, 1, at, done);
+    for (int i = 0; i < m->n_ops; i++) m->ops[i].grad_done = done[i];
+    for (int i = 0; i < m->n_entries; i++)
+        if (m->entries[i].kind == ENTRY_PARAM) m->entries[i].offset = at[i];
+    free(at);
+    free(done);
     m->params = ct_zalloc(CT_MAX(m->n_params, 1) * sizeof(float));
     m->bufs = ct_zalloc(CT_MAX(m->n_bufs, 1) * sizeof(float));
     m->counts = ct_zalloc(CT_MAX(m->n_counts, 1) * sizeof(int64_t));
@@ -347,23 +362,9 @@ size_t resnet_param_count(const ResNet *m) {
     return n;
 }
 
-// Offsets as builds before the padding laid them out: the same walk, tensors back to back.
-static size_t *packed_offsets(const ResNet *m) {
-    size_t *at = ct_alloc(CT_MAX((size_t)m->n_entries, 1) * sizeof(size_t)), off = 0;
-    for (int i = m->n_ops - 1; i >= 0; i--) {
-        const Op *o = &m->ops[i];
-        int ids[2] = {o->w, o->b};
-        for (int k = 0; k < 2; k++) {
-            if (ids[k] < 0) continue;
-            at[ids[k]] = off;
-            off += m->entries[ids[k]].count;
-        }
-    }
-    return at;
-}
-
 void resnet_params_unpack(const ResNet *m, float *dst, const float *packed) {
-    size_t *at = packed_offsets(m);
+    size_t *at = ct_alloc(CT_MAX((size_t)m->n_entries, 1) * sizeof(size_t));
+    param_layout(m, 0, at, NULL);  // the layout of builds before the padding
     memset(dst, 0, m->n_params * sizeof(float));
     for (int i = 0; i < m->n_entries; i++) {
         const StateEntry *e = &m->entries[i];
@@ -373,19 +374,12 @@ void resnet_params_unpack(const ResNet *m, float *dst, const float *packed) {
 }
 
 void resnet_zero_padding(const ResNet *m, float *flat) {
-    // Walk the layout as resnet_create laid it out: each op's tensors, then its gap.
-    size_t at = 0;
-    for (int i = m->n_ops - 1; i >= 0; i--) {
-        const Op *o = &m->ops[i];
-        int ids[2] = {o->w, o->b};
-        for (int k = 0; k < 2; k++) {
-            if (ids[k] < 0) continue;
-            const StateEntry *e = &m->entries[ids[k]];
-            if (e->offset > at) memset(flat + at, 0, (e->offset - at) * sizeof(float));
-            at = e->offset + e->count;
-        }
-        if (o->w >= 0 && o->grad_done > at) memset(flat + at, 0, (o->grad_done - at) * sizeof(float));
-        if (o->w >= 0) at = o->grad_done;
+    // The gaps are what follows each tensor up to the next multiple of RESNET_PARAM_ALIGN.
+    for (int i = 0; i < m->n_entries; i++) {
+        const StateEntry *e = &m->entries[i];
+        if (e->kind != ENTRY_PARAM) continue;
+        size_t end = e->offset + e->count;
+        memset(flat + end, 0, (align_up(end) - end) * sizeof(float));
     }
 }
 
