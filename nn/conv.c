@@ -12,6 +12,7 @@
 
 #include "nn/gemm.h"
 #include "nn/layers.h"
+#include "nn/conv_small.h"
 #include "nn/winograd.h"
 #include "util/common.h"
 
@@ -349,11 +350,16 @@ static int winograd_enabled(const ConvShape *s) {
     }
     return enabled && winograd_ok_k16(s);
 }
+static int small_enabled(void) { const char *v = getenv("CTRAIN_CPU_SMALL"); return !(v && !strcmp(v, "0")); }
 static int winograd_train_ok(const ConvShape *s) { return s->P * s->Q >= 64 && winograd_enabled(s); }
 
 void conv2d_forward(const ConvShape *s, float *out, const float *in, const float *w) {
     const size_t npq = (size_t)s->N * s->P * s->Q;
     const int rsc = s->R * s->S * s->C;
+    if (conv_small_ok(s) && small_enabled()) {
+        conv_small_forward(s, out, in, w);
+        return;
+    }
     if (winograd_train_ok(s)) {
         float *u = ct_alloc((size_t)16 * s->C * s->K * sizeof(float));
         winograd_weights(u, w, s->K, s->C);
@@ -366,8 +372,8 @@ void conv2d_forward(const ConvShape *s, float *out, const float *in, const float
         return;
     }
     // out[NPQ, K] = im2col(in)[NPQ, RSC] w^T; a pointwise conv's im2col is the input itself.
-    const GemmView a = is_pointwise(s) ? (GemmView){in, s->C, 1, NULL, 0, 0} : (GemmView){in, 0, 0, s, 0, 0};
-    const GemmView b = {w, 1, rsc, NULL, 0, 0};
+    const GemmView a = is_pointwise(s) ? (GemmView){in, s->C, 1, NULL, 0, 0, NULL} : (GemmView){in, 0, 0, s, 0, 0, NULL};
+    const GemmView b = {w, 1, rsc, NULL, 0, 0, NULL};
     sgemm_view((int)npq, s->K, rsc, &a, &b, out, s->K, 0);
 }
 
@@ -383,8 +389,8 @@ void conv2d_forward_ep(const ConvShape *s, float *out, const float *in, const fl
         direct_forward(s, out, in, wt, 1, &ep);
         return;
     }
-    const GemmView a = is_pointwise(s) ? (GemmView){in, s->C, 1, NULL, 0, 0} : (GemmView){in, 0, 0, s, 0, 0};
-    const GemmView b = {wt, s->K, 1, NULL, 0, packed};
+    const GemmView a = is_pointwise(s) ? (GemmView){in, s->C, 1, NULL, 0, 0, NULL} : (GemmView){in, 0, 0, s, 0, 0, NULL};
+    const GemmView b = {wt, s->K, 1, NULL, 0, packed, NULL};
     sgemm_view_ep((int)((size_t)s->N * s->P * s->Q), s->K, s->R * s->S * s->C, &a, &b, out, s->K, &ep);
 }
 
@@ -393,6 +399,10 @@ void conv2d_backward_data(const ConvShape *s, float *din, const float *dout, con
     const int rsc = s->R * s->S * s->C;
     if (is_pointwise(s)) {
         sgemm((int)npq, s->C, s->K, dout, s->K, 1, w, s->C, 1, din, s->C, 0);
+        return;
+    }
+    if (conv_small_ok(s) && small_enabled()) {
+        conv_small_backward_data(s, din, dout, w);
         return;
     }
     // The flipped-kernel route costs a weight transform (K x RSC); the col2im route a scatter
@@ -443,8 +453,8 @@ void conv2d_backward_weight(const ConvShape *s, float *dw, const float *dout, co
     while (G > 1 && (size_t)G * nw * sizeof(float) > ((size_t)16 << 20)) G--;
     const int pw = is_pointwise(s);
     if (G <= 1) {
-        const GemmView a = {dout, 1, K, NULL, 0, 0};
-        const GemmView b = pw ? (GemmView){in, s->C, 1, NULL, 0, 0} : (GemmView){in, 0, 0, s, 0, 0};
+        const GemmView a = {dout, 1, K, NULL, 0, 0, NULL};
+        const GemmView b = pw ? (GemmView){in, s->C, 1, NULL, 0, 0, NULL} : (GemmView){in, 0, 0, s, 0, 0, NULL};
         sgemm_view(K, rsc, (int)npq, &a, &b, dw, rsc, 0);
         return;
     }
@@ -453,8 +463,8 @@ void conv2d_backward_weight(const ConvShape *s, float *dw, const float *dout, co
 #pragma omp parallel for schedule(dynamic, 1)
     for (int g = 0; g < G; g++) {
         const size_t r0 = (size_t)g * chunk, rows = CT_MIN(chunk, npq - r0);
-        const GemmView a = {dout + r0 * K, 1, K, NULL, 0, 0};
-        const GemmView b = pw ? (GemmView){in + r0 * s->C, s->C, 1, NULL, 0, 0} : (GemmView){in, 0, 0, s, r0, 0};
+        const GemmView a = {dout + r0 * K, 1, K, NULL, 0, 0, NULL};
+        const GemmView b = pw ? (GemmView){in + r0 * s->C, s->C, 1, NULL, 0, 0, NULL} : (GemmView){in, 0, 0, s, r0, 0, NULL};
         sgemm_view(K, rsc, (int)rows, &a, &b, part + (size_t)g * nw, rsc, 0);
     }
 #pragma omp parallel for schedule(static)
@@ -473,6 +483,6 @@ size_t conv2d_packed_weights_size(const ConvShape *s) {
 
 void conv2d_pack_weights(const ConvShape *s, float *dst, const float *wt) {
     if (!conv2d_packed_weights_size(s)) ct_die("conv2d_pack_weights: this convolution does not take packed weights");
-    const GemmView b = {wt, s->K, 1, NULL, 0, 0};
+    const GemmView b = {wt, s->K, 1, NULL, 0, 0, NULL};
     sgemm_pack_b(dst, &b, s->R * s->S * s->C, s->K);
 }

@@ -246,8 +246,46 @@ PACK_CLONES static void pack_b_conv(float *restrict bp, const GemmView *B, int p
     }
 }
 
+// Element (i, j) of a block view (GemmBlocks).
+static inline const float *block_at(const GemmView *V, int i, int j) {
+    const GemmBlocks *b = V->blocks;
+    return V->p + b->off[(size_t)(i / b->bi) * b->nbj + j / b->bj] + (ptrdiff_t)(i % b->bi) * V->rs +
+           (ptrdiff_t)(j % b->bj) * V->cs;
+}
+
+// pack_b of a block view: each run of a row (cs == 1) or column within one block is a strided run.
+PACK_CLONES static void pack_b_blocks(float *restrict bp, const GemmView *B, int pc, int kc, int j0, int n, int nr) {
+    const GemmBlocks *b = B->blocks;
+    if (B->cs == 1) {
+        for (int p = 0; p < kc; p++) {
+            float *dst = bp + (size_t)p * nr;
+            for (int j = j0; j < j0 + n;) {
+                const int len = CT_MIN(b->bj - j % b->bj, j0 + n - j);
+                const float *src = block_at(B, pc + p, j);
+                for (int t = 0; t < len; t++) dst[j - j0 + t] = src[t];
+                j += len;
+            }
+            for (int j = n; j < nr; j++) dst[j] = 0.0f;
+        }
+        return;
+    }
+    for (int j = 0; j < n; j++)
+        for (int p = 0; p < kc;) {
+            const int len = CT_MIN(b->bi - (pc + p) % b->bi, kc - p);
+            const float *src = block_at(B, pc + p, j0 + j);
+            for (int t = 0; t < len; t++) bp[(size_t)(p + t) * nr + j] = src[t * B->rs];
+            p += len;
+        }
+    for (int p = 0; p < kc; p++)
+        for (int j = n; j < nr; j++) bp[(size_t)p * nr + j] = 0.0f;
+}
+
 // Strided view rows [pc, pc + kc), columns [j0, j0 + n) (n <= nr) -> bp[kc][nr], zero-padded.
 PACK_CLONES static void pack_b(float *restrict bp, const GemmView *B, int pc, int kc, int j0, int n, int nr) {
+    if (B->blocks) {
+        pack_b_blocks(bp, B, pc, kc, j0, n, nr);
+        return;
+    }
     if (B->cs == 1) {
         for (int p = 0; p < kc; p++) {
             const float *src = B->p + (pc + p) * B->rs + j0;
@@ -271,6 +309,18 @@ PACK_CLONES static void pack_a(float *restrict ap, const GemmView *A, int pc, in
     if (A->conv) {
         Pixel x = pixel_of(A->conv, A->row0 + i0);
         for (int i = 0; i < m; i++, pixel_next(A->conv, &x)) conv_row(A->conv, A->p, x, pc, kc, ap + (size_t)i * AS);
+    } else if (A->blocks) {
+        const int bj = A->blocks->bj;
+        for (int i = 0; i < m; i++) {
+            float *dst = ap + (size_t)i * AS - pc;
+            for (int j = pc; j < pc + kc;) {
+                const int len = CT_MIN(bj - j % bj, pc + kc - j);
+                const float *src = block_at(A, i0 + i, j);
+                if (A->cs == 1) memcpy(dst + j, src, (size_t)len * sizeof(float));
+                else for (int t = 0; t < len; t++) dst[j + t] = src[t * A->cs];
+                j += len;
+            }
+        }
     } else if (A->cs == 1) {
         for (int i = 0; i < m; i++)
             memcpy(ap + (size_t)i * AS, A->p + (ptrdiff_t)(i0 + i) * A->rs + pc, (size_t)kc * sizeof(float));
@@ -311,6 +361,7 @@ static void gemm_run(int M, int N, int K, const GemmView *A, const GemmView *B, 
             for (int i = 0; i < M; i++) memset(C + (ptrdiff_t)i * ldc, 0, (size_t)N * sizeof(float));
         return;
     }
+    if ((A->blocks && A->conv) || (B->blocks && (B->conv || B->packed))) ct_die("sgemm: a block view is a strided view");
     const Ukr u = pick_kernel(M, N, B->packed);
     const int mr = u.mr, nr = u.nr;
     const int MC = mr * (112 / mr);
@@ -422,6 +473,6 @@ void sgemm_view_ep(int M, int N, int K, const GemmView *A, const GemmView *B, fl
 
 void sgemm(int M, int N, int K, const float *A, ptrdiff_t a_rs, ptrdiff_t a_cs, const float *B,
            ptrdiff_t b_rs, ptrdiff_t b_cs, float *C, ptrdiff_t ldc, int accumulate) {
-    const GemmView a = {A, a_rs, a_cs, NULL, 0, 0}, b = {B, b_rs, b_cs, NULL, 0, 0};
+    const GemmView a = {A, a_rs, a_cs, NULL, 0, 0, NULL}, b = {B, b_rs, b_cs, NULL, 0, 0, NULL};
     sgemm_view(M, N, K, &a, &b, C, ldc, accumulate);
 }

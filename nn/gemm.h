@@ -23,12 +23,21 @@ void sgemm(int M, int N, int K, const float *A, ptrdiff_t a_rs, ptrdiff_t a_cs, 
 // materialised (row m = output pixel (n, p, q), column (r, s, c) = input pixel
 // (n, p*stride - pad + r, q*stride - pad + s), channel c, zero in the padding), built on the fly
 // while packing. row0/col0 shift the origin of the im2col view.
+// A block view (GemmView.blocks) cuts the matrix into bi x bj blocks, each a strided view with its
+// own origin: element (i, j) is p[off[(i / bi) * nbj + j / bj] + (i % bi) * rs + (j % bj) * cs].
+// A convolution on a map no larger than its kernel's reach is one GEMM whose blocks are the
+// kernel's taps (nn/conv_small.c), read in place from the weights.
+typedef struct {
+    const ptrdiff_t *off;  // [rows / bi][nbj] block origins (>= 0)
+    int bi, bj, nbj;
+} GemmBlocks;
 typedef struct {
     const float *p;
     ptrdiff_t rs, cs;
     const ConvShape *conv;  // NULL: strided view
     size_t row0;
-    int packed;             // B only: p holds panels from sgemm_pack_b (rs, cs, conv unused)
+    int packed;                // B only: p holds panels from sgemm_pack_b (rs, cs, conv unused)
+    const GemmBlocks *blocks;  // NULL: one block (plain strided view); not with conv or packed
 } GemmView;
 void sgemm_view(int M, int N, int K, const GemmView *A, const GemmView *B, float *C, ptrdiff_t ldc,
                 int accumulate);

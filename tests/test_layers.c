@@ -45,6 +45,53 @@ static void test_gemm(void) {
     }
 }
 
+// Block views (GemmBlocks) as A and as B, row- and column-contiguous, with blocks that straddle
+// the micro-kernel's rows, the 32-wide B slivers and the 256-deep K blocks.
+static const float *block_elem(const GemmView *v, int i, int j) {
+    const GemmBlocks *b = v->blocks;
+    return v->p + b->off[(size_t)(i / b->bi) * b->nbj + j / b->bj] + (ptrdiff_t)(i % b->bi) * v->rs +
+           (ptrdiff_t)(j % b->bj) * v->cs;
+}
+static GemmView random_block_view(int rows, int cols, GemmBlocks *b, ptrdiff_t **off, float **store) {
+    b->bi = rnd(1, rows), b->bj = rnd(1, cols), b->nbj = (cols + b->bj - 1) / b->bj;
+    const int nbi = (rows + b->bi - 1) / b->bi, nblk = nbi * b->nbj, contig_rows = rnd(0, 1);
+    const ptrdiff_t rs = contig_rows ? b->bj : 1, cs = contig_rows ? 1 : b->bi, size = (ptrdiff_t)b->bi * b->bj;
+    const int pool = rnd(1, nblk);  // fewer stored blocks than blocks: views share them, like taps
+    *store = rand_buf((size_t)pool * size, 1);
+    *off = ct_alloc((size_t)nblk * sizeof(ptrdiff_t));
+    for (int i = 0; i < nblk; i++) (*off)[i] = rnd(0, pool - 1) * size;
+    b->off = *off;
+    return (GemmView){*store, rs, cs, NULL, 0, 0, b};
+}
+static void test_gemm_blocks(void) {
+    for (int it = 0; it < 24; it++) {
+        const int M = rnd(1, 70), N = rnd(1, 90), K = it < 2 ? 600 : rnd(1, 300), a_blk = it % 2;
+        GemmBlocks bl;
+        ptrdiff_t *off;
+        float *store, *plain;
+        const int vr = a_blk ? M : K, vc = a_blk ? K : N;
+        const GemmView v = random_block_view(vr, vc, &bl, &off, &store);
+        plain = rand_buf((size_t)(a_blk ? K * N : M * K), 1);
+        const GemmView p = a_blk ? (GemmView){plain, N, 1, NULL, 0, 0, NULL} : (GemmView){plain, K, 1, NULL, 0, 0, NULL};
+        float *C = ct_alloc((size_t)M * N * sizeof(float));
+        sgemm_view(M, N, K, a_blk ? &v : &p, a_blk ? &p : &v, C, N, 0);
+        double num = 0, den = 0;
+        for (int i = 0; i < M; i++)
+            for (int j = 0; j < N; j++) {
+                double s = 0;
+                for (int k = 0; k < K; k++)
+                    s += a_blk ? (double)*block_elem(&v, i, k) * plain[(size_t)k * N + j]
+                               : (double)plain[(size_t)i * K + k] * *block_elem(&v, k, j);
+                num += (C[(size_t)i * N + j] - s) * (C[(size_t)i * N + j] - s);
+                den += s * s;
+            }
+        const double err = sqrt(num / (den + 1e-30));
+        CHECK(err < 1e-5, "sgemm[%s] block view as %s M=%d N=%d K=%d blocks %dx%d rs=%td cs=%td: rel err %g",
+              sgemm_kernel_name(), a_blk ? "A" : "B", M, N, K, bl.bi, bl.bj, v.rs, v.cs, err);
+        free(C), free(plain), free(store), free(off);
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 static double in_at(const ConvShape *s, const float *in, int n, int h, int w, int c) {
     if (h < 0 || h >= s->H || w < 0 || w >= s->W) return 0;
@@ -138,6 +185,15 @@ static void test_conv(void) {
         {2, 5, 3, 16, 64, 3, 3, 1, 1},
         {2, 16, 18, 64, 64, 3, 3, 1, 1},
         {4, 32, 34, 32, 32, 3, 3, 1, 1},
+        // Maps within the kernel's reach (nn/conv_small.c: one GEMM over pixel pairs, the weights
+        // a block view): 2x1 and 1x2 maps, channel blocks that straddle the 32-wide column
+        // slivers (C 5, K 7) and the 256-deep K blocks (4 x 70 channels), 5x5 on 3x3, 7x7 on 4x3.
+        {3, 2, 1, 5, 7, 3, 3, 1, 1},
+        {2, 1, 2, 70, 33, 3, 3, 1, 1},
+        {3, 2, 2, 70, 45, 3, 3, 1, 1},
+        {2, 3, 3, 5, 40, 5, 5, 1, 2},
+        {1, 4, 3, 9, 20, 7, 7, 1, 3},
+        {33, 2, 2, 16, 48, 3, 3, 1, 1},
     };
     for (size_t i = 0; i < CT_ARRAY_LEN(fixed); i++) {
         const int *f = fixed[i];
@@ -713,6 +769,7 @@ int main(void) {
         }
         printf("kernel %s\n", kernels[i]);
         test_gemm();
+        test_gemm_blocks();
         test_conv();
         test_batchnorm();
         test_batchnorm_add();
