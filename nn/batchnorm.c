@@ -143,11 +143,66 @@ static void channel_sums(double *s1, double *s2, int mode, const float *x, const
     free(part);
 }
 
+// The row loops of affine and batchnorm_add_backward for C a multiple of 16, written out in
+// AVX-512: the portable build targets baseline x86-64, where GCC left them scalar or 4 wide (at
+// 16 channels the backward's row loop took 11% of resnet20's step). The same operations in the
+// same order (no fused multiply-add), so the same bits; each vector's loads precede its stores,
+// so dx and dres may alias dy as in the C loop.
+#if defined(__GNUC__) && defined(__x86_64__)
+#define HAVE_ROWS16 1
+__attribute__((target("avx512f"))) static void affine_rows16(float *y, const float *x, const float *res,
+                                                              const float *mean, const float *scale,
+                                                              const float *beta, int r0, int r1, int C, int relu) {
+    for (int r = r0; r < r1; r++)
+        for (int c = 0; c < C; c += 16) {
+            const size_t o = (size_t)r * C + c;
+            __m512 v = _mm512_sub_ps(_mm512_loadu_ps(x + o), _mm512_loadu_ps(mean + c));
+            v = _mm512_add_ps(_mm512_mul_ps(v, _mm512_loadu_ps(scale + c)), _mm512_loadu_ps(beta + c));
+            if (res) v = _mm512_add_ps(v, _mm512_loadu_ps(res + o));
+            if (relu) v = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_GT_OQ), v);
+            _mm512_storeu_ps(y + o, v);
+        }
+}
+__attribute__((target("avx512f"))) static void backward_rows16(float *dx, float *dres, int res_acc, const float *dy,
+                                                                const float *x, const float *y, const float *k0,
+                                                                const float *k1, const float *k2, int r0, int r1,
+                                                                int C) {
+    for (int r = r0; r < r1; r++)
+        for (int c = 0; c < C; c += 16) {
+            const size_t o = (size_t)r * C + c;
+            __m512 g = _mm512_loadu_ps(dy + o);
+            if (y) g = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(_mm512_loadu_ps(y + o), _mm512_setzero_ps(), _CMP_GT_OQ), g);
+            const __m512 xv = _mm512_loadu_ps(x + o);
+            if (dres) _mm512_storeu_ps(dres + o, res_acc ? _mm512_add_ps(_mm512_loadu_ps(dres + o), g) : g);
+            const __m512 d = _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(k0 + c), g), _mm512_mul_ps(_mm512_loadu_ps(k1 + c), xv));
+            _mm512_storeu_ps(dx + o, _mm512_add_ps(d, _mm512_loadu_ps(k2 + c)));
+        }
+}
+#else
+#define HAVE_ROWS16 0
+#endif
+
+// Rows per OpenMP chunk of the vectorised row loops (a fixed static split: which thread writes a
+// row never changes what it writes).
+#define ROWS_CHUNK 256
+
+// The AVX-512 row loops go with the AVX-512 GEMM kernel, like the sums (forcing "generic" tests
+// the C loops).
+static int rows16(int C) { return HAVE_ROWS16 && C % 16 == 0 && !strcmp(sgemm_kernel_name(), "avx512"); }
+
 // y = (x - mean[c]) * scale[c] + beta[c] [+ res], optionally clamped at zero. Subtracting the mean
 // first (rather than folding it into a shift) avoids cancellation when invstd is large. The
 // residual is added to the float BN output, exactly as add_forward adds two tensors.
 static void affine(float *y, const float *x, const float *res, const float *mean, const float *scale,
                    const float *beta, int M, int C, int relu) {
+#if HAVE_ROWS16
+    if (rows16(C)) {
+#pragma omp parallel for schedule(static)
+        for (int r0 = 0; r0 < M; r0 += ROWS_CHUNK)
+            affine_rows16(y, x, res, mean, scale, beta, r0, CT_MIN(M, r0 + ROWS_CHUNK), C, relu);
+        return;
+    }
+#endif
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < M; r++) {
         const size_t o = (size_t)r * C;
@@ -251,6 +306,16 @@ void batchnorm_add_backward(float *dx, float *dres, int res_acc, float *dgamma, 
         k1[c] = (float)(-a * b);
         k2[c] = (float)(a * (b * save_mean[c] - sg[c] / M));
     }
+#if HAVE_ROWS16
+    if (rows16(C)) {
+#pragma omp parallel for schedule(static)
+        for (int r0 = 0; r0 < M; r0 += ROWS_CHUNK)
+            backward_rows16(dx, dres, res_acc, dy, x, y, k0, k1, k2, r0, CT_MIN(M, r0 + ROWS_CHUNK), C);
+        free(k0);
+        free(sg);
+        return;
+    }
+#endif
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < M; r++) {
         const size_t o = (size_t)r * C;

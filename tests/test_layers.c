@@ -757,6 +757,38 @@ static void test_batchnorm_add(void) {
     }
 }
 
+// The AVX-512 row loops of batch norm (C % 16 == 0) against the C loops, bit for bit: forward with
+// and without residual and ReLU, backward with the mask, the residual gradient written, added,
+// and aliasing the output gradient in place (as the executor calls it).
+static void test_batchnorm_rows_bits(void) {
+    if (!sgemm_set_kernel("avx512")) {
+        printf("bn row loops: no AVX-512 here, skipped\n");
+        return;
+    }
+    for (int it = 0; it < 8; it++) {
+        const int M = rnd(1, 1500), C = 16 * rnd(1, 4), relu = it % 2, acc = it / 2 % 2, alias = it / 4;
+        const size_t n = (size_t)M * C;
+        float *x = rand_buf(n, 2), *res = rand_buf(n, 2), *gamma = rand_buf(C, 1), *beta = rand_buf(C, 1);
+        float *dz = rand_buf(n, 1), *r0 = rand_buf(n, 1), *out[2][6];
+        for (int k = 0; k < 2; k++) {
+            sgemm_set_kernel(k ? "generic" : "avx512");
+            float *y = ct_alloc(n * 4), *mean = ct_alloc(C * 4), *inv = ct_alloc(C * 4), *dx = ct_alloc(n * 4);
+            float *dr = ct_alloc(n * 4), *dgb = ct_alloc(C * 8);
+            batchnorm_add_forward_train(y, mean, inv, NULL, NULL, x, it % 3 ? res : NULL, gamma, beta, M, C, 0.1f, 1e-5f, relu);
+            memcpy(dr, alias ? dz : r0, n * 4);  // alias: dres is the output gradient's own buffer
+            batchnorm_add_backward(dx, dr, acc, dgb, dgb + C, alias ? dr : dz, x, relu ? y : NULL, gamma, mean, inv, M, C);
+            out[k][0] = y, out[k][1] = mean, out[k][2] = inv, out[k][3] = dx, out[k][4] = dr, out[k][5] = dgb;
+        }
+        const size_t sz[6] = {n, C, C, n, n, 2 * (size_t)C};
+        int same = 1;
+        for (int j = 0; j < 6; j++) same &= !memcmp(out[0][j], out[1][j], sz[j] * 4);
+        CHECK(same, "bn row loops M=%d C=%d relu=%d acc=%d alias=%d: AVX-512 and C loops differ", M, C, relu, acc, alias);
+        for (int k = 0; k < 2; k++)
+            for (int j = 0; j < 6; j++) free(out[k][j]);
+        free(x), free(res), free(gamma), free(beta), free(dz), free(r0);
+    }
+}
+
 int main(void) {
     setenv("CTRAIN_CPU_WINOGRAD", "1", 1);  // the training step's Winograd route (nn/conv.c), the default
     test_rng = rng_make(1234, 0, 0);
@@ -774,6 +806,7 @@ int main(void) {
         test_batchnorm();
         test_batchnorm_add();
     }
+    test_batchnorm_rows_bits();
     sgemm_set_kernel(dflt);
     test_winograd_accuracy();
     test_winograd_wgrad();
