@@ -333,8 +333,10 @@ static void direct_backward_weight(const ConvShape *s, float *dw, const float *d
 // Training forwards (and the stride-1 data gradients, which are forwards) of the 3x3 stride-1
 // layers with 16+ output channels run as Winograd F(2x2, 3x3) (nn/winograd.h): 16 multiplies per
 // 2x2 outputs instead of 36, 1.4-1.6x faster than the direct kernels on resnet20/18's 32-128
-// channel layers (tools/bench_layers; 1.1x on the 16-channel ones). Below 8x8 feature maps the
-// per-call weight transform (16 C K) outweighs the saving. Their weight gradients run as 16 GEMMs
+// channel layers (tools/bench_layers; 1.1x on the 16-channel ones), from 4x4 maps on (256 -> 256
+// at 4x4, batch 32: 2.1 ms against the GEMM's 3.2, the per-call weight transform included; 2x2
+// and 1x1 maps take nn/conv_small.c). The data gradient's filters are transformed straight from w
+// (winograd_weights_flipped), without a flipped copy. Their weight gradients run as 16 GEMMs
 // in the Winograd domain on every map size (no weight transform there) from 32x32 channels on
 // (at 16 the per-tile transforms cost what the products save: the direct kernel stays). The choice depends on the
 // shape only (never on the batch or thread count). On by default; CTRAIN_CPU_WINOGRAD=0 keeps the
@@ -351,7 +353,7 @@ static int winograd_enabled(const ConvShape *s) {
     return enabled && winograd_ok_k16(s);
 }
 static int small_enabled(void) { const char *v = getenv("CTRAIN_CPU_SMALL"); return !(v && !strcmp(v, "0")); }
-static int winograd_train_ok(const ConvShape *s) { return s->P * s->Q >= 64 && winograd_enabled(s); }
+static int winograd_train_ok(const ConvShape *s) { return s->P * s->Q >= 16 && winograd_enabled(s); }
 
 void conv2d_forward(const ConvShape *s, float *out, const float *in, const float *w) {
     const size_t npq = (size_t)s->N * s->P * s->Q;
@@ -404,6 +406,17 @@ void conv2d_backward_data(const ConvShape *s, float *din, const float *dout, con
     if (conv_small_ok(s) && small_enabled()) {
         conv_small_backward_data(s, din, dout, w);
         return;
+    }
+    // Stride 1 on Winograd: the flipped kernel's filters are transformed straight from w.
+    if (s->R == 3 && s->S == 3 && s->stride == 1 && s->pad == 1) {
+        const ConvShape ts = conv_shape(s->N, s->P, s->Q, s->K, s->C, 3, 3, 1, 1);
+        if (winograd_train_ok(&ts)) {
+            float *u = ct_alloc((size_t)16 * s->C * s->K * sizeof(float));
+            winograd_weights_flipped(u, w, s->K, s->C);
+            conv3x3_winograd_ep(&ts, din, dout, u, NULL, NULL, 0);
+            free(u);
+            return;
+        }
     }
     // The flipped-kernel route costs a weight transform (K x RSC); the col2im route a scatter
     // (NPQ x RSC). Late ResNet stages have more weights than output pixels: they take col2im.

@@ -16,6 +16,10 @@ int winograd_ok(const ConvShape *s);
 int winograd_ok_k16(const ConvShape *s);
 // u[16][C][K] = the filters w[K,3,3,C] (KRSC) in the Winograd domain (G g G^T, in double).
 void winograd_weights(float *u, const float *w, int K, int C);
+// u[16][K][C] = the filters of the data gradient's convolution (dout[N,P,Q,K] -> din[N,H,W,C]: w
+// turned by 180 degrees, K and C swapped) in the Winograd domain, for conv3x3_winograd_ep with
+// C and K exchanged; the bits winograd_weights gives for that flipped copy of w.
+void winograd_weights_flipped(float *u, const float *w, int K, int C);
 // out[N,P,Q,K] = relu?(conv(in, w) + bias[k] + res), w given as winograd_weights' u. bias and res
 // may be NULL. Same bits for any thread count and batch size.
 void conv3x3_winograd_ep(const ConvShape *s, float *out, const float *in, const float *u, const float *bias,

@@ -170,12 +170,14 @@ static void test_conv(void) {
         {1, 10, 10, 16, 16, 5, 5, 3, 2},
         {1, 15, 13, 3, 16, 7, 7, 2, 3}, // backward-weight over K for C % 16 != 0: 21 items = 16+4+1
         {2, 7, 9, 20, 16, 3, 3, 1, 1},  // 60 items = 3x16+8+4
-        // Winograd F(2x2, 3x3) (3x3 stride 1 pad 1, P * Q >= 64): odd edges, a 32-channel block
+        // Winograd F(2x2, 3x3) (3x3 stride 1 pad 1, P * Q >= 16): odd edges, a 32-channel block
         // and a 16-channel remainder (K 48), and its flipped backward-data (C 48 -> 16).
         {2, 9, 11, 16, 48, 3, 3, 1, 1},
         {1, 9, 9, 16, 16, 3, 3, 1, 1},   // batch 1, odd 9x9: ragged last tile row and column
         {3, 11, 8, 32, 16, 3, 3, 1, 1},  // K 16 only (remainder block alone); odd H, even W
-        {1, 8, 8, 128, 32, 3, 3, 1, 1},  // 8x8 (the smallest map it takes), 128 -> 32 and back
+        {1, 8, 8, 128, 32, 3, 3, 1, 1},  // 128 -> 32 and back (the flipped filters of the data gradient)
+        {2, 4, 4, 32, 48, 3, 3, 1, 1},   // 4x4, the smallest map it takes
+        {3, 5, 4, 16, 32, 3, 3, 1, 1},   // 5x4: a clipped tile row
         {1, 7, 10, 48, 64, 3, 3, 1, 1},  // 70 pixels: tiles split across two 28-tile blocks
         // Winograd weight gradient (32x32+ channels, any map size): the tile-group route (K C <=
         // 1024) and the per-xi route, a 1x1 map (one tile, three of its outputs clipped), 2x2
@@ -789,6 +791,36 @@ static void test_batchnorm_rows_bits(void) {
     }
 }
 
+// winograd_weights' AVX-512 path against its scalar loop (the generic kernel forced), bit for bit,
+// and winograd_weights_flipped against winograd_weights of an explicitly flipped, channel-swapped
+// copy: the data gradient's filters must be exactly those of the flipped convolution.
+static void test_winograd_weights_bits(void) {
+    const int shapes[][2] = {{16, 16}, {32, 48}, {64, 16}, {5, 7}, {48, 80}};
+    for (size_t i = 0; i < CT_ARRAY_LEN(shapes); i++) {
+        const int K = shapes[i][0], C = shapes[i][1];
+        const size_t nw = (size_t)K * 9 * C, nu = (size_t)16 * K * C;
+        float *w = rand_buf(nw, 1), *wf = ct_alloc(nw * sizeof(float));
+        float *u[2], *uf[2], *ref = ct_alloc(nu * sizeof(float));
+        for (int k = 0; k < K; k++)
+            for (int r = 0; r < 3; r++)
+                for (int t = 0; t < 3; t++)
+                    for (int c = 0; c < C; c++)
+                        wf[(((size_t)c * 3 + r) * 3 + t) * K + k] = w[(((size_t)k * 3 + 2 - r) * 3 + 2 - t) * C + c];
+        for (int v = 0; v < 2; v++) {
+            if (!sgemm_set_kernel(v ? "generic" : "avx512")) sgemm_set_kernel("generic");
+            u[v] = ct_alloc(nu * sizeof(float)), uf[v] = ct_alloc(nu * sizeof(float));
+            winograd_weights(u[v], w, K, C);
+            winograd_weights_flipped(uf[v], w, K, C);
+        }
+        winograd_weights(ref, wf, C, K);
+        CHECK(!memcmp(u[0], u[1], nu * 4), "winograd_weights K%d C%d: AVX-512 and scalar differ", K, C);
+        CHECK(!memcmp(uf[0], ref, nu * 4) && !memcmp(uf[1], ref, nu * 4),
+              "winograd_weights_flipped K%d C%d: differs from the transform of the flipped filters", K, C);
+        free(w), free(wf), free(ref);
+        for (int v = 0; v < 2; v++) free(u[v]), free(uf[v]);
+    }
+}
+
 int main(void) {
     setenv("CTRAIN_CPU_WINOGRAD", "1", 1);  // the training step's Winograd route (nn/conv.c), the default
     test_rng = rng_make(1234, 0, 0);
@@ -807,6 +839,7 @@ int main(void) {
         test_batchnorm_add();
     }
     test_batchnorm_rows_bits();
+    test_winograd_weights_bits();
     sgemm_set_kernel(dflt);
     test_winograd_accuracy();
     test_winograd_wgrad();
