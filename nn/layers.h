@@ -32,8 +32,9 @@ void conv2d_forward(const ConvShape *s, float *out, const float *in, const float
 // Inference form (BN folded into the weights and bias): out = relu?(conv(in, w) + bias[k] + res),
 // each output tile finished while it is in cache. The weights come transposed, wt[R,S,C,K] (RSCK,
 // what the kernels read, made once when folding), or with packed = 1 as conv2d_pack_weights made
-// them. bias [K] and res [N,P,Q,K] may be NULL. Bit-identical to conv2d_forward (KRSC w) followed
-// by those additions in that order.
+// them. bias [K] and res [N,P,Q,K] may be NULL. Bit-identical to conv2d_forward (KRSC w) on its
+// direct/GEMM route (CTRAIN_CPU_WINOGRAD=0 CTRAIN_CPU_SMALL=0: the training step's Winograd and
+// small-map routes round differently) followed by those additions in that order.
 void conv2d_forward_ep(const ConvShape *s, float *out, const float *in, const float *wt, int packed,
                        const float *bias, const float *res, int relu);
 // Floats of s's weights packed once into GEMM panels (the GEMM route would otherwise pack them at

@@ -215,9 +215,11 @@ static void test_unfoldable(void) {
 }
 
 int main(void) {
-    // The references here are the direct convolutions: the training executor's Winograd route
-    // (conv2d_forward, nn/conv.c) stays off, so Winograd is compared against something else.
+    // The references here are the direct/GEMM convolutions: the training executor's Winograd and
+    // small-map routes (conv2d_forward, nn/conv.c) stay off, so Winograd is compared against
+    // something else and conv2d_forward_ep against the route it must match bit for bit.
     setenv("CTRAIN_CPU_WINOGRAD", "0", 1);
+    setenv("CTRAIN_CPU_SMALL", "0", 1);
     test_rng = rng_make(41, 0, 0);
     test_conv_ep();
     test_winograd();
