@@ -99,8 +99,13 @@ ok "LARS, fp32 cuda (emulated) vs cpu: $out"
 # CPU's: the first 7 records (epoch 1 at 4 px with its flip-averaged 6 px evaluation, then the
 # first two steps at 6 px) within 2e-5, the rest within 10% (measured: 1e-5 at most through step 6,
 # then this tiny, unstable problem decorrelates: 1e-3 at step 7, 4% in the last val loss).
+# The CPU run sums its convolutions directly (CTRAIN_CPU_WINOGRAD=0 CTRAIN_CPU_SMALL=0), in the
+# GPU's order: its default Winograd (4x4+ maps) and pixel-pair (2x2, 1x1) routes round otherwise,
+# and this unstable problem turns that into 8e-5 by step 4 and 9e-4 in epoch 1's val loss
+# (direct: 1.2e-6 through record 7); the routes themselves are held to float64 in test_layers.
 PR=($ARGS --res-start 4 --res-end 8 --res-ramp 0,2 --res-step 2 --val-crop-size 6 --tta flip --epochs 3)
-"$TRAIN" "$TMP/d" "${PR[@]}" --device cpu --out "$TMP/prc" >"$TMP/prc.log" 2>&1 || { cat "$TMP/prc.log"; fail "cpu progressive run"; }
+CTRAIN_CPU_WINOGRAD=0 CTRAIN_CPU_SMALL=0 "$TRAIN" "$TMP/d" "${PR[@]}" --device cpu --out "$TMP/prc" >"$TMP/prc.log" 2>&1 \
+  || { cat "$TMP/prc.log"; fail "cpu progressive run"; }
 "$EMU" "$TMP/d" "${PR[@]}" --device cuda --precision fp32 --out "$TMP/prg" >"$TMP/prg.log" 2>&1 \
   || { cat "$TMP/prg.log"; fail "cuda (emulated) progressive run"; }
 "$EMU" "$TMP/d" "${PR[@]}" --device cuda --precision fp32 --cuda-graphs off --out "$TMP/pre" >"$TMP/pre.log" 2>&1 \
