@@ -21,8 +21,9 @@
 //     skipped taps.
 // A third, engine v2 (kernels/conv_tc2.cu: 128x128 tiles, 4 stages, gather tables), takes the
 // bf16 convolutions whose operands are all vectorisable; conv_tc_engine() below picks it. A fourth,
-// the Hopper engine (kernels/conv_wgmma.cu: wgmma, warp-specialised), takes v2's forward shapes on
-// compute 9.0 when CTRAIN_CONV_ENGINE=wgmma.
+// the Hopper engine (kernels/conv_wgmma.cu: wgmma, warp-specialised), takes v2's shapes (forward,
+// data gradient phases, weight gradient) on compute 9.0 when CTRAIN_CONV_ENGINE=wgmma, except the
+// data gradient with a BN backward epilogue.
 // The weight gradient reduces over N*P*Q, which is long when K*R*S*C is small: the reduction is
 // cut into a number of splits that depends only on the shape (kernels/conv_split.cu's split_plan:
 // enough CTAs to fill the GPU, few enough that the partials' traffic stays small against the
@@ -52,8 +53,8 @@ static SplitPlan split_plan(int M, int N, int K, int bm, int bn, int bk) {
 }
 
 // Which tensor-core engine CT_CONV_AUTO takes for bf16: CTRAIN_CONV_ENGINE=v1|v2|wgmma (default
-// v2), so one GPU run can compare them. wgmma falls back to v2 for what it does not take (the
-// gradients, other devices), v2 to v1.
+// v2), so one GPU run can compare them. wgmma falls back to v2 for what it does not take (the BN
+// backward epilogues, other devices), v2 to v1.
 static int conv_tc_engine(int algo) {
     if (algo != CT_CONV_AUTO) return algo;
     const char *e = getenv("CTRAIN_CONV_ENGINE");
@@ -79,11 +80,11 @@ extern "C" size_t conv2d_gpu_work_floats(const ConvShape *s) {
 }
 
 // The split count of a bf16 weight-gradient GEMM (M = K_out, N = R*S*C, K = N*P*Q) on engine v1
-// (CT_CONV_TC) or v2 (CT_CONV_TC2): the plan depends on the batch, so tools/bench_gpu_cost.c asks
+// (CT_CONV_TC) or v2 (CT_CONV_TC2; the wgmma engine splits as v2): the plan depends on the batch, so tools/bench_gpu_cost.c asks
 // it for the split partials' traffic at a batch it did not run.
 extern "C" int conv2d_gpu_wgrad_splits(int algo, int M, int N, int K) {
     int splits, k_split;
-    if (algo == CT_CONV_TC2) ct_conv_tc2_split(M, N, K, &splits, &k_split);
+    if (algo == CT_CONV_TC2 || algo == CT_CONV_WGMMA) ct_conv_tc2_split(M, N, K, &splits, &k_split);  // one plan
     else splits = split_plan(M, N, K, tc_wgrad_bm(M), TC_BN, TC_BK).splits;
     return splits;
 }
@@ -159,7 +160,7 @@ static int conv_forward(const ConvShape *s, void *out, float *stats, const void 
         g.stats = stats;
     }
     if (algo == CT_CONV_WGMMA && ct_conv_wgmma_eligible(GEMM_FWD, &g)) {
-        ct_conv_wgmma_run(GEMM_FWD, g, (cudaStream_t)st);
+        ct_conv_wgmma_run(GEMM_FWD, g, NULL, NULL, (cudaStream_t)st);
         return CT_CONV_WGMMA;
     }
     if (algo == CT_CONV_WGMMA) algo = CT_CONV_TC2;
@@ -239,7 +240,7 @@ static int conv_dgrad(const ConvShape *s, void *din, const void *dout, const voi
     g.c_acc = acc;
     ct_gemm_tc_setup(&g, GEMM_DGRAD, dt);
     algo = g.tc_ok ? conv_tc_engine(algo) : algo;
-    if (algo == CT_CONV_WGMMA) algo = CT_CONV_TC2;  // forward only so far
+    if (bn && algo == CT_CONV_WGMMA) algo = CT_CONV_TC2;  // the BN epilogues are v2's (conv_wgmma.cu)
     if (bn) {
         if (algo != CT_CONV_TC2) return CT_CONV_AUTO;
         g.bn = *bn;  // tiles: set per phase below
@@ -259,7 +260,7 @@ static int conv_dgrad(const ConvShape *s, void *din, const void *dout, const voi
     // Tensor cores: one GEMM per stride phase (one in all for stride 1). A phase whose taps are
     // all skipped (1x1 stride 2, odd rows) still runs with K = 0 and writes its zeros (adds
     // nothing when accumulating, so it is skipped then, unless its BN epilogue must mask and sum).
-    int used = algo == CT_CONV_TC2 ? CT_CONV_TC2 : CT_CONV_TC, tile0 = 0;
+    int used = algo == CT_CONV_WGMMA ? CT_CONV_WGMMA : algo == CT_CONV_TC2 ? CT_CONV_TC2 : CT_CONV_TC, tile0 = 0;
     for (int ph = 0; ph < s->stride; ph++)
         for (int pw = 0; pw < s->stride; pw++) {
             dgrad_phase(s, &g, ph, pw);
@@ -268,7 +269,12 @@ static int conv_dgrad(const ConvShape *s, void *din, const void *dout, const voi
                 tile0 += (g.M + CONV_BN_TILE_ROWS - 1) / CONV_BN_TILE_ROWS;
             }
             if (g.M <= 0 || (acc && g.K == 0 && !bn)) continue;
-            if (algo == CT_CONV_TC2 && ct_conv_tc2_eligible(GEMM_DGRAD, &g)) {
+            if (algo == CT_CONV_WGMMA && ct_conv_wgmma_eligible(GEMM_DGRAD, &g)) {
+                ct_conv_wgmma_run(GEMM_DGRAD, g, NULL, NULL, (cudaStream_t)st);
+                continue;
+            }
+            if (algo >= CT_CONV_TC2 && ct_conv_tc2_eligible(GEMM_DGRAD, &g)) {
+                if (used == CT_CONV_WGMMA) used = CT_CONV_TC2;  // a phase wgmma does not take ran on v2
                 ct_conv_tc2_run(GEMM_DGRAD, g, NULL, NULL, (cudaStream_t)st);
                 continue;
             }
@@ -336,7 +342,11 @@ extern "C" int conv2d_backward_weight_gpu_ex(const ConvShape *s, float *dw, cons
     g.K = g.k_end = s->N * s->P * s->Q;
     ct_gemm_tc_setup(&g, GEMM_WGRAD, dt);
     algo = g.tc_ok ? conv_tc_engine(algo) : algo;
-    if (algo == CT_CONV_WGMMA) algo = CT_CONV_TC2;  // forward only so far
+    if (algo == CT_CONV_WGMMA && ct_conv_wgmma_eligible(GEMM_WGRAD, &g)) {
+        ct_conv_wgmma_run(GEMM_WGRAD, g, work, dw, (cudaStream_t)st);
+        return CT_CONV_WGMMA;
+    }
+    if (algo == CT_CONV_WGMMA) algo = CT_CONV_TC2;
     if (algo == CT_CONV_TC2 && ct_conv_tc2_eligible(GEMM_WGRAD, &g)) {
         ct_conv_tc2_run(GEMM_WGRAD, g, work, dw, (cudaStream_t)st);
         return CT_CONV_TC2;

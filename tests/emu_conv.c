@@ -128,10 +128,10 @@ static void test_conv(int N, int H, int W, int C, int K, int R, int S, int strid
             int e = algo == CT_CONV_WGMMA ? E_WG : algo == CT_CONV_TC2 ? E_TC2 : algo == CT_CONV_TC ? E_TC : dt == CT_BF16 ? E_BF16 : E_F32;
             double tol_act = dt == CT_BF16 ? 1e-2 : 1e-5;
             // v2 takes the shapes whose channel counts are multiples of 8 and hands the others to
-            // v1; wgmma takes the forward of those shapes and hands its gradients to v2.
+            // v1; wgmma takes the same shapes, forward and both gradients (every stride phase).
             int v8 = C % 8 == 0 && K % 8 == 0;
-            int want = algo >= CT_CONV_TC2 && !v8 ? CT_CONV_TC : algo == CT_CONV_WGMMA ? CT_CONV_TC2 : algo;
-            int want_fwd = algo == CT_CONV_WGMMA && v8 ? CT_CONV_WGMMA : want;
+            int want = algo >= CT_CONV_TC2 && !v8 ? CT_CONV_TC : algo;
+            int want_fwd = want;
 
             // Forward.
             int used = 0;
@@ -664,6 +664,12 @@ int main(void) {
         {2, 24, 24, 8, 136, 1, 1, 1, 0},
         {3, 16, 16, 16, 8, 3, 3, 1, 1},
         {2, 10, 10, 16, 24, 5, 5, 2, 2},
+        // The wgmma engine (128x128x64 tiles, 4-stage ring): more k-tiles than stages in the data
+        // gradient (K = 9*48 = 432: 7 tiles, the last partial) and a stride-2 one; a weight
+        // gradient over 2*13*13 = 338 pixels (6 k-tiles) with two ragged column tiles (N = 9*24).
+        {1, 6, 6, 64, 48, 3, 3, 1, 1},
+        {2, 9, 9, 24, 56, 3, 3, 2, 1},
+        {2, 13, 13, 24, 136, 3, 3, 1, 1},
     };
     for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++) {
         const int *f = fixed[i];
