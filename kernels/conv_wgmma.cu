@@ -1,5 +1,6 @@
-// Convolution engine for Hopper (CT_CONV_WGMMA, CTRAIN_CONV_ENGINE=wgmma): the forward implicit
-// GEMM of kernels/conv.cu on wgmma (kernels/ptx_wgmma.cuh), warp-specialised.
+// Convolution engine for Hopper (CT_CONV_WGMMA, CTRAIN_CONV_ENGINE=wgmma): the implicit GEMMs of
+// kernels/conv.cu (forward, data gradient, weight gradient) on wgmma (kernels/ptx_wgmma.cuh),
+// warp-specialised.
 //
 // Why: on engine v2 (mma.sync) every 16x8x16 product costs the issuing warp an instruction plus
 // its share of ldmatrix and address arithmetic (docs/BENCHMARKS.md: 2-3 issued instructions per
@@ -19,8 +20,10 @@
 // k-tile has landed (cp.async.wait_group 1) fences it to the async proxy and arrives on its full
 // barrier. Consumer: wait full, 4 wgmma (k16 steps: descriptor start + 32 bytes), commit, wait
 // for the previous k-tile's group, release its stage.
-// Takes the bf16 forward convolutions v2 takes (channel counts multiples of 8, 16-byte aligned
-// operands); runs only on compute 9.0 (and the emulator). The epilogue is v2's: bf16 pairs.
+// Takes the bf16 convolutions v2 takes (channel counts multiples of 8, 16-byte aligned operands)
+// but the data gradient's BN epilogues (ct_conv_wgmma_eligible says why); runs only on compute 9.0
+// (and the emulator). The epilogues are v2's: bf16 pairs (added in place with c_acc), fp32 pairs
+// for the weight gradient. The gradients' gathers and tile layouts: conv_wgmma_bwd_k below.
 #include "kernels/common.cuh"
 #include "kernels/act.cuh"  // ct_check_vec_align
 #include "kernels/conv_gemm.cuh"

@@ -72,8 +72,9 @@ void linear_backward_gpu(void *din, float *dw, float *db, const float *dout, con
 // error. Returns the engine that ran.
 // CT_CONV_TC2: engine v2 (kernels/conv_tc2.cu) where it takes the shape, v1 otherwise (the
 // return value says which ran). CT_CONV_AUTO on bf16 takes v2, or v1 with CTRAIN_CONV_ENGINE=v1.
-// CT_CONV_WGMMA: the Hopper engine (kernels/conv_wgmma.cu) for the forward convolutions v2 takes,
-// on compute 9.0; everything else as CT_CONV_TC2. CT_CONV_AUTO takes it with
+// CT_CONV_WGMMA: the Hopper engine (kernels/conv_wgmma.cu) for the convolutions v2 takes (forward,
+// data and weight gradients, but not the data gradient's BN epilogues), on compute 9.0; everything
+// else as CT_CONV_TC2. CT_CONV_AUTO takes it with
 // CTRAIN_CONV_ENGINE=wgmma (the default stays v2 until silicon has measured it).
 typedef enum { CT_CONV_AUTO = 0, CT_CONV_GENERIC = 1, CT_CONV_TC = 2, CT_CONV_TC2 = 3, CT_CONV_WGMMA = 4 } CtConvAlgo;
 int conv2d_forward_gpu_ex(const ConvShape *s, void *out, const void *in, const void *w, CtDtype dt,

@@ -1,4 +1,5 @@
-// Emulation of the Hopper PTX behind kernels/ptx_wgmma.cuh (the layouts are in its header).
+// Emulation of the Hopper PTX behind kernels/ptx_wgmma.cuh (the layouts, K-major and MN-major
+// (the transpose bits), are in its header).
 //
 // wgmma.mma_async: recorded per thread at issue and computed at the wgmma.wait_group that retires
 // its group, as a warp collective: warp w of the warpgroup owns rows 16w..16w+15 of D, so each
