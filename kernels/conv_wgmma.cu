@@ -213,10 +213,10 @@ __global__ void __launch_bounds__(WG_THREADS) conv_wgmma_fwd_k(GemmArgs g) {
 // carries); B = the flipped weights, N-major: k row (ri, si, k_out) is the weight row
 // w[k_out, r0 + ri*st, s0 + si*st, :], whose channels are contiguous, so a chunk is 8 input
 // channels and goes by cp.async as it is; the row offsets come from a per-CTA table in shared
-// memory (one load per row instead of two divisions). WGRAD: k runs over output pixels; A = dout
+// memory (one load per thread and k-tile). WGRAD: k runs over output pixels; A = dout
 // (M-major: a pixel's output channels are contiguous), B = the input's im2col (N-major: (r, s, c)
-// with c contiguous), each pixel row's (img, p, q) advanced with carries. Both read MN-major
-// tiles through the transpose bits. The split-K plan is engine v2's (ct_conv_tc2_split, a
+// with c contiguous), a thread pair per pixel row, its (img, p, q) advanced with carries. Both
+// read MN-major tiles through the transpose bits. The split-K plan is engine v2's (ct_conv_tc2_split, a
 // function of the shape only) and its partials are summed in split order by
 // ct_conv_reduce_splits, so the bits depend on nothing but the shape.
 template <int MODE>
@@ -250,8 +250,6 @@ __global__ void __launch_bounds__(WG_THREADS) conv_wgmma_bwd_k(GemmArgs g) {
 
     if (wg == 0) {
         const uint16_t *a = (const uint16_t *)g.a, *b = (const uint16_t *)g.b;
-        // MN-major tiles: chunk column qm (elements 8qm.. of the tile's 128), k rows rk + 8i.
-        const int qm = tid % 16, rk = tid / 16;
         if (MODE == GEMM_DGRAD) {
             // A as the forward's: chunk column q (k = k0 + 8q), rows r8 + 16i (phase pixels).
             int q = tid % 8, r8 = tid / 8;
@@ -270,8 +268,12 @@ __global__ void __launch_bounds__(WG_THREADS) conv_wgmma_bwd_k(GemmArgs g) {
                 a_y[i] = y;
                 a_x[i] = x;
             }
-            bool bcol = n0 + 8 * qm < g.N;
-            const uint16_t *bp = b + n0 + 8 * qm;
+            // B: k row kb2 = tid / 2, the 8 chunks of panel hb = tid % 2 (one table load per k-tile).
+            const int kb2 = tid / 2, hb = tid % 2;
+            int bcol = 0;  // bit u: chunk u of the panel inside the GEMM
+            WG_UNROLL
+            for (int u = 0; u < 8; u++) bcol |= (n0 + 64 * hb + 8 * u < g.N) << u;
+            const uint16_t *bp = b + n0 + 64 * hb;
             // The phase tap (ri, si) and output channel of this thread's A chunk column.
             int k = kb + q * 8, c = k % s.K, t = k / s.K, sx = t % g.ns, r = t / g.ns;
             const int dc = WG_BK % s.K, dt = WG_BK / s.K;
@@ -286,11 +288,11 @@ __global__ void __launch_bounds__(WG_THREADS) conv_wgmma_bwd_k(GemmArgs g) {
                     bool ok = kok && (unsigned)(a_y[i] - r) < (unsigned)s.P && (unsigned)(a_x[i] - sx) < (unsigned)s.Q;
                     ct_cp_async_cg16(As + wg_sw(r8 + 16 * i, q), ok ? a_row[i] + delta : a, ok ? 16 : 0);
                 }
+                int off = tab[kt * WG_BK + kb2];
                 WG_UNROLL
-                for (int i = 0; i < 8; i++) {
-                    int kk = rk + 8 * i, off = tab[kt * WG_BK + kk];
-                    bool ok = bcol && off >= 0;
-                    ct_cp_async_cg16(Bs + wg_sw_mn(kk, qm), ok ? bp + off : b, ok ? 16 : 0);
+                for (int u = 0; u < 8; u++) {
+                    bool ok = (bcol >> u & 1) && off >= 0;
+                    ct_cp_async_cg16(Bs + wg_sw_mn(kb2, 8 * hb + u), ok ? bp + off + 8 * u : b, ok ? 16 : 0);
                 }
                 ct_cp_async_commit();
                 k += WG_BK;
@@ -309,51 +311,53 @@ __global__ void __launch_bounds__(WG_THREADS) conv_wgmma_bwd_k(GemmArgs g) {
                 }
             }
         } else {
-            // A: dout rows j (pixels), columns m0 + 8qm; B: im2col rows j, columns n = n0 + 8qm,
-            // whose tap (r, s) and channel are fixed for the thread.
-            bool acol = m0 + 8 * qm < g.M;
-            const uint16_t *ap = a + (size_t)(kb + rk) * s.K + m0 + 8 * qm;
-            int n = n0 + 8 * qm, wr = 0x10000000, ws = 0, woff = 0;
-            if (n < g.N) {
-                int c = n % s.C, t = n / s.C;
-                ws = t % s.S;
-                wr = t / s.S;
-                woff = (wr * s.W + ws) * s.C + c;
-            }
-            int pq = s.P * s.Q, px_q[8], px_p[8], px_img[8];
+            // One pixel row j = kb + 64kt + kk per thread pair (kk = tid / 2), the 8 chunks of
+            // panel h = tid % 2 in A (dout[j, m0 + 64h + 8u], contiguous) and B (im2col columns
+            // n = n0 + 64h + 8u, whose taps (r, s) and channels are fixed for the thread): one
+            // pixel's (img, p, q) to advance per k-tile, 8 bound checks against fixed taps.
+            const int kk = tid / 2, h = tid % 2;
+            int acol = 0, wr[8], ws[8], woff[8];
             WG_UNROLL
-            for (int i = 0; i < 8; i++) {
-                int j = kb + rk + 8 * i;
-                px_q[i] = j % s.Q;
-                px_p[i] = (j / s.Q) % s.P;
-                px_img[i] = j / pq;
+            for (int u = 0; u < 8; u++) {
+                acol |= (m0 + 64 * h + 8 * u < g.M) << u;
+                int n = n0 + 64 * h + 8 * u;
+                wr[u] = 0x10000000;  // a tap no window reaches: columns past N read nothing
+                ws[u] = woff[u] = 0;
+                if (n < g.N) {
+                    int c = n % s.C, t = n / s.C;
+                    ws[u] = t % s.S;
+                    wr[u] = t / s.S;
+                    woff[u] = (wr[u] * s.W + ws[u]) * s.C + c;
+                }
             }
+            const uint16_t *ap = a + (size_t)(kb + kk) * s.K + m0 + 64 * h;
+            int j = kb + kk, pq = s.P * s.Q, px_q = j % s.Q, px_p = (j / s.Q) % s.P, px_img = j / pq;
             const int st_q = WG_BK % s.Q, st_p = (WG_BK / s.Q) % s.P, st_img = WG_BK / pq;
             for (int kt = 0; kt < ktiles; kt++) {
                 int st = kt % WG_STAGES;
                 ct_mbar_wait(&empty[st], ((kt / WG_STAGES) & 1) ^ 1);
                 unsigned char *As = sm + st * WG_STAGE_BYTES, *Bs = As + WG_TILE_BYTES;
-                int j0 = kb + kt * WG_BK + rk;
+                bool jok = j < ke;
+                int y = px_p * s.stride - s.pad, x = px_q * s.stride - s.pad;
+                const uint16_t *bp = b + ((long long)(px_img * s.H + y) * s.W + x) * s.C;
                 WG_UNROLL
-                for (int i = 0; i < 8; i++) {
-                    bool jok = j0 + 8 * i < ke;
-                    bool ok = jok && acol;
-                    ct_cp_async_cg16(As + wg_sw_mn(rk + 8 * i, qm), ok ? ap + (size_t)8 * i * s.K : a, ok ? 16 : 0);
-                    int y = px_p[i] * s.stride - s.pad, x = px_q[i] * s.stride - s.pad;
-                    ok = jok && (unsigned)(y + wr) < (unsigned)s.H && (unsigned)(x + ws) < (unsigned)s.W;
-                    const uint16_t *src = b + ((long long)(px_img[i] * s.H + y) * s.W + x) * s.C + woff;
-                    ct_cp_async_cg16(Bs + wg_sw_mn(rk + 8 * i, qm), ok ? src : b, ok ? 16 : 0);
-                    // The pixel 64 on: the precomputed (img, p, q) step with carries.
-                    px_q[i] += st_q;
-                    int cq = px_q[i] >= s.Q;
-                    px_q[i] -= cq ? s.Q : 0;
-                    px_p[i] += st_p + cq;
-                    int cp = px_p[i] >= s.P;
-                    px_p[i] -= cp ? s.P : 0;
-                    px_img[i] += st_img + cp;
+                for (int u = 0; u < 8; u++) {
+                    bool ok = jok && (acol >> u & 1);
+                    ct_cp_async_cg16(As + wg_sw_mn(kk, 8 * h + u), ok ? ap + 8 * u : a, ok ? 16 : 0);
+                    ok = jok && (unsigned)(y + wr[u]) < (unsigned)s.H && (unsigned)(x + ws[u]) < (unsigned)s.W;
+                    ct_cp_async_cg16(Bs + wg_sw_mn(kk, 8 * h + u), ok ? bp + woff[u] : b, ok ? 16 : 0);
                 }
                 ct_cp_async_commit();
                 ap += (size_t)WG_BK * s.K;
+                j += WG_BK;
+                // The pixel 64 on: the precomputed (img, p, q) step with carries.
+                px_q += st_q;
+                int cq = px_q >= s.Q;
+                px_q -= cq ? s.Q : 0;
+                px_p += st_p + cq;
+                int cp = px_p >= s.P;
+                px_p -= cp ? s.P : 0;
+                px_img += st_img + cp;
                 if (kt > 0) {
                     ct_cp_async_wait<1>();
                     ct_fence_proxy_async();
