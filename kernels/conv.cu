@@ -217,8 +217,9 @@ extern "C" int conv2d_gpu_dgrad_bn_tiles(const ConvShape *s) {
 // The data gradient on the engine `algo` resolves to; acc: din += the gradient (in place, one
 // rounding from fp32: the second contribution to a gradient slot) instead of din = it.
 // bn (may be NULL): asks for the BN backward epilogue (conv2d_backward_data_bn_gpu,
-// conv2d_backward_data_tail_gpu), which only engine v2 runs, at strides 1 and 2 (every phase on
-// v2, each writing its own tiles): otherwise nothing runs and the result is 0 (CT_CONV_AUTO).
+// conv2d_backward_data_tail_gpu), which engine v2 and the wgmma engine run (with the same bits),
+// at strides 1 and 2 (every phase on one of them, each writing its own tiles): otherwise nothing
+// runs and the result is 0 (CT_CONV_AUTO).
 static int conv_dgrad(const ConvShape *s, void *din, const void *dout, const void *w, CtDtype dt, ct_stream_t st,
                       int algo, int acc, const ConvBnEpilogue *bn) {
     if (bn && (dt != CT_BF16 || s->stride * s->stride > CONV_BN_MAX_PHASES || conv_empty(s) || s->N <= 0 ||
@@ -240,16 +241,18 @@ static int conv_dgrad(const ConvShape *s, void *din, const void *dout, const voi
     g.c_acc = acc;
     ct_gemm_tc_setup(&g, GEMM_DGRAD, dt);
     algo = g.tc_ok ? conv_tc_engine(algo) : algo;
-    if (bn && algo == CT_CONV_WGMMA) algo = CT_CONV_TC2;  // the BN epilogues are v2's (conv_wgmma.cu)
     if (bn) {
-        if (algo != CT_CONV_TC2) return CT_CONV_AUTO;
+        if (algo != CT_CONV_TC2 && algo != CT_CONV_WGMMA) return CT_CONV_AUTO;
         g.bn = *bn;  // tiles: set per phase below
-        // Every phase must take v2, whose epilogue writes the tiles: else run nothing.
+        // Every phase must take v2 or wgmma, whose epilogues write the tiles: else run nothing.
         for (int ph = 0; ph < s->stride; ph++)
             for (int pw = 0; pw < s->stride; pw++) {
                 GemmArgs t = g;
                 dgrad_phase(s, &t, ph, pw);
-                if (t.M > 0 && !ct_conv_tc2_eligible(GEMM_DGRAD, &t)) return CT_CONV_AUTO;
+                t.bn.tiles = bn->tiles;
+                if (t.M > 0 && !ct_conv_tc2_eligible(GEMM_DGRAD, &t) &&
+                    !(algo == CT_CONV_WGMMA && ct_conv_wgmma_eligible(GEMM_DGRAD, &t)))
+                    return CT_CONV_AUTO;
             }
     }
     if (algo == CT_CONV_GENERIC || !g.tc_ok) {  // the generic engine walks all taps at once
@@ -296,7 +299,7 @@ extern "C" int conv2d_backward_data_acc_gpu_ex(const ConvShape *s, void *din, co
 // The data gradient of a convolution whose input was y = relu(bn(x)), with the BN backward's
 // reductions in its epilogue (conv_tc2.cu's t2_tile_gsums): din = dL/dy masked by the ReLU the
 // epilogue recomputes from x (y itself is not read), tiles {sum g, sum g (x - mean)} per 128-row
-// tile and channel. Returns 0, having run nothing, where engine v2 does not take it.
+// tile and channel. Returns 0, having run nothing, where engine v2 (or wgmma) does not take it.
 extern "C" int conv2d_backward_data_bn_gpu(const ConvShape *s, void *din, float *tiles, const void *dout,
                                            const void *w, const void *x, const float *gamma, const float *beta,
                                            const float *mean, const float *invstd, CtDtype dt, ct_stream_t st) {
@@ -307,7 +310,8 @@ extern "C" int conv2d_backward_data_bn_gpu(const ConvShape *s, void *din, float 
     bn.mean = mean;
     bn.invstd = invstd;
     bn.tiles = tiles;
-    return conv_dgrad(s, din, dout, w, dt, st, CT_CONV_AUTO, 0, &bn) == CT_CONV_TC2;
+    int used = conv_dgrad(s, din, dout, w, dt, st, CT_CONV_AUTO, 0, &bn);
+    return used == CT_CONV_TC2 || used == CT_CONV_WGMMA;
 }
 
 // The same for a conv whose input is a block tail's output y = relu(bn(x) + res): mask y > 0 (y
@@ -321,7 +325,8 @@ extern "C" int conv2d_backward_data_tail_gpu(const ConvShape *s, void *din, int 
     bn.mask = mask;
     bn.mean = mean;
     bn.tiles = tiles;
-    return conv_dgrad(s, din, dout, w, dt, st, CT_CONV_AUTO, acc, &bn) == CT_CONV_TC2;
+    int used = conv_dgrad(s, din, dout, w, dt, st, CT_CONV_AUTO, acc, &bn);
+    return used == CT_CONV_TC2 || used == CT_CONV_WGMMA;
 }
 
 extern "C" int conv2d_backward_weight_gpu_ex(const ConvShape *s, float *dw, const void *dout,

@@ -20,12 +20,13 @@
 // k-tile has landed (cp.async.wait_group 1) fences it to the async proxy and arrives on its full
 // barrier. Consumer: wait full, 4 wgmma (k16 steps: descriptor start + 32 bytes), commit, wait
 // for the previous k-tile's group, release its stage.
-// Takes the bf16 convolutions v2 takes (channel counts multiples of 8, 16-byte aligned operands)
-// but the data gradient's BN epilogues (ct_conv_wgmma_eligible says why); runs only on compute 9.0
-// (and the emulator). The epilogues are v2's: bf16 pairs (added in place with c_acc), fp32 pairs
-// for the weight gradient. The gradients' gathers and tile layouts: conv_wgmma_bwd_k below.
+// Takes the bf16 convolutions v2 takes (channel counts multiples of 8, 16-byte aligned operands);
+// runs only on compute 9.0 (and the emulator). The epilogues are v2's: bf16 pairs (added in place
+// with c_acc), fp32 pairs for the weight gradient, and the data gradient's BN backward epilogue
+// with v2's bits (masking shared through kernels/conv_bn_epi.cuh, tile sums in v2's order). The gradients' gathers and tile layouts: conv_wgmma_bwd_k below.
 #include "kernels/common.cuh"
 #include "kernels/act.cuh"  // ct_check_vec_align
+#include "kernels/conv_bn_epi.cuh"
 #include "kernels/conv_gemm.cuh"
 #include "kernels/kernels.h"
 #include "kernels/ptx.cuh"
@@ -47,6 +48,8 @@
 #define WG_STAGE_BYTES (2 * WG_TILE_BYTES)         // 32 KiB
 #define WG_BAR_OFF (WG_STAGES * WG_STAGE_BYTES)    // barriers after the ring
 #define WG_SMEM (1024 + WG_BAR_OFF + 2 * WG_STAGES * 8)
+static_assert(WG_BM == CONV_BN_TILE_ROWS, "the BN epilogues' tiles are the CTA's rows");
+static_assert(WG_STAGES * WG_STAGE_BYTES >= WG_BM * WG_BN * 2 * 4, "the BN epilogue parks 2 floats per element in the ring");
 
 // Byte offset of row r, 16-byte chunk q in a 128B-swizzled tile.
 __device__ static inline uint32_t wg_sw(int r, int q) { return (uint32_t)(r * 128 + ((q ^ (r & 7)) * 16)); }
@@ -219,12 +222,46 @@ __global__ void __launch_bounds__(WG_THREADS) conv_wgmma_fwd_k(GemmArgs g) {
 // read MN-major tiles through the transpose bits. The split-K plan is engine v2's (ct_conv_tc2_split, a
 // function of the shape only) and its partials are summed in split order by
 // ct_conv_reduce_splits, so the bits depend on nothing but the shape.
+// The BN epilogue's per-tile sums of column col of the tile from the parked addends
+// park[(row * 128 + col) * 2 + q] (q = 0: g, 1: g (x - mean)), in engine v2's order so that the
+// bits are v2's (conv_tc2.cu's gemm_tc2_k and t2_tile_gsums): v2's thread (row warp wm, lane
+// group gi) adds its rows 64wm + 16mi + gi + 8h (mi = 0..3, h = 0..1, rows past M skipped) in
+// that order, the 8 lane groups meet by the shuffle tree ((0+1)+(2+3))+((4+5)+(6+7)), and the
+// two row warps as warp 0 + warp 1.
+__device__ static void wg_bn_tile_sums(const float *park, float *tiles, int M, int N, int m0, int n0, int col) {
+    int n = n0 + col, rows = min(WG_BM, M - m0);
+    if (n >= N) return;
+    float out[2];
+    for (int q = 0; q < 2; q++) {
+        float half[2];
+        for (int wm = 0; wm < 2; wm++) {
+            float a[8];
+            for (int gi = 0; gi < 8; gi++) {
+                a[gi] = 0.f;
+                for (int mi = 0; mi < 4; mi++)
+                    for (int h = 0; h < 2; h++) {
+                        int r = wm * 64 + mi * 16 + gi + h * 8;
+                        if (r < rows) a[gi] = __fadd_rn(a[gi], park[((size_t)r * WG_BN + col) * 2 + q]);
+                    }
+            }
+            half[wm] = __fadd_rn(__fadd_rn(__fadd_rn(a[0], a[1]), __fadd_rn(a[2], a[3])),
+                                 __fadd_rn(__fadd_rn(a[4], a[5]), __fadd_rn(a[6], a[7])));
+        }
+        out[q] = __fadd_rn(half[0], half[1]);
+    }
+    float *p = tiles + ((size_t)(m0 / WG_BM) * N + n) * 2;
+    ct_check_vec_align(p, sizeof(float2));
+    CT_COST_ACCESS(p, sizeof(float2), true);
+    *(float2 *)p = make_float2(out[0], out[1]);
+}
+
 template <int MODE>
 __global__ void __launch_bounds__(WG_THREADS) conv_wgmma_bwd_k(GemmArgs g) {
     CT_DYN_SMEM(unsigned char, raw);
     unsigned char *sm = raw + ((1024 - ct_smem_u32(raw) % 1024) % 1024);
     uint64_t *full = (uint64_t *)(sm + WG_BAR_OFF), *empty = full + WG_STAGES;
-    int *tab = (int *)(empty + WG_STAGES);  // DGRAD: weight row offset per k (-1: none)
+    uint64_t *epi = empty + WG_STAGES;  // DGRAD: the BN epilogue's two consumer barriers
+    int *tab = (int *)(epi + 2);        // DGRAD: weight row offset per k (-1: none)
     const ConvShape &s = g.s;
     int tid = threadIdx.x, wg = __shfl_sync(0xffffffffu, tid / 128, 0);
     int m0 = blockIdx.x * WG_BM, n0 = blockIdx.y * WG_BN;
@@ -234,6 +271,10 @@ __global__ void __launch_bounds__(WG_THREADS) conv_wgmma_bwd_k(GemmArgs g) {
         for (int i = 0; i < WG_STAGES; i++) {
             ct_mbar_init(&full[i], 128);
             ct_mbar_init(&empty[i], 256);
+        }
+        if (MODE == GEMM_DGRAD) {
+            ct_mbar_init(&epi[0], 256);
+            ct_mbar_init(&epi[1], 256);
         }
         ct_mbar_init_fence();
     }
@@ -390,6 +431,16 @@ __global__ void __launch_bounds__(WG_THREADS) conv_wgmma_bwd_k(GemmArgs g) {
     // Fragment as the forward's. DGRAD: bf16 pairs at the phase's input pixel, added in place
     // with c_acc (one rounding, as v2); WGRAD: fp32 pairs into this split's partial.
     int w = (tid / 32) % 4, lane = tid % 32, gi = lane / 4, ti = lane % 4;
+    // BN backward epilogue: each pair masked as v2 masks it (conv_bn_epi.cuh), its two addends
+    // {g, g (x - mean)} parked per element in the ring (128 x 128 x 2 floats = the ring's 128 KiB;
+    // free once both consumer warpgroups are past their last wgmma: barrier epi[0]), then summed
+    // per column in v2's order (wg_bn_tile_sums) after barrier epi[1].
+    const bool bn = MODE == GEMM_DGRAD && g.bn.tiles, tail = bn && (g.bn.y || g.bn.mask);
+    float *park = (float *)sm;
+    if (bn) {
+        ct_mbar_arrive(&epi[0]);
+        ct_mbar_wait(&epi[0], 0);
+    }
     WG_UNROLL
     for (int half = 0; half < 2; half++) {
         int m = m0 + cw * 64 + w * 16 + gi + half * 8;
@@ -419,9 +470,32 @@ __global__ void __launch_bounds__(WG_THREADS) conv_wgmma_bwd_k(GemmArgs g) {
                 v0 = __fadd_rn(v0, ct_bf16_to_f32((uint16_t)(old & 0xffffu)));
                 v1 = __fadd_rn(v1, ct_bf16_to_f32((uint16_t)(old >> 16)));
             }
+            uint32_t word = ct_f32_to_bf16(v0) | (uint32_t)ct_f32_to_bf16(v1) << 16;
+            if (bn) {
+                float mu[2], sc[2] = {0.f, 0.f}, be[2] = {0.f, 0.f}, gv[2], gd[2];
+                WG_UNROLL
+                for (int e = 0; e < 2; e++) {
+                    mu[e] = ct_ld(g.bn.mean, n + e);
+                    if (!tail) {
+                        sc[e] = __fmul_rn(ct_ld(g.bn.gamma, n + e), ct_ld(g.bn.invstd, n + e));
+                        be[e] = ct_ld(g.bn.beta, n + e);
+                    }
+                }
+                word = conv_bn_mask_pair(g.bn, row * g.N + n, word, tail, mu, sc, be, gv, gd);
+                float *pk = park + ((size_t)(m - m0) * WG_BN + (n - n0)) * 2;
+                pk[0] = gv[0];
+                pk[1] = gd[0];
+                pk[2] = gv[1];
+                pk[3] = gd[1];
+            }
             CT_COST_ACCESS(p, sizeof(uint32_t), true);
-            *(uint32_t *)p = ct_f32_to_bf16(v0) | (uint32_t)ct_f32_to_bf16(v1) << 16;
+            *(uint32_t *)p = word;
         }
+    }
+    if (bn) {
+        ct_mbar_arrive(&epi[1]);
+        ct_mbar_wait(&epi[1], 0);
+        if (tid >= 256) wg_bn_tile_sums(park, g.bn.tiles, g.M, g.N, m0, n0, tid - 256);
     }
 }
 
@@ -449,16 +523,13 @@ static int wg_device_ok(void) {
 #define WG_MAX_SMEM (200 * 1024)
 static size_t wg_smem_bytes(int mode, int k_split) {
     size_t kt = ((size_t)k_split + WG_BK - 1) / WG_BK;
-    return WG_SMEM + (mode == GEMM_DGRAD ? kt * WG_BK * sizeof(int) : 0);
+    return WG_SMEM + (mode == GEMM_DGRAD ? 2 * 8 + kt * WG_BK * sizeof(int) : 0);
 }
 
-// The BN backward epilogues (g.bn.tiles) stay on engine v2: their per-tile sums must have v2's
-// bits, whose summation order follows v2's warp tiling (64x64 per warp, two row warps added
-// through shared memory), not this engine's (16 rows x 128 per warp).
 extern "C" int ct_conv_wgmma_eligible(int mode, const GemmArgs *g) {
     if (!g->tc_ok || !g->vec_a || !g->vec_b) return 0;
     if (g->N % 8 || !ct_aligned(8, g->c)) return 0;
-    if (mode == GEMM_DGRAD && (g->bn.tiles || wg_smem_bytes(mode, g->k_end) > WG_MAX_SMEM)) return 0;
+    if (mode == GEMM_DGRAD && wg_smem_bytes(mode, g->k_end) > WG_MAX_SMEM) return 0;
     return wg_device_ok();
 }
 
@@ -466,7 +537,10 @@ extern "C" void ct_conv_wgmma_run(int mode, GemmArgs g, float *work, float *fina
     int splits = 1;
     g.k_split = g.k_end;
     g.c_split_stride = 0;
-    if (mode != GEMM_DGRAD) g.c_acc = 0;
+    if (mode != GEMM_DGRAD) {
+        g.c_acc = 0;
+        g.bn.tiles = NULL;
+    }
     if (mode == GEMM_WGRAD && !g.no_split) {
         ct_conv_tc2_split(g.M, g.N, g.k_end, &splits, &g.k_split);
         if (splits > 1) {

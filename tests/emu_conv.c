@@ -501,6 +501,28 @@ static void test_dgrad_bn(int N, int H, int W, int C, int K, int R, int S, int s
     else conv2d_backward_data_gpu_ex(&s, d_plain, d_dout, d_w, CT_BF16, stream, CT_CONV_TC2);
     sync();
     CHECK(ran == want, "%s: ran %d, expected %d", what, ran, want);
+    // The same on the wgmma engine (CTRAIN_CONV_ENGINE=wgmma): the masked gradient and the tiles
+    // must have engine v2's bits (the shared masking, the tile sums in v2's order).
+    if (ran) {
+        const char *prev = getenv("CTRAIN_CONV_ENGINE");
+        char saved[32] = "";
+        if (prev) snprintf(saved, sizeof saved, "%s", prev);
+        setenv("CTRAIN_CONV_ENGINE", "wgmma", 1);
+        void *d_g2 = tail ? dev_upload(g0, nin, CT_BF16) : dev_alloc_poisoned(nin * 2);
+        float *work2 = (float *)dev_alloc_poisoned(nwork * 4);
+        int ran2 = tail ? conv2d_backward_data_tail_gpu(&s, d_g2, 1, work2, d_dout, d_w, tail == 2 ? NULL : d_y,
+                                                        tail == 2 ? d_mask : NULL, d_x, d_p + 2 * C, CT_BF16, stream)
+                        : conv2d_backward_data_bn_gpu(&s, d_g2, work2, d_dout, d_w, d_x, d_p, d_p + C, d_p + 2 * C,
+                                                      d_p + 3 * C, CT_BF16, stream);
+        sync();
+        if (prev) setenv("CTRAIN_CONV_ENGINE", saved, 1);
+        else unsetenv("CTRAIN_CONV_ENGINE");
+        CHECK(ran2 == 1, "%s: wgmma: ran %d", what, ran2);
+        CHECK(dev_equal(d_g2, d_g, nin * 2), "%s: wgmma's masked gradient differs from v2's", what);
+        CHECK(dev_equal(work2, work, ntile * 4), "%s: wgmma's tiles differ from v2's", what);
+        cudaFree(d_g2);
+        cudaFree(work2);
+    }
     if (ran) {
         float *plain = (float *)ct_alloc(nin * 4), *g = (float *)ct_alloc(nin * 4), *gref = (float *)ct_alloc(nin * 4);
         float *tiles = (float *)ct_alloc(ntile * 4), *tref = (float *)ct_alloc(ntile * 4);
