@@ -148,15 +148,19 @@ static GemmArgs fwd_args(const ConvShape *s, void *out, const void *in, const vo
 }
 
 // The forward on the engine `algo` resolves to. With stats (BN tiles, conv2d_forward_stats_gpu)
-// only engine v2 may run it: a convolution that resolves to another engine runs nothing and
-// returns 0 (CT_CONV_AUTO), so the caller convolves as usual and BN gathers its own statistics.
+// only engine v2 or wgmma (v2's summation order) may run it: a convolution that resolves to
+// another engine runs nothing and returns 0 (CT_CONV_AUTO), so the caller convolves as usual and
+// BN gathers its own statistics.
 static int conv_forward(const ConvShape *s, void *out, float *stats, const void *in, const void *w, CtDtype dt,
                         ct_stream_t st, int algo) {
     if (conv_empty(s)) return stats ? CT_CONV_AUTO : CT_CONV_GENERIC;
     GemmArgs g = fwd_args(s, out, in, w, dt);
     algo = g.tc_ok ? conv_tc_engine(algo) : algo;
     if (stats) {
-        if (algo != CT_CONV_TC2 || !ct_conv_tc2_eligible(GEMM_FWD, &g) || !ct_aligned(8, stats)) return CT_CONV_AUTO;
+        if (algo == CT_CONV_WGMMA && !ct_conv_wgmma_eligible(GEMM_FWD, &g)) algo = CT_CONV_TC2;
+        if ((algo != CT_CONV_TC2 && algo != CT_CONV_WGMMA) || !ct_conv_tc2_eligible(GEMM_FWD, &g) ||
+            !ct_aligned(8, stats))
+            return CT_CONV_AUTO;
         g.stats = stats;
     }
     if (algo == CT_CONV_WGMMA && ct_conv_wgmma_eligible(GEMM_FWD, &g)) {
@@ -177,11 +181,13 @@ extern "C" int conv2d_forward_gpu_ex(const ConvShape *s, void *out, const void *
     return conv_forward(s, out, NULL, in, w, dt, st, algo);
 }
 
-// Engine v2's forward with BN statistics in its epilogue (conv_tc2.cu's t2_tile_stats): bf16 only.
+// The forward with BN statistics in its epilogue (conv_tc2.cu's t2_tile_stats, or the wgmma
+// engine's twin in v2's order): bf16 only.
 extern "C" int conv2d_forward_stats_gpu(const ConvShape *s, void *out, float *stats, const void *in, const void *w,
                                         CtDtype dt, ct_stream_t st) {
     if (dt != CT_BF16 || !stats) return 0;
-    return conv_forward(s, out, stats, in, w, dt, st, CT_CONV_AUTO) == CT_CONV_TC2;
+    int used = conv_forward(s, out, stats, in, w, dt, st, CT_CONV_AUTO);
+    return used == CT_CONV_TC2 || used == CT_CONV_WGMMA;
 }
 
 // The stride phase (ph, pw) of the tensor-core data gradient: the input pixels h = ph + hh*st,

@@ -47,9 +47,9 @@
 #define WG_TILE_BYTES (WG_BM * WG_BK * 2)          // 16 KiB, A and B alike
 #define WG_STAGE_BYTES (2 * WG_TILE_BYTES)         // 32 KiB
 #define WG_BAR_OFF (WG_STAGES * WG_STAGE_BYTES)    // barriers after the ring
-#define WG_SMEM (1024 + WG_BAR_OFF + 2 * WG_STAGES * 8)
+#define WG_SMEM (1024 + WG_BAR_OFF + (2 * WG_STAGES + 2) * 8)  // + the epilogues' two barriers
 static_assert(WG_BM == CONV_BN_TILE_ROWS, "the BN epilogues' tiles are the CTA's rows");
-static_assert(WG_STAGES * WG_STAGE_BYTES >= WG_BM * WG_BN * 2 * 4, "the BN epilogue parks 2 floats per element in the ring");
+static_assert(WG_STAGES * WG_STAGE_BYTES >= WG_BM * WG_BN * 2 * 4, "the BN epilogues park 2 floats per element in the ring");
 
 // Byte offset of row r, 16-byte chunk q in a 128B-swizzled tile.
 __device__ static inline uint32_t wg_sw(int r, int q) { return (uint32_t)(r * 128 + ((q ^ (r & 7)) * 16)); }
@@ -96,10 +96,65 @@ __device__ __forceinline__ void wg_consume(float (&acc)[64], uint64_t *full, uin
     ct_wgmma_fence_operand<64>(acc);
 }
 
+// The BN epilogues' per-tile sums (the forward's statistics, the data gradient's {g, g (x - mean)})
+// from values parked per element of the 128 x 128 tile, each column in engine v2's order so that
+// the bits are v2's (conv_tc2.cu: gemm_tc2_k, t2_tile_stats, t2_tile_gsums): v2's thread (row warp
+// wm, lane group gi) adds its rows 64wm + 16mi + gi + 8h (mi = 0..3, h = 0..1, rows past the
+// GEMM skipped) in that order, the 8 lane groups meet by the shuffle tree
+// ((0+1)+(2+3))+((4+5)+(6+7)), and the two row warps as warp 0 + warp 1. val(r): row r's value.
+template <typename F>
+__device__ static float wg_v2_order_sum(F val, int rows) {
+    float part[2];
+    for (int wm = 0; wm < 2; wm++) {
+        float a[8];
+        for (int gi = 0; gi < 8; gi++) {
+            a[gi] = 0.f;
+            for (int mi = 0; mi < 4; mi++)
+                for (int h = 0; h < 2; h++) {
+                    int r = wm * 64 + mi * 16 + gi + h * 8;
+                    if (r < rows) a[gi] = __fadd_rn(a[gi], val(r));
+                }
+        }
+        part[wm] = __fadd_rn(__fadd_rn(__fadd_rn(a[0], a[1]), __fadd_rn(a[2], a[3])),
+                             __fadd_rn(__fadd_rn(a[4], a[5]), __fadd_rn(a[6], a[7])));
+    }
+    return __fadd_rn(part[0], part[1]);
+}
+__device__ static void wg_write_pair(float *out, int N, int m0, int n, float a, float b) {
+    float *p = out + ((size_t)(m0 / WG_BM) * N + n) * 2;
+    ct_check_vec_align(p, sizeof(float2));
+    CT_COST_ACCESS(p, sizeof(float2), true);
+    *(float2 *)p = make_float2(a, b);
+}
+// Forward: park[r * 128 + col] = the stored (bf16) value; {sum, sum of squared deviations from the
+// tile's own mean} as v2's two passes.
+__device__ static void wg_tile_stats(const float *park, float *stats, int M, int N, int m0, int n0, int col) {
+    int n = n0 + col, rows = min(WG_BM, M - m0);
+    if (n >= N) return;
+    float sum = wg_v2_order_sum([&](int r) { return park[r * WG_BN + col]; }, rows);
+    float mean = __fdiv_rn(sum, (float)rows);
+    float m2 = wg_v2_order_sum(
+        [&](int r) {
+            float d = __fsub_rn(park[r * WG_BN + col], mean);
+            return __fmul_rn(d, d);
+        },
+        rows);
+    wg_write_pair(stats, N, m0, n, sum, m2);
+}
+// Data gradient: park[(r * 128 + col) * 2 + q], q = 0: g, 1: g (x - mean).
+__device__ static void wg_bn_tile_sums(const float *park, float *tiles, int M, int N, int m0, int n0, int col) {
+    int n = n0 + col, rows = min(WG_BM, M - m0);
+    if (n >= N) return;
+    float s0 = wg_v2_order_sum([&](int r) { return park[((size_t)r * WG_BN + col) * 2]; }, rows);
+    float s1 = wg_v2_order_sum([&](int r) { return park[((size_t)r * WG_BN + col) * 2 + 1]; }, rows);
+    wg_write_pair(tiles, N, m0, n, s0, s1);
+}
+
 __global__ void __launch_bounds__(WG_THREADS) conv_wgmma_fwd_k(GemmArgs g) {
     CT_DYN_SMEM(unsigned char, raw);
     unsigned char *sm = raw + ((1024 - ct_smem_u32(raw) % 1024) % 1024);  // the swizzle repeats at 1 KiB
     uint64_t *full = (uint64_t *)(sm + WG_BAR_OFF), *empty = full + WG_STAGES;
+    uint64_t *epi = empty + WG_STAGES;  // the BN statistics epilogue's two consumer barriers
     const ConvShape &s = g.s;
     // The role from a shuffle: ptxas then knows it is warp-uniform and does not serialise the
     // wgmma behind the role branch (C7520 "WG.AR in divergent path" with a plain tid / 128).
@@ -111,6 +166,8 @@ __global__ void __launch_bounds__(WG_THREADS) conv_wgmma_fwd_k(GemmArgs g) {
             ct_mbar_init(&full[i], 128);
             ct_mbar_init(&empty[i], 256);
         }
+        ct_mbar_init(&epi[0], 256);
+        ct_mbar_init(&epi[1], 256);
         ct_mbar_init_fence();
     }
     __syncthreads();
@@ -193,6 +250,14 @@ __global__ void __launch_bounds__(WG_THREADS) conv_wgmma_fwd_k(GemmArgs g) {
     // column 8j + 2ti + e%2.
     uint16_t *c = (uint16_t *)g.c;
     int w = (tid / 32) % 4, lane = tid % 32, gi = lane / 4, ti = lane % 4;
+    // BN statistics (g.stats, conv2d_forward_stats_gpu) with engine v2's bits: each stored value
+    // parked in the ring (free once both consumer warpgroups are past their last wgmma: barrier
+    // epi[0]), then summed per column in v2's order (wg_tile_stats) after barrier epi[1].
+    float *park = (float *)sm;
+    if (g.stats) {
+        ct_mbar_arrive(&epi[0]);
+        ct_mbar_wait(&epi[0], 0);
+    }
     WG_UNROLL
     for (int half = 0; half < 2; half++) {
         int m = m0 + cw * 64 + w * 16 + gi + half * 8;
@@ -204,8 +269,19 @@ __global__ void __launch_bounds__(WG_THREADS) conv_wgmma_fwd_k(GemmArgs g) {
             uint16_t *p = c + (size_t)m * g.N + n;
             ct_check_vec_align(p, sizeof(uint32_t));
             CT_COST_ACCESS(p, sizeof(uint32_t), true);
-            *(uint32_t *)p = ct_f32_to_bf16(acc[4 * j + half * 2]) | (uint32_t)ct_f32_to_bf16(acc[4 * j + half * 2 + 1]) << 16;
+            uint32_t word = ct_f32_to_bf16(acc[4 * j + half * 2]) | (uint32_t)ct_f32_to_bf16(acc[4 * j + half * 2 + 1]) << 16;
+            *(uint32_t *)p = word;
+            if (g.stats) {
+                float *pk = park + (size_t)(m - m0) * WG_BN + (n - n0);
+                pk[0] = ct_bf16_to_f32((uint16_t)(word & 0xffffu));
+                pk[1] = ct_bf16_to_f32((uint16_t)(word >> 16));
+            }
         }
+    }
+    if (g.stats) {
+        ct_mbar_arrive(&epi[1]);
+        ct_mbar_wait(&epi[1], 0);
+        if (tid >= 256) wg_tile_stats(park, g.stats, g.M, g.N, m0, n0, tid - 256);
     }
 }
 
@@ -222,39 +298,6 @@ __global__ void __launch_bounds__(WG_THREADS) conv_wgmma_fwd_k(GemmArgs g) {
 // read MN-major tiles through the transpose bits. The split-K plan is engine v2's (ct_conv_tc2_split, a
 // function of the shape only) and its partials are summed in split order by
 // ct_conv_reduce_splits, so the bits depend on nothing but the shape.
-// The BN epilogue's per-tile sums of column col of the tile from the parked addends
-// park[(row * 128 + col) * 2 + q] (q = 0: g, 1: g (x - mean)), in engine v2's order so that the
-// bits are v2's (conv_tc2.cu's gemm_tc2_k and t2_tile_gsums): v2's thread (row warp wm, lane
-// group gi) adds its rows 64wm + 16mi + gi + 8h (mi = 0..3, h = 0..1, rows past M skipped) in
-// that order, the 8 lane groups meet by the shuffle tree ((0+1)+(2+3))+((4+5)+(6+7)), and the
-// two row warps as warp 0 + warp 1.
-__device__ static void wg_bn_tile_sums(const float *park, float *tiles, int M, int N, int m0, int n0, int col) {
-    int n = n0 + col, rows = min(WG_BM, M - m0);
-    if (n >= N) return;
-    float out[2];
-    for (int q = 0; q < 2; q++) {
-        float half[2];
-        for (int wm = 0; wm < 2; wm++) {
-            float a[8];
-            for (int gi = 0; gi < 8; gi++) {
-                a[gi] = 0.f;
-                for (int mi = 0; mi < 4; mi++)
-                    for (int h = 0; h < 2; h++) {
-                        int r = wm * 64 + mi * 16 + gi + h * 8;
-                        if (r < rows) a[gi] = __fadd_rn(a[gi], park[((size_t)r * WG_BN + col) * 2 + q]);
-                    }
-            }
-            half[wm] = __fadd_rn(__fadd_rn(__fadd_rn(a[0], a[1]), __fadd_rn(a[2], a[3])),
-                                 __fadd_rn(__fadd_rn(a[4], a[5]), __fadd_rn(a[6], a[7])));
-        }
-        out[q] = __fadd_rn(half[0], half[1]);
-    }
-    float *p = tiles + ((size_t)(m0 / WG_BM) * N + n) * 2;
-    ct_check_vec_align(p, sizeof(float2));
-    CT_COST_ACCESS(p, sizeof(float2), true);
-    *(float2 *)p = make_float2(out[0], out[1]);
-}
-
 template <int MODE>
 __global__ void __launch_bounds__(WG_THREADS) conv_wgmma_bwd_k(GemmArgs g) {
     CT_DYN_SMEM(unsigned char, raw);
@@ -523,7 +566,7 @@ static int wg_device_ok(void) {
 #define WG_MAX_SMEM (200 * 1024)
 static size_t wg_smem_bytes(int mode, int k_split) {
     size_t kt = ((size_t)k_split + WG_BK - 1) / WG_BK;
-    return WG_SMEM + (mode == GEMM_DGRAD ? 2 * 8 + kt * WG_BK * sizeof(int) : 0);
+    return WG_SMEM + (mode == GEMM_DGRAD ? kt * WG_BK * sizeof(int) : 0);
 }
 
 extern "C" int ct_conv_wgmma_eligible(int mode, const GemmArgs *g) {
@@ -537,6 +580,7 @@ extern "C" void ct_conv_wgmma_run(int mode, GemmArgs g, float *work, float *fina
     int splits = 1;
     g.k_split = g.k_end;
     g.c_split_stride = 0;
+    if (mode != GEMM_FWD) g.stats = NULL;
     if (mode != GEMM_DGRAD) {
         g.c_acc = 0;
         g.bn.tiles = NULL;

@@ -368,6 +368,30 @@ static void test_conv_bn_stats(int N, int H, int W, int C, int K, int R, int S, 
     conv2d_forward_stats_gpu(&s, o2, tiles2, d_in, d_w, dt, stream);
     sync();
     CHECK(dev_equal(work, tiles2, nst * 4), "%s: statistics not bit-identical on a rerun", what);
+    {  // the wgmma engine's twin of the epilogue: v2's order, so v2's bits under emulation
+        const char *prev = getenv("CTRAIN_CONV_ENGINE");
+        char saved[32] = "";
+        if (prev) snprintf(saved, sizeof saved, "%s", prev);
+        setenv("CTRAIN_CONV_ENGINE", "wgmma", 1);
+        poison(o2, nout * 2);
+        poison(tiles2, nst * 4);
+        int ran2 = conv2d_forward_stats_gpu(&s, o2, tiles2, d_in, d_w, dt, stream);
+        sync();
+        if (prev) setenv("CTRAIN_CONV_ENGINE", saved, 1);
+        else unsetenv("CTRAIN_CONV_ENGINE");
+        CHECK(ran2 == 1, "%s: wgmma: conv2d_forward_stats_gpu did not take the shape", what);
+#ifdef CTRAIN_EMU
+        CHECK(dev_equal(o1, o2, nout * 2), "%s: wgmma's output differs from v2's", what);
+        CHECK(dev_equal(work, tiles2, nst * 4), "%s: wgmma's statistics differ from v2's", what);
+#else
+        float *s1 = (float *)ct_alloc(nst * 4), *s2 = (float *)ct_alloc(nst * 4);
+        dev_download(s1, work, nst, CT_F32);
+        dev_download(s2, tiles2, nst, CT_F32);
+        double es = rel_err_norm(s2, s1, nst);
+        CHECK(es <= 1e-2, "%s: wgmma's statistics off v2's by %.3g", what, es);
+        free(s1), free(s2);
+#endif
+    }
     float *y = (float *)ct_alloc(nout * 4), *got = (float *)ct_alloc(nst * 4), *want = (float *)ct_alloc(nst * 4);
     dev_download(y, o1, nout, dt);
     dev_download(got, work, nst, CT_F32);
@@ -501,8 +525,10 @@ static void test_dgrad_bn(int N, int H, int W, int C, int K, int R, int S, int s
     else conv2d_backward_data_gpu_ex(&s, d_plain, d_dout, d_w, CT_BF16, stream, CT_CONV_TC2);
     sync();
     CHECK(ran == want, "%s: ran %d, expected %d", what, ran, want);
-    // The same on the wgmma engine (CTRAIN_CONV_ENGINE=wgmma): the masked gradient and the tiles
-    // must have engine v2's bits (the shared masking, the tile sums in v2's order).
+    // The same on the wgmma engine (CTRAIN_CONV_ENGINE=wgmma). Under emulation both engines' GEMMs
+    // add the same products in the same order, so the masked gradient and the tiles must have
+    // engine v2's bits (the shared masking, the tile sums in v2's order); on a GPU the tensor cores
+    // of the two add differently: within bf16 noise of v2's.
     if (ran) {
         const char *prev = getenv("CTRAIN_CONV_ENGINE");
         char saved[32] = "";
@@ -518,8 +544,19 @@ static void test_dgrad_bn(int N, int H, int W, int C, int K, int R, int S, int s
         if (prev) setenv("CTRAIN_CONV_ENGINE", saved, 1);
         else unsetenv("CTRAIN_CONV_ENGINE");
         CHECK(ran2 == 1, "%s: wgmma: ran %d", what, ran2);
+#ifdef CTRAIN_EMU
         CHECK(dev_equal(d_g2, d_g, nin * 2), "%s: wgmma's masked gradient differs from v2's", what);
         CHECK(dev_equal(work2, work, ntile * 4), "%s: wgmma's tiles differ from v2's", what);
+#else
+        float *a1 = (float *)ct_alloc(nin * 4 + ntile * 4), *a2 = (float *)ct_alloc(nin * 4 + ntile * 4);
+        dev_download(a1, d_g, nin, CT_BF16);
+        dev_download(a2, d_g2, nin, CT_BF16);
+        dev_download(a1 + nin, work, ntile, CT_F32);
+        dev_download(a2 + nin, work2, ntile, CT_F32);
+        double eg = rel_err_norm(a2, a1, nin), et = rel_err_norm(a2 + nin, a1 + nin, ntile);
+        CHECK(eg <= 1e-2 && et <= 1e-2, "%s: wgmma off v2: masked gradient %.3g, tiles %.3g", what, eg, et);
+        free(a1), free(a2);
+#endif
         cudaFree(d_g2);
         cudaFree(work2);
     }
