@@ -96,60 +96,6 @@ __device__ __forceinline__ void wg_consume(float (&acc)[64], uint64_t *full, uin
     ct_wgmma_fence_operand<64>(acc);
 }
 
-// The BN epilogues' per-tile sums (the forward's statistics, the data gradient's {g, g (x - mean)})
-// from values parked per element of the 128 x 128 tile, each column in engine v2's order so that
-// the bits are v2's (conv_tc2.cu: gemm_tc2_k, t2_tile_stats, t2_tile_gsums): v2's thread (row warp
-// wm, lane group gi) adds its rows 64wm + 16mi + gi + 8h (mi = 0..3, h = 0..1, rows past the
-// GEMM skipped) in that order, the 8 lane groups meet by the shuffle tree
-// ((0+1)+(2+3))+((4+5)+(6+7)), and the two row warps as warp 0 + warp 1. val(r): row r's value.
-template <typename F>
-__device__ static float wg_v2_order_sum(F val, int rows) {
-    float part[2];
-    for (int wm = 0; wm < 2; wm++) {
-        float a[8];
-        for (int gi = 0; gi < 8; gi++) {
-            a[gi] = 0.f;
-            for (int mi = 0; mi < 4; mi++)
-                for (int h = 0; h < 2; h++) {
-                    int r = wm * 64 + mi * 16 + gi + h * 8;
-                    if (r < rows) a[gi] = __fadd_rn(a[gi], val(r));
-                }
-        }
-        part[wm] = __fadd_rn(__fadd_rn(__fadd_rn(a[0], a[1]), __fadd_rn(a[2], a[3])),
-                             __fadd_rn(__fadd_rn(a[4], a[5]), __fadd_rn(a[6], a[7])));
-    }
-    return __fadd_rn(part[0], part[1]);
-}
-__device__ static void wg_write_pair(float *out, int N, int m0, int n, float a, float b) {
-    float *p = out + ((size_t)(m0 / WG_BM) * N + n) * 2;
-    ct_check_vec_align(p, sizeof(float2));
-    CT_COST_ACCESS(p, sizeof(float2), true);
-    *(float2 *)p = make_float2(a, b);
-}
-// Forward: park[r * 128 + col] = the stored (bf16) value; {sum, sum of squared deviations from the
-// tile's own mean} as v2's two passes.
-__device__ static void wg_tile_stats(const float *park, float *stats, int M, int N, int m0, int n0, int col) {
-    int n = n0 + col, rows = min(WG_BM, M - m0);
-    if (n >= N) return;
-    float sum = wg_v2_order_sum([&](int r) { return park[r * WG_BN + col]; }, rows);
-    float mean = __fdiv_rn(sum, (float)rows);
-    float m2 = wg_v2_order_sum(
-        [&](int r) {
-            float d = __fsub_rn(park[r * WG_BN + col], mean);
-            return __fmul_rn(d, d);
-        },
-        rows);
-    wg_write_pair(stats, N, m0, n, sum, m2);
-}
-// Data gradient: park[(r * 128 + col) * 2 + q], q = 0: g, 1: g (x - mean).
-__device__ static void wg_bn_tile_sums(const float *park, float *tiles, int M, int N, int m0, int n0, int col) {
-    int n = n0 + col, rows = min(WG_BM, M - m0);
-    if (n >= N) return;
-    float s0 = wg_v2_order_sum([&](int r) { return park[((size_t)r * WG_BN + col) * 2]; }, rows);
-    float s1 = wg_v2_order_sum([&](int r) { return park[((size_t)r * WG_BN + col) * 2 + 1]; }, rows);
-    wg_write_pair(tiles, N, m0, n, s0, s1);
-}
-
 __global__ void __launch_bounds__(WG_THREADS) conv_wgmma_fwd_k(GemmArgs g) {
     CT_DYN_SMEM(unsigned char, raw);
     unsigned char *sm = raw + ((1024 - ct_smem_u32(raw) % 1024) % 1024);  // the swizzle repeats at 1 KiB
@@ -252,7 +198,7 @@ __global__ void __launch_bounds__(WG_THREADS) conv_wgmma_fwd_k(GemmArgs g) {
     int w = (tid / 32) % 4, lane = tid % 32, gi = lane / 4, ti = lane % 4;
     // BN statistics (g.stats, conv2d_forward_stats_gpu) with engine v2's bits: each stored value
     // parked in the ring (free once both consumer warpgroups are past their last wgmma: barrier
-    // epi[0]), then summed per column in v2's order (wg_tile_stats) after barrier epi[1].
+    // epi[0]), then summed per column in v2's order (conv_park_tile_stats) after barrier epi[1].
     float *park = (float *)sm;
     if (g.stats) {
         ct_mbar_arrive(&epi[0]);
@@ -281,7 +227,7 @@ __global__ void __launch_bounds__(WG_THREADS) conv_wgmma_fwd_k(GemmArgs g) {
     if (g.stats) {
         ct_mbar_arrive(&epi[1]);
         ct_mbar_wait(&epi[1], 0);
-        if (tid >= 256) wg_tile_stats(park, g.stats, g.M, g.N, m0, n0, tid - 256);
+        if (tid >= 256) conv_park_tile_stats(park, g.stats, g.M, g.N, m0, n0, tid - 256);
     }
 }
 
@@ -477,7 +423,7 @@ __global__ void __launch_bounds__(WG_THREADS) conv_wgmma_bwd_k(GemmArgs g) {
     // BN backward epilogue: each pair masked as v2 masks it (conv_bn_epi.cuh), its two addends
     // {g, g (x - mean)} parked per element in the ring (128 x 128 x 2 floats = the ring's 128 KiB;
     // free once both consumer warpgroups are past their last wgmma: barrier epi[0]), then summed
-    // per column in v2's order (wg_bn_tile_sums) after barrier epi[1].
+    // per column in v2's order (conv_park_tile_gsums) after barrier epi[1].
     const bool bn = MODE == GEMM_DGRAD && g.bn.tiles, tail = bn && (g.bn.y || g.bn.mask);
     float *park = (float *)sm;
     if (bn) {
@@ -538,7 +484,7 @@ __global__ void __launch_bounds__(WG_THREADS) conv_wgmma_bwd_k(GemmArgs g) {
     if (bn) {
         ct_mbar_arrive(&epi[1]);
         ct_mbar_wait(&epi[1], 0);
-        if (tid >= 256) wg_bn_tile_sums(park, g.bn.tiles, g.M, g.N, m0, n0, tid - 256);
+        if (tid >= 256) conv_park_tile_gsums(park, g.bn.tiles, g.M, g.N, m0, n0, tid - 256);
     }
 }
 
