@@ -76,15 +76,18 @@ extern "C" size_t conv2d_gpu_work_floats(const ConvShape *s) {
     int splits = a.splits > b.splits ? a.splits : b.splits, s2, k2;
     ct_conv_tc2_split(M, N, K, &s2, &k2);
     if (s2 > splits) splits = s2;
+    ct_conv_wgmma_split(M, N, K, &s2, &k2);  // never more than v2's; kept for safety
+    if (s2 > splits) splits = s2;
     return splits > 1 ? (size_t)splits * M * N : 0;
 }
 
 // The split count of a bf16 weight-gradient GEMM (M = K_out, N = R*S*C, K = N*P*Q) on engine v1
-// (CT_CONV_TC) or v2 (CT_CONV_TC2; the wgmma engine splits as v2): the plan depends on the batch, so tools/bench_gpu_cost.c asks
+// (CT_CONV_TC), v2 (CT_CONV_TC2) or the wgmma engine (CT_CONV_WGMMA): the plan depends on the batch, so tools/bench_gpu_cost.c asks
 // it for the split partials' traffic at a batch it did not run.
 extern "C" int conv2d_gpu_wgrad_splits(int algo, int M, int N, int K) {
     int splits, k_split;
-    if (algo == CT_CONV_TC2 || algo == CT_CONV_WGMMA) ct_conv_tc2_split(M, N, K, &splits, &k_split);  // one plan
+    if (algo == CT_CONV_TC2) ct_conv_tc2_split(M, N, K, &splits, &k_split);
+    else if (algo == CT_CONV_WGMMA) ct_conv_wgmma_split(M, N, K, &splits, &k_split);
     else splits = split_plan(M, N, K, tc_wgrad_bm(M), TC_BN, TC_BK).splits;
     return splits;
 }

@@ -241,9 +241,9 @@ __global__ void __launch_bounds__(WG_THREADS) conv_wgmma_fwd_k(GemmArgs g) {
 // memory (one load per thread and k-tile). WGRAD: k runs over output pixels; A = dout
 // (M-major: a pixel's output channels are contiguous), B = the input's im2col (N-major: (r, s, c)
 // with c contiguous), a thread pair per pixel row, its (img, p, q) advanced with carries. Both
-// read MN-major tiles through the transpose bits. The split-K plan is engine v2's (ct_conv_tc2_split, a
-// function of the shape only) and its partials are summed in split order by
-// ct_conv_reduce_splits, so the bits depend on nothing but the shape.
+// read MN-major tiles through the transpose bits. The split-K plan (ct_conv_wgmma_split) is a
+// function of the shape only and its partials are summed in split order by ct_conv_reduce_splits,
+// so the bits depend on nothing but the shape.
 template <int MODE>
 __global__ void __launch_bounds__(WG_THREADS) conv_wgmma_bwd_k(GemmArgs g) {
     CT_DYN_SMEM(unsigned char, raw);
@@ -522,6 +522,12 @@ extern "C" int ct_conv_wgmma_eligible(int mode, const GemmArgs *g) {
     return wg_device_ok();
 }
 
+// The weight gradient's split plan for this engine's tiles: k_split a multiple of 64, so no k-tile
+// straddles a split's end (with v2's multiples of 32 half of such a tile multiplies zeros).
+extern "C" void ct_conv_wgmma_split(int M, int N, int K, int *splits, int *k_split) {
+    ct_split_plan(M, N, K, WG_BM, WG_BN, WG_BK, splits, k_split);
+}
+
 extern "C" void ct_conv_wgmma_run(int mode, GemmArgs g, float *work, float *final_out, cudaStream_t st) {
     int splits = 1;
     g.k_split = g.k_end;
@@ -532,7 +538,7 @@ extern "C" void ct_conv_wgmma_run(int mode, GemmArgs g, float *work, float *fina
         g.bn.tiles = NULL;
     }
     if (mode == GEMM_WGRAD && !g.no_split) {
-        ct_conv_tc2_split(g.M, g.N, g.k_end, &splits, &g.k_split);
+        ct_conv_wgmma_split(g.M, g.N, g.k_end, &splits, &g.k_split);
         if (splits > 1) {
             if (!work) ct_die("conv weight gradient: no work buffer (conv2d_gpu_work_floats)");
             g.c = work;

@@ -318,7 +318,8 @@ size_t ct_cost_count(void);
 int ct_cost_get(size_t i, CtCostLaunch *out);  // 0 when i is out of range
 // Plans that change with the batch, so the cost tool can price their workspace traffic at a batch
 // it did not run: BN's row chunks of partial sums for M rows (kernels/batchnorm.cu), and the
-// split count of a bf16 weight-gradient GEMM on engine algo, CT_CONV_TC or CT_CONV_TC2 (conv.cu).
+// split count of a bf16 weight-gradient GEMM on engine algo, CT_CONV_TC, CT_CONV_TC2 or
+// CT_CONV_WGMMA (conv.cu).
 int batchnorm_gpu_chunks(int M);
 int conv2d_gpu_wgrad_splits(int algo, int M, int N, int K);
 

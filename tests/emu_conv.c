@@ -659,6 +659,10 @@ static void test_split_plan(void) {
                         CHECK(8.0 * sp * M * N <= 0.25 * 2.0 * ((double)M + N) * K,
                               "split plan M%d N%d K%d: %d splits above one wave and over the byte budget", M, N, K, sp);
                     checked++, differ += sp != old;
+                    if (eng) {  // the wgmma engine's plan (k_split in 64s) fits v2's work buffer
+                        int sw = conv2d_gpu_wgrad_splits(CT_CONV_WGMMA, M, N, K);
+                        CHECK(sw >= 1 && sw <= sp, "split plan M%d N%d K%d: wgmma %d splits, v2 %d", M, N, K, sw, sp);
+                    }
                 }
     CHECK(differ > 0, "the split plan never differs from the 4-wave plan");
     printf("split plan: %d shapes x engines checked, %d differ from the 4-wave plan\n", checked, differ);
@@ -678,8 +682,8 @@ static void test_split_plan(void) {
     void *d_in = dev_upload(in, nin, CT_BF16), *d_dout = dev_upload(dout, nout, CT_BF16);
     float *work = (float *)dev_alloc_poisoned(nwork * 4);
     float *dw1 = (float *)dev_alloc_poisoned(nw * 4), *dw2 = (float *)dev_alloc_poisoned(nw * 4);
-    for (int algo = CT_CONV_TC; algo <= CT_CONV_TC2; algo++) {
-        int e = algo == CT_CONV_TC2 ? E_TC2 : E_TC;
+    for (int algo = CT_CONV_TC; algo <= CT_CONV_WGMMA; algo++) {
+        int e = algo == CT_CONV_WGMMA ? E_WG : algo == CT_CONV_TC2 ? E_TC2 : E_TC;
         for (int rep = 0; rep < 2; rep++) {
             poison(work, nwork * 4);
             int used = conv2d_backward_weight_gpu_ex(&s, rep ? dw2 : dw1, d_dout, d_in, work, CT_BF16, stream, algo);
@@ -690,7 +694,8 @@ static void test_split_plan(void) {
         record(K_WGRAD, e, rel_err_norm(got, ref, nw), fp32_out_tol(e), "split plan shape");
         CHECK(dev_equal(dw1, dw2, nw * 4), "split plan shape %s: reruns differ", ename[e]);
     }
-    printf("split plan shape N3 H34 W34 C144 K24 3x3: v2 %d splits (4-wave plan %d), v1 %d (%d)\n", s2, o2, s1, o1);
+    printf("split plan shape N3 H34 W34 C144 K24 3x3: v2 %d splits (4-wave plan %d), v1 %d (%d), wgmma %d\n", s2, o2,
+           s1, o1, conv2d_gpu_wgrad_splits(CT_CONV_WGMMA, M, N, K));
     cudaFree(d_in), cudaFree(d_dout), cudaFree(work), cudaFree(dw1), cudaFree(dw2);
     free(in), free(dout), free(ref), free(got);
 }
