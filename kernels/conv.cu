@@ -21,8 +21,9 @@
 //     skipped taps.
 // A third, engine v2 (kernels/conv_tc2.cu: 128x128 tiles, 4 stages, gather tables), takes the
 // bf16 convolutions whose operands are all vectorisable; conv_tc_engine() below picks it. A fourth,
-// the Hopper engine (kernels/conv_wgmma.cu: wgmma, warp-specialised), takes v2's forward shapes on
-// compute 9.0 when CTRAIN_CONV_ENGINE=wgmma.
+// the Hopper engine (kernels/conv_wgmma.cu: wgmma, warp-specialised), takes v2's shapes (forward,
+// data gradient phases, weight gradient) on compute 9.0 when CTRAIN_CONV_ENGINE=wgmma, except the
+// data gradient with a BN backward epilogue.
 // The weight gradient reduces over N*P*Q, which is long when K*R*S*C is small: the reduction is
 // cut into a number of splits that depends only on the shape (kernels/conv_split.cu's split_plan:
 // enough CTAs to fill the GPU, few enough that the partials' traffic stays small against the
@@ -52,8 +53,8 @@ static SplitPlan split_plan(int M, int N, int K, int bm, int bn, int bk) {
 }
 
 // Which tensor-core engine CT_CONV_AUTO takes for bf16: CTRAIN_CONV_ENGINE=v1|v2|wgmma (default
-// v2), so one GPU run can compare them. wgmma falls back to v2 for what it does not take (the
-// gradients, other devices), v2 to v1.
+// v2), so one GPU run can compare them. wgmma falls back to v2 for what it does not take (the BN
+// backward epilogues, other devices), v2 to v1.
 static int conv_tc_engine(int algo) {
     if (algo != CT_CONV_AUTO) return algo;
     const char *e = getenv("CTRAIN_CONV_ENGINE");
@@ -75,15 +76,18 @@ extern "C" size_t conv2d_gpu_work_floats(const ConvShape *s) {
     int splits = a.splits > b.splits ? a.splits : b.splits, s2, k2;
     ct_conv_tc2_split(M, N, K, &s2, &k2);
     if (s2 > splits) splits = s2;
+    ct_conv_wgmma_split(M, N, K, &s2, &k2);  // never more than v2's; kept for safety
+    if (s2 > splits) splits = s2;
     return splits > 1 ? (size_t)splits * M * N : 0;
 }
 
 // The split count of a bf16 weight-gradient GEMM (M = K_out, N = R*S*C, K = N*P*Q) on engine v1
-// (CT_CONV_TC) or v2 (CT_CONV_TC2): the plan depends on the batch, so tools/bench_gpu_cost.c asks
+// (CT_CONV_TC), v2 (CT_CONV_TC2) or the wgmma engine (CT_CONV_WGMMA): the plan depends on the batch, so tools/bench_gpu_cost.c asks
 // it for the split partials' traffic at a batch it did not run.
 extern "C" int conv2d_gpu_wgrad_splits(int algo, int M, int N, int K) {
     int splits, k_split;
     if (algo == CT_CONV_TC2) ct_conv_tc2_split(M, N, K, &splits, &k_split);
+    else if (algo == CT_CONV_WGMMA) ct_conv_wgmma_split(M, N, K, &splits, &k_split);
     else splits = split_plan(M, N, K, tc_wgrad_bm(M), TC_BN, TC_BK).splits;
     return splits;
 }
@@ -147,19 +151,23 @@ static GemmArgs fwd_args(const ConvShape *s, void *out, const void *in, const vo
 }
 
 // The forward on the engine `algo` resolves to. With stats (BN tiles, conv2d_forward_stats_gpu)
-// only engine v2 may run it: a convolution that resolves to another engine runs nothing and
-// returns 0 (CT_CONV_AUTO), so the caller convolves as usual and BN gathers its own statistics.
+// only engine v2 or wgmma (v2's summation order) may run it: a convolution that resolves to
+// another engine runs nothing and returns 0 (CT_CONV_AUTO), so the caller convolves as usual and
+// BN gathers its own statistics.
 static int conv_forward(const ConvShape *s, void *out, float *stats, const void *in, const void *w, CtDtype dt,
                         ct_stream_t st, int algo) {
     if (conv_empty(s)) return stats ? CT_CONV_AUTO : CT_CONV_GENERIC;
     GemmArgs g = fwd_args(s, out, in, w, dt);
     algo = g.tc_ok ? conv_tc_engine(algo) : algo;
     if (stats) {
-        if (algo != CT_CONV_TC2 || !ct_conv_tc2_eligible(GEMM_FWD, &g) || !ct_aligned(8, stats)) return CT_CONV_AUTO;
+        if (algo == CT_CONV_WGMMA && !ct_conv_wgmma_eligible(GEMM_FWD, &g)) algo = CT_CONV_TC2;
+        if ((algo != CT_CONV_TC2 && algo != CT_CONV_WGMMA) || !ct_conv_tc2_eligible(GEMM_FWD, &g) ||
+            !ct_aligned(8, stats))
+            return CT_CONV_AUTO;
         g.stats = stats;
     }
     if (algo == CT_CONV_WGMMA && ct_conv_wgmma_eligible(GEMM_FWD, &g)) {
-        ct_conv_wgmma_run(GEMM_FWD, g, (cudaStream_t)st);
+        ct_conv_wgmma_run(GEMM_FWD, g, NULL, NULL, (cudaStream_t)st);
         return CT_CONV_WGMMA;
     }
     if (algo == CT_CONV_WGMMA) algo = CT_CONV_TC2;
@@ -176,11 +184,13 @@ extern "C" int conv2d_forward_gpu_ex(const ConvShape *s, void *out, const void *
     return conv_forward(s, out, NULL, in, w, dt, st, algo);
 }
 
-// Engine v2's forward with BN statistics in its epilogue (conv_tc2.cu's t2_tile_stats): bf16 only.
+// The forward with BN statistics in its epilogue (conv_tc2.cu's t2_tile_stats, or the wgmma
+// engine's twin in v2's order): bf16 only.
 extern "C" int conv2d_forward_stats_gpu(const ConvShape *s, void *out, float *stats, const void *in, const void *w,
                                         CtDtype dt, ct_stream_t st) {
     if (dt != CT_BF16 || !stats) return 0;
-    return conv_forward(s, out, stats, in, w, dt, st, CT_CONV_AUTO) == CT_CONV_TC2;
+    int used = conv_forward(s, out, stats, in, w, dt, st, CT_CONV_AUTO);
+    return used == CT_CONV_TC2 || used == CT_CONV_WGMMA;
 }
 
 // The stride phase (ph, pw) of the tensor-core data gradient: the input pixels h = ph + hh*st,
@@ -216,8 +226,9 @@ extern "C" int conv2d_gpu_dgrad_bn_tiles(const ConvShape *s) {
 // The data gradient on the engine `algo` resolves to; acc: din += the gradient (in place, one
 // rounding from fp32: the second contribution to a gradient slot) instead of din = it.
 // bn (may be NULL): asks for the BN backward epilogue (conv2d_backward_data_bn_gpu,
-// conv2d_backward_data_tail_gpu), which only engine v2 runs, at strides 1 and 2 (every phase on
-// v2, each writing its own tiles): otherwise nothing runs and the result is 0 (CT_CONV_AUTO).
+// conv2d_backward_data_tail_gpu), which engine v2 and the wgmma engine run (with the same bits),
+// at strides 1 and 2 (every phase on one of them, each writing its own tiles): otherwise nothing
+// runs and the result is 0 (CT_CONV_AUTO).
 static int conv_dgrad(const ConvShape *s, void *din, const void *dout, const void *w, CtDtype dt, ct_stream_t st,
                       int algo, int acc, const ConvBnEpilogue *bn) {
     if (bn && (dt != CT_BF16 || s->stride * s->stride > CONV_BN_MAX_PHASES || conv_empty(s) || s->N <= 0 ||
@@ -239,16 +250,18 @@ static int conv_dgrad(const ConvShape *s, void *din, const void *dout, const voi
     g.c_acc = acc;
     ct_gemm_tc_setup(&g, GEMM_DGRAD, dt);
     algo = g.tc_ok ? conv_tc_engine(algo) : algo;
-    if (algo == CT_CONV_WGMMA) algo = CT_CONV_TC2;  // forward only so far
     if (bn) {
-        if (algo != CT_CONV_TC2) return CT_CONV_AUTO;
+        if (algo != CT_CONV_TC2 && algo != CT_CONV_WGMMA) return CT_CONV_AUTO;
         g.bn = *bn;  // tiles: set per phase below
-        // Every phase must take v2, whose epilogue writes the tiles: else run nothing.
+        // Every phase must take v2 or wgmma, whose epilogues write the tiles: else run nothing.
         for (int ph = 0; ph < s->stride; ph++)
             for (int pw = 0; pw < s->stride; pw++) {
                 GemmArgs t = g;
                 dgrad_phase(s, &t, ph, pw);
-                if (t.M > 0 && !ct_conv_tc2_eligible(GEMM_DGRAD, &t)) return CT_CONV_AUTO;
+                t.bn.tiles = bn->tiles;
+                if (t.M > 0 && !ct_conv_tc2_eligible(GEMM_DGRAD, &t) &&
+                    !(algo == CT_CONV_WGMMA && ct_conv_wgmma_eligible(GEMM_DGRAD, &t)))
+                    return CT_CONV_AUTO;
             }
     }
     if (algo == CT_CONV_GENERIC || !g.tc_ok) {  // the generic engine walks all taps at once
@@ -259,7 +272,7 @@ static int conv_dgrad(const ConvShape *s, void *din, const void *dout, const voi
     // Tensor cores: one GEMM per stride phase (one in all for stride 1). A phase whose taps are
     // all skipped (1x1 stride 2, odd rows) still runs with K = 0 and writes its zeros (adds
     // nothing when accumulating, so it is skipped then, unless its BN epilogue must mask and sum).
-    int used = algo == CT_CONV_TC2 ? CT_CONV_TC2 : CT_CONV_TC, tile0 = 0;
+    int used = algo == CT_CONV_WGMMA ? CT_CONV_WGMMA : algo == CT_CONV_TC2 ? CT_CONV_TC2 : CT_CONV_TC, tile0 = 0;
     for (int ph = 0; ph < s->stride; ph++)
         for (int pw = 0; pw < s->stride; pw++) {
             dgrad_phase(s, &g, ph, pw);
@@ -268,7 +281,12 @@ static int conv_dgrad(const ConvShape *s, void *din, const void *dout, const voi
                 tile0 += (g.M + CONV_BN_TILE_ROWS - 1) / CONV_BN_TILE_ROWS;
             }
             if (g.M <= 0 || (acc && g.K == 0 && !bn)) continue;
-            if (algo == CT_CONV_TC2 && ct_conv_tc2_eligible(GEMM_DGRAD, &g)) {
+            if (algo == CT_CONV_WGMMA && ct_conv_wgmma_eligible(GEMM_DGRAD, &g)) {
+                ct_conv_wgmma_run(GEMM_DGRAD, g, NULL, NULL, (cudaStream_t)st);
+                continue;
+            }
+            if (algo >= CT_CONV_TC2 && ct_conv_tc2_eligible(GEMM_DGRAD, &g)) {
+                if (used == CT_CONV_WGMMA) used = CT_CONV_TC2;  // a phase wgmma does not take ran on v2
                 ct_conv_tc2_run(GEMM_DGRAD, g, NULL, NULL, (cudaStream_t)st);
                 continue;
             }
@@ -290,7 +308,7 @@ extern "C" int conv2d_backward_data_acc_gpu_ex(const ConvShape *s, void *din, co
 // The data gradient of a convolution whose input was y = relu(bn(x)), with the BN backward's
 // reductions in its epilogue (conv_tc2.cu's t2_tile_gsums): din = dL/dy masked by the ReLU the
 // epilogue recomputes from x (y itself is not read), tiles {sum g, sum g (x - mean)} per 128-row
-// tile and channel. Returns 0, having run nothing, where engine v2 does not take it.
+// tile and channel. Returns 0, having run nothing, where engine v2 (or wgmma) does not take it.
 extern "C" int conv2d_backward_data_bn_gpu(const ConvShape *s, void *din, float *tiles, const void *dout,
                                            const void *w, const void *x, const float *gamma, const float *beta,
                                            const float *mean, const float *invstd, CtDtype dt, ct_stream_t st) {
@@ -301,7 +319,8 @@ extern "C" int conv2d_backward_data_bn_gpu(const ConvShape *s, void *din, float 
     bn.mean = mean;
     bn.invstd = invstd;
     bn.tiles = tiles;
-    return conv_dgrad(s, din, dout, w, dt, st, CT_CONV_AUTO, 0, &bn) == CT_CONV_TC2;
+    int used = conv_dgrad(s, din, dout, w, dt, st, CT_CONV_AUTO, 0, &bn);
+    return used == CT_CONV_TC2 || used == CT_CONV_WGMMA;
 }
 
 // The same for a conv whose input is a block tail's output y = relu(bn(x) + res): mask y > 0 (y
@@ -315,7 +334,8 @@ extern "C" int conv2d_backward_data_tail_gpu(const ConvShape *s, void *din, int 
     bn.mask = mask;
     bn.mean = mean;
     bn.tiles = tiles;
-    return conv_dgrad(s, din, dout, w, dt, st, CT_CONV_AUTO, acc, &bn) == CT_CONV_TC2;
+    int used = conv_dgrad(s, din, dout, w, dt, st, CT_CONV_AUTO, acc, &bn);
+    return used == CT_CONV_TC2 || used == CT_CONV_WGMMA;
 }
 
 extern "C" int conv2d_backward_weight_gpu_ex(const ConvShape *s, float *dw, const void *dout,
@@ -336,7 +356,11 @@ extern "C" int conv2d_backward_weight_gpu_ex(const ConvShape *s, float *dw, cons
     g.K = g.k_end = s->N * s->P * s->Q;
     ct_gemm_tc_setup(&g, GEMM_WGRAD, dt);
     algo = g.tc_ok ? conv_tc_engine(algo) : algo;
-    if (algo == CT_CONV_WGMMA) algo = CT_CONV_TC2;  // forward only so far
+    if (algo == CT_CONV_WGMMA && ct_conv_wgmma_eligible(GEMM_WGRAD, &g)) {
+        ct_conv_wgmma_run(GEMM_WGRAD, g, work, dw, (cudaStream_t)st);
+        return CT_CONV_WGMMA;
+    }
+    if (algo == CT_CONV_WGMMA) algo = CT_CONV_TC2;
     if (algo == CT_CONV_TC2 && ct_conv_tc2_eligible(GEMM_WGRAD, &g)) {
         ct_conv_tc2_run(GEMM_WGRAD, g, work, dw, (cudaStream_t)st);
         return CT_CONV_TC2;

@@ -94,7 +94,10 @@ extern "C" int ct_conv_tc2_eligible(int mode, const GemmArgs *g);
 extern "C" void ct_conv_tc2_split(int M, int N, int K, int *splits, int *k_split);
 extern "C" void ct_conv_tc2_run(int mode, GemmArgs g, float *work, float *final_out, cudaStream_t st);
 
-// Hopper engine (kernels/conv_wgmma.cu): wgmma, warp-specialised; bf16 forward only, on compute
-// 9.0 (or the emulator). eligible: what v2 takes, forward, on such a device.
+// Hopper engine (kernels/conv_wgmma.cu): wgmma, warp-specialised; bf16, on compute 9.0 (or the
+// emulator). eligible: what v2 takes on such a device, except DGRAD with the BN epilogue (bn.tiles).
+// WGRAD splits by ct_conv_wgmma_split (the shared plan for its 128x128x64 tiles: never more splits
+// than v2's, so v2's work buffer holds them), summing the partials into final_out.
 extern "C" int ct_conv_wgmma_eligible(int mode, const GemmArgs *g);
-extern "C" void ct_conv_wgmma_run(int mode, GemmArgs g, cudaStream_t st);
+extern "C" void ct_conv_wgmma_split(int M, int N, int K, int *splits, int *k_split);
+extern "C" void ct_conv_wgmma_run(int mode, GemmArgs g, float *work, float *final_out, cudaStream_t st);

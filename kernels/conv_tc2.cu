@@ -21,6 +21,7 @@
 
 #include "kernels/common.cuh"
 #include "kernels/act.cuh"  // ct_check_vec_align, ct_st
+#include "kernels/conv_bn_epi.cuh"
 #include "kernels/conv_gemm.cuh"
 #include "kernels/kernels.h"
 #include "kernels/ptx.cuh"
@@ -487,35 +488,15 @@ __global__ void __launch_bounds__(T2_THREADS) gemm_tc2_k(GemmArgs g, int tiles_m
                     }
                     uint32_t word = ct_f32_to_bf16(v0) | (uint32_t)ct_f32_to_bf16(v1) << 16;
                     if (bn) {  // mask by the forward's ReLU, then the sums
-                        const uint16_t *xp = (const uint16_t *)g.bn.x + row * g.N + n;
-                        ct_check_vec_align(xp, sizeof(uint32_t));
-                        CT_COST_ACCESS(xp, sizeof(uint32_t), false);
-                        uint32_t xw = *(const uint32_t *)xp, yw = 0;
-                        if (tail && g.bn.mask) {  // the forward's mask bits, as y's sign pattern
-                            size_t e = row * g.N + n;
-                            CT_COST_ACCESS(g.bn.mask + e / 8, 1, false);
-                            unsigned b = g.bn.mask[e / 8] >> (e % 8);
-                            yw = (b & 1u ? 0x3f80u : 0u) | (b & 2u ? 0x3f800000u : 0u);  // bf16 1.0 or 0
-                        } else if (tail) {  // the stored block output y: mask y > 0
-                            const uint16_t *yp = (const uint16_t *)g.bn.y + row * g.N + n;
-                            ct_check_vec_align(yp, sizeof(uint32_t));
-                            CT_COST_ACCESS(yp, sizeof(uint32_t), false);
-                            yw = *(const uint32_t *)yp;
-                        }
                         int col = wn * 64 + ni * 8 + 2 * ti;
-                        float gv[2];
+                        float gv[2], gd[2];
+                        word = conv_bn_mask_pair(g.bn, row * g.N + n, word, tail, bn_c + col, bn_c + T2_BN + col,
+                                                 bn_c + 2 * T2_BN + col, gv, gd);
                         T2_UNROLL
                         for (int j = 0; j < 2; j++) {
-                            float xv = ct_bf16_to_f32((uint16_t)(j ? xw >> 16 : xw & 0xffffu));
-                            float d = __fsub_rn(xv, bn_c[col + j]);
-                            // relu(bn(x)) recomputed with bn_affine_k's operations, or y > 0
-                            float o = tail ? ct_bf16_to_f32((uint16_t)(j ? yw >> 16 : yw & 0xffffu))
-                                           : __fadd_rn(__fmul_rn(d, bn_c[T2_BN + col + j]), bn_c[2 * T2_BN + col + j]);
-                            gv[j] = o > 0.f ? ct_bf16_to_f32((uint16_t)(j ? word >> 16 : word & 0xffffu)) : 0.f;
                             gs[ni][j][0] = __fadd_rn(gs[ni][j][0], gv[j]);
-                            gs[ni][j][1] = __fadd_rn(gs[ni][j][1], __fmul_rn(gv[j], d));
+                            gs[ni][j][1] = __fadd_rn(gs[ni][j][1], gd[j]);
                         }
-                        word = ct_f32_to_bf16(gv[0]) | (uint32_t)ct_f32_to_bf16(gv[1]) << 16;
                     }
                     CT_COST_ACCESS(p, sizeof(uint32_t), true);
                     *(uint32_t *)p = word;

@@ -72,8 +72,9 @@ void linear_backward_gpu(void *din, float *dw, float *db, const float *dout, con
 // error. Returns the engine that ran.
 // CT_CONV_TC2: engine v2 (kernels/conv_tc2.cu) where it takes the shape, v1 otherwise (the
 // return value says which ran). CT_CONV_AUTO on bf16 takes v2, or v1 with CTRAIN_CONV_ENGINE=v1.
-// CT_CONV_WGMMA: the Hopper engine (kernels/conv_wgmma.cu) for the forward convolutions v2 takes,
-// on compute 9.0; everything else as CT_CONV_TC2. CT_CONV_AUTO takes it with
+// CT_CONV_WGMMA: the Hopper engine (kernels/conv_wgmma.cu) for the convolutions v2 takes (forward,
+// data and weight gradients, but not the data gradient's BN epilogues), on compute 9.0; everything
+// else as CT_CONV_TC2. CT_CONV_AUTO takes it with
 // CTRAIN_CONV_ENGINE=wgmma (the default stays v2 until silicon has measured it).
 typedef enum { CT_CONV_AUTO = 0, CT_CONV_GENERIC = 1, CT_CONV_TC = 2, CT_CONV_TC2 = 3, CT_CONV_WGMMA = 4 } CtConvAlgo;
 int conv2d_forward_gpu_ex(const ConvShape *s, void *out, const void *in, const void *w, CtDtype dt,
@@ -317,7 +318,8 @@ size_t ct_cost_count(void);
 int ct_cost_get(size_t i, CtCostLaunch *out);  // 0 when i is out of range
 // Plans that change with the batch, so the cost tool can price their workspace traffic at a batch
 // it did not run: BN's row chunks of partial sums for M rows (kernels/batchnorm.cu), and the
-// split count of a bf16 weight-gradient GEMM on engine algo, CT_CONV_TC or CT_CONV_TC2 (conv.cu).
+// split count of a bf16 weight-gradient GEMM on engine algo, CT_CONV_TC, CT_CONV_TC2 or
+// CT_CONV_WGMMA (conv.cu).
 int batchnorm_gpu_chunks(int M);
 int conv2d_gpu_wgrad_splits(int algo, int M, int N, int K);
 

@@ -18,7 +18,7 @@ void ct_ptx_check_ldmatrix(const uint16_t *m, uint32_t *out, int num, int trans,
 void ct_ptx_check_mma(const uint16_t *A, const uint16_t *B, const float *C, float *D, int M, int N,
                       int K, int mode, cudaStream_t stream);
 void ct_ptx_check_cp_async(const float *src, float *dst, int n, cudaStream_t stream);
-int ct_ptx_check_wgmma(const uint16_t *A, const uint16_t *B, float *D, int N, int K, int swz,
+int ct_ptx_check_wgmma(const uint16_t *A, const uint16_t *B, float *D, int N, int K, int swz, int trans,
                        cudaStream_t stream);
 int ct_ptx_check_mbarrier(const uint16_t *src, uint16_t *dst, int n, cudaStream_t stream);
 }
@@ -147,19 +147,31 @@ extern "C" void ct_ptx_check_cp_async(const float *src, float *dst, int n, cudaS
 // ---------------------------------------------------------------------------------------------
 // wgmma (kernels/ptx_wgmma.cuh): one warpgroup computes D (64 x N, fp32) = A (64 x K) * B^T with
 // A and B (N x K) row-major bf16 in global memory, staged by plain stores into shared memory in
-// the canonical K-major layout of swizzle mode `swz` (ct_wg_tile_offset) and read by wgmma
-// through descriptors (ct_wg_tile_desc), K/16 steps in one commit group; the first step has
-// scale-d = 0 over accumulators filled with NaN (so D must not be read). D is written from the
-// documented fragment layout. A layout or descriptor the hardware reads differently gives errors
-// of order one.
-template <int N>
+// the canonical layout of swizzle mode `swz` and read by wgmma through descriptors, K/16 steps in
+// one commit group; the first step has scale-d = 0 over accumulators filled with NaN (so D must
+// not be read). TA / TB: the operand is staged MN-major (ct_wg_tile_offset_mn, ct_wg_tile_desc_mn)
+// and read with the instruction's transpose bit, else K-major (ct_wg_tile_offset, ct_wg_tile_desc).
+// D is written from the documented fragment layout. A layout or descriptor the hardware reads
+// differently gives errors of order one.
+static __host__ __device__ size_t ptx_wg_tile_bytes(int swz, int R, int K, int mn) {
+    if (!mn || swz == CT_SWZ_NONE) return (size_t)R * K * 2;
+    int per = ct_swz_width(swz) / 2;
+    return (size_t)((R + per - 1) / per) * K * ct_swz_width(swz);
+}
+template <int N, int TA, int TB>
 __global__ void __launch_bounds__(128) ptx_wgmma_kernel(const uint16_t *A, const uint16_t *B, float *D, int K, int swz) {
     CT_DYN_SMEM(unsigned char, raw);
     unsigned char *sa = raw + ((1024 - ct_smem_u32(raw) % 1024) % 1024);
-    unsigned char *sb = sa + 64 * K * 2;  // a multiple of 1024 for K % 8 == 0
+    unsigned char *sb = sa + ptx_wg_tile_bytes(swz, 64, K, TA);  // a multiple of 1024 for K % 64 == 0
     int tid = threadIdx.x;
-    for (int i = tid; i < 64 * K; i += 128) *(uint16_t *)(sa + ct_wg_tile_offset(swz, 64, i / K, i % K)) = A[i];
-    for (int i = tid; i < N * K; i += 128) *(uint16_t *)(sb + ct_wg_tile_offset(swz, N, i / K, i % K)) = B[i];
+    for (int i = tid; i < 64 * K; i += 128) {
+        uint32_t o = TA ? ct_wg_tile_offset_mn(swz, 64, K, i / K, i % K) : ct_wg_tile_offset(swz, 64, i / K, i % K);
+        *(uint16_t *)(sa + o) = A[i];
+    }
+    for (int i = tid; i < N * K; i += 128) {
+        uint32_t o = TB ? ct_wg_tile_offset_mn(swz, N, K, i / K, i % K) : ct_wg_tile_offset(swz, N, i / K, i % K);
+        *(uint16_t *)(sb + o) = B[i];
+    }
     ct_fence_proxy_async();  // generic-proxy stores, then the async proxy (wgmma) reads them
     __syncthreads();
     float acc[N / 2];
@@ -167,8 +179,11 @@ PC_UNROLL
     for (int i = 0; i < N / 2; i++) acc[i] = __int_as_float(0x7fc00000);
     uint32_t a0 = ct_smem_u32(sa), b0 = ct_smem_u32(sb);
     ct_wgmma_fence();
-    for (int s = 0; s < K / 16; s++)
-        ct_wgmma_bf16<N>(acc, ct_wg_tile_desc(swz, 64, a0, s), ct_wg_tile_desc(swz, N, b0, s), s > 0);
+    for (int s = 0; s < K / 16; s++) {
+        uint64_t da = TA ? ct_wg_tile_desc_mn(swz, 64, K, a0, s) : ct_wg_tile_desc(swz, 64, a0, s);
+        uint64_t db = TB ? ct_wg_tile_desc_mn(swz, N, K, b0, s) : ct_wg_tile_desc(swz, N, b0, s);
+        ct_wgmma_bf16<N, TA, TB>(acc, da, db, s > 0);
+    }
     ct_wgmma_commit();
     ct_wgmma_wait<0>();
     int w = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
@@ -191,24 +206,31 @@ static int ptx_hopper_device() {
 #endif
 }
 
-// Returns 0 (and does nothing) on a device without wgmma.
-extern "C" int ct_ptx_check_wgmma(const uint16_t *A, const uint16_t *B, float *D, int N, int K, int swz,
+template <int N, int TA, int TB>
+static void ptx_wgmma_launch(const uint16_t *A, const uint16_t *B, float *D, int K, int swz, cudaStream_t stream) {
+    size_t smem = 1024 + ptx_wg_tile_bytes(swz, 64, K, TA) + ptx_wg_tile_bytes(swz, N, K, TB);
+    CT_CUDA_CHECK(cudaFuncSetAttribute(ptx_wgmma_kernel<N, TA, TB>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    CT_LAUNCH((ptx_wgmma_kernel<N, TA, TB>), 1, 128, smem, stream, A, B, D, K, swz);
+}
+template <int N>
+static void ptx_wgmma_launch_n(const uint16_t *A, const uint16_t *B, float *D, int K, int swz, int trans, cudaStream_t stream) {
+    if (trans == 0) ptx_wgmma_launch<N, 0, 0>(A, B, D, K, swz, stream);
+    else if (trans == 1) ptx_wgmma_launch<N, 1, 0>(A, B, D, K, swz, stream);
+    else if (trans == 2) ptx_wgmma_launch<N, 0, 1>(A, B, D, K, swz, stream);
+    else ptx_wgmma_launch<N, 1, 1>(A, B, D, K, swz, stream);
+}
+
+// trans: bit 0 stages A MN-major (M-major), bit 1 B (N-major). Returns 0 (and does nothing) on a
+// device without wgmma.
+extern "C" int ct_ptx_check_wgmma(const uint16_t *A, const uint16_t *B, float *D, int N, int K, int swz, int trans,
                                   cudaStream_t stream) {
     if (K % 64 || K <= 0 || K > 256) ct_die("ct_ptx_check_wgmma: K %d must be 64, 128, 192 or 256", K);
+    if (trans < 0 || trans > 3) ct_die("ct_ptx_check_wgmma: trans %d not among 0..3", trans);
     if (!ptx_hopper_device()) return 0;
-    size_t smem = 1024 + (size_t)(64 + N) * K * 2;
-    if (N == 16) {
-        CT_CUDA_CHECK(cudaFuncSetAttribute(ptx_wgmma_kernel<16>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        CT_LAUNCH(ptx_wgmma_kernel<16>, 1, 128, smem, stream, A, B, D, K, swz);
-    } else if (N == 64) {
-        CT_CUDA_CHECK(cudaFuncSetAttribute(ptx_wgmma_kernel<64>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        CT_LAUNCH(ptx_wgmma_kernel<64>, 1, 128, smem, stream, A, B, D, K, swz);
-    } else if (N == 128) {
-        CT_CUDA_CHECK(cudaFuncSetAttribute(ptx_wgmma_kernel<128>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        CT_LAUNCH(ptx_wgmma_kernel<128>, 1, 128, smem, stream, A, B, D, K, swz);
-    } else {
-        ct_die("ct_ptx_check_wgmma: N %d not among 16, 64, 128", N);
-    }
+    if (N == 16) ptx_wgmma_launch_n<16>(A, B, D, K, swz, trans, stream);
+    else if (N == 64) ptx_wgmma_launch_n<64>(A, B, D, K, swz, trans, stream);
+    else if (N == 128) ptx_wgmma_launch_n<128>(A, B, D, K, swz, trans, stream);
+    else ct_die("ct_ptx_check_wgmma: N %d not among 16, 64, 128", N);
     CT_CHECK_LAUNCH("ptx_wgmma_kernel");
     return 1;
 }

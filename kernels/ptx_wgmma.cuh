@@ -23,6 +23,18 @@
 //     16-byte chunk bits of the address [4, 4+b) are XORed with bits [7, 7+b), b = log2(W/16);
 //     LBO unused. The pattern repeats every 8*W bytes, so a tile starts 8*W-aligned; a k16 step
 //     inside a wider row advances the start address by 32 bytes.
+// - Transposed (imm-trans-a/-b = 1, bf16/f16 only): the operand is "MN-major", its rows run along
+//   k and hold consecutive m (or n). Swizzle atom of the W-byte mode: 8 k rows of W bytes (W/2
+//   elements along MN). Swizzled: LBO is the stride between atoms along MN (the next W/2
+//   elements), SBO between atoms along K (the next 8 k rows); no swizzle (atoms of 8 k rows x 16
+//   bytes) the other way round. Element (r, k), r along M or N:
+//     none:  (r%8)*2 + (k%8)*16 + (r/8)*SBO + (k/8)*LBO  (core matrices of 8 k rows x 16 bytes)
+//     W-byte swizzle: (r%(W/2))*2 + (k%8)*W + (r/(W/2))*LBO + (k/8)*SBO, then the same XOR.
+//   (PTX ISA "Shared Memory Matrix Layout": swizzle atoms of 8x8 (128B), 4x8 (64B), 2x8 (32B), 1x8
+//   (none) 16-byte units for MN-major; "strides": MN-major LBO = stride from the first W/16 16-byte
+//   rows to the next.) The 16-byte chunks stay contiguous along MN, so a gather whose 8-element
+//   chunks run along M or N (the weight gradient's operands, the data gradient's weights) copies
+//   them with cp.async unchanged.
 // - wgmma.fence before the first wgmma.mma_async and after the registers or shared operands were
 //   touched by other instructions; wgmma.commit_group closes a group; wgmma.wait_group N returns
 //   when at most N groups are pending: only then may the accumulators be read or the shared
@@ -58,10 +70,10 @@ static __host__ __device__ __forceinline__ uint64_t ct_wgmma_desc_bits(uint32_t 
 #if defined(CTRAIN_EMU)
 
 static __device__ __forceinline__ uint32_t ct_smem_u32(const void *p) { return ::emu::smem_offset(p); }
-template <int N>
+template <int N, int TA = 0, int TB = 0>
 static __device__ __forceinline__ void ct_wgmma_bf16(float *d, uint64_t da, uint64_t db, int scale_d) {
     static_assert(N % 8 == 0 && N >= 8 && N <= 256, "wgmma m64nNk16: N a multiple of 8 up to 256");
-    ::emu::wgmma_bf16(d, da, db, N, scale_d);
+    ::emu::wgmma_bf16(d, da, db, N, scale_d, TA, TB);
 }
 static __device__ __forceinline__ void ct_wgmma_fence() { ::emu::wgmma_fence(); }
 static __device__ __forceinline__ void ct_wgmma_commit() { ::emu::wgmma_commit(); }
@@ -96,60 +108,54 @@ static __device__ __forceinline__ void ct_wgmma_unavailable() {
 #endif
 }
 static __device__ __forceinline__ uint32_t ct_smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
-template <int N>
-__device__ __forceinline__ void ct_wgmma_bf16(float *d, uint64_t da, uint64_t db, int scale_d);
-template <>
-__device__ __forceinline__ void ct_wgmma_bf16<16>(float *d, uint64_t da, uint64_t db, int scale_d) {
+// TA, TB: the transpose immediates (imm-trans-a, imm-trans-b): 0 reads the operand K-major, 1
+// MN-major (M-major A, N-major B); bf16 allows both.
+template <int N, int TA = 0, int TB = 0>
+__device__ __forceinline__ void ct_wgmma_bf16(float *d, uint64_t da, uint64_t db, int scale_d) {
+    static_assert(N == 16 || N == 64 || N == 128, "wgmma m64nNk16: N = 16, 64 or 128 wrapped");
+    static_assert((TA == 0 || TA == 1) && (TB == 0 || TB == 1), "transpose immediates are 0 or 1");
 #if CT_HAS_WGMMA
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {"
-        "%0, %1, %2, %3, %4, %5, %6, %7"
-        "}, %8, %9, p, 1, 1, 0, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
-        : "l"(da), "l"(db), "r"(scale_d));
-#else
-    ct_wgmma_unavailable();
-#endif
-}
-template <>
-__device__ __forceinline__ void ct_wgmma_bf16<64>(float *d, uint64_t da, uint64_t db, int scale_d) {
-#if CT_HAS_WGMMA
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-        "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-        : "l"(da), "l"(db), "r"(scale_d));
-#else
-    ct_wgmma_unavailable();
-#endif
-}
-template <>
-__device__ __forceinline__ void ct_wgmma_bf16<128>(float *d, uint64_t da, uint64_t db, int scale_d) {
-#if CT_HAS_WGMMA
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
-        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
-        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-        "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-        : "l"(da), "l"(db), "r"(scale_d));
+    if constexpr (N == 16) {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {"
+            "%0, %1, %2, %3, %4, %5, %6, %7"
+            "}, %8, %9, p, 1, 1, %11, %12;\n}\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+            : "l"(da), "l"(db), "r"(scale_d), "n"(TA), "n"(TB));
+    }
+    if constexpr (N == 64) {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+            "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+            "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+            "}, %32, %33, p, 1, 1, %35, %36;\n}\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+              "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+              "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+              "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+            : "l"(da), "l"(db), "r"(scale_d), "n"(TA), "n"(TB));
+    }
+    if constexpr (N == 128) {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+            "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+            "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+            "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+            "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+            "}, %64, %65, p, 1, 1, %67, %68;\n}\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+              "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+              "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+              "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+              "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+              "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+              "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+              "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+            : "l"(da), "l"(db), "r"(scale_d), "n"(TA), "n"(TB));
+    }
 #else
     ct_wgmma_unavailable();
 #endif
@@ -259,4 +265,19 @@ static __device__ __forceinline__ uint64_t ct_wg_tile_desc(int swz, int R, uint3
     int w = ct_swz_width(swz), steps = w / 32;  // k16 steps per panel row
     uint32_t a = base + (uint32_t)((s / steps) * R * w + (s % steps) * 32);
     return ct_wgmma_desc_bits(a, 16u, 8u * w, swz);
+}
+
+// The MN-major twins (transposed operands): element (r, k) of an R x K tile, r along M or N. The
+// W-byte swizzle modes store R in panels of W/2 elements, each panel K rows of W bytes (LBO = the
+// panel stride K*W, SBO = 8*W); no swizzle stores core matrices of 8 k rows x 8 r, SBO = 128 along
+// r and LBO = 16*R along k.
+static __host__ __device__ __forceinline__ uint32_t ct_wg_tile_offset_mn(int swz, int R, int K, int r, int k) {
+    if (swz == CT_SWZ_NONE) return (uint32_t)((r % 8) * 2 + (k % 8) * 16 + (r / 8) * 128 + (k / 8) * 16 * R);
+    int w = ct_swz_width(swz), per = w / 2;
+    return ct_swz_apply(swz, (uint32_t)((r / per) * K * w + k * w + (r % per) * 2));
+}
+static __device__ __forceinline__ uint64_t ct_wg_tile_desc_mn(int swz, int R, int K, uint32_t base, int s) {
+    if (swz == CT_SWZ_NONE) return ct_wgmma_desc_bits(base + (uint32_t)(2 * s * 16 * R), 16u * R, 128u, swz);
+    int w = ct_swz_width(swz);
+    return ct_wgmma_desc_bits(base + (uint32_t)(16 * s * w), (uint32_t)(K * w), 8u * w, swz);
 }

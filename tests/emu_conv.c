@@ -128,10 +128,10 @@ static void test_conv(int N, int H, int W, int C, int K, int R, int S, int strid
             int e = algo == CT_CONV_WGMMA ? E_WG : algo == CT_CONV_TC2 ? E_TC2 : algo == CT_CONV_TC ? E_TC : dt == CT_BF16 ? E_BF16 : E_F32;
             double tol_act = dt == CT_BF16 ? 1e-2 : 1e-5;
             // v2 takes the shapes whose channel counts are multiples of 8 and hands the others to
-            // v1; wgmma takes the forward of those shapes and hands its gradients to v2.
+            // v1; wgmma takes the same shapes, forward and both gradients (every stride phase).
             int v8 = C % 8 == 0 && K % 8 == 0;
-            int want = algo >= CT_CONV_TC2 && !v8 ? CT_CONV_TC : algo == CT_CONV_WGMMA ? CT_CONV_TC2 : algo;
-            int want_fwd = algo == CT_CONV_WGMMA && v8 ? CT_CONV_WGMMA : want;
+            int want = algo >= CT_CONV_TC2 && !v8 ? CT_CONV_TC : algo;
+            int want_fwd = want;
 
             // Forward.
             int used = 0;
@@ -368,6 +368,30 @@ static void test_conv_bn_stats(int N, int H, int W, int C, int K, int R, int S, 
     conv2d_forward_stats_gpu(&s, o2, tiles2, d_in, d_w, dt, stream);
     sync();
     CHECK(dev_equal(work, tiles2, nst * 4), "%s: statistics not bit-identical on a rerun", what);
+    {  // the wgmma engine's twin of the epilogue: v2's order, so v2's bits under emulation
+        const char *prev = getenv("CTRAIN_CONV_ENGINE");
+        char saved[32] = "";
+        if (prev) snprintf(saved, sizeof saved, "%s", prev);
+        setenv("CTRAIN_CONV_ENGINE", "wgmma", 1);
+        poison(o2, nout * 2);
+        poison(tiles2, nst * 4);
+        int ran2 = conv2d_forward_stats_gpu(&s, o2, tiles2, d_in, d_w, dt, stream);
+        sync();
+        if (prev) setenv("CTRAIN_CONV_ENGINE", saved, 1);
+        else unsetenv("CTRAIN_CONV_ENGINE");
+        CHECK(ran2 == 1, "%s: wgmma: conv2d_forward_stats_gpu did not take the shape", what);
+#ifdef CTRAIN_EMU
+        CHECK(dev_equal(o1, o2, nout * 2), "%s: wgmma's output differs from v2's", what);
+        CHECK(dev_equal(work, tiles2, nst * 4), "%s: wgmma's statistics differ from v2's", what);
+#else
+        float *s1 = (float *)ct_alloc(nst * 4), *s2 = (float *)ct_alloc(nst * 4);
+        dev_download(s1, work, nst, CT_F32);
+        dev_download(s2, tiles2, nst, CT_F32);
+        double es = rel_err_norm(s2, s1, nst);
+        CHECK(es <= 1e-2, "%s: wgmma's statistics off v2's by %.3g", what, es);
+        free(s1), free(s2);
+#endif
+    }
     float *y = (float *)ct_alloc(nout * 4), *got = (float *)ct_alloc(nst * 4), *want = (float *)ct_alloc(nst * 4);
     dev_download(y, o1, nout, dt);
     dev_download(got, work, nst, CT_F32);
@@ -501,6 +525,41 @@ static void test_dgrad_bn(int N, int H, int W, int C, int K, int R, int S, int s
     else conv2d_backward_data_gpu_ex(&s, d_plain, d_dout, d_w, CT_BF16, stream, CT_CONV_TC2);
     sync();
     CHECK(ran == want, "%s: ran %d, expected %d", what, ran, want);
+    // The same on the wgmma engine (CTRAIN_CONV_ENGINE=wgmma). Under emulation both engines' GEMMs
+    // add the same products in the same order, so the masked gradient and the tiles must have
+    // engine v2's bits (the shared masking, the tile sums in v2's order); on a GPU the tensor cores
+    // of the two add differently: within bf16 noise of v2's.
+    if (ran) {
+        const char *prev = getenv("CTRAIN_CONV_ENGINE");
+        char saved[32] = "";
+        if (prev) snprintf(saved, sizeof saved, "%s", prev);
+        setenv("CTRAIN_CONV_ENGINE", "wgmma", 1);
+        void *d_g2 = tail ? dev_upload(g0, nin, CT_BF16) : dev_alloc_poisoned(nin * 2);
+        float *work2 = (float *)dev_alloc_poisoned(nwork * 4);
+        int ran2 = tail ? conv2d_backward_data_tail_gpu(&s, d_g2, 1, work2, d_dout, d_w, tail == 2 ? NULL : d_y,
+                                                        tail == 2 ? d_mask : NULL, d_x, d_p + 2 * C, CT_BF16, stream)
+                        : conv2d_backward_data_bn_gpu(&s, d_g2, work2, d_dout, d_w, d_x, d_p, d_p + C, d_p + 2 * C,
+                                                      d_p + 3 * C, CT_BF16, stream);
+        sync();
+        if (prev) setenv("CTRAIN_CONV_ENGINE", saved, 1);
+        else unsetenv("CTRAIN_CONV_ENGINE");
+        CHECK(ran2 == 1, "%s: wgmma: ran %d", what, ran2);
+#ifdef CTRAIN_EMU
+        CHECK(dev_equal(d_g2, d_g, nin * 2), "%s: wgmma's masked gradient differs from v2's", what);
+        CHECK(dev_equal(work2, work, ntile * 4), "%s: wgmma's tiles differ from v2's", what);
+#else
+        float *a1 = (float *)ct_alloc(nin * 4 + ntile * 4), *a2 = (float *)ct_alloc(nin * 4 + ntile * 4);
+        dev_download(a1, d_g, nin, CT_BF16);
+        dev_download(a2, d_g2, nin, CT_BF16);
+        dev_download(a1 + nin, work, ntile, CT_F32);
+        dev_download(a2 + nin, work2, ntile, CT_F32);
+        double eg = rel_err_norm(a2, a1, nin), et = rel_err_norm(a2 + nin, a1 + nin, ntile);
+        CHECK(eg <= 1e-2 && et <= 1e-2, "%s: wgmma off v2: masked gradient %.3g, tiles %.3g", what, eg, et);
+        free(a1), free(a2);
+#endif
+        cudaFree(d_g2);
+        cudaFree(work2);
+    }
     if (ran) {
         float *plain = (float *)ct_alloc(nin * 4), *g = (float *)ct_alloc(nin * 4), *gref = (float *)ct_alloc(nin * 4);
         float *tiles = (float *)ct_alloc(ntile * 4), *tref = (float *)ct_alloc(ntile * 4);
@@ -600,6 +659,10 @@ static void test_split_plan(void) {
                         CHECK(8.0 * sp * M * N <= 0.25 * 2.0 * ((double)M + N) * K,
                               "split plan M%d N%d K%d: %d splits above one wave and over the byte budget", M, N, K, sp);
                     checked++, differ += sp != old;
+                    if (eng) {  // the wgmma engine's plan (k_split in 64s) fits v2's work buffer
+                        int sw = conv2d_gpu_wgrad_splits(CT_CONV_WGMMA, M, N, K);
+                        CHECK(sw >= 1 && sw <= sp, "split plan M%d N%d K%d: wgmma %d splits, v2 %d", M, N, K, sw, sp);
+                    }
                 }
     CHECK(differ > 0, "the split plan never differs from the 4-wave plan");
     printf("split plan: %d shapes x engines checked, %d differ from the 4-wave plan\n", checked, differ);
@@ -619,8 +682,8 @@ static void test_split_plan(void) {
     void *d_in = dev_upload(in, nin, CT_BF16), *d_dout = dev_upload(dout, nout, CT_BF16);
     float *work = (float *)dev_alloc_poisoned(nwork * 4);
     float *dw1 = (float *)dev_alloc_poisoned(nw * 4), *dw2 = (float *)dev_alloc_poisoned(nw * 4);
-    for (int algo = CT_CONV_TC; algo <= CT_CONV_TC2; algo++) {
-        int e = algo == CT_CONV_TC2 ? E_TC2 : E_TC;
+    for (int algo = CT_CONV_TC; algo <= CT_CONV_WGMMA; algo++) {
+        int e = algo == CT_CONV_WGMMA ? E_WG : algo == CT_CONV_TC2 ? E_TC2 : E_TC;
         for (int rep = 0; rep < 2; rep++) {
             poison(work, nwork * 4);
             int used = conv2d_backward_weight_gpu_ex(&s, rep ? dw2 : dw1, d_dout, d_in, work, CT_BF16, stream, algo);
@@ -631,7 +694,8 @@ static void test_split_plan(void) {
         record(K_WGRAD, e, rel_err_norm(got, ref, nw), fp32_out_tol(e), "split plan shape");
         CHECK(dev_equal(dw1, dw2, nw * 4), "split plan shape %s: reruns differ", ename[e]);
     }
-    printf("split plan shape N3 H34 W34 C144 K24 3x3: v2 %d splits (4-wave plan %d), v1 %d (%d)\n", s2, o2, s1, o1);
+    printf("split plan shape N3 H34 W34 C144 K24 3x3: v2 %d splits (4-wave plan %d), v1 %d (%d), wgmma %d\n", s2, o2,
+           s1, o1, conv2d_gpu_wgrad_splits(CT_CONV_WGMMA, M, N, K));
     cudaFree(d_in), cudaFree(d_dout), cudaFree(work), cudaFree(dw1), cudaFree(dw2);
     free(in), free(dout), free(ref), free(got);
 }
@@ -664,6 +728,12 @@ int main(void) {
         {2, 24, 24, 8, 136, 1, 1, 1, 0},
         {3, 16, 16, 16, 8, 3, 3, 1, 1},
         {2, 10, 10, 16, 24, 5, 5, 2, 2},
+        // The wgmma engine (128x128x64 tiles, 4-stage ring): more k-tiles than stages in the data
+        // gradient (K = 9*48 = 432: 7 tiles, the last partial) and a stride-2 one; a weight
+        // gradient over 2*13*13 = 338 pixels (6 k-tiles) with two ragged column tiles (N = 9*24).
+        {1, 6, 6, 64, 48, 3, 3, 1, 1},
+        {2, 9, 9, 24, 56, 3, 3, 2, 1},
+        {2, 13, 13, 24, 136, 3, 3, 1, 1},
     };
     for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++) {
         const int *f = fixed[i];

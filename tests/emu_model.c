@@ -446,14 +446,23 @@ int main(void) {
     run_case("resnet20+blurpool", 2, 9, 9, CT_F32, 1);
     if (q && *q == '1') return test_summary("emu_model");
     run_case("resnet20", 2, 8, 8, CT_BF16, 0);
-    // The same step with the forward convolutions on the Hopper engine (CTRAIN_CONV_ENGINE=wgmma;
-    // on a GPU other than compute 9.0 it falls back to v2 and this repeats the case above).
+    // The same step with the convolutions on the Hopper engine (CTRAIN_CONV_ENGINE=wgmma: forward,
+    // data and weight gradients; on a GPU other than compute 9.0 it falls back to v2 and this
+    // repeats the case above). The data gradients with a BN backward epilogue stay on v2: with
+    // CTRAIN_FUSE_BN_BWD=0 every data gradient runs on wgmma. Then resnet18 (1x1 projections at
+    // stride 2, the 7x7 stem padded to 8 channels) on wgmma.
     {
         const char *prev = getenv("CTRAIN_CONV_ENGINE");
         char saved[32] = "";
         if (prev) snprintf(saved, sizeof saved, "%s", prev);
         setenv("CTRAIN_CONV_ENGINE", "wgmma", 1);
         run_case("resnet20", 2, 8, 8, CT_BF16, 0);
+        setenv("CTRAIN_FUSE_BN_BWD", "0", 1);
+        printf("wgmma, CTRAIN_FUSE_BN_BWD=0:\n");
+        run_case("resnet20", 2, 8, 8, CT_BF16, 0);
+        unsetenv("CTRAIN_FUSE_BN_BWD");
+        printf("wgmma:\n");
+        run_case("resnet18", 2, 36, 36, CT_BF16, 0);
         if (prev) setenv("CTRAIN_CONV_ENGINE", saved, 1);
         else unsetenv("CTRAIN_CONV_ENGINE");
     }

@@ -1,7 +1,7 @@
 // GPU benchmark of the convolution engines on ResNet-50 layer shapes: the generic implicit GEMM
 // (fp32 and bf16) and the bf16 tensor-core engines (v1; v2 where it takes the shape, a '*'
-// marks a v1 fallback; the Hopper wgmma engine for the forward on compute 9.0, a '*' marks a v2/v1
-// fallback, e.g. every gradient), side by side, in ms and TFLOP/s, plus the relative difference of each
+// marks a v1 fallback; the Hopper wgmma engine on compute 9.0 for the forward, the data gradient
+// and the weight gradient, a '*' marks a v2/v1 fallback), side by side, in ms and TFLOP/s, plus the relative difference of each
 // tensor-core result to the generic bf16 one (a correctness check on real hardware, where the
 // emulated tests cannot go). Needs a GPU; build and run with
 //   tools/bench_gpu.sh [batch] [iters]

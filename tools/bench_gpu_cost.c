@@ -208,11 +208,13 @@ static void add_workspace(const ResNet *m, const TensorDim *dims, const CtCostLa
         double bytes = 8.0 * tiles * d->C;
         x->wrd += bytes;
         g[(w + 1) * 4 + part].wwr += bytes;
-    } else if (o->kind == OP_CONV && (strstr(c->name, "gemm_tc2_k<2") || strstr(c->name, "gemm_tc_k<2"))) {
+    } else if (o->kind == OP_CONV && (strstr(c->name, "gemm_tc2_k<2") || strstr(c->name, "gemm_tc_k<2") ||
+                                      strstr(c->name, "conv_wgmma_bwd_k<2"))) {
         const TensorDim *d = &dims[o->out];
         int cin = o->in == 0 && o->C < 8 ? 8 : o->C;  // the executor pads a thin stem to 8 channels
         int M = o->K, N = o->R * o->S * cin, K = B * d->H * d->W;
-        int s = conv2d_gpu_wgrad_splits(strstr(c->name, "gemm_tc2_k") ? CT_CONV_TC2 : CT_CONV_TC, M, N, K);
+        int algo = strstr(c->name, "gemm_tc_k") ? CT_CONV_TC : strstr(c->name, "conv_wgmma") ? CT_CONV_WGMMA : CT_CONV_TC2;
+        int s = conv2d_gpu_wgrad_splits(algo, M, N, K);
         if (bad && (int)c->grid[2] != s) {
             fprintf(stderr, "bench_gpu_cost: %s: weight gradient grid.z %u, plan %d splits\n", o->name, c->grid[2], s);
             (*bad)++;

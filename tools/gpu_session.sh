@@ -8,8 +8,9 @@
 #   4. per-op GPU time of ctrain's step (bench_gpu_train --profile): resnet50 224 and resnet20 32,
 #   5. (part "variants", not in the default list: a call of its own) the run-time variants side by
 #      side on resnet50 224 batch 256: default (conv engine v2, BN+add fused, vector max pool),
-#      then CTRAIN_CONV_ENGINE=v1, CTRAIN_CONV_ENGINE=wgmma (the Hopper forward engine),
-#      CTRAIN_FUSE_BN_ADD=0, CTRAIN_FUSE_BN_STATS=0, CTRAIN_FUSE_BN_BWD=0, CTRAIN_FUSE_BN_POOL=0,
+#      then CTRAIN_CONV_ENGINE=v1, CTRAIN_CONV_ENGINE=wgmma (the Hopper engine: forward, data
+#      and weight gradients; the data gradients with a BN epilogue stay on v2), the same with
+#      CTRAIN_FUSE_BN_BWD=0 (every data gradient on wgmma), CTRAIN_FUSE_BN_ADD=0, CTRAIN_FUSE_BN_STATS=0, CTRAIN_FUSE_BN_BWD=0, CTRAIN_FUSE_BN_POOL=0,
 #      CTRAIN_FUSE_BN_RES=0, CTRAIN_MAXPOOL_SCALAR=1, one at a time.
 # Each part's full log goes to $OUT (the device tool brings it back); the last lines printed are
 # the summary. GPU_SESSION_PARTS picks parts (default "tests conv train profile"); BENCH_CONFIGS passes to
@@ -48,7 +49,7 @@ parts=${GPU_SESSION_PARTS:-tests conv train profile}
 # still run: the part fails at the end.
 [[ " $parts " == *" variants "* ]] && part "run-time variants" variants.log bash -c '
   rc=0
-  for v in "" CTRAIN_CONV_ENGINE=v1 CTRAIN_CONV_ENGINE=wgmma CTRAIN_FUSE_BN_ADD=0 CTRAIN_FUSE_BN_STATS=0 CTRAIN_FUSE_BN_BWD=0 CTRAIN_FUSE_BN_POOL=0 CTRAIN_FUSE_BN_RES=0 CTRAIN_MAXPOOL_SCALAR=1; do
+  for v in "" CTRAIN_CONV_ENGINE=v1 CTRAIN_CONV_ENGINE=wgmma "CTRAIN_CONV_ENGINE=wgmma CTRAIN_FUSE_BN_BWD=0" CTRAIN_FUSE_BN_ADD=0 CTRAIN_FUSE_BN_STATS=0 CTRAIN_FUSE_BN_BWD=0 CTRAIN_FUSE_BN_POOL=0 CTRAIN_FUSE_BN_RES=0 CTRAIN_MAXPOOL_SCALAR=1; do
     echo "variant: ${v:-default}"
     env $v build/tools/bench_gpu_train resnet50 224 256 10 3 || { echo "variant: ${v:-default} FAILED (exit $?)"; rc=1; }
   done

@@ -76,6 +76,7 @@ def demangle(names):
         return {n: n for n in names}
 res = {}   # symbol -> [regs, spill_st, spill_ld, smem, file]
 loops = {} # symbol -> (hmma total, loop instr, loop hmma)
+producers = {}  # symbol -> (loop instr, LDGSTS in it): the producer loop of an HGMMA kernel
 for p in sorted(filter(mine, glob.glob(os.path.join(outd, "*.ptxas")))):
     src = os.path.basename(p)[:-6]
     cur = None
@@ -122,6 +123,20 @@ for p in sorted(filter(mine, glob.glob(os.path.join(outd, "*.sass")))):
         # pipeline depth): their density matters for the k-tiles they run.
         other = [] if best is None else [(n, h) for s, j, n, h in spans if j < best[2] or s > best[3]]
         loops[fn] = (nh, best, other)
+        # Warp-specialised kernels (HGMMA): the producer's loop, the one without tensor work that
+        # issues the most cp.async (LDGSTS), innermost on a tie.
+        if any("HGMMA" in t for t in ins):
+            pb = None
+            for j, t in enumerate(ins):
+                m = re.search(r"\bBRA\b.*`\((\.L_x_\d+)\)", t)
+                if not m or m.group(1) not in labels or j > last_exit: continue
+                s0 = labels[m.group(1)]
+                if s0 > j: continue
+                seg = ins[s0:j + 1]
+                if any(units(t2) for t2 in seg): continue
+                c = sum(1 for t2 in seg if "LDGSTS" in t2)
+                if c and (pb is None or c > pb[1] or (c == pb[1] and len(seg) < pb[0])): pb = (len(seg), c)
+            if pb: producers[fn] = pb
     for line in open(p):
         m = re.match(r"^//-+ \.text\.(\S+) -+", line)
         if m: finish(); fn, body = m.group(1), []; continue
@@ -146,6 +161,13 @@ for s in sorted(loops, key=lambda k: names.get(k, k)):
     extra = "".join("  [other loop: %d/%d = %.2f]" % (n, h, n / h) for n, h in other)
     if best: print("%5d %6d %6d %9.2f  %s%s" % (nh, best[0], best[1], best[0] / best[1], names.get(s, s)[:110], extra))
     else: print("%5d %6s %6s %9s  %s" % (nh, "-", "-", "-", names.get(s, s)[:110]))
+if producers:
+    print()
+    print("producer loops of the wgmma kernels (the loop without tensor work with the most cp.async, per warp):")
+    print("%6s %7s %9s  %s" % ("loopI", "LDGSTS", "instr/cp", "kernel"))
+    for s in sorted(producers, key=lambda k: names.get(k, k)):
+        n, c = producers[s]
+        print("%6d %7d %9.2f  %s" % (n, c, n / c, names.get(s, s)[:110]))
 if table:
     with open(table, "w") as f:
         f.write("# symbol regs spill_st spill_ld static_smem (tools/sass_report.sh, sm_90)\n")

@@ -413,7 +413,7 @@ void ldmatrix(uint32_t *r, int num, bool trans, const void *row);
 // Hopper async tensor-core path (kernels/ptx_wgmma.cuh wrappers; kernels/emu/wgmma.cpp).
 // Shared addresses in descriptors and mbarrier operands are offsets into the dynamic buffer.
 uint32_t smem_offset(const void *p);
-void wgmma_bf16(float *d, uint64_t desc_a, uint64_t desc_b, int n, int scale_d);
+void wgmma_bf16(float *d, uint64_t desc_a, uint64_t desc_b, int n, int scale_d, int trans_a, int trans_b);
 void wgmma_fence();
 void wgmma_commit();
 void wgmma_wait(int keep_pending);

@@ -1,4 +1,5 @@
-// Emulation of the Hopper PTX behind kernels/ptx_wgmma.cuh (the layouts are in its header).
+// Emulation of the Hopper PTX behind kernels/ptx_wgmma.cuh (the layouts, K-major and MN-major
+// (the transpose bits), are in its header).
 //
 // wgmma.mma_async: recorded per thread at issue and computed at the wgmma.wait_group that retires
 // its group, as a warp collective: warp w of the warpgroup owns rows 16w..16w+15 of D, so each
@@ -45,7 +46,7 @@ uint32_t smem_offset(const void *p) {
 struct WgOp {
     uint64_t da, db;
     float *d;
-    int n, scale_d;
+    int n, scale_d, ta, tb;
 };
 struct WgState {
     std::vector<WgOp> ops;       // issued, not yet retired (in order)
@@ -59,12 +60,19 @@ static WgState &wg_state() {
     return *static_cast<WgState *>(s);
 }
 
-// Byte offset of element (r, k) of the R x 16 operand a descriptor describes (header facts).
-static uint32_t desc_offset(uint64_t desc, int r, int k) {
+// Byte offset of element (r, k) of the R x 16 operand a descriptor describes (header facts):
+// K-major, or MN-major when the instruction's transpose bit for the operand is set.
+static uint32_t desc_offset(uint64_t desc, int r, int k, int trans) {
     uint32_t start = (uint32_t)(desc & 0x3fff) << 4, lbo = (uint32_t)((desc >> 16) & 0x3fff) << 4;
     uint32_t sbo = (uint32_t)((desc >> 32) & 0x3fff) << 4;
     int swz = (int)(desc >> 62);
     if ((desc >> 49) & 7) g_wg_trace_fail("wgmma descriptor with a nonzero base offset (not emulated)");
+    if (trans) {
+        if (swz == 0) return start + (uint32_t)((r % 8) * 2 + (k % 8) * 16 + (r / 8) * sbo + (k / 8) * lbo);
+        uint32_t w = swz == 1 ? 128 : swz == 2 ? 64 : 32, bits = swz == 1 ? 7 : swz == 2 ? 3 : 1, per = w / 2;
+        uint32_t a = start + (uint32_t)((r % per) * 2 + (k % 8) * w + (r / per) * lbo + (k / 8) * sbo);
+        return a ^ (((a >> 7) & bits) << 4);
+    }
     if (swz == 0) return start + (uint32_t)((r % 8) * 16 + (r / 8) * sbo + (k / 8) * lbo + (k % 8) * 2);
     uint32_t w = swz == 1 ? 128 : swz == 2 ? 64 : 32, bits = swz == 1 ? 7 : swz == 2 ? 3 : 1;
     uint32_t a = start + (uint32_t)((r % 8) * w + (r / 8) * sbo + (k / 8) * 16 + (k % 8) * 2);
@@ -94,17 +102,17 @@ static void wg_wait_fn(const WarpPayload *in, WarpPayload *out, uint32_t group, 
         const WgOp &op = st[0]->ops[i];
         for (int l = 1; l < 32; l++) {
             const WgOp &o = st[l]->ops[i];
-            if (o.da != op.da || o.db != op.db || o.n != op.n || o.scale_d != op.scale_d)
-                g_wg_trace_fail("wgmma.mma_async: lanes of a warp gave different descriptors, N or scale-d");
+            if (o.da != op.da || o.db != op.db || o.n != op.n || o.scale_d != op.scale_d || o.ta != op.ta || o.tb != op.tb)
+                g_wg_trace_fail("wgmma.mma_async: lanes of a warp gave different descriptors, N, scale-d or transposes");
         }
         if (g_cost_on)
             for (int j = 0; j < op.n / 8; j++) cost_mma();  // one m16n8k16's FLOPs per 16x8 of this warp
         A.resize(16 * 16);
         B.resize((size_t)op.n * 16);
         for (int r = 0; r < 16; r++)
-            for (int k = 0; k < 16; k++) A[r * 16 + k] = smem_bf16(desc_offset(op.da, 16 * w + r, k));
+            for (int k = 0; k < 16; k++) A[r * 16 + k] = smem_bf16(desc_offset(op.da, 16 * w + r, k, op.ta));
         for (int n = 0; n < op.n; n++)
-            for (int k = 0; k < 16; k++) B[n * 16 + k] = smem_bf16(desc_offset(op.db, n, k));
+            for (int k = 0; k < 16; k++) B[n * 16 + k] = smem_bf16(desc_offset(op.db, n, k, op.tb));
         for (int l = 0; l < 32; l++) {
             int g = l >> 2, t = l & 3;
             float *d = st[l]->ops[i].d;
@@ -120,12 +128,12 @@ static void wg_wait_fn(const WarpPayload *in, WarpPayload *out, uint32_t group, 
     (void)out;
 }
 
-void wgmma_bf16(float *d, uint64_t da, uint64_t db, int n, int scale_d) {
+void wgmma_bf16(float *d, uint64_t da, uint64_t db, int n, int scale_d, int ta, int tb) {
     WgState &s = wg_state();
     if (block_threads() % 128)
         g_wg_trace_fail("wgmma.mma_async in a block that is not a whole number of warpgroups (128 threads)");
     if (!s.fenced) g_wg_trace_fail("wgmma.mma_async without a wgmma.fence since the last wgmma.wait_group");
-    s.ops.push_back(WgOp{da, db, d, n, scale_d != 0});
+    s.ops.push_back(WgOp{da, db, d, n, scale_d != 0, ta, tb});
 }
 
 void wgmma_fence() { wg_state().fenced = true; }
