@@ -31,7 +31,8 @@ PY
 same "$TMP/a" "$TMP/b" "--blurpool --ranks 2, --workers 1 vs 3"
 
 # SIGINT mid-epoch 1, resumed WITHOUT --blurpool: the checkpoint's setting is taken.
-"$TRAIN" "${F[@]}" --out "$TMP/e" 2>"$TMP/e.log" &
+# The loader delay (timing only, not the bits) keeps the run alive until the signal lands.
+CTRAIN_FAULT_LOADER_DELAY_MS=40 "$TRAIN" "${F[@]}" --out "$TMP/e" 2>"$TMP/e.log" &
 signal_after_steps INT $! "$TMP/e" 5
 [ $rc = 130 ] || { cat "$TMP/e.log"; fail "SIGINT: exit status $rc, expected 130"; }
 G=()

@@ -56,7 +56,8 @@ ok "distributed eval with --tta flip --val-crop-size 12: every val image exactly
 # SIGTERM mid-epoch, then resume: the same final model as without the interruption.
 F2=("${FL[@]}" --epochs 2 -p 1)
 "$TRAIN" "${F2[@]}" --out "$TMP/full" "$TMP/d" 2>/dev/null || fail "uninterrupted run failed"
-"$TRAIN" "${F2[@]}" --out "$TMP/part" "$TMP/d" 2>"$TMP/part.log" &
+# The loader delay (timing only, not the bits) keeps the run alive until the signal lands.
+CTRAIN_FAULT_LOADER_DELAY_MS=40 "$TRAIN" "${F2[@]}" --out "$TMP/part" "$TMP/d" 2>"$TMP/part.log" &
 signal_after_steps TERM $! "$TMP/part" 10
 [ $rc = 143 ] || { cat "$TMP/part.log"; fail "SIGTERM with 2 ranks: exit $rc, expected 143"; }
 grep -q "SIGTERM: checkpoint saved" "$TMP/part.log" || { cat "$TMP/part.log"; fail "no checkpoint message"; }

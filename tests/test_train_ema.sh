@@ -212,7 +212,8 @@ same() { # A B WHAT
 }
 R=(--ema 0.9 --ema-every 3 --epochs 2)
 "$TRAIN" "${F[@]}" "${R[@]}" --out "$TMP/s" 2>/dev/null || fail "straight run failed"
-"$TRAIN" "${F[@]}" "${R[@]}" --out "$TMP/i" 2>"$TMP/i.log" &
+# The loader delay (timing only, not the bits) keeps the run alive until the signal lands.
+CTRAIN_FAULT_LOADER_DELAY_MS=40 "$TRAIN" "${F[@]}" "${R[@]}" --out "$TMP/i" 2>"$TMP/i.log" &
 signal_after_steps INT $! "$TMP/i" 7
 [ $rc = 130 ] || { cat "$TMP/i.log"; fail "SIGINT: exit status $rc, expected 130"; }
 "$TRAIN" "${F[@]}" "${R[@]}" --resume "$TMP/i/last.ckpt" --out "$TMP/i" 2>"$TMP/i2.log" || { cat "$TMP/i2.log"; fail "resume failed"; }

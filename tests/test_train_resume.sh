@@ -36,8 +36,11 @@ same "$TMP/a" "$TMP/o" "unpadded (old) checkpoint: 1 + resume + 1 vs 2 epochs"
 cmp -s "$TMP/a/last.ckpt" "$TMP/o/last.ckpt" || fail "last.ckpt after resuming the unpadded file differs from the straight run's"
 
 # SIGINT mid-epoch: the step finishes, last.ckpt is written, exit status 130; resuming gives the same run.
+# The interrupted runs here get the loader delay (timing only, not the bits), so the signal lands
+# in the step it is aimed at however fast the CPU step has become (the progressive run's 16-step
+# epoch at 12 px took 0.13 s, less than two of signal_after_steps' polls).
 rm -rf "$TMP/e"
-"$TRAIN" "${F[@]}" --epochs 2 -p 1 --out "$TMP/e" 2>"$TMP/e.log" &
+CTRAIN_FAULT_LOADER_DELAY_MS=40 "$TRAIN" "${F[@]}" --epochs 2 -p 1 --out "$TMP/e" 2>"$TMP/e.log" &
 signal_after_steps INT $! "$TMP/e" 5
 [ $rc = 130 ] || { cat "$TMP/e.log"; fail "SIGINT: exit status $rc, expected 130"; }
 grep -q "SIGINT: checkpoint saved to $TMP/e/last.ckpt at epoch 1 step" "$TMP/e.log" || { cat "$TMP/e.log"; fail "no checkpoint message"; }
@@ -51,7 +54,7 @@ same "$TMP/f" "$TMP/e" "SIGINT mid-epoch + resume vs straight"
 # formula) interrupted mid-epoch resumes on the same curve, and its logged rates are the formula's.
 P=("${SMALL_FLAGS[@]}" --lr-schedule poly --lr-power 2 --lr-end 0.001 --warmup-epochs 0.5 -p 1 --epochs 2 "$TMP/d")
 "$TRAIN" "${P[@]}" --out "$TMP/g" 2>"$TMP/g.log" || { cat "$TMP/g.log"; fail "poly run g failed"; }
-"$TRAIN" "${P[@]}" --out "$TMP/h" 2>"$TMP/h.log" &
+CTRAIN_FAULT_LOADER_DELAY_MS=40 "$TRAIN" "${P[@]}" --out "$TMP/h" 2>"$TMP/h.log" &
 signal_after_steps INT $! "$TMP/h" 11
 [ $rc = 130 ] || { cat "$TMP/h.log"; fail "poly SIGINT: exit status $rc, expected 130"; }
 "$TRAIN" "${P[@]}" --resume "$TMP/h/last.ckpt" --out "$TMP/h" 2>"$TMP/h2.log" || { cat "$TMP/h2.log"; fail "poly resume failed"; }
@@ -84,7 +87,7 @@ assert all(r["res"] == want[r["epoch"]] for r in recs if r["type"] in ("step", "
 assert all(r["val_res"] == 12 for r in recs if r["type"] == "epoch"), "val_res"
 assert len([r for r in recs if r["type"] == "step"]) == 48
 PY
-"$TRAIN" "${R[@]}" --workers 1 --out "$TMP/s" 2>"$TMP/s.log" &
+CTRAIN_FAULT_LOADER_DELAY_MS=40 "$TRAIN" "${R[@]}" --workers 1 --out "$TMP/s" 2>"$TMP/s.log" &
 signal_after_steps INT $! "$TMP/s" 21
 [ $rc = 130 ] || { cat "$TMP/s.log"; fail "progressive SIGINT: exit status $rc, expected 130"; }
 grep -q "checkpoint saved to $TMP/s/last.ckpt at epoch 2 step" "$TMP/s.log" || { cat "$TMP/s.log"; fail "not stopped in epoch 2 (the ramp's)"; }
