@@ -25,6 +25,7 @@
 #include "nn/sgd.h"
 #include "tests/test.h"
 #include "util/common.h"
+#include "util/crc32c.h"
 #include "util/rng.h"
 
 // An arch name, or one with "+blurpool" appended: the same network with BlurPool's blurs.
@@ -61,7 +62,12 @@ static double grad_errors(const ResNet *m, const float *got, const float *want, 
     return worst;
 }
 
-static void run_case(const char *arch, int N, int H, int W, CtDtype dt, int full) {
+// What the GPU step gave: its loss and a checksum of its gradients (the engines' comparison below).
+typedef struct {
+    float loss;
+    uint32_t grads;
+} StepSum;
+static StepSum run_case(const char *arch, int N, int H, int W, CtDtype dt, int full) {
     double t0 = ct_now();
     const int classes = 10, cin = 3;
     const double tol_grad = 1e-4, tol_grad_bf16 = 1e-2, tol_loss = dt == CT_BF16 ? 1e-2 : 1e-5;
@@ -98,6 +104,7 @@ static void run_case(const char *arch, int N, int H, int W, CtDtype dt, int full
     float lc = cpu_train_step(ce, mc, x, labels, N, H, W, 0.1f, gc, &hc);
     GpuExec *ge = gpu_exec_create(mg, dt);
     float lg = gpu_train_step(ge, mg, x, labels, N, H, W, 0.1f, gg, &hg);
+    const StepSum sum = {lg, crc32c(0, gg, mg->n_params * sizeof(float))};
     double lerr = fabs((double)lg - lc) / fabs((double)lc);
     printf("  loss cpu %.6f gpu %.6f (rel %.3g), hits %d/%d\n", lc, lg, lerr, hc, hg);
     CHECK(lerr <= tol_loss, "%s %s: loss %g vs CPU %g", arch, dtname(dt), lg, lc);
@@ -333,6 +340,7 @@ done:
     free(labels);
     free(gc);
     free(gg);
+    return sum;
 }
 
 // CUDA graphs: an executor replaying graphs must end on exactly the bits of an eager one, over
@@ -437,7 +445,8 @@ int main(void) {
         run_case(arch, N, H, W, strcmp(dts, "bf16") ? CT_F32 : CT_BF16, 1);
         return test_summary("emu_model");
     }
-    const char *q = getenv("EMU_MODEL_QUICK");
+    const char *q = getenv("EMU_MODEL_QUICK"), *engine = getenv("CTRAIN_CONV_ENGINE");
+    const int on_v2 = !engine || !strcmp(engine, "v2");  // the plain cases below run on v2 (the default)
     run_case("resnet20", 2, 8, 8, CT_F32, 1);
     graph_case("resnet20", 2, 8, 8, CT_BF16, 0);
     graph_case("resnet20", 2, 6, 6, CT_BF16, 1);
@@ -445,24 +454,30 @@ int main(void) {
     // block's conv1 and downsample.0 (two gradient contributions meet in its output).
     run_case("resnet20+blurpool", 2, 9, 9, CT_F32, 1);
     if (q && *q == '1') return test_summary("emu_model");
-    run_case("resnet20", 2, 8, 8, CT_BF16, 0);
-    // The same step with the convolutions on the Hopper engine (CTRAIN_CONV_ENGINE=wgmma: forward,
-    // data and weight gradients; on a GPU other than compute 9.0 it falls back to v2 and this
-    // repeats the case above). The data gradients with a BN backward epilogue stay on v2: with
-    // CTRAIN_FUSE_BN_BWD=0 every data gradient runs on wgmma. Then resnet18 (1x1 projections at
-    // stride 2, the 7x7 stem padded to 8 channels) on wgmma.
+    const StepSum v2_r20 = run_case("resnet20", 2, 8, 8, CT_BF16, 0);
+    // The same step with the convolutions on the Hopper engine (CTRAIN_CONV_ENGINE=wgmma: forward
+    // with its BN statistics, data gradients with their BN backward epilogues, weight gradients; on
+    // a GPU other than compute 9.0 it falls back to v2 and this repeats the case above), then with
+    // CTRAIN_FUSE_BN_BWD=0 (the unfused data gradients), then resnet18 (1x1 projections at stride 2,
+    // the 7x7 stem padded to 8 channels). Under emulation both engines add the same products in
+    // the same order and the epilogues share v2's code (kernels/conv_bn_epi.cuh): the step must
+    // have v2's bits, loss and every gradient, where the weight gradients' split-K plans agree
+    // (resnet20); resnet18's deep weight gradients are split in 64-deep k-tiles on wgmma (its own
+    // plan), so there only the forward's loss must have v2's bits. On a GPU their tensor cores add
+    // differently, and the CPU comparisons inside run_case are what hold.
+    StepSum wg_r20, wg_r18;
     {
         const char *prev = getenv("CTRAIN_CONV_ENGINE");
         char saved[32] = "";
         if (prev) snprintf(saved, sizeof saved, "%s", prev);
         setenv("CTRAIN_CONV_ENGINE", "wgmma", 1);
-        run_case("resnet20", 2, 8, 8, CT_BF16, 0);
+        wg_r20 = run_case("resnet20", 2, 8, 8, CT_BF16, 0);
         setenv("CTRAIN_FUSE_BN_BWD", "0", 1);
         printf("wgmma, CTRAIN_FUSE_BN_BWD=0:\n");
         run_case("resnet20", 2, 8, 8, CT_BF16, 0);
         unsetenv("CTRAIN_FUSE_BN_BWD");
         printf("wgmma:\n");
-        run_case("resnet18", 2, 36, 36, CT_BF16, 0);
+        wg_r18 = run_case("resnet18", 2, 36, 36, CT_BF16, 0);
         if (prev) setenv("CTRAIN_CONV_ENGINE", saved, 1);
         else unsetenv("CTRAIN_CONV_ENGINE");
     }
@@ -471,7 +486,18 @@ int main(void) {
     // 36x36: layer4 is 2x2, so its batch norms see 8 rows. At 32x32 with batch 2 they would see
     // 2, where BN's backward is pure cancellation and neither backend's gradient means anything.
     run_case("resnet18", 2, 36, 36, CT_F32, 0);
-    run_case("resnet18", 2, 36, 36, CT_BF16, 0);  // ~1 minute under emulation
+    const StepSum v2_r18 = run_case("resnet18", 2, 36, 36, CT_BF16, 0);  // ~1 minute under emulation
+#ifdef CTRAIN_EMU
+    if (on_v2) {
+        CHECK(!memcmp(&wg_r20.loss, &v2_r20.loss, sizeof(float)) && wg_r20.grads == v2_r20.grads,
+              "resnet20 bf16: the wgmma engine's step (loss %.9g, gradients %08x) differs from v2's (%.9g, %08x)",
+              wg_r20.loss, wg_r20.grads, v2_r20.loss, v2_r20.grads);
+        CHECK(!memcmp(&wg_r18.loss, &v2_r18.loss, sizeof(float)),
+              "resnet18 bf16: the wgmma engine's forward (loss %.9g) differs from v2's (%.9g)", wg_r18.loss, v2_r18.loss);
+    }
+#else
+    (void)wg_r20, (void)wg_r18, (void)v2_r20, (void)v2_r18, (void)on_v2;
+#endif
     // Every batch-norm fusion off (the environment switches of nn/model_cuda.cu): the unfused passes
     // each fusion replaces, wired as the executor runs them when a switch is 0.
     {
