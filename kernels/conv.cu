@@ -108,19 +108,7 @@ extern "C" int ct_gemm_run(int mode, GemmArgs g, CtDtype dt, int a_f32, int c_f3
     if (algo == CT_CONV_TC && !use_tc) ct_die("conv: the tensor-core engine takes bf16 operands only (fp32 asked)");
     int mi = use_tc && mode == GEMM_WGRAD && tc_wgrad_bm(g.M) == 64 ? 2 : 4;  // m16 tiles per warp
     int bm = use_tc ? 32 * mi : GN_BM, bn = use_tc ? TC_BN : GN_BN, bk = use_tc ? TC_BK : GN_BK;
-    int splits = 1;
-    g.k_split = g.k_end;
-    g.c_split_stride = 0;
-    if (mode == GEMM_WGRAD && !g.no_split) {
-        SplitPlan sp = split_plan(g.M, g.N, g.k_end, bm, bn, bk);
-        splits = sp.splits;
-        g.k_split = sp.k_split;
-        if (splits > 1) {
-            if (!work) ct_die("conv weight gradient: no work buffer (conv2d_gpu_work_floats)");
-            g.c = work;
-            g.c_split_stride = (size_t)g.M * g.N;
-        }
-    }
+    int splits = ct_conv_split_args(mode, &g, work, bm, bn, bk);
     // Output pairs (n, n+1) go out in one store when every row starts on a pair boundary.
     size_t c_elem = (use_tc && mode == GEMM_WGRAD) || c_f32 ? 4 : 2;
     g.c_pairs = g.N % 2 == 0 && ((uintptr_t)g.c % (2 * c_elem)) == 0;

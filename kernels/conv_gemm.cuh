@@ -85,6 +85,10 @@ extern "C" void ct_gemm_tc1_launch(int mode, GemmArgs g, int c_f32, int mi, dim3
 // Split-K (kernels/conv_split.cu). The weight gradient's plan for bm x bn x bk tiles: a function of
 // the shape only.
 extern "C" void ct_split_plan(int M, int N, int K, int bm, int bn, int bk, int *splits, int *k_split);
+// An engine's launch arguments for the plan: g->k_split (= k_end unless a WGRAD splits),
+// g->c_split_stride and, when it splits, g->c = work (the partials, ct_conv_reduce_splits' input);
+// returns the split count (1: no split).
+extern "C" int ct_conv_split_args(int mode, GemmArgs *g, float *work, int bm, int bn, int bk);
 // dst[i] = sum over z in order of part[z * n + i] (the split partials).
 extern "C" void ct_conv_reduce_splits(float *dst, const float *part, int splits, size_t n, cudaStream_t st);
 
@@ -95,7 +99,7 @@ extern "C" void ct_conv_tc2_split(int M, int N, int K, int *splits, int *k_split
 extern "C" void ct_conv_tc2_run(int mode, GemmArgs g, float *work, float *final_out, cudaStream_t st);
 
 // Hopper engine (kernels/conv_wgmma.cu): wgmma, warp-specialised; bf16, on compute 9.0 (or the
-// emulator). eligible: what v2 takes on such a device, except DGRAD with the BN epilogue (bn.tiles).
+// emulator). eligible: what v2 takes on such a device (the BN epilogues included).
 // WGRAD splits by ct_conv_wgmma_split (the shared plan for its 128x128x64 tiles: never more splits
 // than v2's, so v2's work buffer holds them), summing the partials into final_out.
 extern "C" int ct_conv_wgmma_eligible(int mode, const GemmArgs *g);

@@ -1,4 +1,4 @@
-// Split-K of the convolution weight gradients, for every engine that splits (generic, v1, v2). The
+// Split-K of the convolution weight gradients, for every engine that splits (generic, v1, v2, wgmma). The
 // weight gradient reduces over N*P*Q, which is long when K*R*S*C is small: the reduction is cut into
 // a number of splits that depends only on the shape (split_plan: enough CTAs to fill the GPU, few
 // enough that the partials' traffic stays small against the operands'); each split writes its own
@@ -55,6 +55,23 @@ extern "C" void ct_split_plan(int M, int N, int K, int bm, int bn, int bk, int *
     SplitPlan sp = split_plan(M, N, K, bm, bn, bk);
     *splits = sp.splits;
     *k_split = sp.k_split;
+}
+
+extern "C" int ct_conv_split_args(int mode, GemmArgs *g, float *work, int bm, int bn, int bk) {
+    int splits = 1;
+    g->k_split = g->k_end;
+    g->c_split_stride = 0;
+    if (mode == GEMM_WGRAD && !g->no_split) {
+        SplitPlan sp = split_plan(g->M, g->N, g->k_end, bm, bn, bk);
+        splits = sp.splits;
+        g->k_split = sp.k_split;
+        if (splits > 1) {
+            if (!work) ct_die("conv weight gradient: no work buffer (conv2d_gpu_work_floats)");
+            g->c = work;
+            g->c_split_stride = (size_t)g->M * g->N;
+        }
+    }
+    return splits;
 }
 
 extern "C" void ct_conv_reduce_splits(float *dst, const float *part, int splits, size_t n, cudaStream_t st) {

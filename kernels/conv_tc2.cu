@@ -531,22 +531,12 @@ extern "C" void ct_conv_tc2_split(int M, int N, int K, int *splits, int *k_split
 }
 
 extern "C" void ct_conv_tc2_run(int mode, GemmArgs g, float *work, float *final_out, cudaStream_t st) {
-    int splits = 1;
-    g.k_split = g.k_end;
-    g.c_split_stride = 0;
     if (mode != GEMM_FWD) g.stats = NULL;
     if (mode != GEMM_DGRAD) {
         g.c_acc = 0;
         g.bn.tiles = NULL;
     }
-    if (mode == GEMM_WGRAD && !g.no_split) {
-        ct_conv_tc2_split(g.M, g.N, g.k_end, &splits, &g.k_split);
-        if (splits > 1) {
-            if (!work) ct_die("conv weight gradient: no work buffer (conv2d_gpu_work_floats)");
-            g.c = work;
-            g.c_split_stride = (size_t)g.M * g.N;
-        }
-    }
+    int splits = ct_conv_split_args(mode, &g, work, T2_BM, T2_BN, T2_BK);
     int tiles_m = (g.M + T2_BM - 1) / T2_BM, tiles_n = (g.N + T2_BN - 1) / T2_BN;
     long long ctas = (long long)tiles_m * tiles_n;
     if (ctas > 0x7fffffff || splits > 65535) ct_die("conv: GEMM of %d x %d too large for the grid", g.M, g.N);

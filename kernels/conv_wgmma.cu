@@ -66,6 +66,24 @@ __device__ static inline uint32_t wg_sw_mn(int kk, int q) {
 // commit, wait for the previous k-tile's group and release its stage. TA, TB: the operands are
 // MN-major (the transpose bits). da0, db0: stage 0's descriptors; a stage adds 32 KiB (>> 4 in
 // the address field, which never carries: shared addresses stay below 256 KiB).
+// Producer side of the ring: once k-tile kt's copies are issued, the previous k-tile's group has
+// landed (cp.async.wait_group 1): make it visible to the async proxy (wgmma reads through it) and
+// arrive on that stage's full barrier. After the loop the last group lands the same way.
+__device__ __forceinline__ void wg_land_prev(uint64_t *full, int kt) {
+    if (kt > 0) {
+        ct_cp_async_wait<1>();
+        ct_fence_proxy_async();
+        ct_mbar_arrive(&full[(kt - 1) % WG_STAGES]);
+    }
+}
+__device__ __forceinline__ void wg_land_last(uint64_t *full, int ktiles) {
+    if (ktiles > 0) {
+        ct_cp_async_wait<0>();
+        ct_fence_proxy_async();
+        ct_mbar_arrive(&full[(ktiles - 1) % WG_STAGES]);
+    }
+}
+
 template <int TA, int TB>
 __device__ __forceinline__ void wg_consume(float (&acc)[64], uint64_t *full, uint64_t *empty, uint64_t da0,
                                            uint64_t db0, int ktiles) {
@@ -167,17 +185,9 @@ __global__ void __launch_bounds__(WG_THREADS) conv_wgmma_fwd_k(GemmArgs g) {
                 sx -= s.S;
                 r++;
             }
-            if (kt > 0) {
-                ct_cp_async_wait<1>();
-                ct_fence_proxy_async();
-                ct_mbar_arrive(&full[(kt - 1) % WG_STAGES]);
-            }
+            wg_land_prev(full, kt);
         }
-        if (ktiles > 0) {
-            ct_cp_async_wait<0>();
-            ct_fence_proxy_async();
-            ct_mbar_arrive(&full[(ktiles - 1) % WG_STAGES]);
-        }
+        wg_land_last(full, ktiles);
         return;
     }
 
@@ -334,11 +344,7 @@ __global__ void __launch_bounds__(WG_THREADS) conv_wgmma_bwd_k(GemmArgs g) {
                     sx -= g.ns;
                     r++;
                 }
-                if (kt > 0) {
-                    ct_cp_async_wait<1>();
-                    ct_fence_proxy_async();
-                    ct_mbar_arrive(&full[(kt - 1) % WG_STAGES]);
-                }
+                wg_land_prev(full, kt);
             }
         } else {
             // One pixel row j = kb + 64kt + kk per thread pair (kk = tid / 2), the 8 chunks of
@@ -388,18 +394,10 @@ __global__ void __launch_bounds__(WG_THREADS) conv_wgmma_bwd_k(GemmArgs g) {
                 int cp = px_p >= s.P;
                 px_p -= cp ? s.P : 0;
                 px_img += st_img + cp;
-                if (kt > 0) {
-                    ct_cp_async_wait<1>();
-                    ct_fence_proxy_async();
-                    ct_mbar_arrive(&full[(kt - 1) % WG_STAGES]);
-                }
+                wg_land_prev(full, kt);
             }
         }
-        if (ktiles > 0) {
-            ct_cp_async_wait<0>();
-            ct_fence_proxy_async();
-            ct_mbar_arrive(&full[(ktiles - 1) % WG_STAGES]);
-        }
+        wg_land_last(full, ktiles);
         return;
     }
 
@@ -529,22 +527,12 @@ extern "C" void ct_conv_wgmma_split(int M, int N, int K, int *splits, int *k_spl
 }
 
 extern "C" void ct_conv_wgmma_run(int mode, GemmArgs g, float *work, float *final_out, cudaStream_t st) {
-    int splits = 1;
-    g.k_split = g.k_end;
-    g.c_split_stride = 0;
     if (mode != GEMM_FWD) g.stats = NULL;
     if (mode != GEMM_DGRAD) {
         g.c_acc = 0;
         g.bn.tiles = NULL;
     }
-    if (mode == GEMM_WGRAD && !g.no_split) {
-        ct_conv_wgmma_split(g.M, g.N, g.k_end, &splits, &g.k_split);
-        if (splits > 1) {
-            if (!work) ct_die("conv weight gradient: no work buffer (conv2d_gpu_work_floats)");
-            g.c = work;
-            g.c_split_stride = (size_t)g.M * g.N;
-        }
-    }
+    int splits = ct_conv_split_args(mode, &g, work, WG_BM, WG_BN, WG_BK);
     long long tiles_m = (g.M + WG_BM - 1) / WG_BM, tiles_n = (g.N + WG_BN - 1) / WG_BN;
     if (tiles_m > 0x7fffffff || tiles_n > 65535 || splits > 65535)
         ct_die("conv: GEMM of %d x %d too large for the grid", g.M, g.N);

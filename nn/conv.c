@@ -344,21 +344,29 @@ static void direct_backward_weight(const ConvShape *s, float *dw, const float *d
 // (tests/test_layers.c); its different roundings make different ReLU branch choices where a
 // pre-activation lies within float32 rounding of zero, which is why tests/test_parity.sh holds it
 // against float64 replayed on those branches (docs/BENCHMARKS.md).
-static int winograd_enabled(const ConvShape *s) {
-    static int enabled = -1;
-    if (enabled < 0) {
-        const char *v = getenv("CTRAIN_CPU_WINOGRAD");
-        enabled = !(v && !strcmp(v, "0"));
+// A route switch: on unless the variable is "0", read once per process.
+static int route_on(const char *name, int *cached) {
+    if (*cached < 0) {
+        const char *v = getenv(name);
+        *cached = !(v && !strcmp(v, "0"));
     }
-    return enabled && winograd_ok_k16(s);
+    return *cached;
 }
-static int small_enabled(void) { const char *v = getenv("CTRAIN_CPU_SMALL"); return !(v && !strcmp(v, "0")); }
+static int winograd_enabled(const ConvShape *s) {
+    static int on = -1;
+    return route_on("CTRAIN_CPU_WINOGRAD", &on) && winograd_ok_k16(s);
+}
+// The small-map route (nn/conv_small.c), CTRAIN_CPU_SMALL=0 turns it off (README).
+static int small_enabled(const ConvShape *s) {
+    static int on = -1;
+    return route_on("CTRAIN_CPU_SMALL", &on) && conv_small_ok(s);
+}
 static int winograd_train_ok(const ConvShape *s) { return s->P * s->Q >= 16 && winograd_enabled(s); }
 
 void conv2d_forward(const ConvShape *s, float *out, const float *in, const float *w) {
     const size_t npq = (size_t)s->N * s->P * s->Q;
     const int rsc = s->R * s->S * s->C;
-    if (conv_small_ok(s) && small_enabled()) {
+    if (small_enabled(s)) {
         conv_small_forward(s, out, in, w);
         return;
     }
@@ -403,7 +411,7 @@ void conv2d_backward_data(const ConvShape *s, float *din, const float *dout, con
         sgemm((int)npq, s->C, s->K, dout, s->K, 1, w, s->C, 1, din, s->C, 0);
         return;
     }
-    if (conv_small_ok(s) && small_enabled()) {
+    if (small_enabled(s)) {
         conv_small_backward_data(s, din, dout, w);
         return;
     }
