@@ -110,7 +110,7 @@ printf '#define CTRAIN_GIT_COMMIT "%s"\n' "$commit" > "$B/gen/ctrain_commit.h.ne
 if cmp -s "$B/gen/ctrain_commit.h.new" "$B/gen/ctrain_commit.h"; then rm "$B/gen/ctrain_commit.h.new"
 else mv "$B/gen/ctrain_commit.h.new" "$B/gen/ctrain_commit.h"; fi
 if [ "$B" = build ]; then BIN=.; else BIN=$B; fi
-cat > "$B/rules.mk" <<EOF
+cat > "$B/rules.mk.new" <<EOF
 B := $B
 BIN := $BIN
 ROOT := $ROOT
@@ -121,7 +121,7 @@ HAVE_CUDA := $HAVE_CUDA
 CUDA_LIB := $CUDA_LIB
 STATIC_LIBS := $STATIC_LIBS
 EOF
-cat >> "$B/rules.mk" <<'EOF'
+cat >> "$B/rules.mk.new" <<'EOF'
 WARN := -Wall -Wextra -Wno-unused-parameter -Wno-sign-compare
 CFLAGS := -std=c11 -O3 -g -fopenmp -D_GNU_SOURCE -I. -I$(B)/gen $(WARN) -MMD -MP
 # ThreadSanitizer builds of the pthread code (tests marked 'test: tsan'): no OpenMP, whose runtime
@@ -137,6 +137,15 @@ NVFLAGS_90A := $(subst code=sm_90,code=sm_90a,$(subst arch=compute_90,arch=compu
 $(B)/cuda/kernels/ptx_check.o $(B)/cuda/kernels/conv_wgmma.o: NVFLAGS := $(NVFLAGS_90A)
 LDLIBS := $(STATIC_LIBS) -lm -ldl -lpthread
 CUDALIBS := $(CUDA_LIB)/libcudart_static.a -lrt -ldl -lpthread -lstdc++
+# The programs that travel (./train, ./packdata, build/tools/*, build/gpu-tests/*) carry the C++
+# runtime (cudart needs it) and OpenMP's inside: only glibc stays dynamic (NCCL is dlopen'ed), so
+# nothing else can differ on the machine they are carried to. `-fopenmp` at link time would add a
+# shared -lgomp, so they link libgomp's archive by path instead; tests/test_linkage.sh checks ldd.
+GOMP_A := $(shell $(CC) -print-file-name=libgomp.a)
+STDCXX_A := $(shell $(CXX) -print-file-name=libstdc++.a)
+SHIP_LD := -pthread -static-libgcc
+SHIP_LIBS := $(STATIC_LIBS) $(GOMP_A) -lm -ldl -lpthread
+SHIP_CUDALIBS := $(CUDA_LIB)/libcudart_static.a $(STDCXX_A) -lrt -ldl -lpthread
 
 LIB_SRC := $(sort $(wildcard util/*.c nn/*.c loader/*.c dist/*.c))
 LIB_OBJ := $(LIB_SRC:%.c=$(B)/obj/%.o)
@@ -163,13 +172,13 @@ EMU_TESTS := $(patsubst tests/%.c,$(B)/tests/%,$(wildcard tests/emu_*.c)) $(pats
 TEST_HELPERS := $(patsubst tests/%.c,$(B)/tests/%,$(wildcard tests/helper_*.c))
 
 ifeq ($(HAVE_CUDA),1)
-TRAIN_DEPS := $(B)/obj/main.o $(B)/libtrainer_cuda.a $(B)/libctrain.a $(B)/libctrain_cuda.a
-TRAIN_LINK = $(CC) -fopenmp -o $@ $(B)/obj/main.o $(B)/libtrainer_cuda.a $(B)/libctrain_cuda.a $(B)/libctrain.a $(LDLIBS) $(CUDALIBS)
+TRAIN_DEPS := $(B)/obj/main.o $(B)/libtrainer_cuda.a $(B)/libctrain.a $(B)/libctrain_cuda.a $(B)/rules.mk
+TRAIN_LINK = $(CC) $(SHIP_LD) -o $@ $(B)/obj/main.o $(B)/libtrainer_cuda.a $(B)/libctrain_cuda.a $(B)/libctrain.a $(SHIP_CUDALIBS) $(SHIP_LIBS)
 CUDA_TOOLS := $(GPU_TOOL_SRC:tools/%.c=$(B)/tools/%)
 else
 CUDA_TOOLS :=
-TRAIN_DEPS := $(B)/obj/main.o $(B)/libtrainer.a $(B)/libctrain.a
-TRAIN_LINK = $(CC) -fopenmp -o $@ $(B)/obj/main.o $(B)/libtrainer.a $(B)/libctrain.a $(LDLIBS)
+TRAIN_DEPS := $(B)/obj/main.o $(B)/libtrainer.a $(B)/libctrain.a $(B)/rules.mk
+TRAIN_LINK = $(CC) $(SHIP_LD) -o $@ $(B)/obj/main.o $(B)/libtrainer.a $(B)/libctrain.a $(SHIP_LIBS)
 endif
 
 .PHONY: release tests
@@ -208,12 +217,12 @@ $(B)/libctrain_emu.a: $(EMU_OBJ)
 
 $(BIN)/train: $(TRAIN_DEPS)
 	@echo "  LD    $@"; $(TRAIN_LINK)
-$(BIN)/packdata: $(B)/obj/tools/packdata.o $(B)/libctrain.a
-	@echo "  LD    $@"; $(CC) -fopenmp -o $@ $^ $(LDLIBS)
-$(B)/tools/%: $(B)/obj/tools/%.o $(B)/libctrain.a
-	@mkdir -p $(dir $@); echo "  LD    $@"; $(CC) -fopenmp -o $@ $^ $(LDLIBS)
-$(B)/tools/bench_gpu_%: $(B)/obj/tools/bench_gpu_%.o $(B)/libctrain_cuda.a $(B)/libctrain.a
-	@mkdir -p $(dir $@); echo "  LD    $@"; $(CC) -fopenmp -o $@ $^ $(LDLIBS) $(CUDALIBS)
+$(BIN)/packdata: $(B)/obj/tools/packdata.o $(B)/libctrain.a $(B)/rules.mk
+	@echo "  LD    $@"; $(CC) $(SHIP_LD) -o $@ $(filter-out %.mk,$^) $(SHIP_LIBS)
+$(B)/tools/%: $(B)/obj/tools/%.o $(B)/libctrain.a $(B)/rules.mk
+	@mkdir -p $(dir $@); echo "  LD    $@"; $(CC) $(SHIP_LD) -o $@ $(filter-out %.mk,$^) $(SHIP_LIBS)
+$(B)/tools/bench_gpu_%: $(B)/obj/tools/bench_gpu_%.o $(B)/libctrain_cuda.a $(B)/libctrain.a $(B)/rules.mk
+	@mkdir -p $(dir $@); echo "  LD    $@"; $(CC) $(SHIP_LD) -o $@ $(filter-out %.mk,$^) $(SHIP_CUDALIBS) $(SHIP_LIBS)
 # -rdynamic: the emulator's cost counters name a launched kernel by its symbol (dladdr).
 $(B)/emu-tools/bench_gpu_%: $(B)/obj/tools/bench_gpu_%.o $(B)/libctrain_emu.a $(B)/libctrain.a
 	@mkdir -p $(dir $@); echo "  LD    $@ (emulated GPU)"; $(CXX) -fopenmp -pthread -rdynamic -o $@ $^ $(LDLIBS)
@@ -242,11 +251,15 @@ GPU_TESTS := $(patsubst tests/%.c,$(B)/gpu-tests/%,$(wildcard tests/emu_*.c))
 gpu-tests: release $(GPU_TESTS)
 $(B)/gpu-tests/emu_%.o: tests/emu_%.c
 	@mkdir -p $(dir $@); echo "  NVCC  $< (gpu test)"; $(NVCC) $(NVFLAGS) -MMD -MP -x cu -c $< -o $@
-$(B)/gpu-tests/emu_%: $(B)/gpu-tests/emu_%.o $(B)/libctrain_cuda.a $(B)/libctrain.a
-	@echo "  LD    $@"; $(CXX) -fopenmp -o $@ $^ $(LDLIBS) $(CUDALIBS)
+$(B)/gpu-tests/emu_%: $(B)/gpu-tests/emu_%.o $(B)/libctrain_cuda.a $(B)/libctrain.a $(B)/rules.mk
+	@echo "  LD    $@"; $(CXX) $(SHIP_LD) -static-libstdc++ -o $@ $(filter-out %.mk,$^) $(SHIP_CUDALIBS) $(SHIP_LIBS)
 
 -include $(shell find build -name '*.d' 2>/dev/null)
 EOF
+
+# rules.mk is replaced only when it changed, and the linked programs depend on it: a change of
+# link flags (static runtimes, say) relinks them, an unchanged build relinks nothing.
+if cmp -s "$B/rules.mk.new" "$B/rules.mk"; then rm "$B/rules.mk.new"; else mv "$B/rules.mk.new" "$B/rules.mk"; fi
 
 # Make runs with -r (no built-in rules) so that 'train' is never mistaken for a C program of main.c.
 if [ "$MODE" = test ]; then target=tests; else target=release; fi

@@ -465,8 +465,12 @@ int main(void) {
     // (resnet20); resnet18's deep weight gradients are split in 64-deep k-tiles on wgmma (its own
     // plan), so there only the forward's loss must have v2's bits. On a GPU their tensor cores add
     // differently, and the CPU comparisons inside run_case are what hold.
-    StepSum wg_r20, wg_r18;
-    {
+    // EMU_ENGINES=v2 leaves this block out (tools/gpu_session.sh runs the wgmma engine on silicon
+    // in a process of its own, CTRAIN_CONV_ENGINE=wgmma, so a wgmma fault cannot lose v2's results).
+    StepSum wg_r20 = v2_r20, wg_r18 = {0};
+    const char *engines = getenv("EMU_ENGINES");
+    const int with_wg = !engines || strcmp(engines, "v2");
+    if (with_wg) {
         const char *prev = getenv("CTRAIN_CONV_ENGINE");
         char saved[32] = "";
         if (prev) snprintf(saved, sizeof saved, "%s", prev);
@@ -488,7 +492,7 @@ int main(void) {
     run_case("resnet18", 2, 36, 36, CT_F32, 0);
     const StepSum v2_r18 = run_case("resnet18", 2, 36, 36, CT_BF16, 0);  // ~1 minute under emulation
 #ifdef CTRAIN_EMU
-    if (on_v2) {
+    if (on_v2 && with_wg) {
         CHECK(!memcmp(&wg_r20.loss, &v2_r20.loss, sizeof(float)) && wg_r20.grads == v2_r20.grads,
               "resnet20 bf16: the wgmma engine's step (loss %.9g, gradients %08x) differs from v2's (%.9g, %08x)",
               wg_r20.loss, wg_r20.grads, v2_r20.loss, v2_r20.grads);
@@ -496,7 +500,7 @@ int main(void) {
               "resnet18 bf16: the wgmma engine's forward (loss %.9g) differs from v2's (%.9g)", wg_r18.loss, v2_r18.loss);
     }
 #else
-    (void)wg_r20, (void)wg_r18, (void)v2_r20, (void)v2_r18, (void)on_v2;
+    (void)wg_r20, (void)wg_r18, (void)v2_r20, (void)v2_r18, (void)on_v2, (void)with_wg;
 #endif
     // Every batch-norm fusion off (the environment switches of nn/model_cuda.cu): the unfused passes
     // each fusion replaces, wired as the executor runs them when a switch is 0.

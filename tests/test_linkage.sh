@@ -2,7 +2,10 @@
 # The release ./train links neither cuDNN nor cuBLAS (checked both ways: the dynamic section via
 # ldd and the symbol table via nm), carries jansson and liblz4 inside (no shared copies), and when
 # it was built with nvcc the CUDA runtime is linked statically (cudart's entry points are defined
-# inside the binary, no libcudart.so needed).
+# inside the binary, no libcudart.so needed). ./train, ./packdata and the tools built beside them
+# need no shared library but glibc's (libc, libm, and the loader): libstdc++, libgomp and
+# libgcc_s are linked in, so a program carried to another machine (a lent GPU) runs whatever
+# that machine's C++ and OpenMP runtimes are.
 set -euo pipefail
 BIN=${CTRAIN_BIN:-.}/train
 RULES=${CTRAIN_BUILD:-build}/rules.mk
@@ -17,6 +20,14 @@ if grep -Eiq 'cudnn|cublas' <<<"$libs"; then echo "FAIL: ./train links cuDNN or 
 if grep -Eiq 'libcudart\.so' <<<"$libs"; then echo "FAIL: ./train links the CUDA runtime dynamically"; fail=1; fi
 # The Debian libraries are linked from their static archives (build.sh's STATIC_LIBS).
 if grep -Eiq 'libjansson|liblz4' <<<"$libs"; then echo "FAIL: ./train links jansson or liblz4 dynamically"; fail=1; fi
+# Only glibc: every NEEDED entry must be one of glibc's own libraries.
+for prog in "$BIN" "${CTRAIN_BIN:-.}/packdata" "${CTRAIN_BUILD:-build}/tools/bench_gpu_train"; do
+  [ -x "$prog" ] || continue
+  needed=$(objdump -p "$prog" | sed -n 's/^ *NEEDED *//p' | tr '\n' ' ')
+  other=$(tr ' ' '\n' <<<"$needed" | grep -Ev '^(libc|libm|libdl|libpthread|librt|ld-linux-x86-64)\.so' | grep . || true)
+  if [ -n "$other" ]; then echo "FAIL: $prog needs shared libraries beyond glibc: $other"; fail=1
+  else echo "$prog needs only glibc: $needed"; fi
+done
 
 # Here-strings, not 'echo | grep -q': with pipefail, grep -q quitting early fails the echo.
 # nm -D as well: a stripped binary still has its dynamic symbol table.

@@ -16,7 +16,9 @@ if [ -z "${CTRAIN_PREBUILT:-}" ] || [ ! -x "$OUT/bench_conv" ]; then
   # On Hopper build for sm_90a, which the wgmma engine needs (its code for plain sm_90 traps).
   GA=$ARCH
   [ "$ARCH" = 90 ] && GA=90a
+  # The C++ runtime linked in, as build.sh does for every program that travels (only glibc dynamic).
   "$NVCC" -std=c++17 -O3 -lineinfo -I. -DCTRAIN_CUDA -gencode arch=compute_$GA,code=sm_$GA \
+    -Xcompiler -static-libgcc,-static-libstdc++ \
     -o "$OUT/bench_conv" tools/bench_conv.cu kernels/conv.cu kernels/conv_generic.cu kernels/conv_tc1.cu kernels/conv_split.cu \
     kernels/conv_tc2.cu kernels/conv_wgmma.cu kernels/linear.cu "$OUT/common.o"
 fi

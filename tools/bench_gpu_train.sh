@@ -6,7 +6,8 @@
 # runs build/tools/bench_gpu_train and tools/bench_gpu_torch.py, prints both lines and the ratios
 # ctrain / PyTorch (img/s, memory held, device memory used).
 # Environment:
-#   BENCH_CONFIGS  'ARCH SIZE BATCH' separated by ';' (default 'resnet50 224 128;resnet18 224 256;resnet20 32 512')
+#   BENCH_CONFIGS  'ARCH SIZE BATCH' separated by ';' (default 'resnet50 224 256;resnet18 224 256;resnet20 32 512':
+#                  batch 256, the size the targets name)
 #   WARMUP (5), PRECISION (bf16 | fp32), STEP (ctrain's step: fused | trainer, see bench_gpu_train.c),
 #   GRAPHS (ctrain's CUDA graphs: on | off)
 #   TORCH_COMPILE=1  also runs PyTorch under torch.compile (TORCH_COMPILE_MODE, default 'default');
@@ -80,7 +81,7 @@ ratio() { # CONFIG CTRAIN_LINE PYTORCH_LINE
     BEGIN { printf "ratio   %-22s ctrain/pytorch%s: img/s %s, memory held %s, device used %s\n", cfg, tag, r(ci, pi), r(ch, ph), r(cu, pu) }'
 }
 
-IFS=';' read -ra CONFIGS <<<"${BENCH_CONFIGS:-resnet50 224 128;resnet18 224 256;resnet20 32 512}"
+IFS=';' read -ra CONFIGS <<<"${BENCH_CONFIGS:-resnet50 224 256;resnet18 224 256;resnet20 32 512}"
 status=0
 for cfg in "${CONFIGS[@]}"; do
   [ -n "${cfg// /}" ] || continue

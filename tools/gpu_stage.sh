@@ -6,12 +6,15 @@
 # leave room under the device tool's 64 MiB). The Hopper files (kernels/conv_wgmma.cu, the wgmma
 # and mbarrier checks of kernels/ptx_check.cu) are built for sm_90a instead of sm_90 (build.sh's
 # NVFLAGS_90A; bench_conv: tools/bench_gpu.sh), and the programs that carry them are checked for
-# sm_90a code before packing. The device call carries .carry and runs tools/gpu_session.sh:
-#   tools/gpu_stage.sh
-#   run(command="tools/gpu_session.sh", carry=[".carry"])
-# .carry/ is ignored by git. The device tool carries at most 64 MiB with the working tree.
+# sm_90a code before packing. A lent session has 15 minutes of device time in all, which is one
+# call of at most 540 s: stage here first (about 5 minutes from a fresh clone), then
+#   run(command="tools/gpu_session.sh", carry=[".carry"], timeout_s=560)
+# (tools/gpu_session.sh --plan shows what that call runs). .carry/ is ignored by git. The device
+# tool carries at most 64 MiB with the working tree. The programs link only glibc dynamically
+# (tests/test_linkage.sh), so the GPU machine's other libraries cannot matter.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+T0=$SECONDS
 ./build.sh >/dev/null
 ./build.sh gpu-tests >/dev/null
 [ -x build/tools/bench_gpu_train ] || { echo "gpu_stage: build/tools/bench_gpu_train missing (nvcc?)" >&2; exit 1; }
@@ -42,6 +45,10 @@ git rev-parse HEAD >.carry/gpu/build/gpu-stage-commit
 git status --porcelain --untracked-files=no | grep -q . && echo "dirty" >>.carry/gpu/build/gpu-stage-commit
 tar -C .carry/gpu -cJf .carry/gpu.tar.xz .
 rm -rf .carry/gpu
+for f in train packdata build/tools/bench_gpu_train; do  # what travels must not need the image's C++ or OpenMP runtime
+  if ldd "$f" | grep -Eq 'libstdc\+\+|libgomp|libgcc_s'; then echo "gpu_stage: $f links libstdc++/libgomp/libgcc_s dynamically" >&2; exit 1; fi
+done
 size=$(du -sm .carry | cut -f1)
-echo "gpu_stage: .carry/gpu.tar.xz holds ${#files[@]} programs, ${size} MiB, built at $(git rev-parse --short HEAD)"
+bytes=$(stat -c %s .carry/gpu.tar.xz)
+echo "gpu_stage: .carry/gpu.tar.xz holds ${#files[@]} programs, $(awk -v b="$bytes" 'BEGIN { printf "%.1f", b / 1048576 }') MiB, built at $(git rev-parse --short HEAD) in $((SECONDS - T0)) s"
 [ "$size" -lt 48 ] || { echo "gpu_stage: ${size} MiB leaves too little of the 64 MiB carry limit for the tree" >&2; exit 1; }
