@@ -23,6 +23,7 @@
 #include "kernels/act.cuh"  // ct_check_vec_align, ct_st
 #include "kernels/conv_bn_epi.cuh"
 #include "kernels/conv_gemm.cuh"
+#include "kernels/devcaps.cuh"
 #include "kernels/kernels.h"
 #include "kernels/ptx.cuh"
 #include "util/common.h"
@@ -42,7 +43,6 @@ static_assert(T2_BM == CONV_BN_TILE_ROWS, "the BN epilogues' tiles are the CTA's
 #define T2_TILE_ELEMS (T2_BM * T2_BK)                      // 4096 bf16 = 8 KiB, A and B alike
 #define T2_STAGE_BYTES (2 * T2_TILE_ELEMS * 2)             // 16 KiB
 #define T2_PIPE_BYTES (T2_STAGES * T2_STAGE_BYTES)         // 64 KiB
-#define T2_MAX_SMEM (200 * 1024)                           // below the 227 KiB opt-in limit
 #define T2_RASTER 8                                        // row tiles per rasterisation group
 #define T2_OUT 0x10000000                                  // a tap offset no window reaches
 
@@ -301,7 +301,10 @@ __global__ void __launch_bounds__(T2_THREADS) gemm_tc2_k(GemmArgs g, int tiles_m
         st_img = T2_BK / pq;
     }
 
-    // Chunks that are padding or past the end go with src-size 0: zero-filled, the address unread.
+    // Chunks that are padding or past the end go with src-size 0: zero-filled, nothing read. The
+    // ISA still wants a 16-byte aligned global source there (no exception for src-size 0), so
+    // they name the operand's base, never the computed address (a k-tail weight row offset of -1
+    // is 2 bytes off alignment; a row past M points anywhere).
     auto load_tile = [&](uint16_t *As, int t) {
         uint16_t *Bs = As + T2_TILE_ELEMS;
         int k0 = kb + t * T2_BK;
@@ -310,14 +313,14 @@ __global__ void __launch_bounds__(T2_THREADS) gemm_tc2_k(GemmArgs g, int tiles_m
             T2_UNROLL
             for (int i = 0; i < 4; i++) {
                 bool ok = (unsigned)(a_y[i] + e.tr) < (unsigned)hh && (unsigned)(a_x[i] + e.ts) < (unsigned)wwid;
-                ct_cp_async_cg16(As + dst_rk + i * 1024, a_row[i] + e.delta, ok ? 16 : 0);
+                ct_cp_async_cg16(As + dst_rk + i * 1024, ok ? a_row[i] + e.delta : a, ok ? 16 : 0);
             }
         } else {
             bool jok = k0 + r4 < ke;
             T2_UNROLL
             for (int i = 0; i < 4; i++) {
                 bool ok = jok && (col_ok >> i & 1);
-                ct_cp_async_cg16(As + dst_kr[i], wa_ptr + 32 * i, ok ? 16 : 0);
+                ct_cp_async_cg16(As + dst_kr[i], ok ? wa_ptr + 32 * i : a, ok ? 16 : 0);
             }
             wa_ptr += (size_t)T2_BK * s.K;
         }
@@ -326,7 +329,7 @@ __global__ void __launch_bounds__(T2_THREADS) gemm_tc2_k(GemmArgs g, int tiles_m
             T2_UNROLL
             for (int i = 0; i < 4; i++) {
                 bool ok = kok && b_ok[i];
-                ct_cp_async_cg16(Bs + dst_rk + i * 1024, b_row[i] + b_k, ok ? 16 : 0);
+                ct_cp_async_cg16(Bs + dst_rk + i * 1024, ok ? b_row[i] + b_k : b, ok ? 16 : 0);
             }
             b_k += T2_BK;
         } else if (MODE == GEMM_DGRAD) {
@@ -335,7 +338,7 @@ __global__ void __launch_bounds__(T2_THREADS) gemm_tc2_k(GemmArgs g, int tiles_m
             T2_UNROLL
             for (int i = 0; i < 4; i++) {
                 bool ok = off >= 0 && (col_ok >> i & 1);
-                ct_cp_async_cg16(Bs + dst_kr[i], row + 32 * i, ok ? 16 : 0);
+                ct_cp_async_cg16(Bs + dst_kr[i], ok ? row + 32 * i : b, ok ? 16 : 0);
             }
         } else {
             int y = px_p * s.stride - s.pad, x = px_q * s.stride - s.pad;
@@ -344,7 +347,7 @@ __global__ void __launch_bounds__(T2_THREADS) gemm_tc2_k(GemmArgs g, int tiles_m
             T2_UNROLL
             for (int i = 0; i < 4; i++) {
                 bool ok = jok && (unsigned)(y + wb_r[i]) < (unsigned)s.H && (unsigned)(x + wb_s[i]) < (unsigned)s.W;
-                ct_cp_async_cg16(Bs + dst_kr[i], bp + wb_off[i], ok ? 16 : 0);
+                ct_cp_async_cg16(Bs + dst_kr[i], ok ? bp + wb_off[i] : b, ok ? 16 : 0);
             }
             // Next pixel 32 on: add the precomputed (img, p, q) step with carries.
             px_q += st_q;
@@ -522,7 +525,10 @@ extern "C" int ct_conv_tc2_eligible(int mode, const GemmArgs *g) {
     if (!g->tc_ok || !g->vec_a || !g->vec_b) return 0;
     // Every column chunk of C is whole (N a multiple of 8) and stores go out in pairs.
     if (g->N % 8 || !ct_aligned(8, g->c)) return 0;
-    if (mode != GEMM_WGRAD && t2_smem_bytes(mode, g->k_end) > T2_MAX_SMEM) return 0;
+    // The pipeline and the gather tables (which grow with k_end: a 3x3 data gradient with 2048
+    // output channels needs 172 KiB) must fit the device's opt-in shared memory: 227 KiB on
+    // sm_90, 163 KiB on sm_80, 99 KiB on sm_86/89/120. Else conv.cu takes engine v1.
+    if (t2_smem_bytes(mode, mode == GEMM_WGRAD ? 0 : g->k_end) > ct_dev_caps().smem_optin) return 0;
     return 1;
 }
 
