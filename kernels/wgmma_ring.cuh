@@ -66,6 +66,10 @@ __device__ __forceinline__ void wg_consume(float (&acc)[64], uint64_t *full, uin
     // boundary with a group in flight makes ptxas copy the accumulators, which serialises wgmma).
     int st = 0, ph = 0, prev = 0;
     ct_wgmma_fence_operand<64>(acc);
+    // Kept rolled on purpose: nvcc 13.0 does (4 HGMMA per kernel in the SASS, no C7510/C7520
+    // serialisation notes from ptxas), and an unrolled copy would put a loop boundary with a group
+    // in flight in the middle. The pragma pins that for other nvcc versions.
+#pragma unroll 1
     for (int kt = 0; kt < ktiles; kt++) {
         ct_mbar_wait(&full[st], ph);
         ct_wgmma_fence_operand<64>(acc);
