@@ -129,10 +129,14 @@ CFLAGS := -std=c11 -O3 -g -fopenmp -D_GNU_SOURCE -I. -I$(B)/gen $(WARN) -MMD -MP
 TSANFLAGS := -std=c11 -O1 -g -D_GNU_SOURCE -I. $(WARN) -Wno-unknown-pragmas -MMD -MP -fsanitize=thread
 ASANFLAGS := -std=c11 -O1 -g -fopenmp -D_GNU_SOURCE -I. -I$(B)/gen $(WARN) -MMD -MP -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 EMUFLAGS := -std=c++17 -O2 -g -pthread -D_GNU_SOURCE -DCTRAIN_EMU -I. -Wall -Wno-unused-parameter -Wno-sign-compare -Wno-unused-variable -Wno-unused-function -MMD -MP
-NVFLAGS := -std=c++17 -O3 -lineinfo -I. -DCTRAIN_CUDA -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 -Xcompiler -Wall,-Wno-unused-parameter
+# Images: sm_80 and sm_90 machine code, plus compute_80 PTX, which the driver JIT-compiles on
+# GPUs newer than the images (compute 10.x/12.x: Blackwell), where no cubin loads: without it
+# ctrain has no kernel image there at all. The mma.sync engines (generic, v1, v2) run from it.
+NVFLAGS := -std=c++17 -O3 -lineinfo -I. -DCTRAIN_CUDA -gencode arch=compute_80,code=sm_80 -gencode arch=compute_80,code=compute_80 -gencode arch=compute_90,code=sm_90 -Xcompiler -Wall,-Wno-unused-parameter
 # The Hopper path (kernels/ptx_wgmma.cuh: wgmma, mbarrier try_wait, cp.async.bulk) exists only on
-# sm_90a: the files using it build for sm_80 and sm_90a instead (their sm_80 code traps; the host
-# side launches it only on compute 9.0), the rest stays portable.
+# sm_90a: the files using it build for sm_80 (+ compute_80 PTX) and sm_90a instead (their sm_80
+# code traps; the host side launches it only on compute 9.0: kernels/devcaps.cu), the rest stays
+# portable. sm_90a code is not forward compatible, so it carries no PTX.
 NVFLAGS_90A := $(subst code=sm_90,code=sm_90a,$(subst arch=compute_90,arch=compute_90a,$(NVFLAGS)))
 $(B)/cuda/kernels/ptx_check.o $(B)/cuda/kernels/conv_wgmma.o: NVFLAGS := $(NVFLAGS_90A)
 LDLIBS := $(STATIC_LIBS) -lm -ldl -lpthread

@@ -14,7 +14,10 @@
 //  2. Dynamic shared memory: CT_DYN_SMEM(float, tile); inside the kernel (declares `float *tile`,
 //     16-byte aligned, the block's whole dynamic buffer). Never `extern __shared__`. For more than
 //     48 KiB call cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes)
-//     once, as on a GPU: the emulator enforces the same limits (48 KiB default, 227 KiB max).
+//     once, as on a GPU: the emulator enforces the same limits (48 KiB default, the device's
+//     opt-in maximum: 227 KiB on sm_90, 163 KiB on sm_80, 99 KiB on sm_89; kernels/devcaps.cuh
+//     says what the current device allows). The buffer is 16-byte aligned, no more (the
+//     emulator shifts it within 1 KiB): a kernel needing 1 KiB alignment realigns it.
 //  3. Static shared memory: `__shared__ float buf[N];` inside the kernel (no initialiser), as usual.
 //     Blocks run one at a time under emulation, so it is a static variable there.
 //  4. Warp operations only with explicit masks (__shfl_*_sync, __ballot_sync, __syncwarp...). The

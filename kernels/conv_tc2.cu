@@ -23,6 +23,7 @@
 #include "kernels/act.cuh"  // ct_check_vec_align, ct_st
 #include "kernels/conv_bn_epi.cuh"
 #include "kernels/conv_gemm.cuh"
+#include "kernels/devcaps.cuh"
 #include "kernels/kernels.h"
 #include "kernels/ptx.cuh"
 #include "util/common.h"
@@ -42,7 +43,6 @@ static_assert(T2_BM == CONV_BN_TILE_ROWS, "the BN epilogues' tiles are the CTA's
 #define T2_TILE_ELEMS (T2_BM * T2_BK)                      // 4096 bf16 = 8 KiB, A and B alike
 #define T2_STAGE_BYTES (2 * T2_TILE_ELEMS * 2)             // 16 KiB
 #define T2_PIPE_BYTES (T2_STAGES * T2_STAGE_BYTES)         // 64 KiB
-#define T2_MAX_SMEM (200 * 1024)                           // below the 227 KiB opt-in limit
 #define T2_RASTER 8                                        // row tiles per rasterisation group
 #define T2_OUT 0x10000000                                  // a tap offset no window reaches
 
@@ -207,7 +207,7 @@ __global__ void __launch_bounds__(T2_THREADS) gemm_tc2_k(GemmArgs g, int tiles_m
     }
     if (MODE == GEMM_DGRAD) {  // weight row offsets w[k_out, r0 + ri*st, s0 + si*st, :]
         for (int e = tid; e < T2_BK * ktiles; e += T2_THREADS) {
-            int k = kb + e, off = -1;
+            int k = kb + e, off = (int)0x80000000u;  // no row: negative, and offset 0 once masked
             if (k < ke) {
                 int ko = k % s.K, tt = k / s.K, si = tt % taps_s, ri = tt / taps_s;
                 off = ((ko * s.R + g.r0 + ri * s.stride) * s.S + g.s0 + si * s.stride) * s.C;
@@ -301,7 +301,13 @@ __global__ void __launch_bounds__(T2_THREADS) gemm_tc2_k(GemmArgs g, int tiles_m
         st_img = T2_BK / pq;
     }
 
-    // Chunks that are padding or past the end go with src-size 0: zero-filled, the address unread.
+    // Chunks that are padding or past the end go with src-size 0: zero-filled, nothing read. The
+    // ISA still wants a 16-byte aligned source there (no exception for src-size 0): every
+    // computed address is a multiple of 8 elements from an aligned base, including the data
+    // gradient's k tail, whose table entries hold offset 0 with the sign bit as "no row" (an
+    // offset of -1 was 2 bytes off alignment). They may point outside the tensor (padding taps,
+    // rows past M): naming the base instead, as the wgmma engine's producer does, costs a select
+    // per chunk, 2.28 -> 2.93 instructions per HMMA in the forward's main loop (sm_90 SASS).
     auto load_tile = [&](uint16_t *As, int t) {
         uint16_t *Bs = As + T2_TILE_ELEMS;
         int k0 = kb + t * T2_BK;
@@ -331,7 +337,7 @@ __global__ void __launch_bounds__(T2_THREADS) gemm_tc2_k(GemmArgs g, int tiles_m
             b_k += T2_BK;
         } else if (MODE == GEMM_DGRAD) {
             int off = tab_b[t * T2_BK + r4];
-            const uint16_t *row = b + off + n0 + 8 * q4;
+            const uint16_t *row = b + (off & 0x7fffffff) + n0 + 8 * q4;
             T2_UNROLL
             for (int i = 0; i < 4; i++) {
                 bool ok = off >= 0 && (col_ok >> i & 1);
@@ -522,7 +528,10 @@ extern "C" int ct_conv_tc2_eligible(int mode, const GemmArgs *g) {
     if (!g->tc_ok || !g->vec_a || !g->vec_b) return 0;
     // Every column chunk of C is whole (N a multiple of 8) and stores go out in pairs.
     if (g->N % 8 || !ct_aligned(8, g->c)) return 0;
-    if (mode != GEMM_WGRAD && t2_smem_bytes(mode, g->k_end) > T2_MAX_SMEM) return 0;
+    // The pipeline and the gather tables (which grow with k_end: a 3x3 data gradient with 2048
+    // output channels needs 172 KiB) must fit the device's opt-in shared memory: 227 KiB on
+    // sm_90, 163 KiB on sm_80, 99 KiB on sm_86/89/120. Else conv.cu takes engine v1.
+    if (t2_smem_bytes(mode, mode == GEMM_WGRAD ? 0 : g->k_end) > ct_dev_caps().smem_optin) return 0;
     return 1;
 }
 

@@ -28,91 +28,17 @@
 #include "kernels/act.cuh"  // ct_check_vec_align
 #include "kernels/conv_bn_epi.cuh"
 #include "kernels/conv_gemm.cuh"
+#include "kernels/devcaps.cuh"
 #include "kernels/kernels.h"
 #include "kernels/ptx.cuh"
 #include "kernels/ptx_wgmma.cuh"
 #include "util/common.h"
 
-#ifdef __CUDACC__
-#define WG_UNROLL _Pragma("unroll")
-#else
-#define WG_UNROLL
-#endif
+#include "kernels/wgmma_ring.cuh"
 
-#define WG_BM 128
-#define WG_BN 128
-#define WG_BK 64
-#define WG_STAGES 4
-#define WG_THREADS 384
-#define WG_TILE_BYTES (WG_BM * WG_BK * 2)          // 16 KiB, A and B alike
-#define WG_STAGE_BYTES (2 * WG_TILE_BYTES)         // 32 KiB
-#define WG_BAR_OFF (WG_STAGES * WG_STAGE_BYTES)    // barriers after the ring
 #define WG_SMEM (1024 + WG_BAR_OFF + (2 * WG_STAGES + 2) * 8)  // + the epilogues' two barriers
 static_assert(WG_BM == CONV_BN_TILE_ROWS, "the BN epilogues' tiles are the CTA's rows");
 static_assert(WG_STAGES * WG_STAGE_BYTES >= WG_BM * WG_BN * 2 * 4, "the BN epilogues park 2 floats per element in the ring");
-
-// Byte offset of row r, 16-byte chunk q in a 128B-swizzled tile.
-__device__ static inline uint32_t wg_sw(int r, int q) { return (uint32_t)(r * 128 + ((q ^ (r & 7)) * 16)); }
-
-// The MN-major tiles of the gradients (128 along M or N, 64 along k): two panels of 64 elements,
-// each 64 k rows of 128 bytes (ct_wg_tile_offset_mn of 128B swizzle): chunk q (elements 8q..8q+7)
-// of k row kk.
-__device__ static inline uint32_t wg_sw_mn(int kk, int q) {
-    return (uint32_t)((q / 8) * 64 * 128 + kk * 128 + (((q % 8) ^ (kk & 7)) * 16));
-}
-
-// The consumers' main loop, both warpgroups alike: wait for a full stage, 4 wgmma (one per k16
-// step: a K-major operand's descriptor advances 32 bytes, an MN-major one's 16 rows of 128 bytes),
-// commit, wait for the previous k-tile's group and release its stage. TA, TB: the operands are
-// MN-major (the transpose bits). da0, db0: stage 0's descriptors; a stage adds 32 KiB (>> 4 in
-// the address field, which never carries: shared addresses stay below 256 KiB).
-// Producer side of the ring: once k-tile kt's copies are issued, the previous k-tile's group has
-// landed (cp.async.wait_group 1): make it visible to the async proxy (wgmma reads through it) and
-// arrive on that stage's full barrier. After the loop the last group lands the same way.
-__device__ __forceinline__ void wg_land_prev(uint64_t *full, int kt) {
-    if (kt > 0) {
-        ct_cp_async_wait<1>();
-        ct_fence_proxy_async();
-        ct_mbar_arrive(&full[(kt - 1) % WG_STAGES]);
-    }
-}
-__device__ __forceinline__ void wg_land_last(uint64_t *full, int ktiles) {
-    if (ktiles > 0) {
-        ct_cp_async_wait<0>();
-        ct_fence_proxy_async();
-        ct_mbar_arrive(&full[(ktiles - 1) % WG_STAGES]);
-    }
-}
-
-template <int TA, int TB>
-__device__ __forceinline__ void wg_consume(float (&acc)[64], uint64_t *full, uint64_t *empty, uint64_t da0,
-                                           uint64_t db0, int ktiles) {
-    const int step_a = TA ? (16 * 128) >> 4 : 32 >> 4, step_b = TB ? (16 * 128) >> 4 : 32 >> 4;
-    // One loop, the stage and phase carried along (not unrolled by the stage count: a loop
-    // boundary with a group in flight makes ptxas copy the accumulators, which serialises wgmma).
-    int st = 0, ph = 0, prev = 0;
-    ct_wgmma_fence_operand<64>(acc);
-    for (int kt = 0; kt < ktiles; kt++) {
-        ct_mbar_wait(&full[st], ph);
-        ct_wgmma_fence_operand<64>(acc);
-        ct_wgmma_fence();
-        uint64_t so = (uint64_t)(st * (WG_STAGE_BYTES >> 4));
-        WG_UNROLL
-        for (int ks = 0; ks < WG_BK / 16; ks++)
-            ct_wgmma_bf16<128, TA, TB>(acc, da0 + so + step_a * ks, db0 + so + step_b * ks, 1);
-        ct_wgmma_commit();
-        ct_wgmma_wait<1>();  // the previous k-tile's wgmma are done with their stage
-        ct_wgmma_fence_operand<64>(acc);
-        if (kt > 0) ct_mbar_arrive(&empty[prev]);
-        prev = st;
-        if (++st == WG_STAGES) {
-            st = 0;
-            ph ^= 1;
-        }
-    }
-    ct_wgmma_wait<0>();
-    ct_wgmma_fence_operand<64>(acc);
-}
 
 __global__ void __launch_bounds__(WG_THREADS) conv_wgmma_fwd_k(GemmArgs g) {
     CT_DYN_SMEM(unsigned char, raw);
@@ -489,25 +415,7 @@ __global__ void __launch_bounds__(WG_THREADS) conv_wgmma_bwd_k(GemmArgs g) {
 // ---------------------------------------------------------------------------------------------
 // Host side.
 
-// Whether the current device runs sm_90a code (cached per process; the emulator always does).
-static int wg_device_ok(void) {
-#ifdef CTRAIN_EMU
-    return 1;
-#else
-    static int ok = -1;
-    if (ok < 0) {
-        int dev = 0, major = 0, minor = 0;
-        CT_CUDA_CHECK(cudaGetDevice(&dev));
-        CT_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-        CT_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-        ok = major == 9 && minor == 0;
-    }
-    return ok;
-#endif
-}
-
 // Dynamic shared memory of a launch: the ring and barriers, plus DGRAD's weight row table.
-#define WG_MAX_SMEM (200 * 1024)
 static size_t wg_smem_bytes(int mode, int k_split) {
     size_t kt = ((size_t)k_split + WG_BK - 1) / WG_BK;
     return WG_SMEM + (mode == GEMM_DGRAD ? kt * WG_BK * sizeof(int) : 0);
@@ -516,8 +424,9 @@ static size_t wg_smem_bytes(int mode, int k_split) {
 extern "C" int ct_conv_wgmma_eligible(int mode, const GemmArgs *g) {
     if (!g->tc_ok || !g->vec_a || !g->vec_b) return 0;
     if (g->N % 8 || !ct_aligned(8, g->c)) return 0;
-    if (mode == GEMM_DGRAD && wg_smem_bytes(mode, g->k_end) > WG_MAX_SMEM) return 0;
-    return wg_device_ok();
+    // sm_90a code only (per device: ranks may sit on different GPUs), within its opt-in limit.
+    if (!ct_dev_has_wgmma()) return 0;
+    return wg_smem_bytes(mode, mode == GEMM_DGRAD ? g->k_end : 0) <= ct_dev_caps().smem_optin;
 }
 
 // The weight gradient's split plan for this engine's tiles: k_split a multiple of 64, so no k-tile

@@ -6,6 +6,8 @@
 #include "kernels/common.cuh"
 #include "kernels/ptx.cuh"
 #include "kernels/ptx_wgmma.cuh"
+#include "kernels/devcaps.cuh"
+#include "kernels/wgmma_ring.cuh"
 
 #ifdef __CUDACC__
 #define PC_UNROLL _Pragma("unroll")
@@ -21,6 +23,7 @@ void ct_ptx_check_cp_async(const float *src, float *dst, int n, cudaStream_t str
 int ct_ptx_check_wgmma(const uint16_t *A, const uint16_t *B, float *D, int N, int K, int swz, int trans,
                        cudaStream_t stream);
 int ct_ptx_check_mbarrier(const uint16_t *src, uint16_t *dst, int n, cudaStream_t stream);
+int ct_ptx_check_ring(const uint16_t *A, const uint16_t *B, float *D, int K, cudaStream_t stream);
 }
 
 // One warp: matrix `m` (32 rows of 8 bf16, row-major) is staged in shared memory; lane l points
@@ -194,17 +197,7 @@ PC_UNROLL
 }
 
 // Whether this device runs the sm_90a code (wgmma, mbarrier try_wait, cp.async.bulk).
-static int ptx_hopper_device() {
-#ifdef CTRAIN_EMU
-    return 1;
-#else
-    int dev = 0, major = 0, minor = 0;
-    CT_CUDA_CHECK(cudaGetDevice(&dev));
-    CT_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-    CT_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-    return major == 9 && minor == 0;
-#endif
-}
+static int ptx_hopper_device() { return ct_dev_has_wgmma(); }
 
 template <int N, int TA, int TB>
 static void ptx_wgmma_launch(const uint16_t *A, const uint16_t *B, float *D, int K, int swz, cudaStream_t stream) {
@@ -275,5 +268,70 @@ extern "C" int ct_ptx_check_mbarrier(const uint16_t *src, uint16_t *dst, int n, 
     if (!ptx_hopper_device()) return 0;
     CT_LAUNCH(ptx_mbarrier_kernel, 1, 128, 128 + 2 * 256 * 2, stream, src, dst, n);
     CT_CHECK_LAUNCH("ptx_mbarrier_kernel");
+    return 1;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The wgmma engine's producer/consumer ring itself (kernels/wgmma_ring.cuh: cp.async into the
+// 128B-swizzled stages, cp.async.wait_group, fence.proxy.async, mbarrier arrive and
+// try_wait.parity over several phases of every stage, wgmma from descriptors, the empty-barrier
+// release) on a tiny GEMM: D (128 x 128, fp32) = A (128 x K) B^T, A and B row-major bf16,
+// K = 64 * k-tiles. With K / 64 > WG_STAGES each stage's barriers turn over more than once.
+// The producer gathers as conv_wgmma_fwd_k's (chunk column q of rows r8 + 16i), the consumers
+// run wg_consume<0, 0> as its forward does; D is written from the documented fragment layout.
+__global__ void __launch_bounds__(WG_THREADS) ptx_ring_kernel(const uint16_t *A, const uint16_t *B, float *D, int K) {
+    CT_DYN_SMEM(unsigned char, raw);
+    unsigned char *sm = raw + ((1024 - ct_smem_u32(raw) % 1024) % 1024);
+    uint64_t *full = (uint64_t *)(sm + WG_BAR_OFF), *empty = full + WG_STAGES;
+    int tid = threadIdx.x, wg = __shfl_sync(0xffffffffu, tid / 128, 0), ktiles = K / WG_BK;
+    if (tid == 0) {
+        for (int i = 0; i < WG_STAGES; i++) {
+            ct_mbar_init(&full[i], 128);
+            ct_mbar_init(&empty[i], 256);
+        }
+        ct_mbar_init_fence();
+    }
+    __syncthreads();
+    if (wg == 0) {
+        int q = tid % 8, r8 = tid / 8;
+        for (int kt = 0; kt < ktiles; kt++) {
+            int st = kt % WG_STAGES;
+            ct_mbar_wait(&empty[st], ((kt / WG_STAGES) & 1) ^ 1);
+            unsigned char *As = sm + st * WG_STAGE_BYTES, *Bs = As + WG_TILE_BYTES;
+            PC_UNROLL
+            for (int i = 0; i < 8; i++) {
+                int row = r8 + 16 * i;
+                ct_cp_async_cg16(As + wg_sw(row, q), A + (size_t)row * K + kt * WG_BK + q * 8);
+                ct_cp_async_cg16(Bs + wg_sw(row, q), B + (size_t)row * K + kt * WG_BK + q * 8);
+            }
+            ct_cp_async_commit();
+            wg_land_prev(full, kt);
+        }
+        wg_land_last(full, ktiles);
+        return;
+    }
+    int cw = wg - 1;
+    float acc[64];
+    PC_UNROLL
+    for (int i = 0; i < 64; i++) acc[i] = 0.f;
+    uint32_t base = ct_smem_u32(sm);
+    uint64_t da0 = ct_wgmma_desc_bits(base + cw * 64 * 128, 16, 1024, CT_SWZ_128);
+    uint64_t db0 = ct_wgmma_desc_bits(base + WG_TILE_BYTES, 16, 1024, CT_SWZ_128);
+    wg_consume<0, 0>(acc, full, empty, da0, db0, ktiles);
+    int w = (tid / 32) % 4, lane = tid % 32, gi = lane / 4, ti = lane % 4;
+    PC_UNROLL
+    for (int j = 0; j < 16; j++)
+        PC_UNROLL
+        for (int e = 0; e < 4; e++) D[(cw * 64 + w * 16 + gi + 8 * (e >> 1)) * 128 + 8 * j + 2 * ti + (e & 1)] = acc[4 * j + e];
+}
+
+// Returns 0 (and does nothing) on a device without wgmma.
+extern "C" int ct_ptx_check_ring(const uint16_t *A, const uint16_t *B, float *D, int K, cudaStream_t stream) {
+    if (K % WG_BK || K <= 0) ct_die("ct_ptx_check_ring: K %d must be a positive multiple of %d", K, WG_BK);
+    if (!ptx_hopper_device()) return 0;
+    size_t smem = 1024 + WG_BAR_OFF + 2 * WG_STAGES * 8;
+    CT_CUDA_CHECK(cudaFuncSetAttribute(ptx_ring_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    CT_LAUNCH(ptx_ring_kernel, 1, WG_THREADS, smem, stream, A, B, D, K);
+    CT_CHECK_LAUNCH("ptx_ring_kernel");
     return 1;
 }

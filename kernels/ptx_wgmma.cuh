@@ -79,12 +79,23 @@ static __device__ __forceinline__ void ct_wgmma_fence() { ::emu::wgmma_fence(); 
 static __device__ __forceinline__ void ct_wgmma_commit() { ::emu::wgmma_commit(); }
 template <int N>
 static __device__ __forceinline__ void ct_wgmma_wait() { ::emu::wgmma_wait(N); }
-static __device__ __forceinline__ void ct_fence_proxy_async() {}
+// The fences are emulated (kernels/emu/wgmma.cpp's memory proxies). CT_MUTANT_NO_PROXY_FENCE and
+// CT_MUTANT_NO_MBAR_INIT_FENCE delete them from a translation unit that defines them before its
+// includes: tests/emu_proxy_fences.cpp shows that each deletion is caught.
+static __device__ __forceinline__ void ct_fence_proxy_async() {
+#ifndef CT_MUTANT_NO_PROXY_FENCE
+    ::emu::fence_proxy_async();
+#endif
+}
 template <int R>
 static __device__ __forceinline__ void ct_wgmma_fence_operand(float *d) {}
 static __device__ __forceinline__ void ct_mbar_init(uint64_t *bar, int count) { ::emu::mbar_init(bar, count); }
 // Orders the inits before the barriers' use by other threads and the async proxy.
-static __device__ __forceinline__ void ct_mbar_init_fence() {}
+static __device__ __forceinline__ void ct_mbar_init_fence() {
+#ifndef CT_MUTANT_NO_MBAR_INIT_FENCE
+    ::emu::mbar_init_fence();
+#endif
+}
 static __device__ __forceinline__ void ct_mbar_arrive(uint64_t *bar) { ::emu::mbar_arrive(bar, 0); }
 static __device__ __forceinline__ void ct_mbar_arrive_expect_tx(uint64_t *bar, uint32_t bytes) { ::emu::mbar_arrive(bar, bytes); }
 static __device__ __forceinline__ void ct_mbar_wait(uint64_t *bar, int parity) { ::emu::mbar_wait(bar, parity); }
@@ -228,12 +239,36 @@ static __device__ __forceinline__ void ct_mbar_arrive_expect_tx(uint64_t *bar, u
     ct_wgmma_unavailable();
 #endif
 }
+#if CT_HAS_WGMMA
+static __device__ __forceinline__ uint32_t ct_mbar_try_wait(uint32_t addr, int parity) {
+    uint32_t done;
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done) : "r"(addr), "r"(parity) : "memory");
+    return done;
+}
+static __device__ __forceinline__ uint64_t ct_globaltimer_ns() {
+    uint64_t t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+#endif
+// Bounded: a phase that never completes (a wrong expect_tx byte count, a missing arrival) traps
+// after CT_MBAR_WAIT_BOUND_NS of %globaltimer instead of hanging the program until someone kills
+// it (the launch then fails with an illegal-instruction error at the next synchronisation). No
+// printf: any call in a kernel that issues wgmma makes ptxas serialise all of its wgmma (C7510),
+// so the trap is all a GPU says; the emulator's twin names the kernel and what the barrier
+// still waits for.
+#ifndef CT_MBAR_WAIT_BOUND_NS
+#define CT_MBAR_WAIT_BOUND_NS 10000000000ull
+#endif
 static __device__ __forceinline__ void ct_mbar_wait(uint64_t *bar, int parity) {
 #if CT_HAS_WGMMA
-    asm volatile(
-        "{\n.reg .pred done;\nWAIT_%=:\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-        "@!done bra WAIT_%=;\n}\n" ::"r"(ct_smem_u32(bar)), "r"(parity) : "memory");
+    uint32_t a = ct_smem_u32(bar);
+    if (ct_mbar_try_wait(a, parity)) return;  // try_wait itself suspends for a while: the fast path
+    uint64_t t0 = ct_globaltimer_ns();
+    while (!ct_mbar_try_wait(a, parity))
+        if (ct_globaltimer_ns() - t0 > CT_MBAR_WAIT_BOUND_NS) __trap();
 #else
     ct_wgmma_unavailable();
 #endif

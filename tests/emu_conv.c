@@ -21,6 +21,12 @@
 #include "util/common.h"
 #include "util/rng.h"
 
+#define CUDA_OK(call)                                                                                 \
+    do {                                                                                              \
+        cudaError_t e_ = (call);                                                                      \
+        if (e_ != cudaSuccess) ct_die("%s failed at %s:%d: %s", #call, __FILE__, __LINE__, cudaGetErrorString(e_)); \
+    } while (0)
+
 static size_t esize(CtDtype dt) { return dt == CT_BF16 ? 2 : 4; }
 
 static float *host_random(size_t n, uint64_t key, CtDtype dt) {
@@ -94,6 +100,8 @@ static void record(int k, int e, double err, double tol, const char *what) {
 static double fp32_out_tol(int engine) { return engine >= E_TC ? 1e-4 : 1e-5; }
 
 static cudaStream_t stream;
+// The current device runs the wgmma engine (compute 9.0): elsewhere CT_CONV_WGMMA falls back to v2.
+static int g_dev_wgmma = 1;
 
 // EMU_ENGINES=v2 leaves every wgmma check out, EMU_ENGINES=wgmma runs the wgmma engine's checks
 // only (beside the v2 runs they compare with): tools/gpu_session.sh runs the two in processes of
@@ -139,6 +147,7 @@ static void test_conv(int N, int H, int W, int C, int K, int R, int S, int strid
             // v1; wgmma takes the same shapes, forward and both gradients (every stride phase).
             int v8 = C % 8 == 0 && K % 8 == 0;
             int want = algo >= CT_CONV_TC2 && !v8 ? CT_CONV_TC : algo;
+            if (want == CT_CONV_WGMMA && !g_dev_wgmma) want = CT_CONV_TC2;
             int want_fwd = want;
 
             // Forward.
@@ -709,7 +718,66 @@ static void test_split_plan(void) {
     free(in), free(dout), free(ref), free(got);
 }
 
+// A 3x3 data gradient with K output channels on a 1x1 image (M = 1: the cost is the k loop):
+// engine v2's gather tables grow with k_end = 9 K (K = 2048: 172 KiB of shared memory, over an
+// A100's opt-in 163 KiB; K = 704: 101 KiB, over an L4's 99 KiB), so there the default engine must
+// hand it to v1 instead of failing cudaFuncSetAttribute (which ended the run). want: the engine.
+static void test_dgrad_wide(int K, int want) {
+    ConvShape s = conv_shape(1, 1, 1, 8, K, 3, 3, 1, 1);
+    size_t nin = 8, nout = (size_t)K, nw = (size_t)K * 9 * 8;
+    float *w = host_random(nw, 77 + K, CT_BF16), *dout = host_random(nout, 78 + K, CT_BF16);
+    float ref[8], got[8];
+    void *d_w = dev_upload(w, nw, CT_BF16), *d_dout = dev_upload(dout, nout, CT_BF16), *di = dev_alloc_poisoned(nin * 2);
+    int used = conv2d_backward_data_gpu_ex(&s, di, d_dout, d_w, CT_BF16, stream, CT_CONV_AUTO);
+    sync();
+    int dev = 0;
+    cudaGetDevice(&dev);
+    CHECK(used == want, "dgrad 3x3 K %d on device %d: engine %d ran, %d expected", K, dev, used, want);
+    conv2d_backward_data(&s, ref, dout, w);
+    dev_download(got, di, nin, CT_BF16);
+    char what[64];
+    snprintf(what, sizeof what, "dgrad 3x3 K %d, device %d", K, dev);
+    record(K_DGRAD, used == CT_CONV_TC2 ? E_TC2 : E_TC, rel_err_norm(got, ref, nin), 1e-2, what);
+    cudaFree(d_w), cudaFree(d_dout), cudaFree(di);
+    free(w), free(dout);
+}
+
+#ifdef CTRAIN_EMU
+// The engines on the other emulated devices (kernels/emu/device.cpp), device d of
+// CTRAIN_EMU_DEVICE=h100,a100,l4: an A100 (sm_80: opt-in shared memory 163 KiB, no wgmma) and an
+// L4 (sm_89: 99 KiB). Every engine on a share of the fixed shapes (CT_CONV_WGMMA must fall back to
+// v2 there), and the wide data gradients above.
+static void sweep_device(int d, const int (*shapes)[9], int nshapes, int wide704, int wide2048) {
+    CUDA_OK(cudaSetDevice(d));
+    cudaDeviceProp p;
+    CUDA_OK(cudaGetDeviceProperties(&p, d));
+    printf("device %d: %s (compute %d.%d, opt-in shared memory %zu bytes)\n", d, p.name, p.major, p.minor,
+           p.sharedMemPerBlockOptin);
+    g_dev_wgmma = p.major == 9 && p.minor == 0;
+    cudaStream_t keep = stream;
+    CUDA_OK(cudaStreamCreate(&stream));
+    for (int i = 0; i < nshapes; i++) {
+        const int *f = shapes[i];
+        test_conv(f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8], 0);
+    }
+    test_dgrad_wide(704, wide704);
+    test_dgrad_wide(2048, wide2048);
+    CUDA_OK(cudaStreamDestroy(stream));
+    stream = keep;
+    g_dev_wgmma = 1;
+    CUDA_OK(cudaSetDevice(0));
+}
+#endif
+
 int main(void) {
+#ifdef CTRAIN_EMU
+    // Three emulated devices unless the caller chose: 0 the H100 every check below runs on, then
+    // an A100 and an L4 for sweep_device.
+    if (!getenv("CTRAIN_EMU_DEVICES") && !getenv("CTRAIN_EMU_DEVICE")) {
+        setenv("CTRAIN_EMU_DEVICES", "3", 1);
+        setenv("CTRAIN_EMU_DEVICE", "h100,a100,l4", 1);
+    }
+#endif
     if (cudaStreamCreate(&stream) != cudaSuccess) ct_die("cudaStreamCreate");
     // N, H, W, C, K, R, S, stride, pad
     static const int fixed[][9] = {
@@ -787,6 +855,33 @@ int main(void) {
         test_dgrad_bn(1, 6, 6, 12, 16, 3, 3, 1, 1, tail);
     }
     test_split_plan();
+#ifdef CTRAIN_EMU
+    {
+        int ndev = 1;
+        cudaGetDeviceCount(&ndev);
+        cudaDeviceProp p0;
+        CUDA_OK(cudaGetDeviceProperties(&p0, 0));
+        if (p0.sharedMemPerBlockOptin >= 200 * 1024) {  // an sm_90-sized device 0: v2 takes both
+            test_dgrad_wide(704, CT_CONV_TC2);
+            test_dgrad_wide(2048, CT_CONV_TC2);
+        }
+        // A share of the fixed shapes (3x3 k tails, stride 2, 1x1, the 7x7 stem, wgmma's
+        // k-tiles) on each further device.
+        static const int other[][9] = {
+            {1, 5, 5, 3, 4, 3, 3, 1, 1},  {2, 8, 8, 16, 16, 3, 3, 1, 1},   {2, 9, 9, 16, 32, 3, 3, 2, 1},
+            {2, 7, 7, 16, 24, 1, 1, 2, 0}, {1, 11, 11, 8, 8, 7, 7, 2, 3},  {1, 6, 6, 64, 48, 3, 3, 1, 1},
+        };
+        int nother = (int)(sizeof other / sizeof other[0]);
+        for (int d = 1; d < ndev; d++) {
+            cudaDeviceProp p;
+            CUDA_OK(cudaGetDeviceProperties(&p, d));
+            // Engine v2 needs 64 KiB + 192 bytes per 32 of k_end (FWD/DGRAD tables).
+            size_t v704 = 65536 + (size_t)(9 * 704 / 32) * 192, v2048 = 65536 + (size_t)(9 * 2048 / 32) * 192;
+            sweep_device(d, other, nother, v704 <= p.sharedMemPerBlockOptin ? CT_CONV_TC2 : CT_CONV_TC,
+                         v2048 <= p.sharedMemPerBlockOptin ? CT_CONV_TC2 : CT_CONV_TC);
+        }
+    }
+#endif
     test_linear(1, 5, 3, 1);
     test_linear(4, 16, 10, 1);
     test_linear(3, 24, 70, 0);

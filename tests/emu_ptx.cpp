@@ -98,13 +98,18 @@ static void test_wgmma_async() {
 }
 
 // mbarrier misuse: 1: more bytes delivered than expect_tx declared; 2: use before init;
-// 3: an arrival on a phase that has all its arrivals and waits for its bytes.
+// 3: an arrival on a phase that has all its arrivals and waits for its bytes; 4: fewer bytes
+// delivered than expect_tx declared (a wrong byte count): the wait can never complete, and must
+// end in an error naming the kernel after the bound, not hang.
 __global__ void mbar_misuse_kernel(const uint16_t *src, int misuse) {
     CT_DYN_SMEM(unsigned char, sm);
     uint64_t *bar = (uint64_t *)sm;
     if (threadIdx.x == 0) {
-        if (misuse != 2) ct_mbar_init(bar, 1);
-        ct_mbar_arrive_expect_tx(bar, 32);
+        if (misuse != 2) {
+            ct_mbar_init(bar, 1);
+            ct_mbar_init_fence();
+        }
+        ct_mbar_arrive_expect_tx(bar, misuse == 4 ? 64 : 32);
         if (misuse == 3) ct_mbar_arrive(bar);  // the phase waits for its bytes, not arrivals
         ct_cp_async_bulk(sm + 128, src, misuse == 1 ? 48 : 32, bar);
         ct_mbar_wait(bar, 0);
@@ -127,6 +132,13 @@ static void test_misuse_aborts() {
         CHECK(r.aborted && r.err.find(c.want) != std::string::npos, "%s aborts saying '%s' (aborted %d): %s",
               c.arg, c.want, r.aborted, r.err.c_str());
     }
+    // The bounded wait: 1 s here (the deadlock report would come at 2 s), the report names the
+    // kernel and the 32 bytes the phase still waits for.
+    ChildRun r = run_child("mb4", "CTRAIN_EMU_MBAR_WAIT_S=1");
+    CHECK(r.aborted && r.err.find("kernel mbar_misuse_kernel") != std::string::npos &&
+              r.err.find("32 transaction bytes outstanding") != std::string::npos && r.seconds < 10,
+          "a wrong expect_tx byte count ends in the bounded wait's error naming the kernel within seconds "
+          "(aborted %d, %.1f s): %s", r.aborted, r.seconds, r.err.c_str());
 }
 
 int main(int argc, char **argv) {

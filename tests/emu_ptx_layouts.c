@@ -10,8 +10,9 @@
 //   wgmma m64nNk16 (N = 16, 64, 128) from shared-memory descriptors in each swizzle mode (none,
 //     32B, 64B, 128B), each operand K-major or MN-major (the transpose bits) == A * B^T, the
 //     first k step with scale-d = 0 over NaN accumulators;
-//   mbarrier + cp.async.bulk: a two-slot ring over several phases delivers every chunk.
-// The wgmma and mbarrier checks need sm_90a: on another GPU they say "skipped".
+//   mbarrier + cp.async.bulk: a two-slot ring over several phases delivers every chunk;
+//   the wgmma engine's own producer/consumer ring (kernels/wgmma_ring.cuh) on a tiny GEMM.
+// The wgmma, mbarrier and ring checks need sm_90a: on another GPU they say "skipped".
 // The emulator-only semantics (a read before cp.async.wait_group is stale) are in emu_ptx.cpp.
 #include "kernels/common.cuh"
 #include "kernels/ptx.cuh"
@@ -28,6 +29,7 @@ void ct_ptx_check_cp_async(const float *src, float *dst, int n, cudaStream_t str
 int ct_ptx_check_wgmma(const uint16_t *A, const uint16_t *B, float *D, int N, int K, int swz, int trans,
                        cudaStream_t stream);
 int ct_ptx_check_mbarrier(const uint16_t *src, uint16_t *dst, int n, cudaStream_t stream);
+int ct_ptx_check_ring(const uint16_t *A, const uint16_t *B, float *D, int K, cudaStream_t stream);
 }
 
 #include "tests/emu_util.h"
@@ -216,11 +218,45 @@ static void test_mbarrier() {
     cudaFree(dd);
 }
 
+// The wgmma engine's ring (kernels/wgmma_ring.cuh) on a 128 x 128 x 384 GEMM: 6 k-tiles through
+// 4 stages, so every stage's full and empty barriers complete more than one phase.
+static void test_ring() {
+    const int K = 384;
+    std::vector<uint16_t> A(128 * K), B(128 * K);
+    Rng ra = rng_make(13, 1, 0), rb = rng_make(13, 2, 0);
+    for (auto &v : A) v = bf16_bits(rng_normal(&ra));
+    for (auto &v : B) v = bf16_bits(rng_normal(&rb));
+    std::vector<float> ref(128 * 128);
+    for (int m = 0; m < 128; m++)
+        for (int n = 0; n < 128; n++) {
+            double s = 0;
+            for (int k = 0; k < K; k++) s += (double)bf16_val(A[m * K + k]) * bf16_val(B[n * K + k]);
+            ref[m * 128 + n] = (float)s;
+        }
+    uint16_t *dA = to_device(A), *dB = to_device(B);
+    float *dD;
+    CT_CUDA_CHECK(cudaMalloc(&dD, 128 * 128 * sizeof(float)));
+    CT_CUDA_CHECK(cudaMemset(dD, 0xff, 128 * 128 * sizeof(float)));
+    if (!ct_ptx_check_ring(dA, dB, dD, K, 0)) {
+        printf("wgmma ring: skipped (not an sm_90a device)\n");
+    } else {
+        CT_CUDA_CHECK(cudaDeviceSynchronize());
+        std::vector<float> D = to_host(dD, 128 * 128);
+        double err = rel_err_norm(D.data(), ref.data(), 128 * 128);
+        CHECK(err < 1e-5, "the wgmma engine's ring (cp.async, proxy fence, mbarriers, wgmma) on 128x128x%d: rel err %g",
+              K, err);
+    }
+    cudaFree(dA);
+    cudaFree(dB);
+    cudaFree(dD);
+}
+
 int main() {
     test_ldmatrix();
     test_mma();
     test_cp_async_zero_fill();
     test_wgmma();
     test_mbarrier();
+    test_ring();
     return test_summary("emu_ptx_layouts");
 }

@@ -136,10 +136,12 @@ typedef enum cudaDeviceAttr {
     cudaDevAttrMaxGridDimZ = 7,
     cudaDevAttrMaxSharedMemoryPerBlock = 8,
     cudaDevAttrWarpSize = 10,
+    cudaDevAttrMaxRegistersPerBlock = 12,
     cudaDevAttrMultiProcessorCount = 16,
     cudaDevAttrComputeCapabilityMajor = 75,
     cudaDevAttrComputeCapabilityMinor = 76,
     cudaDevAttrMaxSharedMemoryPerMultiprocessor = 81,
+    cudaDevAttrMaxRegistersPerMultiprocessor = 82,
     cudaDevAttrMaxSharedMemoryPerBlockOptin = 97
 } cudaDeviceAttr;
 
@@ -418,6 +420,8 @@ void wgmma_fence();
 void wgmma_commit();
 void wgmma_wait(int keep_pending);
 void mbar_init(uint64_t *bar, int count);
+void mbar_init_fence();
+void fence_proxy_async();
 void mbar_arrive(uint64_t *bar, uint32_t tx_bytes);
 void mbar_wait(uint64_t *bar, int parity);
 void cp_async_bulk(void *dst_smem, const void *src_global, uint32_t bytes, uint64_t *bar);

@@ -13,9 +13,13 @@ void capture_invalidate();
 bool any_capture_active();
 // Dynamic shared memory limit set with cudaFuncSetAttribute for a kernel (48 KiB by default).
 size_t func_max_dyn_smem(const void *func);
-// Runs a validated launch now (blocks until every block has finished).
+// Runs a validated launch now (blocks until every block has finished) on emulated device
+// `device` (what its kernels may use: kernels/emu/device.cpp).
 void run_launch(const char *name, dim3 grid, dim3 block, size_t smem,
-                const std::function<void()> &body);
+                const std::function<void()> &body, int device = 0);
+// The running launch's kernel name and device (for the checks inside a kernel).
+const char *launch_name();
+int launch_device();
 int env_int(const char *name, int dflt);
 // Aborts naming the kernel when a device allocation's red zones were written (out of bounds).
 void check_redzones(const char *kernel);
@@ -42,7 +46,31 @@ unsigned block_threads();
 // per-block reset of mbarrier state (the last thread of a block, before the next starts).
 void wgmma_thread_end();
 void mbar_block_reset();
+// Memory proxies (kernels/emu/wgmma.cpp): a generic-proxy write the emulator can attribute (a
+// cp.async landing in dynamic shared memory), and the initialising thread's fence of its mbarriers.
+void proxy_generic_write(const void *dst, size_t bytes);
+void mbar_fence_inits(void *fiber);
 
 constexpr size_t kDefaultDynSmem = 48 * 1024;
-constexpr size_t kMaxDynSmemOptin = 227 * 1024;  // sm_90: 232448 bytes per block
+constexpr size_t kMaxDynSmemOptin = 227 * 1024;  // the largest opt-in of any emulated device (sm_90)
+
+// An emulated device (kernels/emu/device.cpp: the table, CTRAIN_EMU_DEVICE picks from it).
+struct DeviceDesc {
+    const char *key, *name;  // CTRAIN_EMU_DEVICE's name for it; cudaDeviceProp::name
+    int major, minor, sms;
+    size_t smem_optin, smem_per_sm;  // dynamic shared memory per block with opt-in; per SM
+    int regs_per_block, regs_per_sm, threads_per_sm, blocks_per_sm;
+    unsigned l2_bytes;
+    int clock_khz, mem_clock_khz, bus_bits;
+};
+const DeviceDesc &device_desc(int device);
+// Whether the nvcc build has wgmma/mbarrier/cp.async.bulk code for the device (sm_90a: 9.0 only).
+bool device_has_wgmma(int device);
+
+// Dynamic shared memory sits at a window offset (a multiple of 16 below 1 KiB, drawn per launch
+// from a seed) inside a 1 KiB-aligned window, so kernels that realign it for wgmma's swizzles
+// run their realignment as on a GPU. Shared-window addresses (descriptors, ct_smem_u32) count
+// from the window's start.
+unsigned char *smem_window();
+size_t dyn_smem_window_offset();
 }  // namespace emu

@@ -52,7 +52,9 @@ static std::set<cudaEvent_t> g_events;
 static std::set<CUgraph_st *> g_graphs;
 static std::set<CUgraphExec_st *> g_execs;
 static std::set<CUgraph_st *> g_active_captures;
-static std::map<const void *, size_t> g_func_smem;
+// cudaFuncSetAttribute's dynamic shared memory limit per (device, kernel): a function's attributes
+// belong to the device's context, as in CUDA.
+static std::map<std::pair<int, const void *>, size_t> g_func_smem;
 static size_t g_dev_bytes;
 static int g_poison_mem = -1;
 
@@ -125,7 +127,7 @@ static cudaError_t check_sync_allowed() {
 
 size_t func_max_dyn_smem(const void *func) {
     std::lock_guard<std::recursive_mutex> lk(g_mu);
-    auto it = g_func_smem.find(func);
+    auto it = g_func_smem.find({t_device, func});
     return it == g_func_smem.end() ? kDefaultDynSmem : it->second;
 }
 
@@ -404,8 +406,8 @@ cudaError_t cudaMemsetAsync(void *ptr, int value, size_t bytes, cudaStream_t str
 }
 
 // ---------------------------------------------------------------------------------------------
-// Devices: emulated sm_90 devices, 1 unless CTRAIN_EMU_DEVICES says more (data-parallel tests:
-// one rank per device). They share the host's memory, so allocations, streams and events record
+// Devices: 1 unless CTRAIN_EMU_DEVICES says more (data-parallel tests: one rank per device), each
+// described by kernels/emu/device.cpp (an H100 unless CTRAIN_EMU_DEVICE names others). They share the host's memory, so allocations, streams and events record
 // their device and launches check them (check_kernel_args, launch); the current device is per host
 // thread, as in CUDA.
 static int device_count() {
@@ -432,13 +434,14 @@ cudaError_t cudaGetDevice(int *device) {
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int device) {
     if (!p) return set_error(cudaErrorInvalidValue);
     if (device < 0 || device >= device_count()) return set_error(cudaErrorInvalidDevice);
+    const DeviceDesc &d = device_desc(device);  // kernels/emu/device.cpp
     memset(p, 0, sizeof *p);
-    snprintf(p->name, sizeof p->name, "ctrain CUDA emulator (sm_90, host threads)");
+    snprintf(p->name, sizeof p->name, "%s", d.name);
     size_t free_b, total_b;
     cudaMemGetInfo(&free_b, &total_b);
     p->totalGlobalMem = total_b;
     p->sharedMemPerBlock = kDefaultDynSmem;
-    p->regsPerBlock = 65536;
+    p->regsPerBlock = d.regs_per_block;
     p->warpSize = 32;
     p->memPitch = (size_t)1 << 31;
     p->maxThreadsPerBlock = 1024;
@@ -448,30 +451,30 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int device) {
     p->maxGridSize[0] = 0x7fffffff;
     p->maxGridSize[1] = 65535;
     p->maxGridSize[2] = 65535;
-    p->clockRate = 1980000;
+    p->clockRate = d.clock_khz;
     p->totalConstMem = 65536;
-    p->major = 9;
-    p->minor = 0;
-    p->multiProcessorCount = 132;
+    p->major = d.major;
+    p->minor = d.minor;
+    p->multiProcessorCount = d.sms;
     p->canMapHostMemory = 1;
     p->concurrentKernels = 1;
     p->asyncEngineCount = 2;
     p->unifiedAddressing = 1;
-    p->memoryClockRate = 2619000;
-    p->memoryBusWidth = 5120;
-    p->l2CacheSize = 50 * 1024 * 1024;
-    p->maxThreadsPerMultiProcessor = 2048;
-    p->sharedMemPerMultiprocessor = 228 * 1024;
-    p->regsPerMultiprocessor = 65536;
-    p->sharedMemPerBlockOptin = kMaxDynSmemOptin;
-    p->maxBlocksPerMultiProcessor = 32;
+    p->memoryClockRate = d.mem_clock_khz;
+    p->memoryBusWidth = d.bus_bits;
+    p->l2CacheSize = (int)d.l2_bytes;
+    p->maxThreadsPerMultiProcessor = d.threads_per_sm;
+    p->sharedMemPerMultiprocessor = d.smem_per_sm;
+    p->regsPerMultiprocessor = d.regs_per_sm;
+    p->sharedMemPerBlockOptin = d.smem_optin;
+    p->maxBlocksPerMultiProcessor = d.blocks_per_sm;
     return cudaSuccess;
 }
 cudaError_t cudaDeviceGetAttribute(int *value, cudaDeviceAttr attr, int device) {
     if (!value) return set_error(cudaErrorInvalidValue);
-    if (device != 0) return set_error(cudaErrorInvalidDevice);
+    if (device < 0 || device >= device_count()) return set_error(cudaErrorInvalidDevice);
     cudaDeviceProp p;
-    cudaGetDeviceProperties(&p, 0);
+    cudaGetDeviceProperties(&p, device);
     switch (attr) {
     case cudaDevAttrMaxThreadsPerBlock: *value = p.maxThreadsPerBlock; break;
     case cudaDevAttrMaxBlockDimX: *value = p.maxThreadsDim[0]; break;
@@ -481,11 +484,13 @@ cudaError_t cudaDeviceGetAttribute(int *value, cudaDeviceAttr attr, int device) 
     case cudaDevAttrMaxGridDimY: *value = p.maxGridSize[1]; break;
     case cudaDevAttrMaxGridDimZ: *value = p.maxGridSize[2]; break;
     case cudaDevAttrMaxSharedMemoryPerBlock: *value = (int)p.sharedMemPerBlock; break;
+    case cudaDevAttrMaxRegistersPerBlock: *value = p.regsPerBlock; break;
     case cudaDevAttrWarpSize: *value = 32; break;
     case cudaDevAttrMultiProcessorCount: *value = p.multiProcessorCount; break;
     case cudaDevAttrComputeCapabilityMajor: *value = p.major; break;
     case cudaDevAttrComputeCapabilityMinor: *value = p.minor; break;
     case cudaDevAttrMaxSharedMemoryPerMultiprocessor: *value = (int)p.sharedMemPerMultiprocessor; break;
+    case cudaDevAttrMaxRegistersPerMultiprocessor: *value = p.regsPerMultiprocessor; break;
     case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = (int)p.sharedMemPerBlockOptin; break;
     default: return set_error(cudaErrorInvalidValue);
     }
@@ -830,9 +835,17 @@ cudaError_t cudaGraphGetNodes(cudaGraph_t graph, cudaGraphNode_t *nodes, size_t 
 cudaError_t cudaFuncSetAttribute(const void *func, cudaFuncAttribute attr, int value) {
     if (!func) return set_error(cudaErrorInvalidDeviceFunction);
     if (attr == cudaFuncAttributeMaxDynamicSharedMemorySize) {
-        if (value < 0 || (size_t)value > kMaxDynSmemOptin) return set_error(cudaErrorInvalidValue);
+        // Beyond the device's opt-in limit CUDA answers cudaErrorInvalidValue: an sm_90 kernel
+        // configuration asked of an A100 (163 KiB) or an L4 (99 KiB) fails here as on silicon.
+        const DeviceDesc &d = device_desc(t_device);
+        if (value < 0 || (size_t)value > d.smem_optin) {
+            if (value > 0 && getenv("CTRAIN_EMU_VERBOSE"))
+                fprintf(stderr, "emu: cudaFuncSetAttribute(MaxDynamicSharedMemorySize, %d) on device %d (%s): above its "
+                        "opt-in limit of %zu bytes\n", value, t_device, d.key, d.smem_optin);
+            return set_error(cudaErrorInvalidValue);
+        }
         std::lock_guard<std::recursive_mutex> lk(g_mu);
-        g_func_smem[func] = (size_t)value;
+        g_func_smem[{t_device, func}] = (size_t)value;
         return cudaSuccess;
     }
     if (attr == cudaFuncAttributePreferredSharedMemoryCarveout) {
@@ -899,10 +912,11 @@ void launch(const char *name, const void *func, dim3 grid, dim3 block, size_t sm
             return;
         }
     }
+    int dev = t_device;  // the device it was issued on, whichever thread runs it
     auto run = [=] {
         // Under the launch that runs, not the one captured: a graph replay counts again.
         if (g_cost_on) cost_launch_begin(name, func, grid, block, smem);
-        run_launch(name, grid, block, smem, body);
+        run_launch(name, grid, block, smem, body, dev);
         if (g_cost_on) cost_launch_end();
     };
     if (capture_append(stream, run, &err)) {

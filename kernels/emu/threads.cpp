@@ -289,6 +289,8 @@ static void jitter_point() {
 // Launch state.
 struct LaunchState {
     const std::function<void()> *body;
+    const char *name;
+    int device;
     unsigned nthreads;
     std::vector<uint32_t> order;  // block execution order (shuffled under jitter)
     dim3 grid, block;
@@ -552,19 +554,48 @@ void trap(const char *file, int line, const char *expr) {
 static void do_copy(const PendingCopy &c) {
     if (c.src_bytes > 0) memcpy(c.dst, c.src, (size_t)c.src_bytes);
     if (c.bytes > c.src_bytes) memset((char *)c.dst + c.src_bytes, 0, (size_t)(c.bytes - c.src_bytes));
+    proxy_generic_write(c.dst, (size_t)c.bytes);  // cp.async writes through the generic proxy
+}
+
+// The device allocations at the start of the running launch (address order), for cp.async's
+// source check: a kernel's legitimate sources were allocated before it was launched.
+static std::vector<std::pair<uintptr_t, size_t>> g_launch_allocs;
+
+static bool in_device_alloc(const void *p, size_t n) {
+    uintptr_t a = (uintptr_t)p;
+    auto it = std::upper_bound(g_launch_allocs.begin(), g_launch_allocs.end(), std::make_pair(a, SIZE_MAX));
+    if (it == g_launch_allocs.begin()) return false;
+    --it;
+    return a >= it->first && a + n <= it->first + it->second && (n > 0 || a < it->first + it->second);
+}
+
+static void cp_async_fail(const char *why, void *dst, const void *src, int bytes, int src_bytes) {
+    fprintf(stderr,
+            "emu: kernel %s: cp.async of %d bytes (src-size %d) in block (%u,%u,%u) thread (%u,%u,%u): %p <- %p: %s\n",
+            launch_name(), bytes, src_bytes, blockIdx.x, blockIdx.y, blockIdx.z, threadIdx.x, threadIdx.y,
+            threadIdx.z, dst, src, why);
+    abort();
 }
 
 void cp_async(void *dst, const void *src, int bytes, int src_bytes) {
     Fiber *f = cur();
     if (src_bytes < 0 || src_bytes > bytes) src_bytes = bytes;
-    if ((uintptr_t)dst % (unsigned)bytes || (src_bytes > 0 && (uintptr_t)src % (unsigned)bytes)) {
-        fprintf(stderr,
-                "emu: cp.async of %d bytes in block (%u,%u,%u) thread (%u,%u,%u): addresses %p <- %p "
-                "must be %d-byte aligned\n",
-                bytes, blockIdx.x, blockIdx.y, blockIdx.z, threadIdx.x, threadIdx.y, threadIdx.z, dst,
-                src, bytes);
-        abort();
-    }
+    // The ISA makes no exception for src-size 0 (zero-fill, nothing read): both addresses aligned
+    // to the copy size. The bytes it does read must lie in a device allocation of the launch.
+    // (A zero-filled chunk's address outside every allocation is allowed: engine v2 computes
+    // them without a select per chunk, kernels/conv_tc2.cu says what that would cost;
+    // CTRAIN_EMU_CP_ASYNC_STRICT=1 refuses them too.)
+    if ((uintptr_t)dst % (unsigned)bytes || (uintptr_t)src % (unsigned)bytes)
+        cp_async_fail(src_bytes ? "addresses must be aligned to the copy size"
+                                : "addresses must be aligned to the copy size, also with src-size 0 "
+                                  "(pass an aligned address, e.g. the operand's base)",
+                      dst, src, bytes, src_bytes);
+    static int strict = env_int("CTRAIN_EMU_CP_ASYNC_STRICT", 0);
+    if ((src_bytes > 0 || strict) && !in_device_alloc(src, (size_t)src_bytes))
+        cp_async_fail(src_bytes ? "the source range is not inside a device allocation (out of bounds)"
+                                : "the source (src-size 0: nothing read) is not inside any device allocation "
+                                  "(CTRAIN_EMU_CP_ASYNC_STRICT=1)",
+                      dst, src, bytes, src_bytes);
     // Counted at issue: src_bytes is what the instruction asks of global memory (the zero-filled
     // rest is not read).
     if (g_cost_on && src_bytes > 0) cost_access(src, (size_t)src_bytes, false);
@@ -592,13 +623,24 @@ static void cp_async_flush(Fiber *f) {
 
 // ---------------------------------------------------------------------------------------------
 // Dynamic shared memory: one buffer (blocks run one at a time), poisoned with 0xff bytes (NaN as
-// float or bf16, -1 as int) before each block unless CTRAIN_EMU_POISON=0.
-alignas(1024) static unsigned char g_dyn_smem[kMaxDynSmemOptin];  // wgmma swizzles repeat at 1 KiB
+// float or bf16, -1 as int) before each block unless CTRAIN_EMU_POISON=0. It starts g_dyn_off
+// bytes into a 1 KiB-aligned window (wgmma's swizzles repeat at 1 KiB of the shared-window
+// address): CUDA promises 16-byte alignment only (static shared memory and the reserved 1 KiB of
+// sm_90 come first), so the offset is a multiple of 16 drawn per launch from
+// CTRAIN_EMU_SMEM_SEED (default 1), or fixed by CTRAIN_EMU_SMEM_OFFSET=N (0: always aligned).
+alignas(1024) static unsigned char g_smem_window[1024 + kMaxDynSmemOptin];
+static size_t g_dyn_off;
 static size_t g_dyn_bytes;
 static int g_poison = 1;
-void *dyn_smem() { return g_dyn_smem; }
+static int g_smem_fixed = -1;
+static uint64_t g_smem_seed = 1;
+void *dyn_smem() { return g_smem_window + g_dyn_off; }
 size_t dyn_smem_bytes() { return g_dyn_bytes; }
+unsigned char *smem_window() { return g_smem_window; }
+size_t dyn_smem_window_offset() { return g_dyn_off; }
 unsigned block_threads() { return g_launch.nthreads; }
+const char *launch_name() { return g_launch.name ? g_launch.name : "?"; }
+int launch_device() { return g_launch.device; }
 
 // ---------------------------------------------------------------------------------------------
 // Blocks.
@@ -615,7 +657,7 @@ static void reset_block_state() {
         w.live = lanes == 32 ? 0xffffffffu : ((1u << lanes) - 1);
         w.arrived = 0;
     }
-    if (g_poison && g_dyn_bytes) memset(g_dyn_smem, 0xff, g_dyn_bytes);
+    if (g_poison && g_dyn_bytes) memset(g_smem_window + g_dyn_off, 0xff, g_dyn_bytes);
     mbar_block_reset();
 }
 
@@ -838,7 +880,7 @@ static void grow(unsigned n) {
 }
 
 void run_launch(const char *name, dim3 grid, dim3 block, size_t smem,
-                const std::function<void()> &body) {
+                const std::function<void()> &body, int device) {
     std::lock_guard<std::mutex> lk(g_launch_mutex);
     static bool inited = false;
     if (!inited) {
@@ -850,6 +892,12 @@ void run_launch(const char *name, dim3 grid, dim3 block, size_t smem,
         g_spread_by_warp = env_int("CTRAIN_EMU_SPREAD_BY_WARP", 0);
         g_spin = env_int("CTRAIN_EMU_SPIN", 50);
         g_poison = env_int("CTRAIN_EMU_POISON", 1);
+        g_smem_fixed = env_int("CTRAIN_EMU_SMEM_OFFSET", -1);
+        if (g_smem_fixed >= 0 && (g_smem_fixed % 16 || g_smem_fixed >= 1024)) {
+            fprintf(stderr, "emu: CTRAIN_EMU_SMEM_OFFSET=%d: a multiple of 16 below 1024 expected\n", g_smem_fixed);
+            exit(2);
+        }
+        g_smem_seed = (uint64_t)env_int("CTRAIN_EMU_SMEM_SEED", 1);
         get_jitter();
         inited = true;
     }
@@ -874,6 +922,17 @@ void run_launch(const char *name, dim3 grid, dim3 block, size_t smem,
         }
     }
     g_dyn_bytes = smem;
+    if (g_smem_fixed >= 0) {
+        g_dyn_off = (size_t)g_smem_fixed;
+    } else {  // splitmix64 of (seed, launch number): one in 64 launches is 1 KiB-aligned
+        uint64_t z = g_smem_seed * 0x9E3779B97F4A7C15ull + s_launches.load(std::memory_order_relaxed);
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        g_dyn_off = 16 * ((z ^ (z >> 31)) % 64);
+    }
+    g_launch.name = name;
+    g_launch.device = device;
+    dev_alloc_ranges(g_launch_allocs);
     unsigned unit = g_spread_by_warp ? 32 : 1;
     g_active_hosts = std::min<unsigned>((unsigned)g_hosts.size(), (n + unit - 1) / unit);
     for (unsigned i = 0; i < g_active_hosts; i++) g_hosts[i]->mine.clear();
