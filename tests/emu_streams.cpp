@@ -9,6 +9,10 @@
 //   3. a kernel on one stream reading what a copy on another stream writes, without an event wait,
 //      reads stale memory under the lazy schedule; with the wait, the data;
 //   4. a capturing stream that waits on an event recorded outside the capture is refused;
+//   4b. graphs are dependency graphs: a stream forked into a capture and not joined back makes the
+//      capture fail (cudaErrorStreamCaptureUnjoined); two branches that both write one word, each
+//      joined, replay in both orders over a few launches (the order of independent nodes is drawn),
+//      while the node after the join always sees both branches;
 //   5. the prefetch API's `consumed` wait (nn/model_cuda.cu): a batch staged into the slot whose
 //      previous batch the compute stream has not normalised yet must not overwrite it: logits of
 //      that previous batch are right under every schedule, and wrong under eager-copy with the wait
@@ -112,6 +116,68 @@ static int case_capture_outside_event() {
     return w == cudaErrorStreamCaptureIsolation && end == cudaErrorStreamCaptureInvalidated ? 0 : 1;
 }
 
+__global__ void set_k(float *x, int i, float v) { x[i] = v; }
+__global__ void sum_k(float *x) { x[3] = x[0] + x[1] + x[2]; }
+
+static int case_graph_unjoined() {
+    cudaStream_t s1, s2;
+    cudaEvent_t fork;
+    float *x;
+    CKC(cudaMalloc((void **)&x, 16));
+    CKC(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
+    CKC(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+    CKC(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
+    CKC(cudaStreamBeginCapture(s1, cudaStreamCaptureModeThreadLocal));
+    CKC(cudaEventRecord(fork, s1));
+    CKC(cudaStreamWaitEvent(s2, fork, 0));
+    CT_LAUNCH(set_k, 1, 1, 0, s2, x, 0, 1.0f);  // never joined back into s1
+    cudaGraph_t g = nullptr;
+    cudaError_t end = cudaStreamEndCapture(s1, &g);
+    (void)cudaGetLastError();
+    printf("end of a capture with an unjoined fork: %s\n", cudaGetErrorName(end));
+    return end == cudaErrorStreamCaptureUnjoined && !g ? 0 : 1;
+}
+
+static int case_graph_order() {
+    cudaStream_t s1, s2;
+    cudaEvent_t fork, join;
+    float *x;
+    CKC(cudaMalloc((void **)&x, 16));
+    CKC(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
+    CKC(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+    CKC(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
+    CKC(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
+    CKC(cudaStreamBeginCapture(s1, cudaStreamCaptureModeThreadLocal));
+    CKC(cudaEventRecord(fork, s1));
+    CKC(cudaStreamWaitEvent(s2, fork, 0));
+    CT_LAUNCH(set_k, 1, 1, 0, s1, x, 0, 1.0f);  // both branches write x[2]: a race in the graph
+    CT_LAUNCH(set_k, 1, 1, 0, s1, x, 2, 10.0f);
+    CT_LAUNCH(set_k, 1, 1, 0, s2, x, 1, 2.0f);
+    CT_LAUNCH(set_k, 1, 1, 0, s2, x, 2, 20.0f);
+    CKC(cudaEventRecord(join, s2));
+    CKC(cudaStreamWaitEvent(s1, join, 0));
+    CT_LAUNCH(sum_k, 1, 1, 0, s1, x);
+    cudaGraph_t g = nullptr;
+    CKC(cudaStreamEndCapture(s1, &g));
+    cudaGraphExec_t ex;
+    CKC(cudaGraphInstantiate(&ex, g, 0));
+    bool saw10 = false, saw20 = false, sums_ok = true;
+    for (int rep = 0; rep < 16; rep++) {
+        CKC(cudaMemset(x, 0, 16));
+        CKC(cudaDeviceSynchronize());
+        CKC(cudaGraphLaunch(ex, s1));
+        CKC(cudaStreamSynchronize(s1));
+        float h[4];
+        CKC(cudaMemcpy(h, x, 16, cudaMemcpyDeviceToHost));
+        saw10 |= h[2] == 10.0f;
+        saw20 |= h[2] == 20.0f;
+        sums_ok &= h[3] == 3.0f + h[2];
+    }
+    printf("racing branches: last writer 10 %s, 20 %s; the joined node saw both branches: %s\n", saw10 ? "seen" : "never",
+           saw20 ? "seen" : "never", sums_ok ? "always" : "NOT always");
+    return saw10 && saw20 && sums_ok ? 0 : 1;
+}
+
 // A tiny network and three pinned batches of distinct images.
 struct Net {
     ResNet *m;
@@ -182,6 +248,8 @@ static int run_case(const std::string &c) {
     if (c == "no-wait") return case_cross_stream(false);
     if (c == "wait") return case_cross_stream(true);
     if (c == "capture") return case_capture_outside_event();
+    if (c == "graph-unjoined") return case_graph_unjoined();
+    if (c == "graph-order") return case_graph_order();
     if (c == "consumed") return case_consumed();
     if (c == "cancel") return case_cancel(true);
     if (c == "no-cancel") return case_cancel(false);
@@ -214,6 +282,10 @@ int main(int argc, char **argv) {
     for (const char *s : kSchedules) CHECK(passes("wait", s, nullptr, nullptr), "a cross-stream wait failed under %s", s);
     // 4.
     CHECK(passes("capture", "lazy", nullptr, &err), "a capture waiting on an outside event was allowed: %s", err.c_str());
+    // 4b.
+    CHECK(passes("graph-unjoined", "lazy", nullptr, &err), "an unjoined fork was accepted: %s", err.c_str());
+    CHECK(passes("graph-order", "lazy", nullptr, &err), "graph replay order: %s", err.c_str());
+    printf("%s", err.c_str());
     // 5. and 6.
     for (const char *s : kSchedules) {
         bool ok = passes("consumed", s, nullptr, &err);

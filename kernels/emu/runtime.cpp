@@ -2,11 +2,12 @@
 // frees and copies can be checked), streams are queues of work that runs when a schedule
 // (CTRAIN_EMU_SCHEDULE, docs/EMULATION.md) or a declared dependency (a synchronisation, an event
 // wait, cudaFree, a blocking copy) makes it run, events mark a point in a stream's queue, and
-// graph capture records closures that a graph launch replays.
+// graph capture records a dependency graph of closures that a graph launch replays in a drawn order.
 #include <sys/sysinfo.h>
 #include <time.h>
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <map>
@@ -17,8 +18,11 @@
 
 #include "kernels/emu/internal.h"
 
+// A captured graph: nodes and, per node, the earlier nodes it depends on (the previous node of its
+// stream, and the node of an event a stream waited on: fork/join).
 struct CUgraph_st {
     std::vector<std::function<void()>> nodes;
+    std::vector<std::vector<int>> deps;
     bool invalidated = false;
     cudaStream_t origin = nullptr;
     cudaStreamCaptureMode mode = cudaStreamCaptureModeGlobal;  // while capturing
@@ -26,6 +30,7 @@ struct CUgraph_st {
 };
 struct CUgraphExec_st {
     std::vector<std::function<void()>> nodes;
+    std::vector<std::vector<int>> deps;
 };
 // One unit of queued stream work.
 struct EmuOp {
@@ -38,6 +43,7 @@ struct CUstream_st {
     int priority = 0;
     CUgraph_st *capture = nullptr;  // the graph this stream records into, when capturing
     cudaStreamCaptureMode mode = cudaStreamCaptureModeGlobal;
+    std::vector<int> cap_front;     // the nodes its next node in that graph will depend on
     // The queue (guarded by emu::g_qmu): ops issued - done are waiting in q; busy while a host
     // thread runs the front op (one at a time, in order, whichever thread forced it).
     std::deque<EmuOp> q;
@@ -52,6 +58,7 @@ struct CUevent_st {
     bool recorded = false;
     double t_ms = 0;
     CUgraph_st *capture = nullptr;  // recorded inside a capture: waiting on it joins the capture
+    std::vector<int> cap_front;     // the nodes it follows in that capture
     CUstream_st *stream = nullptr;  // the last record's stream and position in its queue
     uint64_t seq = 0;
 };
@@ -150,7 +157,7 @@ static void read_schedule() {
 
 // A counter-based draw in [0, n) for the seeded choices (which stream a device-wide sync runs
 // first, the order of a graph's independent nodes).
-static uint64_t g_draws;
+static std::atomic<uint64_t> g_draws;
 static uint64_t seeded(uint64_t n) {
     uint64_t x = g_seed * 0x9E3779B97F4A7C15ull + (++g_draws) * 0xBF58476D1CE4E5B9ull;
     x ^= x >> 31;
@@ -293,6 +300,14 @@ void capture_invalidate() {
     for (CUgraph_st *g : g_active_captures) g->invalidated = true;
 }
 
+// Appends a node to s's capture, after the nodes s's work so far depends on.
+static void capture_node(CUstream_st *s, const std::function<void()> &work) {
+    CUgraph_st *g = s->capture;
+    g->nodes.push_back(work);
+    g->deps.push_back(s->cap_front);
+    s->cap_front.assign(1, (int)g->nodes.size() - 1);
+}
+
 bool capture_append(cudaStream_t stream, const std::function<void()> &work, cudaError_t *err) {
     std::lock_guard<std::recursive_mutex> lk(g_mu);
     *err = cudaSuccess;
@@ -302,7 +317,7 @@ bool capture_append(cudaStream_t stream, const std::function<void()> &work, cuda
         return true;
     }
     if (!s->capture) return false;
-    s->capture->nodes.push_back(work);
+    capture_node(s, work);
     return true;
 }
 
@@ -995,6 +1010,7 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
     }
     if (s->capture) {
         event->capture = s->capture;  // a node in the graph: others may wait on it (fork/join)
+        event->cap_front = s->cap_front;
         return cudaSuccess;
     }
     event->capture = nullptr;
@@ -1047,8 +1063,14 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
             capture_invalidate();
             return set_error(cudaErrorStreamCaptureMerge);
         }
-        s->capture = event->capture;  // fork: this stream now records into the same graph
-        s->mode = cudaStreamCaptureModeGlobal;
+        if (!s->capture) {  // fork: this stream now records into the same graph
+            s->capture = event->capture;
+            s->mode = cudaStreamCaptureModeGlobal;
+            s->cap_front.clear();
+        }
+        // The wait makes no node (as in CUDA): the stream's next node also follows the event's.
+        for (int n : event->cap_front)
+            if (std::find(s->cap_front.begin(), s->cap_front.end(), n) == s->cap_front.end()) s->cap_front.push_back(n);
         return cudaSuccess;
     }
     if (s->capture) {
@@ -1082,6 +1104,7 @@ cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mo
     g_active_captures.insert(g);
     s->capture = g;
     s->mode = mode;
+    s->cap_front.clear();
     return cudaSuccess;
 }
 cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *graph) {
@@ -1095,10 +1118,31 @@ cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *graph) {
         capture_invalidate();
         return set_error(cudaErrorStreamCaptureUnmatched);
     }
-    // Forked streams leave the capture with it (the emulator ran nothing concurrently, so there is
-    // no unjoined work to complain about).
+    // Every stream forked into the capture must have been joined back: its last node must come
+    // before the origin's last (CUDA: cudaErrorStreamCaptureUnjoined).
+    std::vector<char> before(g->nodes.size(), 0);
+    std::vector<int> stack;
+    stack = s->cap_front;
+    while (!stack.empty()) {
+        int n = stack.back();
+        stack.pop_back();
+        if (before[n]) continue;
+        before[n] = 1;
+        for (int d : g->deps[n]) stack.push_back(d);
+    }
+    bool unjoined = false;
     for (cudaStream_t o : g_streams)
-        if (o->capture == g) o->capture = nullptr;
+        if (o->capture == g) {
+            for (int n : o->cap_front)
+                if (o != s && !before[n]) unjoined = true;
+            o->capture = nullptr;
+        }
+    if (unjoined) {
+        fprintf(stderr, "emu: cudaStreamEndCapture: a stream forked into the capture (by waiting on an event of "
+                        "it) was not joined back (the capturing stream never waited on an event recorded after "
+                        "its last work)\n");
+        g->invalidated = true;
+    }
     for (cudaEvent_t e : g_events)
         if (e->capture == g) e->capture = nullptr;
     s->capture = nullptr;
@@ -1107,7 +1151,7 @@ cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *graph) {
         g_graphs.erase(g);
         delete g;
         *graph = nullptr;
-        return set_error(cudaErrorStreamCaptureInvalidated);
+        return set_error(unjoined ? cudaErrorStreamCaptureUnjoined : cudaErrorStreamCaptureInvalidated);
     }
     *graph = g;
     return cudaSuccess;
@@ -1128,6 +1172,7 @@ cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t graph, unsig
     if (!g_graphs.count(graph)) return set_error(cudaErrorInvalidResourceHandle);
     CUgraphExec_st *x = new CUgraphExec_st();
     x->nodes = graph->nodes;
+    x->deps = graph->deps;
     g_execs.insert(x);
     *exec = x;
     return cudaSuccess;
@@ -1138,14 +1183,39 @@ cudaError_t cudaGraphInstantiateWithFlags(cudaGraphExec_t *exec, cudaGraph_t gra
 }
 cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
     std::vector<std::function<void()>> nodes;
+    std::vector<std::vector<int>> deps;
     {
         std::lock_guard<std::recursive_mutex> lk(g_mu);
         if (!g_execs.count(exec)) return set_error(cudaErrorInvalidResourceHandle);
         nodes = exec->nodes;
+        deps = exec->deps;
     }
     cudaError_t e;
-    auto all = [nodes] {
-        for (const auto &n : nodes) n();
+    // A graph is a dependency graph, not a list: each replay runs its nodes in a seeded order
+    // that respects only the captured dependencies (among the ready nodes, a drawn one next).
+    auto all = [nodes, deps] {
+        size_t n = nodes.size();
+        std::vector<int> waiting(n);
+        std::vector<std::vector<int>> after(n);
+        for (size_t i = 0; i < n; i++) {
+            waiting[i] = (int)deps[i].size();
+            for (int d : deps[i]) after[d].push_back((int)i);
+        }
+        std::vector<int> ready;
+        for (size_t i = 0; i < n; i++)
+            if (!waiting[i]) ready.push_back((int)i);
+        while (!ready.empty()) {
+            size_t k;
+            {
+                std::lock_guard<std::recursive_mutex> lk(g_mu);
+                k = seeded(ready.size());
+            }
+            int i = ready[k];
+            ready.erase(ready.begin() + k);
+            nodes[i]();
+            for (int j : after[i])
+                if (--waiting[j] == 0) ready.push_back(j);
+        }
     };
     if (capture_append(stream, all, &e)) return set_error(e);
     enqueue(stream_of(stream), all, 2);
