@@ -136,8 +136,19 @@ enum Schedule { kSync, kLazy, kEagerCopy, kEagerComm, kEagerCompute };
 static int g_schedule = -1;
 static uint64_t g_seed = 0;
 
+static void drain_device(int device);
+static std::atomic<bool> g_exiting;
+// At exit the queued work runs, as a CUDA context's teardown completes it (a kernel that traps is
+// still reported when nobody synchronised); host functions (the stand-in NCCL's allreduce, which
+// would wait for peers that may be gone) are skipped.
+static void drain_at_exit() {
+    g_exiting = true;
+    drain_device(-1);
+}
+
 static void read_schedule() {
     if (g_schedule >= 0) return;
+    atexit(drain_at_exit);
     const char *v = getenv("CTRAIN_EMU_SCHEDULE");
     std::string name = v && *v ? v : "lazy";  // the strictest, and no slower
     size_t colon = name.find(':');
@@ -948,7 +959,9 @@ cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void *user_
     if (!fn) return set_error(cudaErrorInvalidValue);
     cudaError_t e;
     if (capture_append(stream, [=] { fn(user_data); }, &e)) return set_error(e);
-    enqueue(stream_of(stream), [=] { fn(user_data); }, 1);
+    enqueue(stream_of(stream), [=] {
+        if (!g_exiting) fn(user_data);
+    }, 1);
     return cudaSuccess;
 }
 cudaError_t cudaStreamGetDevice(cudaStream_t stream, int *device) {
