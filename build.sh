@@ -233,8 +233,10 @@ $(B)/emu-tools/bench_gpu_%: $(B)/obj/tools/bench_gpu_%.o $(B)/libctrain_emu.a $(
 # The stand-in NCCL for the emulated GPU ranks (NCCL_LIBRARY=build/libnccl_emu.so).
 $(B)/libnccl_emu.so: dist/emu/nccl_emu.c
 	@echo "  CC    $< (shared)"; $(CC) -std=c11 -O2 -g -shared -fPIC -pthread -D_GNU_SOURCE $(WARN) -o $@ $<
+# The emulator's cuda* entry points exported: the stand-in NCCL (libnccl_emu.so) queues its work on
+# the emulated streams and checks devices through them.
 $(B)/train-emu: $(B)/obj/main.o $(B)/libtrainer_cuda.a $(B)/libctrain_emu.a $(B)/libctrain.a
-	@echo "  LD    $@ (emulated GPU)"; $(CXX) -fopenmp -pthread -o $@ $^ $(LDLIBS)
+	@echo "  LD    $@ (emulated GPU)"; $(CXX) -fopenmp -pthread -Wl,--export-dynamic-symbol='cuda*' -o $@ $^ $(LDLIBS)
 
 $(B)/tests/test_%: $(B)/obj/tests/test_%.o $(B)/libtrainer.a $(B)/libctrain.a
 	@mkdir -p $(dir $@); $(CC) -fopenmp -o $@ $^ $(LDLIBS)

@@ -7,6 +7,7 @@
 #include "dist/gradsync.h"
 #include "dist/gradsync_cuda.h"
 #include "kernels/common.cuh"
+#include "kernels/mutable.h"
 
 struct GpuGradSync {
     Comm *c;
@@ -32,7 +33,7 @@ static int reduce_bucket(void *ctx, int i) {
     const Bucket bk = s->b[i];
     const size_t n = bk.hi - bk.lo;
     if (R == 1) return 0;
-    CT_CUDA_CHECK(cudaStreamWaitEvent(s->comm, s->ready[i], 0));
+    CT_MUTABLE("ready") CT_CUDA_CHECK(cudaStreamWaitEvent(s->comm, s->ready[i], 0));
     if (s->ncomm) {
         char err[512];
         if (nccl_allreduce_mean_f32(s->nccl, s->ncomm, s->dgrads + bk.lo, n, s->comm, err, sizeof err))
@@ -41,7 +42,7 @@ static int reduce_bucket(void *ctx, int i) {
     }
     float *h = s->host + bk.lo;
     CT_CUDA_CHECK(cudaMemcpyAsync(h, s->dgrads + bk.lo, n * sizeof(float), cudaMemcpyDeviceToHost, s->comm));
-    CT_CUDA_CHECK(cudaStreamSynchronize(s->comm));
+    CT_MUTABLE("staging-sync") CT_CUDA_CHECK(cudaStreamSynchronize(s->comm));
     if (comm_allreduce_f32(s->c, h, n)) return -1;
     for (size_t k = 0; k < n; k++) h[k] /= (float)R;  // the same mean as the CPU ranks'
     CT_CUDA_CHECK(cudaMemcpyAsync(s->dgrads + bk.lo, h, n * sizeof(float), cudaMemcpyHostToDevice, s->comm));
@@ -107,7 +108,7 @@ int gpu_gradsync_wait(GpuGradSync *s) {
     // Every copy back / NCCL call was enqueued on the comm stream; the optimizer (compute stream)
     // waits for them.
     CT_CUDA_CHECK(cudaEventRecord(s->uploaded, s->comm));
-    CT_CUDA_CHECK(cudaStreamWaitEvent(s->compute, s->uploaded, 0));
+    CT_MUTABLE("uploaded") CT_CUDA_CHECK(cudaStreamWaitEvent(s->compute, s->uploaded, 0));
     return rc;
 }
 

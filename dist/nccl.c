@@ -92,11 +92,11 @@ int nccl_unique_id(const NcclLib *lib, NcclId *id, char *err, size_t errlen) {
 }
 
 int nccl_init_ranks(const NcclLib *lib, void **comms, int n_local, int world, const int *ranks, const NcclId *id,
-                    void (*set_device)(void *ctx, int rank), void *ctx, char *err, size_t errlen) {
+                    void (*set_device)(void *ctx, int local_rank), void *ctx, char *err, size_t errlen) {
     if (check(lib, lib->group_start(), "ncclGroupStart", err, errlen)) return -1;
     int rc = 0;
     for (int k = 0; k < n_local && !rc; k++) {
-        set_device(ctx, ranks[k]);
+        set_device(ctx, k);
         char call[64];
         snprintf(call, sizeof call, "ncclCommInitRank(rank %d of %d)", ranks[k], world);
         rc = check(lib, lib->comm_init_rank((nccl_comm *)&comms[k], world, *id, ranks[k]), call, err, errlen);

@@ -25,9 +25,11 @@ const char *nccl_describe(const NcclLib *lib);
 
 int nccl_unique_id(const NcclLib *lib, NcclId *id, char *err, size_t errlen);
 // Collective initialisation of several local ranks from one thread (ncclGroupStart/End around
-// ncclCommInitRank): before each rank's call, set_device(ctx, rank) selects its GPU.
+// ncclCommInitRank): before the call for ranks[k], set_device(ctx, k) selects the GPU of that
+// local rank (the device of its buffers and streams; with several nodes the global rank says
+// nothing about it).
 int nccl_init_ranks(const NcclLib *lib, void **comms, int n_local, int world, const int *ranks, const NcclId *id,
-                    void (*set_device)(void *ctx, int rank), void *ctx, char *err, size_t errlen);
+                    void (*set_device)(void *ctx, int local_rank), void *ctx, char *err, size_t errlen);
 // In place, on the stream: buf = mean over ranks of buf (ncclAvg over fp32).
 int nccl_allreduce_mean_f32(const NcclLib *lib, void *comm, float *buf, size_t n, void *stream, char *err,
                             size_t errlen);

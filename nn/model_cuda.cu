@@ -14,6 +14,7 @@
 // per executor by nn/model_cuda_fuse.cu; the passes below follow its per-op tables.
 #include <string.h>
 
+#include "kernels/mutable.h"
 #include "nn/model_cuda_impl.h"
 
 #define BN_MOMENTUM 0.1f
@@ -279,7 +280,7 @@ static Stage *stage_batch(GpuExec *e, const ResNet *m, const uint8_t *x, int N, 
     Stage *sg = &e->stage[e->next_stage];
     e->next_stage ^= 1;
     // The compute stream may still be normalising the batch this slot held last time.
-    CK(cudaStreamWaitEvent(e->cp, sg->consumed, 0));
+    CT_MUTABLE("consumed") CK(cudaStreamWaitEvent(e->cp, sg->consumed, 0));
     if (sg->cap < bytes) {
         CK(cudaStreamSynchronize(e->cp));
         dfree(sg->d);
@@ -300,6 +301,18 @@ void gpu_prefetch_u8(GpuExec *e, const uint8_t *x, int N, int H, int W) {
 }
 void gpu_prefetch_wait(GpuExec *e) { CK(cudaStreamSynchronize(e->cp)); }
 
+// A batch staged but never used (a run stopped by a signal): its copy may still read the host
+// buffer, which the caller is about to give back to the loader's ring, and the stage must not match
+// that buffer when the ring hands it out again with other images.
+void gpu_prefetch_cancel(GpuExec *e, const uint8_t *x) {
+    for (int i = 0; i < 2; i++) {
+        Stage *t = &e->stage[i];
+        if (t->src != x) continue;
+        CT_MUTABLE("cancel") CK(cudaEventSynchronize(t->copied));
+        t->src = NULL;
+    }
+}
+
 static void input_from_u8(GpuExec *e, const ResNet *m, const uint8_t *x, int N, int H, int W,
                           const float *mean, const float *std) {
     int C = m->in_channels;
@@ -317,7 +330,7 @@ static void input_from_u8(GpuExec *e, const ResNet *m, const uint8_t *x, int N, 
         if (t->src == x && t->N == N && t->H == H && t->W == W) sg = t;
     }
     if (!sg) sg = stage_batch(e, m, x, N, H, W);
-    CK(cudaStreamWaitEvent(e->st, sg->copied, 0));
+    CT_MUTABLE("copied") CK(cudaStreamWaitEvent(e->st, sg->copied, 0));
     normalize_u8_gpu(e->act[0], sg->d, (size_t)N * H * W, C, e->meanstd, e->meanstd + C, e->dt, e->st);
     CK(cudaEventRecord(sg->consumed, e->st));
     sg->src = NULL;

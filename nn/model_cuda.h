@@ -119,6 +119,9 @@ float gpu_train_step_u8(GpuExec *e, ResNet *m, const uint8_t *x, const int32_t *
 // Start copying a uint8 batch on the copy stream (see the note above); returns at once.
 void gpu_prefetch_u8(GpuExec *e, const uint8_t *x, int N, int H, int W);
 void gpu_prefetch_wait(GpuExec *e);
+// A batch prefetched from host buffer x that will not be used: waits for its copy (the buffer is
+// then free to be refilled) and forgets the stage, so x coming round the ring again is copied anew.
+void gpu_prefetch_cancel(GpuExec *e, const uint8_t *x);
 
 // SGD step on the device over all params (nn/sgd.h semantics; st->steps is advanced like
 // sgd_step, st->buf is NOT touched: the momentum lives on the device until gpu_download_state).

@@ -17,6 +17,7 @@ typedef struct {
     std::string err;  // everything the child wrote to stderr
     bool aborted;     // it died of SIGABRT
     double seconds;   // from fork to its end
+    int code;         // its exit status, -1 when a signal ended it
 } ChildRun;
 
 // Runs /proc/self/exe with `arg` (argv[0] may name no path: a program found on PATH). The child
@@ -29,7 +30,7 @@ static ChildRun run_child(const char *arg, const char *env) {
     self[len] = 0;
     int fd[2];
     if (pipe(fd) != 0) ct_die_errno("pipe");
-    ChildRun r = {std::string(), false, 0};
+    ChildRun r = {std::string(), false, 0, -1};
     double t0 = ct_now();
     pid_t pid = fork();
     if (pid < 0) ct_die_errno("fork");
@@ -51,5 +52,6 @@ static ChildRun run_child(const char *arg, const char *env) {
     waitpid(pid, &st, 0);
     r.seconds = ct_now() - t0;
     r.aborted = WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT;
+    r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
     return r;
 }

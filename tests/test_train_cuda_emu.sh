@@ -218,6 +218,24 @@ out=$(CTRAIN_EMU_DEVICES=1 "$EMU" "$TMP/d" $ARGS --device cuda --ranks 2 2>&1) &
 echo "$out" | grep -q "one GPU per rank, and this node has 1" || fail "unclear error for too few GPUs: $out"
 ok "distributed GPU eval equals one GPU's ($e2); too few GPUs is a clear error"
 
+# Several nodes: 2 processes x 2 ranks on 4 emulated devices each, over the stand-in NCCL (whose
+# ranks meet in shared memory across processes). Each local rank's communicator must be on the
+# device of its buffers and streams, which the stand-in checks at every allreduce: communicators
+# chosen by global rank put node 1's on devices 2-3 beside buffers on 0-1 (issue 28, bug 1).
+# NCCL sums in rank order either way, so the run has the bits of 1 process x 4 ranks.
+PORT=$((20000 + ($$ * 7 + RANDOM) % 20000))
+N4=(--epochs 1 --device cuda --precision fp32 --bucket-mb 1 --comm nccl)
+export CTRAIN_EMU_DEVICES=4 NCCL_LIBRARY=$NCCL_EMU NCCL_EMU_TIMEOUT=60
+"$EMU" "$TMP/d" $ARGS "${N4[@]}" --ranks 4 --out "$TMP/r4" >"$TMP/r4.log" 2>&1 || { cat "$TMP/r4.log"; fail "cuda --ranks 4 over NCCL"; }
+"$EMU" "$TMP/d" $ARGS "${N4[@]}" --ranks 2 --nodes 2 --node-rank 1 --master 127.0.0.1:$PORT --out "$TMP/n2.node1" >"$TMP/n2.node1.log" 2>&1 &
+p1=$!
+rc0=0; "$EMU" "$TMP/d" $ARGS "${N4[@]}" --ranks 2 --nodes 2 --node-rank 0 --master 127.0.0.1:$PORT --out "$TMP/n2" >"$TMP/n2.log" 2>&1 || rc0=$?
+rc1=0; wait $p1 || rc1=$?
+unset CTRAIN_EMU_DEVICES NCCL_LIBRARY NCCL_EMU_TIMEOUT
+[ $rc0 = 0 ] && [ $rc1 = 0 ] || { cat "$TMP/n2.log" "$TMP/n2.node1.log"; fail "2 nodes x 2 emulated GPUs over NCCL: exit $rc0/$rc1"; }
+cmp -s "$TMP/r4/model.safetensors" "$TMP/n2/model.safetensors" || fail "2 nodes x 2 GPU ranks differ from 1 process x 4"
+ok "2 nodes x 2 emulated GPUs over NCCL (communicators on the local ranks' devices) = 1 process x 4, bit for bit"
+
 # --gpus N is --device cuda --ranks N; contradictions are errors.
 CTRAIN_EMU_DEVICES=2 "$EMU" "$TMP/d" $ARGS --epochs 1 --gpus 2 --comm host --precision fp32 --out "$TMP/gpus" >"$TMP/gpus.log" 2>&1 \
   || { cat "$TMP/gpus.log"; fail "--gpus 2"; }

@@ -96,6 +96,7 @@ void backend_ema_update(Backend *b, float decay) { b->ops->ema_update(b, decay);
 void backend_ema_swap(Backend *b) { b->ops->ema_swap(b); }
 int backend_stages_batches(const Backend *b) { return b->ops->stages_batches; }
 void backend_prefetch(Backend *b, const uint8_t *x, int N, int hw) { b->ops->prefetch(b, x, N, hw); }
+void backend_prefetch_cancel(Backend *b, const uint8_t *x) { b->ops->prefetch_cancel(b, x); }
 
 BackendGroup *backend_group_create(BackendKind kind, const char *comm_flag, int local, int offset, int world,
                                    NodeNet *net) {

@@ -93,6 +93,9 @@ void backend_ema_swap(Backend *b);
 // to stage). backend_stages_batches says whether the loop should hold the next batch early.
 int backend_stages_batches(const Backend *b);
 void backend_prefetch(Backend *b, const uint8_t *x, int N, int hw);
+// A prefetched batch that will not be used (the loop stopped): waits for its copy before the
+// caller gives the host buffer back to the loader, and forgets it.
+void backend_prefetch_cancel(Backend *b, const uint8_t *x);
 
 // Data parallel. A group holds the process-wide transport of this node's ranks (GPU: NCCL
 // communicators per --comm, or host staging; CPU: the host collectives of dist/comm.h); each

@@ -147,6 +147,7 @@ static void cpu_backend_ema_swap(Backend *b) {
 }
 
 static void cpu_backend_prefetch(Backend *b, const uint8_t *x, int N, int hw) { (void)b, (void)x, (void)N, (void)hw; }
+static void cpu_backend_prefetch_cancel(Backend *b, const uint8_t *x) { (void)b, (void)x; }
 
 static void cpu_backend_attach_gradsync(Backend *base, BackendGroup *g, Comm *comm, int local_rank, size_t bucket_bytes) {
     (void)g, (void)local_rank;
@@ -189,6 +190,7 @@ const BackendOps backend_cpu_ops = {
     .ema_swap = cpu_backend_ema_swap,
     .stages_batches = 0,
     .prefetch = cpu_backend_prefetch,
+    .prefetch_cancel = cpu_backend_prefetch_cancel,
     .attach_gradsync = cpu_backend_attach_gradsync,
     .gradsync_buckets = cpu_backend_gradsync_buckets,
 };

@@ -40,9 +40,12 @@ static void cuda_backend_pin_shard(const Shard *sh) {
         ct_warn("%s: could not pin the %.1f MB mapping (%s); reading it unpinned", sh->path, sh->size / 1e6, err);
 }
 
-static void select_device_cb(void *ctx, int rank) {
+// Local rank k runs on device k (cuda_backend_create): its communicator must be made there too.
+// (The global rank modulo the device count put node 1's communicators of --nodes 2 --ranks 4 on
+// 8-GPU nodes on GPUs 4-7, beside buffers on 0-3.)
+static void select_device_cb(void *ctx, int local_rank) {
     (void)ctx;
-    gpu_select_device(rank % gpu_device_count());  // global rank -> this node's device
+    gpu_select_device(local_rank);
 }
 
 // NCCL communicators for the GPU ranks of this process (--comm); no communicators means host
@@ -156,6 +159,7 @@ static void cuda_backend_ema_swap(Backend *b) { gpu_ema_swap(cuda_of(b)->exec); 
 static void cuda_backend_prefetch(Backend *base, const uint8_t *x, int N, int hw) {
     gpu_prefetch_u8(cuda_of(base)->exec, x, N, hw, hw);
 }
+static void cuda_backend_prefetch_cancel(Backend *base, const uint8_t *x) { gpu_prefetch_cancel(cuda_of(base)->exec, x); }
 
 static void cuda_backend_attach_gradsync(Backend *base, BackendGroup *g, Comm *comm, int local_rank, size_t bucket_bytes) {
     CudaBackend *b = cuda_of(base);
@@ -197,6 +201,7 @@ const BackendOps backend_cuda_ops = {
     .ema_swap = cuda_backend_ema_swap,
     .stages_batches = 1,
     .prefetch = cuda_backend_prefetch,
+    .prefetch_cancel = cuda_backend_prefetch_cancel,
     .attach_gradsync = cuda_backend_attach_gradsync,
     .gradsync_buckets = cuda_backend_gradsync_buckets,
 };

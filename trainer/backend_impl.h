@@ -33,6 +33,7 @@ typedef struct {
     void (*ema_swap)(Backend *b);
     int stages_batches;
     void (*prefetch)(Backend *b, const uint8_t *x, int N, int hw);
+    void (*prefetch_cancel)(Backend *b, const uint8_t *x);
     void (*attach_gradsync)(Backend *b, BackendGroup *g, Comm *comm, int local_rank, size_t bucket_bytes);
     int (*gradsync_buckets)(const Backend *b);
 } BackendOps;

@@ -198,7 +198,10 @@ int loop_train(Run *r, EvalResult *final_eval) {
                 break;
             }
         }
-        if (have_next) loader_release(lt, &next);
+        if (have_next) {  // staged, never used (stopped): its copy may still read the slot
+            backend_prefetch_cancel(be, next.images);
+            loader_release(lt, &next);
+        }
         if (stopped) break;
         runlog_clear_line(log);
         double train_time = ct_now() - t_epoch, train_wait = loader_wait_seconds(lt) - wait_epoch;

@@ -11,7 +11,8 @@
 //   wrong shuffle really races and can fail a test.
 // - __syncthreads and the warp operations (shuffles, votes, __syncwarp, ldmatrix, mma) are real
 //   barriers. Threads that return early leave the barriers, as on a GPU.
-// - The runtime API (memory, copies, streams, events, graphs) executes synchronously, in call order.
+// - The runtime API (memory, copies, streams, events, graphs): streams are queues whose work runs
+//   when a dependency or the schedule (CTRAIN_EMU_SCHEDULE, docs/EMULATION.md) makes it run.
 #pragma once
 #ifndef CTRAIN_EMU
 #define CTRAIN_EMU 1
@@ -253,7 +254,8 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event);
 cudaError_t cudaEventQuery(cudaEvent_t event);
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end);
 
-// Graphs: work issued to a capturing stream is recorded, not run; a launch replays it in order.
+// Graphs: work issued to a capturing stream is recorded, not run; a launch replays it as a
+// dependency graph, in a drawn order.
 cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mode);
 cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *graph);
 cudaError_t cudaStreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus *status);

@@ -2,6 +2,18 @@
 #pragma once
 #include "kernels/emu/emu.h"
 
+// Runtime calls only the stand-in NCCL (dist/emu/nccl_emu.c, through dlsym) uses, to check that a
+// communicator, its stream and its buffers are on one device; CUDA's own names and layout.
+enum cudaMemoryType { cudaMemoryTypeUnregistered = 0, cudaMemoryTypeHost = 1, cudaMemoryTypeDevice = 2, cudaMemoryTypeManaged = 3 };
+typedef struct {
+    enum cudaMemoryType type;
+    int device;
+    void *devicePointer;
+    void *hostPointer;
+} cudaPointerAttributes;
+extern "C" cudaError_t cudaStreamGetDevice(cudaStream_t stream, int *device);
+extern "C" cudaError_t cudaPointerGetAttributes(cudaPointerAttributes *attr, const void *ptr);
+
 namespace emu {
 // Sets the calling host thread's last error (cudaGetLastError) and returns err.
 cudaError_t set_error(cudaError_t err);

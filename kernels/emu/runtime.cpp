@@ -1,9 +1,15 @@
 // The CUDA runtime API subset ctrain uses, on the host: device memory is host memory (tracked, so
-// frees and copies can be checked), every stream executes its work synchronously in call order,
-// events carry host timestamps, and graph capture records closures that a graph launch replays.
+// frees and copies can be checked), streams are queues of work that runs when a schedule
+// (CTRAIN_EMU_SCHEDULE, docs/EMULATION.md) or a declared dependency (a synchronisation, an event
+// wait, cudaFree, a blocking copy) makes it run, events mark a point in a stream's queue, and
+// graph capture records a dependency graph of closures that a graph launch replays in a drawn order.
 #include <sys/sysinfo.h>
 #include <time.h>
 
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <set>
@@ -12,8 +18,11 @@
 
 #include "kernels/emu/internal.h"
 
+// A captured graph: nodes and, per node, the earlier nodes it depends on (the previous node of its
+// stream, and the node of an event a stream waited on: fork/join).
 struct CUgraph_st {
     std::vector<std::function<void()>> nodes;
+    std::vector<std::vector<int>> deps;
     bool invalidated = false;
     cudaStream_t origin = nullptr;
     cudaStreamCaptureMode mode = cudaStreamCaptureModeGlobal;  // while capturing
@@ -21,6 +30,12 @@ struct CUgraph_st {
 };
 struct CUgraphExec_st {
     std::vector<std::function<void()>> nodes;
+    std::vector<std::vector<int>> deps;
+};
+// One unit of queued stream work.
+struct EmuOp {
+    std::function<void()> fn;
+    int device;
 };
 struct CUstream_st {
     int device = 0;  // the device current when it was created: work goes to that device only
@@ -28,6 +43,14 @@ struct CUstream_st {
     int priority = 0;
     CUgraph_st *capture = nullptr;  // the graph this stream records into, when capturing
     cudaStreamCaptureMode mode = cudaStreamCaptureModeGlobal;
+    std::vector<int> cap_front;     // the nodes its next node in that graph will depend on
+    // The queue (guarded by emu::g_qmu): ops issued - done are waiting in q; busy while a host
+    // thread runs the front op (one at a time, in order, whichever thread forced it).
+    std::deque<EmuOp> q;
+    uint64_t issued = 0, done = 0;
+    bool busy = false;
+    int klass = 0;  // what it has carried: 0 copies only, 1 host functions (NCCL), 2 kernels
+    bool legacy = false;
 };
 struct CUevent_st {
     int device = 0;
@@ -35,9 +58,16 @@ struct CUevent_st {
     bool recorded = false;
     double t_ms = 0;
     CUgraph_st *capture = nullptr;  // recorded inside a capture: waiting on it joins the capture
+    std::vector<int> cap_front;     // the nodes it follows in that capture
+    CUstream_st *stream = nullptr;  // the last record's stream and position in its queue
+    uint64_t seq = 0;
 };
 
 namespace emu {
+
+static __thread cudaError_t t_last_error = cudaSuccess;
+// The current device, per host thread as in CUDA.
+static __thread int t_device = 0;
 
 static std::recursive_mutex g_mu;  // guards everything below
 struct DevAlloc {
@@ -45,7 +75,7 @@ struct DevAlloc {
     int device;  // emulated devices share the host's memory; this says whose it is
 };
 static std::map<uintptr_t, DevAlloc> g_dev;  // device allocations by start address
-static std::set<void *> g_host;            // cudaMallocHost / cudaHostAlloc
+static std::map<uintptr_t, size_t> g_host;  // cudaMallocHost / cudaHostAlloc: start -> bytes
 static std::map<uintptr_t, size_t> g_registered;
 static std::set<cudaStream_t> g_streams;
 static std::set<cudaEvent_t> g_events;
@@ -58,9 +88,6 @@ static std::map<std::pair<int, const void *>, size_t> g_func_smem;
 static size_t g_dev_bytes;
 static int g_poison_mem = -1;
 
-static __thread cudaError_t t_last_error = cudaSuccess;
-// The current device, per host thread as in CUDA.
-static __thread int t_device = 0;
 
 cudaError_t set_error(cudaError_t err) {
     if (err != cudaSuccess) t_last_error = err;
@@ -77,12 +104,206 @@ static bool is_default_stream(cudaStream_t s) {
     return s == nullptr || s == cudaStreamLegacy || s == cudaStreamPerThread;
 }
 
-// nullptr when s is not a valid stream handle; the handle itself for created streams; a static
-// dummy for the default streams (which never capture).
+constexpr int kMaxDevices = 64;
+// The legacy default stream of each device (the per-thread default stream is taken as it too:
+// ctrain uses neither on its own paths). Never capturing.
+static CUstream_st *g_legacy[kMaxDevices];
+static CUstream_st *legacy_stream(int device) {
+    CUstream_st **s = g_legacy;
+    std::lock_guard<std::recursive_mutex> lk(g_mu);
+    if (!s[device]) {
+        s[device] = new CUstream_st();
+        s[device]->device = device;
+        s[device]->legacy = true;
+    }
+    return s[device];
+}
+
+// nullptr when s is not a valid stream handle; the handle itself for created streams; the
+// current device's legacy stream for the default streams.
 static CUstream_st *stream_of(cudaStream_t s) {
-    static CUstream_st default_stream;
-    if (is_default_stream(s)) return &default_stream;
+    if (is_default_stream(s)) return legacy_stream(t_device);
+    std::lock_guard<std::recursive_mutex> lk(g_mu);
     return g_streams.count(s) ? s : nullptr;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Stream queues and schedules. Work issued to a stream is queued; it runs, in issue order, when
+// the schedule runs it at issue or when the host or another stream needs it (drain). Any host
+// thread may run a stream's work (the one that needs it), with the op's device current.
+static std::mutex g_qmu;  // the queues (never held while an op runs: ops take g_mu and block)
+static std::condition_variable g_qcv;
+
+enum Schedule { kSync, kLazy, kEagerCopy, kEagerComm, kEagerCompute };
+static int g_schedule = -1;
+static uint64_t g_seed = 0;
+
+static void drain_device(int device);
+static std::atomic<bool> g_exiting;
+// At exit the queued work runs, as a CUDA context's teardown completes it (a kernel that traps is
+// still reported when nobody synchronised); host functions (the stand-in NCCL's allreduce, which
+// would wait for peers that may be gone) are skipped.
+static void drain_at_exit() {
+    g_exiting = true;
+    drain_device(-1);
+}
+
+static void read_schedule() {
+    if (g_schedule >= 0) return;
+    atexit(drain_at_exit);
+    const char *v = getenv("CTRAIN_EMU_SCHEDULE");
+    std::string name = v && *v ? v : "lazy";  // the strictest, and no slower
+    size_t colon = name.find(':');
+    if (colon != std::string::npos) {
+        g_seed = strtoull(name.c_str() + colon + 1, nullptr, 10);
+        name.resize(colon);
+    }
+    static const char *names[] = {"sync", "lazy", "eager-copy", "eager-comm", "eager-compute"};
+    for (int i = 0; i < 5; i++)
+        if (name == names[i]) g_schedule = i;
+    if (g_schedule < 0) {
+        fprintf(stderr, "emu: CTRAIN_EMU_SCHEDULE=%s: unknown schedule; use sync, lazy, eager-copy, eager-comm or "
+                        "eager-compute, optionally with :SEED (docs/EMULATION.md)\n", v);
+        exit(2);
+    }
+}
+
+// A counter-based draw in [0, n) for the seeded choices (which stream a device-wide sync runs
+// first, the order of a graph's independent nodes).
+static std::atomic<uint64_t> g_draws;
+static uint64_t seeded(uint64_t n) {
+    uint64_t x = g_seed * 0x9E3779B97F4A7C15ull + (++g_draws) * 0xBF58476D1CE4E5B9ull;
+    x ^= x >> 31;
+    x *= 0x94D049BB133111EBull;
+    x ^= x >> 29;
+    return n ? x % n : 0;
+}
+
+// Runs s's queue until `upto` ops have run. Another thread running s's front op is waited for.
+static void drain(CUstream_st *s, uint64_t upto) {
+    std::unique_lock<std::mutex> lk(g_qmu);
+    while (s->done < upto) {
+        if (s->busy) {
+            g_qcv.wait(lk);
+            continue;
+        }
+        EmuOp op = std::move(s->q.front());
+        s->q.pop_front();
+        s->busy = true;
+        lk.unlock();
+        int saved = t_device;
+        t_device = op.device;
+        op.fn();
+        t_device = saved;
+        lk.lock();
+        s->busy = false;
+        s->done++;
+        g_qcv.notify_all();
+    }
+}
+static void drain_all(CUstream_st *s) {
+    uint64_t upto;
+    {
+        std::lock_guard<std::mutex> lk(g_qmu);
+        upto = s->issued;
+    }
+    drain(s, upto);
+}
+
+// Every stream of `device` (-1: of every device), in a seeded order.
+static void drain_device(int device) {
+    std::vector<CUstream_st *> v;
+    {
+        std::lock_guard<std::recursive_mutex> lk(g_mu);
+        for (cudaStream_t s : g_streams)
+            if (device < 0 || s->device == device) v.push_back(s);
+        for (int d = 0; d < kMaxDevices; d++)
+            if (g_legacy[d] && (device < 0 || d == device)) v.push_back(g_legacy[d]);
+    }
+    for (size_t i = v.size(); i > 1; i--) std::swap(v[i - 1], v[seeded(i)]);
+    for (CUstream_st *s : v) drain_all(s);
+}
+
+// Whether the schedule runs work on s as soon as it is issued.
+static bool eager(const CUstream_st *s) {
+    // The cost counters attribute a launch to the op the host is enqueueing (kernels/emu/cost.cpp):
+    // with them on, work runs as it is issued.
+    if (g_cost_on) return true;
+    switch (g_schedule) {
+    case kSync: return true;
+    case kEagerCopy: return s->klass == 0;
+    case kEagerComm: return s->klass == 1;
+    case kEagerCompute: return s->klass == 2;
+    default: return false;
+    }
+}
+
+// Queues fn on s (klass: what it is, 0 copy, 1 host function, 2 kernel) and returns its position.
+// The legacy stream and the blocking streams of a device wait for each other, as in CUDA.
+static uint64_t enqueue(CUstream_st *s, std::function<void()> fn, int klass) {
+    read_schedule();
+    int dev = s->device;
+    std::vector<std::pair<CUstream_st *, uint64_t>> implicit;
+    if (!(s->flags & cudaStreamNonBlocking)) {
+        std::lock_guard<std::recursive_mutex> lk(g_mu);
+        std::lock_guard<std::mutex> qk(g_qmu);
+        if (s->legacy) {
+            for (cudaStream_t o : g_streams)
+                if (o->device == dev && !(o->flags & cudaStreamNonBlocking) && o->issued > o->done)
+                    implicit.push_back({o, o->issued});
+        } else {
+            CUstream_st *l = legacy_stream(dev);
+            if (l->issued > l->done) implicit.push_back({l, l->issued});
+        }
+    }
+    uint64_t seq;
+    {
+        std::lock_guard<std::mutex> lk(g_qmu);
+        for (auto &w : implicit) {
+            CUstream_st *o = w.first;
+            uint64_t upto = w.second;
+            s->q.push_back(EmuOp{[o, upto] { drain(o, upto); }, dev});
+            s->issued++;
+        }
+        s->q.push_back(EmuOp{std::move(fn), dev});
+        seq = ++s->issued;
+        if (klass > s->klass) s->klass = klass;
+    }
+    if (eager(s)) drain(s, seq);
+    return seq;
+}
+
+// kernels/mutable.h: the statement marked `name` is skipped when CTRAIN_EMU_MUTANT=name.
+bool mutant(const char *name) {
+    static const char *m = getenv("CTRAIN_EMU_MUTANT");
+    return m && !strcmp(m, name);
+}
+
+// Is [p, p + bytes) page-locked host memory (cudaHostAlloc, cudaHostRegister)?
+static bool is_pinned(const void *p, size_t bytes) {
+    std::lock_guard<std::recursive_mutex> lk(g_mu);
+    uintptr_t a = (uintptr_t)p;
+    for (auto *m : {&g_host, &g_registered}) {
+        auto it = m->upper_bound(a);
+        if (it == m->begin()) continue;
+        --it;
+        if (a >= it->first && a + bytes <= it->first + it->second) return true;
+    }
+    return false;
+}
+
+static uint64_t checksum(const void *p, size_t bytes) {
+    const unsigned char *b = (const unsigned char *)p;
+    uint64_t h = 0x243F6A8885A308D3ull ^ bytes;
+    size_t i = 0;
+    for (; i + 8 <= bytes; i += 8) {
+        uint64_t w;
+        memcpy(&w, b + i, 8);
+        h = (h ^ w) * 0x100000001B3ull;
+        h ^= h >> 29;
+    }
+    for (; i < bytes; i++) h = (h ^ b[i]) * 0x100000001B3ull;
+    return h;
 }
 
 bool any_capture_active() {
@@ -95,6 +316,14 @@ void capture_invalidate() {
     for (CUgraph_st *g : g_active_captures) g->invalidated = true;
 }
 
+// Appends a node to s's capture, after the nodes s's work so far depends on.
+static void capture_node(CUstream_st *s, const std::function<void()> &work) {
+    CUgraph_st *g = s->capture;
+    g->nodes.push_back(work);
+    g->deps.push_back(s->cap_front);
+    s->cap_front.assign(1, (int)g->nodes.size() - 1);
+}
+
 bool capture_append(cudaStream_t stream, const std::function<void()> &work, cudaError_t *err) {
     std::lock_guard<std::recursive_mutex> lk(g_mu);
     *err = cudaSuccess;
@@ -104,7 +333,7 @@ bool capture_append(cudaStream_t stream, const std::function<void()> &work, cuda
         return true;
     }
     if (!s->capture) return false;
-    s->capture->nodes.push_back(work);
+    capture_node(s, work);
     return true;
 }
 
@@ -265,6 +494,14 @@ cudaError_t cudaMalloc(void **ptr, size_t bytes) {
 
 cudaError_t cudaFree(void *ptr) {
     if (!ptr) return cudaSuccess;
+    // cudaFree waits for the device: queued work may still use the memory.
+    int device = -1;
+    {
+        std::lock_guard<std::recursive_mutex> lk(g_mu);
+        auto it = g_dev.find((uintptr_t)ptr);
+        if (it != g_dev.end()) device = it->second.device;
+    }
+    if (device >= 0) drain_device(device);
     std::lock_guard<std::recursive_mutex> lk(g_mu);
     auto it = g_dev.find((uintptr_t)ptr);
     if (it == g_dev.end()) {
@@ -284,7 +521,7 @@ cudaError_t cudaHostAlloc(void **ptr, size_t bytes, unsigned int flags) {
     void *p = aligned_alloc(4096, rounded);
     if (!p) return set_error(cudaErrorMemoryAllocation);
     std::lock_guard<std::recursive_mutex> lk(g_mu);
-    g_host.insert(p);
+    g_host[(uintptr_t)p] = rounded;
     *ptr = p;
     return cudaSuccess;
 }
@@ -292,8 +529,9 @@ cudaError_t cudaMallocHost(void **ptr, size_t bytes) { return cudaHostAlloc(ptr,
 
 cudaError_t cudaFreeHost(void *ptr) {
     if (!ptr) return cudaSuccess;
+    drain_device(-1);  // it synchronises: a queued copy may still read or fill it
     std::lock_guard<std::recursive_mutex> lk(g_mu);
-    if (!g_host.erase(ptr)) {
+    if (!g_host.erase((uintptr_t)ptr)) {
         fprintf(stderr, "emu: cudaFreeHost(%p): not a live cudaMallocHost/cudaHostAlloc pointer\n", ptr);
         return set_error(cudaErrorInvalidValue);
     }
@@ -309,6 +547,7 @@ cudaError_t cudaHostRegister(void *ptr, size_t bytes, unsigned int flags) {
     return cudaSuccess;
 }
 cudaError_t cudaHostUnregister(void *ptr) {
+    drain_device(-1);
     std::lock_guard<std::recursive_mutex> lk(g_mu);
     if (!g_registered.erase((uintptr_t)ptr)) return set_error(cudaErrorHostMemoryNotRegistered);
     return cudaSuccess;
@@ -324,15 +563,31 @@ cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes) {
     return cudaSuccess;
 }
 
+// A blocking copy runs on the legacy stream (after the work of the device's blocking streams, not
+// its non-blocking ones, as in CUDA) and returns when it is done.
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind) {
     cudaError_t e = check_sync_allowed();
     if (e == cudaSuccess) e = check_copy("cudaMemcpy", dst, src, bytes, kind);
     if (e != cudaSuccess) return set_error(e);
-    if (g_cost_on && kind == cudaMemcpyDeviceToDevice) cost_copy("cudaMemcpy(DeviceToDevice)", src, bytes);
-    if (bytes) memmove(dst, src, bytes);
+    CUstream_st *l = legacy_stream(t_device);
+    uint64_t seq = enqueue(l, [=] {
+        if (g_cost_on && kind == cudaMemcpyDeviceToDevice) cost_copy("cudaMemcpy(DeviceToDevice)", src, bytes);
+        if (bytes) memmove(dst, src, bytes);
+    }, 0);
+    drain(l, seq);
     return cudaSuccess;
 }
 
+static bool is_device_ptr(const void *p) {
+    std::lock_guard<std::recursive_mutex> lk(g_mu);
+    return find_dev(p) != g_dev.end();
+}
+
+// Host memory as an asynchronous copy meets it: a pinned source is read when the copy runs (so the
+// host must not write it before: checked by a checksum taken at issue and when it runs), a pageable
+// one is staged at issue (CUDA copies it to a staging buffer before returning); a pinned
+// destination is undefined until the copy ran (poisoned at issue: all ones, NaN as float), a
+// pageable one is written before the call returns (CUDA waits for the stream).
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind,
                             cudaStream_t stream) {
     cudaError_t e = check_copy("cudaMemcpyAsync", dst, src, bytes, kind);
@@ -342,7 +597,49 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpy
         if (bytes) memmove(dst, src, bytes);
     };
     if (capture_append(stream, run, &e)) return set_error(e);
-    run();
+    CUstream_st *s = stream_of(stream);
+    bool src_host = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyHostToHost ||
+                    (kind == cudaMemcpyDefault && !is_device_ptr(src));
+    bool dst_host = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyHostToHost ||
+                    (kind == cudaMemcpyDefault && !is_device_ptr(dst));
+    if (!bytes) return cudaSuccess;
+    if (dst_host && !is_pinned(dst, bytes)) {
+        if (src_host && !is_pinned(src, bytes)) {  // host to host, both pageable: synchronous
+            drain_all(s);
+            memmove(dst, src, bytes);
+            return cudaSuccess;
+        }
+        drain_all(s);
+        uint64_t seq = enqueue(s, run, 0);
+        drain(s, seq);
+        return cudaSuccess;
+    }
+    if (dst_host) memset(dst, 0xff, bytes);
+    if (src_host && !is_pinned(src, bytes)) {
+        auto staged = std::make_shared<std::vector<unsigned char>>((const unsigned char *)src,
+                                                                   (const unsigned char *)src + bytes);
+        enqueue(s, [=] { memmove(dst, staged->data(), bytes); }, 0);
+        return cudaSuccess;
+    }
+    if (src_host) {
+        uint64_t at_issue = checksum(src, bytes);
+        enqueue(s, [=] {
+            uint64_t now = checksum(src, bytes);
+            if (now != at_issue) {
+                fprintf(stderr,
+                        "emu: cudaMemcpyAsync host->device of %zu bytes from pinned host memory %p to %p: the "
+                        "host wrote the source after the copy was issued and before it ran (checksum %016llx "
+                        "at issue, %016llx when it ran); on a GPU the copy may read either: wait for the copy "
+                        "(an event recorded after it, or a stream synchronisation) before writing the buffer "
+                        "again; aborting\n",
+                        bytes, src, dst, (unsigned long long)at_issue, (unsigned long long)now);
+                abort();
+            }
+            memmove(dst, src, bytes);
+        }, 0);
+        return cudaSuccess;
+    }
+    enqueue(s, run, 0);
     return cudaSuccess;
 }
 
@@ -370,7 +667,8 @@ cudaError_t cudaMemcpy2D(void *dst, size_t dpitch, const void *src, size_t spitc
     cudaError_t e = check_sync_allowed();
     if (e == cudaSuccess) e = check_2d("cudaMemcpy2D", dst, dpitch, src, spitch, width, height, kind);
     if (e != cudaSuccess) return set_error(e);
-    copy2d(dst, dpitch, src, spitch, width, height);
+    CUstream_st *l = legacy_stream(t_device);
+    drain(l, enqueue(l, [=] { copy2d(dst, dpitch, src, spitch, width, height); }, 0));
     return cudaSuccess;
 }
 cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch,
@@ -380,7 +678,10 @@ cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t 
     if (e != cudaSuccess) return set_error(e);
     if (capture_append(stream, [=] { copy2d(dst, dpitch, src, spitch, width, height); }, &e))
         return set_error(e);
-    copy2d(dst, dpitch, src, spitch, width, height);
+    // Synchronous with respect to its stream (a schedule the GPU may take).
+    CUstream_st *s = stream_of(stream);
+    uint64_t seq = enqueue(s, [=] { copy2d(dst, dpitch, src, spitch, width, height); }, 0);
+    drain(s, seq);
     return cudaSuccess;
 }
 
@@ -388,8 +689,11 @@ cudaError_t cudaMemset(void *ptr, int value, size_t bytes) {
     cudaError_t e = check_sync_allowed();
     if (e == cudaSuccess) e = check_range("cudaMemset", ptr, bytes, true, "destination");
     if (e != cudaSuccess) return set_error(e);
-    if (g_cost_on) cost_copy("cudaMemset", nullptr, bytes);
-    if (bytes) memset(ptr, value, bytes);
+    // Asynchronous with respect to the host, on the legacy stream (CUDA's rule for device memory).
+    enqueue(legacy_stream(t_device), [=] {
+        if (g_cost_on) cost_copy("cudaMemset", nullptr, bytes);
+        if (bytes) memset(ptr, value, bytes);
+    }, 0);
     return cudaSuccess;
 }
 
@@ -401,7 +705,7 @@ cudaError_t cudaMemsetAsync(void *ptr, int value, size_t bytes, cudaStream_t str
         if (bytes) memset(ptr, value, bytes);
     };
     if (capture_append(stream, run, &e)) return set_error(e);
-    run();
+    enqueue(stream_of(stream), run, 0);
     return cudaSuccess;
 }
 
@@ -499,6 +803,7 @@ cudaError_t cudaDeviceGetAttribute(int *value, cudaDeviceAttr attr, int device) 
 cudaError_t cudaDeviceSynchronize(void) {
     cudaError_t e = check_sync_allowed();
     if (e != cudaSuccess) return set_error(cudaErrorStreamCaptureUnsupported);
+    drain_device(t_device);
     return cudaSuccess;
 }
 cudaError_t cudaDeviceReset(void) { return cudaSuccess; }
@@ -605,40 +910,90 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t *stream, unsigned int flags) 
 }
 cudaError_t cudaStreamCreate(cudaStream_t *stream) { return cudaStreamCreateWithPriority(stream, 0, 0); }
 cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+    {
+        std::lock_guard<std::recursive_mutex> lk(g_mu);
+        if (is_default_stream(stream) || !g_streams.count(stream)) return set_error(cudaErrorInvalidResourceHandle);
+    }
+    drain_all(stream);  // CUDA lets its work finish
     std::lock_guard<std::recursive_mutex> lk(g_mu);
-    if (is_default_stream(stream) || !g_streams.erase(stream)) return set_error(cudaErrorInvalidResourceHandle);
+    g_streams.erase(stream);
     delete stream;
     return cudaSuccess;
 }
+// Runs s's queue to its end (the default stream: after the blocking streams' work, as CUDA's
+// legacy stream does).
+static void sync_stream(CUstream_st *s) {
+    if (s->legacy) drain(s, enqueue(s, [] {}, 0));
+    else drain_all(s);
+}
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
-    std::lock_guard<std::recursive_mutex> lk(g_mu);
-    CUstream_st *s = stream_of(stream);
-    if (!s) return set_error(cudaErrorInvalidResourceHandle);
-    if (s->capture) {
-        capture_invalidate();
-        return set_error(cudaErrorStreamCaptureUnsupported);
+    CUstream_st *s;
+    {
+        std::lock_guard<std::recursive_mutex> lk(g_mu);
+        s = stream_of(stream);
+        if (!s) return set_error(cudaErrorInvalidResourceHandle);
+        if (s->capture) {
+            capture_invalidate();
+            return set_error(cudaErrorStreamCaptureUnsupported);
+        }
+        if (is_default_stream(stream) && !g_active_captures.empty()) {
+            capture_invalidate();
+            return set_error(cudaErrorStreamCaptureImplicit);
+        }
     }
-    if (is_default_stream(stream) && !g_active_captures.empty()) {
-        capture_invalidate();
-        return set_error(cudaErrorStreamCaptureImplicit);
-    }
+    sync_stream(s);
     return cudaSuccess;
 }
+// The emulator answers a query by finishing the work (a schedule a GPU may take), so a host loop
+// polling it cannot spin forever.
 cudaError_t cudaStreamQuery(cudaStream_t stream) {
-    std::lock_guard<std::recursive_mutex> lk(g_mu);
-    CUstream_st *s = stream_of(stream);
-    if (!s) return set_error(cudaErrorInvalidResourceHandle);
-    if (s->capture) {
-        capture_invalidate();
-        return set_error(cudaErrorStreamCaptureUnsupported);
+    CUstream_st *s;
+    {
+        std::lock_guard<std::recursive_mutex> lk(g_mu);
+        s = stream_of(stream);
+        if (!s) return set_error(cudaErrorInvalidResourceHandle);
+        if (s->capture) {
+            capture_invalidate();
+            return set_error(cudaErrorStreamCaptureUnsupported);
+        }
     }
+    sync_stream(s);
     return cudaSuccess;
 }
 cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void *user_data) {
     if (!fn) return set_error(cudaErrorInvalidValue);
     cudaError_t e;
     if (capture_append(stream, [=] { fn(user_data); }, &e)) return set_error(e);
-    fn(user_data);
+    enqueue(stream_of(stream), [=] {
+        if (!g_exiting) fn(user_data);
+    }, 1);
+    return cudaSuccess;
+}
+cudaError_t cudaStreamGetDevice(cudaStream_t stream, int *device) {
+    if (!device) return set_error(cudaErrorInvalidValue);
+    CUstream_st *s = stream_of(stream);
+    if (!s) return set_error(cudaErrorInvalidResourceHandle);
+    *device = s->device;
+    return cudaSuccess;
+}
+cudaError_t cudaPointerGetAttributes(cudaPointerAttributes *attr, const void *ptr) {
+    if (!attr) return set_error(cudaErrorInvalidValue);
+    memset(attr, 0, sizeof *attr);
+    std::lock_guard<std::recursive_mutex> lk(g_mu);
+    auto it = find_dev(ptr);
+    if (it != g_dev.end()) {
+        attr->type = cudaMemoryTypeDevice;
+        attr->device = it->second.device;
+        attr->devicePointer = (void *)ptr;
+    } else if (is_pinned(ptr, 1)) {
+        attr->type = cudaMemoryTypeHost;
+        attr->device = -1;
+        attr->hostPointer = (void *)ptr;
+    } else {
+        attr->type = cudaMemoryTypeUnregistered;
+        attr->device = -1;
+        attr->hostPointer = (void *)ptr;
+    }
     return cudaSuccess;
 }
 
@@ -654,13 +1009,18 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned int flags) {
 }
 cudaError_t cudaEventCreate(cudaEvent_t *event) { return cudaEventCreateWithFlags(event, 0); }
 cudaError_t cudaEventDestroy(cudaEvent_t event) {
+    {
+        std::lock_guard<std::recursive_mutex> lk(g_mu);
+        if (!g_events.count(event)) return set_error(cudaErrorInvalidResourceHandle);
+    }
+    if (event->stream) drain(event->stream, event->seq);  // its marker writes the event
     std::lock_guard<std::recursive_mutex> lk(g_mu);
     if (!g_events.erase(event)) return set_error(cudaErrorInvalidResourceHandle);
     delete event;
     return cudaSuccess;
 }
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
-    std::lock_guard<std::recursive_mutex> lk(g_mu);
+    std::unique_lock<std::recursive_mutex> lk(g_mu);
     CUstream_st *s = stream_of(stream);
     if (!g_events.count(event) || !s) return set_error(cudaErrorInvalidResourceHandle);
     int stream_device = is_default_stream(stream) ? t_device : s->device;
@@ -671,25 +1031,37 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
     }
     if (s->capture) {
         event->capture = s->capture;  // a node in the graph: others may wait on it (fork/join)
+        event->cap_front = s->cap_front;
         return cudaSuccess;
     }
     event->capture = nullptr;
     event->recorded = true;
-    event->t_ms = now_ms();
+    lk.unlock();  // an eager schedule runs work in enqueue: never under g_mu
+    // The time is taken when the stream reaches the mark.
+    uint64_t seq = enqueue(s, [event] {
+        std::lock_guard<std::recursive_mutex> lk(g_mu);
+        if (g_events.count(event)) event->t_ms = now_ms();
+    }, 0);
+    lk.lock();
+    event->seq = seq;
+    event->stream = s;
     return cudaSuccess;
 }
-cudaError_t cudaEventSynchronize(cudaEvent_t event) {
-    std::lock_guard<std::recursive_mutex> lk(g_mu);
-    if (!g_events.count(event)) return set_error(cudaErrorInvalidResourceHandle);
-    if (event->capture) return set_error(cudaErrorCapturedEvent);
+static cudaError_t event_wait_host(cudaEvent_t event) {
+    CUstream_st *s;
+    uint64_t seq;
+    {
+        std::lock_guard<std::recursive_mutex> lk(g_mu);
+        if (!g_events.count(event)) return set_error(cudaErrorInvalidResourceHandle);
+        if (event->capture) return set_error(cudaErrorCapturedEvent);
+        s = event->stream;
+        seq = event->seq;
+    }
+    if (s) drain(s, seq);
     return cudaSuccess;
 }
-cudaError_t cudaEventQuery(cudaEvent_t event) {
-    std::lock_guard<std::recursive_mutex> lk(g_mu);
-    if (!g_events.count(event)) return set_error(cudaErrorInvalidResourceHandle);
-    if (event->capture) return set_error(cudaErrorCapturedEvent);
-    return cudaSuccess;
-}
+cudaError_t cudaEventSynchronize(cudaEvent_t event) { return event_wait_host(event); }
+cudaError_t cudaEventQuery(cudaEvent_t event) { return event_wait_host(event); }
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end) {
     if (!ms) return set_error(cudaErrorInvalidValue);
     std::lock_guard<std::recursive_mutex> lk(g_mu);
@@ -700,7 +1072,7 @@ cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end) 
     return cudaSuccess;
 }
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int flags) {
-    std::lock_guard<std::recursive_mutex> lk(g_mu);
+    std::unique_lock<std::recursive_mutex> lk(g_mu);
     CUstream_st *s = stream_of(stream);
     if (!s || !g_events.count(event)) return set_error(cudaErrorInvalidResourceHandle);
     if (event->capture && g_active_captures.count(event->capture)) {
@@ -712,10 +1084,28 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
             capture_invalidate();
             return set_error(cudaErrorStreamCaptureMerge);
         }
-        s->capture = event->capture;  // fork: this stream now records into the same graph
-        s->mode = cudaStreamCaptureModeGlobal;
+        if (!s->capture) {  // fork: this stream now records into the same graph
+            s->capture = event->capture;
+            s->mode = cudaStreamCaptureModeGlobal;
+            s->cap_front.clear();
+        }
+        // The wait makes no node (as in CUDA): the stream's next node also follows the event's.
+        for (int n : event->cap_front)
+            if (std::find(s->cap_front.begin(), s->cap_front.end(), n) == s->cap_front.end()) s->cap_front.push_back(n);
+        return cudaSuccess;
     }
-    // Everything already ran in order: nothing to wait for.
+    if (s->capture) {
+        // A graph cannot depend on work outside it: replayed, the wait would mean nothing.
+        fprintf(stderr, "emu: cudaStreamWaitEvent: a capturing stream waits on an event recorded outside the "
+                        "capture; record the event inside the capture, or wait before beginning it\n");
+        capture_invalidate();
+        return set_error(cudaErrorStreamCaptureIsolation);
+    }
+    if (!event->stream || event->stream == s) return cudaSuccess;  // nothing recorded, or in order already
+    CUstream_st *es = event->stream;
+    uint64_t seq = event->seq;
+    lk.unlock();
+    enqueue(s, [es, seq] { drain(es, seq); }, 0);
     return cudaSuccess;
 }
 
@@ -735,6 +1125,7 @@ cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mo
     g_active_captures.insert(g);
     s->capture = g;
     s->mode = mode;
+    s->cap_front.clear();
     return cudaSuccess;
 }
 cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *graph) {
@@ -748,10 +1139,31 @@ cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *graph) {
         capture_invalidate();
         return set_error(cudaErrorStreamCaptureUnmatched);
     }
-    // Forked streams leave the capture with it (the emulator ran nothing concurrently, so there is
-    // no unjoined work to complain about).
+    // Every stream forked into the capture must have been joined back: its last node must come
+    // before the origin's last (CUDA: cudaErrorStreamCaptureUnjoined).
+    std::vector<char> before(g->nodes.size(), 0);
+    std::vector<int> stack;
+    stack = s->cap_front;
+    while (!stack.empty()) {
+        int n = stack.back();
+        stack.pop_back();
+        if (before[n]) continue;
+        before[n] = 1;
+        for (int d : g->deps[n]) stack.push_back(d);
+    }
+    bool unjoined = false;
     for (cudaStream_t o : g_streams)
-        if (o->capture == g) o->capture = nullptr;
+        if (o->capture == g) {
+            for (int n : o->cap_front)
+                if (o != s && !before[n]) unjoined = true;
+            o->capture = nullptr;
+        }
+    if (unjoined) {
+        fprintf(stderr, "emu: cudaStreamEndCapture: a stream forked into the capture (by waiting on an event of "
+                        "it) was not joined back (the capturing stream never waited on an event recorded after "
+                        "its last work)\n");
+        g->invalidated = true;
+    }
     for (cudaEvent_t e : g_events)
         if (e->capture == g) e->capture = nullptr;
     s->capture = nullptr;
@@ -760,7 +1172,7 @@ cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *graph) {
         g_graphs.erase(g);
         delete g;
         *graph = nullptr;
-        return set_error(cudaErrorStreamCaptureInvalidated);
+        return set_error(unjoined ? cudaErrorStreamCaptureUnjoined : cudaErrorStreamCaptureInvalidated);
     }
     *graph = g;
     return cudaSuccess;
@@ -781,6 +1193,7 @@ cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t graph, unsig
     if (!g_graphs.count(graph)) return set_error(cudaErrorInvalidResourceHandle);
     CUgraphExec_st *x = new CUgraphExec_st();
     x->nodes = graph->nodes;
+    x->deps = graph->deps;
     g_execs.insert(x);
     *exec = x;
     return cudaSuccess;
@@ -791,17 +1204,42 @@ cudaError_t cudaGraphInstantiateWithFlags(cudaGraphExec_t *exec, cudaGraph_t gra
 }
 cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
     std::vector<std::function<void()>> nodes;
+    std::vector<std::vector<int>> deps;
     {
         std::lock_guard<std::recursive_mutex> lk(g_mu);
         if (!g_execs.count(exec)) return set_error(cudaErrorInvalidResourceHandle);
         nodes = exec->nodes;
+        deps = exec->deps;
     }
     cudaError_t e;
-    auto all = [nodes] {
-        for (const auto &n : nodes) n();
+    // A graph is a dependency graph, not a list: each replay runs its nodes in a seeded order
+    // that respects only the captured dependencies (among the ready nodes, a drawn one next).
+    auto all = [nodes, deps] {
+        size_t n = nodes.size();
+        std::vector<int> waiting(n);
+        std::vector<std::vector<int>> after(n);
+        for (size_t i = 0; i < n; i++) {
+            waiting[i] = (int)deps[i].size();
+            for (int d : deps[i]) after[d].push_back((int)i);
+        }
+        std::vector<int> ready;
+        for (size_t i = 0; i < n; i++)
+            if (!waiting[i]) ready.push_back((int)i);
+        while (!ready.empty()) {
+            size_t k;
+            {
+                std::lock_guard<std::recursive_mutex> lk(g_mu);
+                k = seeded(ready.size());
+            }
+            int i = ready[k];
+            ready.erase(ready.begin() + k);
+            nodes[i]();
+            for (int j : after[i])
+                if (--waiting[j] == 0) ready.push_back(j);
+        }
     };
     if (capture_append(stream, all, &e)) return set_error(e);
-    all();
+    enqueue(stream_of(stream), all, 2);
     return cudaSuccess;
 }
 cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
@@ -923,7 +1361,7 @@ void launch(const char *name, const void *func, dim3 grid, dim3 block, size_t sm
         set_error(err);
         return;
     }
-    run();
+    enqueue(stream_of(stream), run, 2);
 }
 
 }  // namespace emu
