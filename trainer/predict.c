@@ -10,6 +10,7 @@
 #include <math.h>
 #include <omp.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 
 #include "loader/augment.h"
@@ -23,7 +24,7 @@ static void predict_usage(FILE *f) {
     fprintf(f,
             "usage: train predict --weights W.safetensors [flags] IMAGE|FOLDER...\n"
             "\n"
-            "Classifies JPEG/PNG files (folders: every file in them, recursively, in name order) with\n"
+            "Classifies JPEG/PNG files (folders: their .jpg/.jpeg/.png files, recursively, in name order) with\n"
             "the evaluation's preprocessing: resize the short side to --resize, center-crop\n"
             "--crop-size, normalise with the model's mean/std. Prints the top-k classes per image.\n"
             "A file that cannot be read or decoded is reported by name and skipped; the exit status\n"
@@ -65,12 +66,27 @@ static void push(PathList *l, const char *s) {
 
 static int by_name(const struct dirent **a, const struct dirent **b) { return strcmp((*a)->d_name, (*b)->d_name); }
 
-// A folder's files, recursively, in byte order of their names (hidden entries skipped); a path
-// that is not a folder is taken as it is (a missing file fails later, by name).
-static void collect(PathList *l, const char *path) {
+// Inside folders only files named as images are taken (as packdata does): notes, shards and
+// other files beside the photos are skipped and counted; a file named on the command line is
+// always taken, so one that is not an image is an error by name.
+static int has_image_extension(const char *name) {
+    static const char *exts[] = {".jpg", ".jpeg", ".png"};
+    size_t n = strlen(name);
+    for (size_t i = 0; i < sizeof exts / sizeof exts[0]; i++) {
+        size_t e = strlen(exts[i]);
+        if (n > e && !strcasecmp(name + n - e, exts[i])) return 1;
+    }
+    return 0;
+}
+static int g_skipped_files;
+
+// A folder's image files, recursively, in byte order of their names (hidden entries skipped); a
+// path that is not a folder is taken as it is (a missing file fails later, by name).
+static void collect_in(PathList *l, const char *path, int in_folder) {
     struct stat st;
     if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) {
-        push(l, path);
+        if (in_folder && !has_image_extension(path)) g_skipped_files++;
+        else push(l, path);
         return;
     }
     struct dirent **ents;
@@ -84,7 +100,7 @@ static void collect(PathList *l, const char *path) {
             size_t len = strlen(path) + strlen(ents[i]->d_name) + 2;
             char *child = ct_alloc(len);
             snprintf(child, len, "%s%s%s", path, path[strlen(path) - 1] == '/' ? "" : "/", ents[i]->d_name);
-            collect(l, child);
+            collect_in(l, child, 1);
             free(child);
         }
         free(ents[i]);
@@ -92,7 +108,7 @@ static void collect(PathList *l, const char *path) {
     free(ents);
 }
 
-static void collect_arg(void *inputs, const char *arg) { collect(inputs, arg); }
+static void collect_arg(void *inputs, const char *arg) { collect_in(inputs, arg, 0); }
 
 // Preprocessed crop (uint8 HWC, crop x crop x C) of one file; 0, or -1 with the reason in err.
 static int load_image(const char *path, const ModelFile *mf, uint8_t *crop, ResampleScratch *scratch, char *err,
@@ -220,6 +236,9 @@ int predict_main(int argc, char **argv) {
     if (strcmp(tta, "none") && strcmp(tta, "flip")) ct_die("--tta %s: must be none or flip", tta);
     int flip = !strcmp(tta, "flip");
     int workers = strcmp(workers_flag, "auto") ? ct_parse_int("--workers", workers_flag, 1, 1024) : omp_get_max_threads();
+    if (g_skipped_files)
+        fprintf(stderr, "predict: skipped %d file%s without an image extension (.jpg, .jpeg, .png) inside the folders given\n",
+                g_skipped_files, g_skipped_files > 1 ? "s" : "");
     if (!inputs.n) ct_die("predict: no images given (files or folders after the flags; see train predict --help)");
 
     ModelFile mf;
