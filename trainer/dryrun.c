@@ -65,7 +65,7 @@ static void source_of(const Config *c, const ConfigGiven *g, int i, char *buf, s
     else if (!strcmp(fl->name, "node-rank") && g->node_rank_from && strcmp(g->node_rank_from, "--node-rank")) snprintf(buf, n, "environment $%s", g->node_rank_from);
     else if (!strcmp(fl->name, "master") && g->master_from && strcmp(g->master_from, "--master")) snprintf(buf, n, "environment $%s", g->master_from);
     else if ((!strcmp(fl->name, "ranks") || !strcmp(fl->name, "device")) && config_given(g, "gpus")) snprintf(buf, n, "--gpus");
-    else snprintf(buf, n, "default%s", c->was_auto[i] ? " (auto, resolved)" : "");
+    else snprintf(buf, n, "default%s", c->was_auto[i] ? " (auto)" : "");
 }
 
 int dryrun_main(const Config *c, const ConfigGiven *given) {

@@ -3,6 +3,7 @@
 
 #include <libgen.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,7 +75,12 @@ void settings_flag_text(const Config *c, const Flag *fl, char *buf, size_t n) {
         break;
     case F_LL: snprintf(buf, n, "%lld", *(const long long *)p); break;
     case F_DBL: snprintf(buf, n, "%.17g", *(const double *)p);
-        // The shortest text that reads back as the same double (0.1, not 0.10000000000000001).
+        // The shortest text that reads back as the same double (0.1, not 0.10000000000000001;
+        // 300, not 3e+02).
+        if (*(const double *)p == (double)(long long)*(const double *)p && fabs(*(const double *)p) < 1e15) {
+            snprintf(buf, n, "%lld", (long long)*(const double *)p);
+            break;
+        }
         for (int prec = 1; prec <= 17; prec++) {
             char t[64];
             snprintf(t, sizeof t, "%.*g", prec, *(const double *)p);
