@@ -114,7 +114,14 @@ cp -L d/train.shard bad/train.shard
 "$TRAIN" "${S[@]}" 2>strict2.log || { cat strict2.log; fail "the same command after a failed start (shard repaired)"; }
 ok "--strict-data stops at the bad record; the same command runs again once it is repaired"
 
-# 5. --dry-run of every recipe, on this CPU machine.
+# 5. --help fits 100 columns and every flag has a group; --version names the commit.
+help=$("$TRAIN" --help)
+[ -z "$(awk 'length > 100' <<<"$help")" ] || fail "--help lines over 100 columns: $(awk 'length > 100' <<<"$help" | head -3)"
+grep -q "^other:" <<<"$help" && fail "flags without a --help group: $(sed -n '/^other:/,/^$/p' <<<"$help")"
+grep -q "^ctrain [0-9.]* (commit [0-9a-f]" <<<"$("$TRAIN" --version)" || fail "--version: $("$TRAIN" --version)"
+ok "--help: $(wc -l <<<"$help") lines, none over 100 columns, every flag in a group; $("$TRAIN" --version)"
+
+# 6. --dry-run of every recipe, on this CPU machine.
 for f in "$CTRAIN_ROOT"/recipes/*.conf; do
   out=$("$TRAIN" --config "$f" --dry-run d 2>&1) || { echo "$out"; fail "--dry-run --config $f"; }
   grep -q "global batch: " <<<"$out" && grep -q "recipe $f:[0-9]" <<<"$out" && grep -q "steps per epoch" <<<"$out" \

@@ -27,7 +27,7 @@ const Flag CONFIG_FLAGS[] = {
     {"nesterov", 0, F_BOOL, OFF(nesterov), "0", NULL, "Nesterov momentum", 0},
     {"optimizer", 0, F_STR, OFF(optimizer), "sgd", "sgd|lars", "sgd: torch.optim.SGD; lars: MLPerf's LARS (per-tensor trust ratio eta |w| / (|g| + wd |w|) on the rate; BN parameters and biases neither adapted nor decayed)", 0},
     {"lars-eta", 0, F_DBL, OFF(lars_eta), "0.001", "ETA", "LARS trust coefficient", 0},
-    {"ema", 0, F_DBL, OFF(ema), "0", "DECAY", "keep an exponential moving average of the weights and BN statistics (timm's ModelEma), ema += (1 - DECAY) (w - ema) after each update, e.g. 0.999; evaluation reports both models, model.safetensors holds the better by last val top-1 (default 0: off; a DECAY given must be in (0, 1); --ema 0 with --resume drops the run's average). Caution: the BN statistics are averaged too, not recomputed for the averaged weights, so after a short run at a high rate the average can evaluate far below the plain model (the demo with --ema 0.999: 21.68% against 93.49%; 91.50% once its BN statistics were recomputed on training batches; docs/BENCHMARKS.md)", 0},
+    {"ema", 0, F_DBL, OFF(ema), "0", "DECAY", "keep an exponential moving average of the weights and BN statistics (timm's ModelEma), ema += (1 - DECAY) (w - ema) after each update, e.g. 0.999; both models are evaluated, model.safetensors holds the better (0: off; a DECAY given must be in (0, 1); --ema 0 with --resume drops the run's average). Its BN statistics are averaged, not recomputed: see the README", 0},
     {"ema-every", 0, F_INT, OFF(ema_every), "1", "K", "--ema: update the average every K optimizer steps", 0},
     {"lr-schedule", 0, F_STR, OFF(lr_schedule), "step", "step|cosine|linear|poly", "learning-rate schedule, set per step: step (x gamma every --lr-step-size epochs), cosine to 0, linear to 0 at the end (FFCV's), poly (MLPerf's: (lr - end) * (1 - progress)^power + end)", 0},
     {"warmup-epochs", 0, F_DBL, OFF(warmup_epochs), "0", "E", "linear warmup from 0 over E epochs (fractions allowed)", 0},
@@ -71,7 +71,7 @@ const Flag CONFIG_FLAGS[] = {
     {"demo", 0, F_BOOL, OFF(demo), "0", NULL, "Fashion-MNIST demo: packs " DEMO_SHARDS "/ when absent, trains a CIFAR-style ResNet on the CPU, evaluates", 0},
     {"config", 0, F_STR, OFF(config_file), "", "FILE", "read flags from a recipe file (see recipes/): one '--flag value', '--flag=value' or bare '--flag' a line, '#' comments; flags on the command line win over the file's, the file's over --demo's", 0},
     {"zero-init-residual", 0, F_BOOL, OFF(zero_init_residual), "0", NULL, "zero-initialise the last BN of each residual block", 0},
-    {"blurpool", 0, F_BOOL, OFF(blurpool), "0", NULL, "BlurPool (FFCV's): a fixed 3x3 blur [1,2,1]x[1,2,1]/16 per channel on the input of every strided conv with >= 16 input channels (CIFAR nets: layer2/3's first conv1 and downsample; never the stem); no parameters. Part of the model: checkpoints and model.safetensors record it, and --resume, --weights, evaluate, predict and export take it from there (default: off; --resume with the other setting is refused)", 0},
+    {"blurpool", 0, F_BOOL, OFF(blurpool), "0", NULL, "BlurPool (FFCV's): a fixed 3x3 blur on the input of every strided conv with >= 16 input channels; part of the model (recorded in checkpoints and model files, taken from there when not given)", 0},
     {"no-wd-bn", 0, F_BOOL, OFF(no_wd_bn), "0", NULL, "no weight decay on BN weights/biases and the fc bias", 0},
     {"max-nonfinite", 0, F_INT, OFF(max_nonfinite), "5", "N", "stop after N consecutive steps with a non-finite loss or gradient", 0},
     {"max-bad-records", 0, F_INT, OFF(max_bad_records), "auto", "N|auto", "train records that fail their checksum or decoding are reported once and skipped (their samples take the next good record's image); more than N in an epoch stop the run with a checkpoint (auto: 0.1% of the train shard, at least 1)", 0},
@@ -115,31 +115,91 @@ static const char *DEMO_ARGS[] = {
 };
 
 
+// --help's groups, by flag name; a flag in none is listed under "other" (a new flag shows up
+// there until it is given a group).
+static const char *const HELP_GROUPS[][24] = {
+    {"data", "crop-size", "val-crop-size", "val-resize", "res-start", "res-end", "res-ramp", "res-step", "min-scale",
+     "no-flip", "mean", "std", "workers", "max-bad-records", "strict-data", NULL},
+    {"model", "arch", "zero-init-residual", "blurpool", "weights", "reset-head", "freeze-backbone", NULL},
+    {"optimisation", "batch-size", "lr", "momentum", "wd", "nesterov", "optimizer", "lars-eta", "no-wd-bn", "max-nonfinite",
+     "precision", NULL},
+    {"schedule", "epochs", "lr-schedule", "warmup-epochs", "lr-step-size", "lr-gamma", "lr-power", "lr-end", NULL},
+    {"regularisation", "label-smoothing", "mixup", "cutmix", "mix-prob", "mix-switch-prob", "ema", "ema-every",
+     "teacher", "kd-alpha", "kd-temperature", NULL},
+    {"evaluation", "evaluate", "tta", NULL},
+    {"distributed", "ranks", "gpus", "nodes", "node-rank", "master", "comm", "timeout", "bucket-mb", NULL},
+    {"run and output", "out", "overwrite", "resume", "config", "dry-run", "demo", "device", "cuda-graphs", "seed",
+     "deterministic", "print-freq", NULL},
+};
+
+static int help_group(const char *name) {
+    for (size_t g = 0; g < CT_ARRAY_LEN(HELP_GROUPS); g++)
+        for (int k = 1; HELP_GROUPS[g][k]; k++)
+            if (!strcmp(HELP_GROUPS[g][k], name)) return (int)g;
+    return -1;
+}
+
+// text wrapped at 100 columns, its first line from column col, the others from column indent.
+static void print_wrapped(FILE *f, const char *text, int col, int indent) {
+    const char *p = text;
+    while (*p) {
+        while (*p == ' ') p++;
+        size_t w = strcspn(p, " ");
+        if (col > indent && col + 1 + (int)w > 100) {
+            fprintf(f, "\n%*s", indent, "");
+            col = indent;
+        }
+        if (col > indent) { fputc(' ', f); col++; }
+        fprintf(f, "%.*s", (int)w, p);
+        col += (int)w;
+        p += w;
+    }
+    fputc('\n', f);
+}
+
+static void usage_flag(FILE *f, const Flag *fl) {
+    char lhs[64], text[2048];
+    if (fl->short_name)
+        snprintf(lhs, sizeof lhs, "-%c, --%s%s%s", fl->short_name, fl->name, fl->metavar ? " " : "", fl->metavar ? fl->metavar : "");
+    else
+        snprintf(lhs, sizeof lhs, "    --%s%s%s", fl->name, fl->metavar ? " " : "", fl->metavar ? fl->metavar : "");
+    const char *def = fl->type == F_BOOL ? (strcmp(fl->def, "1") ? "off" : "on") : (fl->def[0] ? fl->def : "none");
+    if (!strcmp(fl->name, "gpus")) def = "none";  // 0 stands for not given; --gpus 0 is an error
+    snprintf(text, sizeof text, "%s [%s]", fl->help, def);
+    fprintf(f, "  %-34s ", lhs);
+    int col = 3 + CT_MAX(34, (int)strlen(lhs));
+    print_wrapped(f, text, col, 37);
+}
+
 void config_usage(FILE *f) {
     fprintf(f,
             "usage: train [flags] SHARDS/\n"
+            "       train --resume RUN_DIR [--epochs N]                    continue a run with its settings\n"
             "       train --demo [flags]\n"
-            "       train --evaluate --weights W.safetensors|W.ckpt [flags] SHARDS/\n"
+            "       train --evaluate RUN_DIR | --evaluate --weights W [SHARDS/]  (W: .safetensors, .ckpt, run)\n"
             "       train --weights torchvision.safetensors --reset-head [flags] SHARDS/   (fine-tuning)\n"
-            "       train export --weights W.safetensors --onnx OUT.onnx   (train export --help)\n"
-            "       train predict --weights W.safetensors IMAGE|FOLDER...  (train predict --help)\n\n"
+            "       train --config recipes/X.conf --dry-run SHARDS/         the resolved settings, and exit\n"
+            "       train export --weights W --onnx OUT.onnx   (train export --help)\n"
+            "       train predict --weights W IMAGE|FOLDER...  (train predict --help)\n\n"
             "Trains a ResNet on SHARDS/train.shard, evaluating on SHARDS/val.shard after every epoch\n"
-            "(shards are made by ./packdata). Flags take a value as '--flag V' or '--flag=V'.\n\nflags (default in brackets):\n");
-    for (int pass = 0; pass < 2; pass++) {
-        if (pass == 1) fprintf(f, "\ntesting and debugging:\n");
+            "(shards are made by ./packdata). Flags take a value as '--flag V' or '--flag=V'; the README\n"
+            "explains each at length. Defaults in brackets.\n");
+    for (int g = 0; g <= (int)CT_ARRAY_LEN(HELP_GROUPS) + 1; g++) {
+        int any = 0;
         for (int i = 0; i < CONFIG_N_FLAGS; i++) {
             const Flag *fl = &CONFIG_FLAGS[i];
-            if (fl->hidden != pass) continue;
-            char lhs[64];
-            if (fl->short_name)
-                snprintf(lhs, sizeof lhs, "-%c, --%s%s%s", fl->short_name, fl->name, fl->metavar ? " " : "", fl->metavar ? fl->metavar : "");
-            else
-                snprintf(lhs, sizeof lhs, "    --%s%s%s", fl->name, fl->metavar ? " " : "", fl->metavar ? fl->metavar : "");
-            const char *def = fl->type == F_BOOL ? (strcmp(fl->def, "1") ? "off" : "on") : (fl->def[0] ? fl->def : "none");
-            fprintf(f, "  %-34s %s [%s]\n", lhs, fl->help, def);
+            int fg = fl->hidden ? (int)CT_ARRAY_LEN(HELP_GROUPS) + 1 : help_group(fl->name);
+            if (fg < 0) fg = (int)CT_ARRAY_LEN(HELP_GROUPS);
+            if (fg != g) continue;
+            if (!any)
+                fprintf(f, "\n%s:\n", g < (int)CT_ARRAY_LEN(HELP_GROUPS) ? HELP_GROUPS[g][0]
+                                      : g == (int)CT_ARRAY_LEN(HELP_GROUPS) ? "other" : "testing and debugging");
+            any = 1;
+            usage_flag(f, fl);
         }
     }
-    fprintf(f, "  -h, --help                         this help\n\n"
+    fprintf(f, "  -h, --help                         this help\n"
+               "      --version                      the version and the commit it was built from\n\n"
                "--demo uses:");
     // Printed from the recipe itself, so the help cannot drift from it.
     int col = 12;
@@ -152,7 +212,8 @@ void config_usage(FILE *f) {
     }
     fprintf(f, ";\n  flags given with --demo override these.\n"
                "Without --out a run goes to runs/DATE-ARCH (runs/demo for --demo), with a -2, -3... suffix when\n"
-               "that holds a run already.\n"
+               "that holds a run already. --resume RUN_DIR takes every setting the run recorded; flags that\n"
+               "would change its course are refused (start a new run from its weights with --weights instead).\n"
                "Precedence: defaults < --demo's recipe < launchers' environment < --config FILE < command line.\n"
                "Multi-node runs also read torchrun's WORLD_SIZE, NODE_RANK/RANK, MASTER_ADDR, MASTER_PORT and\n"
                "SLURM's SLURM_NNODES, SLURM_NODEID, SLURM_JOB_NODELIST when the flags are not given.\n"
