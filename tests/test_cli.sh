@@ -15,13 +15,16 @@ expect_err() {
 }
 
 help=$("$TRAIN" --help)
+# One line per flag entry: its wrapped continuation lines (indented 37 columns) joined to it.
+entries=$(awk 'length($0) > 37 && substr($0, 1, 37) ~ /^ +$/ && substr($0, 38, 1) != " " { sub(/^ +/, " "); printf "%s", $0; next }
+               { printf "\n%s", $0 } END { print "" }' <<<"$help")
 for flag in arch epochs batch-size lr momentum wd nesterov lr-schedule warmup-epochs label-smoothing crop-size \
             val-resize workers seed deterministic resume weights evaluate out device print-freq teacher kd-alpha \
             kd-temperature precision demo config lr-power lr-end val-crop-size res-start res-end res-ramp res-step tta; do
   grep -qE -- "--$flag( |$)" <<<"$help" || fail "--help does not document --$flag"
 done
 # Every documented flag shows its default in brackets.
-undocumented=$(echo "$help" | grep -E '^  (-., |    )--[a-z]' | grep -v '\[' | grep -v -- '--help' || true)
+undocumented=$(echo "$entries" | grep -E '^  (-., |    )--[a-z]' | grep -v '\[' | grep -vE -- '--(help|version)' || true)
 [ -z "$undocumented" ] || fail "flags without a default in --help: $undocumented"
 grep -q "usage: train" <<<"$("$TRAIN" -h)" || fail "-h prints no usage"
 ok "--help documents every flag with its default"
@@ -82,8 +85,8 @@ expect_err "unexpected extra argument" "$TMP/d" "$TMP/d"
 expect_err "missing SHARDS directory \(or --demo, or --resume RUN_DIR\); see train --help" --epochs 1
 out=$("$TRAIN" --epochs 1 2>&1) || true
 [ "$(wc -l <<<"$out")" = 1 ] || fail "a missing SHARDS prints more than its error: $out"
-grep -q "auto (crop/0.875)" <<<"$help" || fail "--help does not say --val-resize defaults to auto (crop/0.875)"
-grep -qE -- "--overwrite .*\[off\]" <<<"$help" && grep -qE -- "--reset-head .*\[off\]" <<<"$help" || fail "--help lacks --overwrite or --reset-head"
+grep -q "auto (crop/0.875)" <<<"$entries" || fail "--help does not say --val-resize defaults to auto (crop/0.875)"
+grep -qE -- "--overwrite .*\[off\]" <<<"$entries" && grep -qE -- "--reset-head .*\[off\]" <<<"$entries" || fail "--help lacks --overwrite or --reset-head"
 expect_err "--reset-head needs --weights" --reset-head "$TMP/d"
 expect_err "is not a directory" /nonexistent/shards
 expect_err "train.shard: missing" "$TMP/onlyval"

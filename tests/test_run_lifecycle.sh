@@ -46,10 +46,12 @@ ok "a changed --lr is refused: $(grep -- '--lr:' <<<"$out")"
 
 # 2. The model carries its evaluation.
 want=$("$PIPPY" -c "import json; print('%.2f' % [json.loads(l) for l in open('runs/sig/metrics.jsonl') if '\"epoch\"' in l and '\"type\":\"epoch\"' in l][-1]['val_top1'])")
-got=$("$TRAIN" --evaluate --weights runs/sig/model.safetensors 2>&1 | sed -n 's/.* top-1 \([0-9.]*\)%.*/\1/p' | tail -1)
+out=$("$TRAIN" --evaluate --weights runs/sig/model.safetensors 2>&1) || { echo "$out"; fail "--evaluate --weights RUN/model.safetensors alone failed"; }
+got=$(sed -n 's/.* top-1 \([0-9.]*\)%.*/\1/p' <<<"$out" | tail -1)
 [ "$got" = "$want" ] || fail "--evaluate --weights RUN/model.safetensors: top-1 '$got', the run ended at $want"
 best=$("$PIPPY" -c "import json; print('%.2f' % max(json.loads(l)['val_top1'] for l in open('runs/sig/metrics.jsonl') if '\"type\":\"epoch\"' in l))")
-got=$("$TRAIN" --evaluate runs/sig 2>&1 | sed -n 's/.* top-1 \([0-9.]*\)%.*/\1/p' | tail -1)
+out=$("$TRAIN" --evaluate runs/sig 2>&1) || { echo "$out"; fail "--evaluate RUN_DIR failed"; }
+got=$(sed -n 's/.* top-1 \([0-9.]*\)%.*/\1/p' <<<"$out" | tail -1)
 [ "$got" = "$best" ] || fail "--evaluate RUN_DIR: top-1 '$got', the run's best was $best"
 ok "--evaluate --weights model.safetensors alone: $want% (the run's last); --evaluate RUN_DIR: $best% (its best)"
 
@@ -80,6 +82,14 @@ sys.exit(0 if a.SerializeToString() == b.SerializeToString() else 1)
 PY
 done
 ok "predict and export from best.ckpt and the run directory equal best.safetensors'"
+
+# A third command extends the run: config.json lists all three.
+"$TRAIN" --resume runs/sig --epochs 3 2>extend.log || { cat extend.log; fail "--resume RUN_DIR --epochs 3"; }
+"$PIPPY" -c "
+import json; c = json.load(open('runs/sig/config.json'))['commands']
+assert [x['argv'][1:] for x in c[1:]] == [['--resume', 'runs/sig'], ['--resume', 'runs/sig', '--epochs', '3']], c" \
+  || fail "config.json does not list the three commands of the run"
+ok "--resume RUN_DIR --epochs 3 extends the run; config.json lists its three commands"
 
 # 4. A bit-flipped train record: reported once, skipped, counted; the same bits for 1 and 2 workers.
 mkdir -p bad && cp -L d/train.shard bad/train.shard && ln -sf "$(readlink -f d/val.shard)" bad/val.shard

@@ -1,4 +1,5 @@
 // Loading a model file with its preprocessing (trainer/modelfile.h).
+#include "trainer/filekind.h"
 #include "trainer/modelfile.h"
 
 #include <jansson.h>
@@ -140,7 +141,10 @@ void modelfile_load(ModelFile *mf, const char *path, const ModelFileFlags *fl) {
         load_checkpoint(mf, path, fl, &mm, owned);
     } else {
         char *err = st_open(path, &f);
-        if (err) ct_die("--weights %s", err);
+        if (err) {
+            char note[1300];
+            ct_die("--weights %s%s", err, filekind_note(path, "a safetensors file", note, sizeof note));
+        }
         mm = (ModelMeta){st_meta(&f, "arch"), st_meta(&f, "num_classes"), st_meta(&f, "in_channels"),
                          st_meta(&f, "crop_size"), st_meta(&f, "val_resize"), st_meta(&f, "mean"),
                          st_meta(&f, "std"), st_meta(&f, "blurpool"), st_meta(&f, "classes")};

@@ -3,6 +3,7 @@
 // (a file per thread at a time), the eval forward of the batch on the backend (trainer/backend.h,
 // through predict_forward), and the report in input order. An image's crop depends only on its
 // file and a batch's logits only on its crops, so the output is the same for any thread count.
+#include "trainer/filekind.h"
 #include "trainer/predict.h"
 
 #include <dirent.h>
@@ -123,6 +124,14 @@ static int load_image(const char *path, const ModelFile *mf, uint8_t *crop, Resa
         return ct_fail(err, errlen, "the model takes %d channels; images decode to 1 or 3", C);
     }
     int rc = image_decode(data, n, C, &pix, &h, &w, err, errlen);
+    if (rc != 0) {  // say what the file is when it is something else (a checkpoint, a model file...)
+        char kind[96], note[300];
+        if (filekind(path, kind, sizeof kind) && strcmp(kind, "a PNG image") && strcmp(kind, "a JPEG image")) {
+            snprintf(note, sizeof note, " (the file is %s)", kind);
+            size_t k = strlen(err);
+            snprintf(err + k, errlen > k ? errlen - k : 0, "%s", note);
+        }
+    }
     free(data);
     if (rc != 0) return -1;
     AugmentConfig a = {.crop = mf->crop, .train = 0, .resize = mf->resize};

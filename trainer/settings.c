@@ -1,4 +1,5 @@
 // A run's recorded settings and --resume from them (trainer/settings.h).
+#include "trainer/filekind.h"
 #include "trainer/settings.h"
 
 #include <libgen.h>
@@ -165,15 +166,14 @@ static const char *resume_file(const char *path) {
     snprintf(file, sizeof file, "%.*s/last.ckpt", (int)n, path);
     if (!ct_file_exists(file))
         ct_die("--resume %s: the directory holds no last.ckpt (a run writes it at the end of each epoch and when "
-               "stopped by SIGINT/SIGTERM%s)", path, ct_file_exists(file) ? "" : "; this one never got that far");
+               "stopped by SIGINT/SIGTERM; this one never got that far)", path);
     return file;
 }
 
-// The directory of a checkpoint path, into static storage.
+// The directory of a checkpoint path (kept for the process: Config strings point at it).
 static const char *dir_of(const char *path) {
-    static char dir[PATH_MAX + 16];
     char *copy = ct_strdup(path);
-    snprintf(dir, sizeof dir, "%s", dirname(copy));
+    char *dir = ct_strdup(dirname(copy));
     free(copy);
     return dir;
 }
@@ -218,10 +218,16 @@ static int apply_record(Config *c, ConfigGiven *given, json_t *doc, Config *rec,
         // An automatic count given as auto is the same as not given.
         int given_auto = fl->type == F_INT && !strcmp(fl->def, "auto") && *(const int *)((const char *)c + fl->offset) == 0;
         if (config_given(given, fl->name) && !given_auto) {
-            if (same_value(c, rec, fl) || LISTED(fl->name, RESUME_NEUTRAL)) continue;
+            if (same_value(c, rec, fl)) continue;
             char old[256], now[256];
             settings_flag_text(rec, fl, old, sizeof old);
             settings_flag_text(c, fl, now, sizeof now);
+            // A schedule that depends on the run's length follows the new one from here.
+            const char *sched = json_string_value(json_object_get(doc, "lr-schedule"));
+            if (!strcmp(fl->name, "epochs") && !c->evaluate && sched && strcmp(sched, "step"))
+                fprintf(stderr, "train: note: --resume %s: --epochs %s (the run had %s): the %s schedule's rate from here "
+                                "follows the new length\n", path, now, old, sched);
+            if (LISTED(fl->name, RESUME_NEUTRAL)) continue;
             if (c->evaluate) {  // an evaluation changes no run: the flag given is used
                 if (LISTED(fl->name, EVAL_NOTED))
                     fprintf(stderr, "train: note: --%s %s given; %s was trained with --%s %s\n", fl->name, now, path,
@@ -366,7 +372,10 @@ void settings_evaluate(Config *c, ConfigGiven *given) {
     } else {
         StFile f;
         char *err = st_open(c->weights, &f);
-        if (err) ct_die("--weights %s", err);  // names the file and what it is
+        if (err) {
+            char note[1300];
+            ct_die("--weights %s%s", err, filekind_note(c->weights, "a safetensors file", note, sizeof note));
+        }
         const char *v;
         if ((v = st_meta(&f, "arch"))) meta_over(c, given, c->weights, "arch", v);
         if ((v = st_meta(&f, "blurpool"))) meta_over(c, given, c->weights, "blurpool", v);

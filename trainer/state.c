@@ -1,4 +1,5 @@
 // Checkpoints and the final model file (trainer/state.h).
+#include "trainer/filekind.h"
 #include "trainer/state.h"
 
 #include <string.h>
@@ -235,7 +236,10 @@ void state_load_weights(Run *r, const char *path, int reset_head) {
     }
     StFile f;
     char *err = st_open(path, &f);
-    if (err) ct_die("--weights %s", err);
+    if (err) {
+        char note[1300];
+        ct_die("--weights %s%s", err, filekind_note(path, "a safetensors file", note, sizeof note));
+    }
     char fw[64], mw[64], fb[64], mb[64];
     int differs = head_differs(&f, net, "fc.weight", fw, mw, sizeof fw);
     differs |= head_differs(&f, net, "fc.bias", fb, mb, sizeof fb);
