@@ -48,7 +48,8 @@ def read_ckpt(path):
     ema_decay, = struct.unpack_from("<d", b, m + 168)
     best_is_ema, = struct.unpack_from("<I", b, m + 176)
     best_top1, = struct.unpack_from("<d", b, m + 80)
-    o = 16 + meta_bytes
+    settings_bytes, = struct.unpack_from("<I", b, m + 184)  # the settings section follows the meta
+    o = 16 + meta_bytes + settings_bytes
     def take(n, dt):
         nonlocal o
         a = np.frombuffer(b, dtype=dt, count=n, offset=o)
