@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "trainer/config.h"
+#include "trainer/dryrun.h"
 #include "trainer/export.h"
 #include "trainer/job.h"
 #include "trainer/predict.h"
@@ -31,6 +32,7 @@ int main(int argc, char **argv) {
     Config cfg;
     ConfigGiven given;
     config_from_args(&cfg, &given, argc, argv);
+    if (cfg.dry_run) return dryrun_main(&cfg, &given);  // before any device or directory is touched
 
     static Job job;  // the runs keep pointers into it until exit
     job_create(&job, &cfg, &given);

@@ -35,6 +35,7 @@ typedef struct {
     int ready;      // SLOT_*: the consumer takes the slot at SLOT_READY (done, and mixed)
     int held;       // handed to the consumer, not yet released
     int failed;
+    int bad;        // samples replaced because their record failed (LoaderConfig.skip_bad)
     char err[SHARD_ERR_LEN + 128];
 } Slot;
 
@@ -59,6 +60,8 @@ struct Loader {
     int nworkers;
     Worker *workers;
     uint8_t *verified;  // per record: payload checksum already checked (benign races: both see a good crc)
+    uint8_t *bad;       // per record: failed and reported (skip_bad); the first worker to fail it says so
+    uint64_t n_bad;     // distinct bad records met (atomic)
 
     pthread_mutex_t mu;
     pthread_cond_t work_cv;   // workers: an item became claimable, or stop
@@ -140,6 +143,7 @@ static void *worker_main(void *arg) {
                     slot->done = 0;
                     slot->ready = SLOT_FILLING;
                     slot->failed = 0;
+                    slot->bad = 0;
                     break;
                 }
             }
@@ -154,13 +158,31 @@ static void *worker_main(void *arg) {
         int64_t epoch = l->epoch;
         pthread_mutex_unlock(&l->mu);
 
-        int failed = 0;
+        int failed = 0, bad = 0;
         for (int i = s0; i < s1 && !failed; i++) {
-            uint64_t idx = slot->indices[i];
+            uint64_t idx = slot->indices[i], use = idx;
             const ShardRecord *r = &l->shard->records[idx];
             AugmentPlan plan;
             augment_plan(&l->aug, (int)r->height, (int)r->width, epoch, idx, &plan);
             const uint8_t *img = fetch_record(l, w, idx, plan.rows_needed, err, sizeof err);
+            // skip_bad: the sample takes the next record of the shard that reads (a function of
+            // the data alone, so the batch is the same whichever worker meets it, in any run),
+            // cropped by the bad record's draws.
+            for (uint64_t k = 1; !img && l->cfg.skip_bad && k < CT_MIN(l->shard->n_records, 1025); k++) {
+                if (k == 1) {
+                    bad++;
+                    if (!__atomic_exchange_n(&l->bad[idx], 1, __ATOMIC_RELAXED)) {
+                        __atomic_add_fetch(&l->n_bad, 1, __ATOMIC_RELAXED);
+                        if (isatty(2)) fputs("\r\033[K", stderr);  // past a live progress line
+                        fprintf(stderr, "%s: warning: %s; skipped: its samples take the next good record's image\n",
+                                ct_program(), err);
+                    }
+                }
+                use = (idx + k) % l->shard->n_records;
+                r = &l->shard->records[use];
+                augment_plan(&l->aug, (int)r->height, (int)r->width, epoch, idx, &plan);
+                img = fetch_record(l, w, use, plan.rows_needed, err, sizeof err);
+            }
             if (!img) {
                 failed = 1;
                 break;
@@ -178,6 +200,7 @@ static void *worker_main(void *arg) {
             memcpy(slot->err, err, sizeof err);
         }
         if (s1 > s0) slot->done += s1 - s0;
+        slot->bad += bad;
         if (!slot->failed && slot->done == slot->count && slot->ready == SLOT_FILLING) {
             // This worker finished the batch: mix it (a pure function of the finished batch, so
             // which worker does it changes nothing), still counted in flight. The slot is ready
@@ -256,6 +279,7 @@ Loader *loader_create(const Shard *shard, const LoaderConfig *cfg) {
         s->batch = -1;
     }
     l->verified = ct_zalloc(shard->n_records ? shard->n_records : 1);
+    l->bad = ct_zalloc(shard->n_records ? shard->n_records : 1);
     l->nworkers = l->cfg.workers;
     l->workers = ct_zalloc(sizeof(Worker) * l->nworkers);
     size_t decode = shard->codec == SHARD_CODEC_RAW ? 0 : shard->max_raw_size;
@@ -362,6 +386,7 @@ int loader_next_err(Loader *l, LoaderBatch *out, char *err, size_t errlen) {
     out->mix_lam = s->mix_lam;
     out->indices = s->indices;
     out->count = s->count;
+    out->bad = s->bad;
     out->hw = l->aug.crop;
     out->batch = b;
     out->slot = (int)(s - l->slots);
@@ -399,6 +424,8 @@ size_t loader_memory_bytes(const Loader *l) {
     return m;
 }
 
+uint64_t loader_bad_records(const Loader *l) { return __atomic_load_n(&l->n_bad, __ATOMIC_RELAXED); }
+
 double loader_wait_seconds(const Loader *l) {
     pthread_mutex_lock((pthread_mutex_t *)&l->mu);
     double w = l->wait_s;
@@ -428,6 +455,7 @@ void loader_destroy(Loader *l) {
     pthread_cond_destroy(&l->ready_cv);
     sampler_free(&l->sampler);
     free(l->verified);
+    free(l->bad);
     free(l->workers);
     free(l->slots);
     free(l);

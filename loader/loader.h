@@ -40,6 +40,10 @@ typedef struct {
     float scale_min, scale_max, ratio_min, ratio_max;
     int no_flip;      // 1: no horizontal flip in training
     int skip_crc;     // 1: do not verify payload checksums (each record is otherwise checked on first use)
+    // 1: a record whose checksum or decoding fails is reported once on stderr (file, record,
+    // reason) and its samples take the next record of the shard that reads, cropped by the bad
+    // one's draws (the same bits whatever the worker count); 0: the batch fails with the error.
+    int skip_bad;
     // Mixup/CutMix of training batches (loader/mix.h; all 0: off). prob and switch_prob as timm's
     // mix_prob and switch_prob.
     float mixup_alpha, cutmix_alpha, mix_prob, mix_switch_prob;
@@ -56,6 +60,7 @@ typedef struct {
     float mix_lam;            // weight of `labels` in the soft target (1: not mixed)
     const uint64_t *indices;  // count record indices (into the shard)
     int count;                // real samples; < batch_size only in eval's last batch of a rank
+    int bad;                  // samples whose record failed and took another's (LoaderConfig.skip_bad)
     int hw;                   // images are hw x hw (the crop of the epoch they belong to)
     int64_t batch;            // batch number within the epoch (0-based, this rank)
     int slot;                 // ring slot (for loader_release)
@@ -92,6 +97,7 @@ size_t loader_batch_bytes(const Loader *l);         // images bytes of one full 
 size_t loader_memory_bytes(const Loader *l);        // everything the loader allocated
 // Seconds the consumer has spent blocked in loader_next since create (diff it for a data-wait share).
 double loader_wait_seconds(const Loader *l);
+uint64_t loader_bad_records(const Loader *l);       // distinct records found bad so far (skip_bad)
 // Stops and joins the workers, frees everything. Safe mid-epoch.
 void loader_destroy(Loader *l);
 

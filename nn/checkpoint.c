@@ -10,6 +10,7 @@
 #define CKPT_VERSION_EMA 2u  // version 1 plus the EMA tensors
 #define CKPT_META_BYTES 192u
 #define CKPT_META_BLURPOOL 180u  // offset of blurpool in meta: right after best_is_ema
+#define CKPT_META_SETTINGS 184u  // offset of settings_bytes in meta: right after blurpool
 #define CKPT_PREFIX (8u + 4u + 4u + CKPT_META_BYTES)
 
 // Fixed little-endian encoding of the meta block (the hosts we target are little-endian; memcpy of
@@ -17,7 +18,8 @@
 static void put(uint8_t **p, const void *v, size_t n) { memcpy(*p, v, n); *p += n; }
 static void get(const uint8_t **p, void *v, size_t n) { memcpy(v, *p, n); *p += n; }
 
-static void encode_meta(uint8_t *buf, const CheckpointMeta *m, uint32_t has_momentum, uint32_t has_ema) {
+static void encode_meta(uint8_t *buf, const CheckpointMeta *m, uint32_t has_momentum, uint32_t has_ema,
+                        uint32_t settings_bytes) {
     memset(buf, 0, CKPT_META_BYTES);
     uint8_t *p = buf;
     put(&p, m->arch, 32);
@@ -50,9 +52,11 @@ static void encode_meta(uint8_t *buf, const CheckpointMeta *m, uint32_t has_mome
     }
     p = buf + CKPT_META_BLURPOOL;
     put(&p, &m->blurpool, 4);
+    put(&p, &settings_bytes, 4);
+    put(&p, &m->epoch_bad, 4);
 }
 
-static void decode_meta(const uint8_t *buf, CheckpointMeta *m, uint32_t *has_momentum) {
+static void decode_meta(const uint8_t *buf, CheckpointMeta *m, uint32_t *has_momentum, uint32_t *settings_bytes) {
     const uint8_t *p = buf;
     memset(m, 0, sizeof *m);
     get(&p, m->arch, 32);
@@ -83,6 +87,8 @@ static void decode_meta(const uint8_t *buf, CheckpointMeta *m, uint32_t *has_mom
     get(&p, &m->best_is_ema, 4);
     p = buf + CKPT_META_BLURPOOL;
     get(&p, &m->blurpool, 4);  // 0 in older files: none had blurs
+    get(&p, settings_bytes, 4);  // 0 in older files: no settings section
+    get(&p, &m->epoch_bad, 4);   // 0 in older files: none skipped
 }
 
 void checkpoint_save(const char *path, const CheckpointMeta *meta, const float *params,
@@ -99,11 +105,17 @@ void checkpoint_save_ema(const char *path, const CheckpointMeta *meta, const flo
     memcpy(head, CKPT_MAGIC, 8);
     memcpy(head + 8, &version, 4);
     memcpy(head + 12, &meta_bytes, 4);
-    encode_meta(head + 16, meta, momentum != NULL, has_ema);
+    size_t sb = meta->settings ? strlen(meta->settings) : 0;
+    if (sb > (64u << 20)) ct_die("%s: settings of %zu bytes: too large for a checkpoint", path, sb);
+    encode_meta(head + 16, meta, momentum != NULL, has_ema, (uint32_t)sb);
 
     AtomicFile af = ct_atomic_open(path);
     uint32_t crc = crc32c(0, head, sizeof head);
     ct_atomic_write(&af, head, sizeof head);
+    if (sb) {
+        crc = crc32c(crc, meta->settings, sb);
+        ct_atomic_write(&af, meta->settings, sb);
+    }
     size_t pb = meta->n_params * sizeof(float), bb = meta->n_buffers * sizeof(float);
     crc = crc32c(crc, params, pb);
     ct_atomic_write(&af, params, pb);
@@ -132,25 +144,33 @@ const char *checkpoint_load(const char *path, Checkpoint *out) {
     size_t size = 0;
     uint8_t *data = (uint8_t *)ct_read_file(path, &size);
     const char *err = NULL;
-    uint32_t version, meta_bytes, has_momentum = 0;
+    uint32_t version, meta_bytes, has_momentum = 0, sb = 0;
     if (size < CKPT_PREFIX + 4 || memcmp(data, CKPT_MAGIC, 8) != 0) { err = "not a ctrain checkpoint (bad magic or too short)"; goto done; }
     memcpy(&version, data + 8, 4);
     memcpy(&meta_bytes, data + 12, 4);
     if (version != CKPT_VERSION && version != CKPT_VERSION_EMA) { err = "unsupported checkpoint version (written by a newer ctrain?)"; goto done; }
     if (meta_bytes != CKPT_META_BYTES) { err = "corrupt checkpoint header (meta size)"; goto done; }
-    decode_meta(data + 16, &out->meta, &has_momentum);
+    decode_meta(data + 16, &out->meta, &has_momentum, &sb);
     if (has_momentum > 1) { err = "corrupt checkpoint header (momentum flag)"; goto done; }
     uint32_t has_ema = out->meta.has_ema;
     if (has_ema != (version == CKPT_VERSION_EMA)) { err = "corrupt checkpoint header (EMA flag)"; goto done; }
     // Sizes against the file size before any multiplication can overflow.
     uint64_t np = out->meta.n_params, nb = out->meta.n_buffers, nc = out->meta.n_counts;
     if (np > size / 4 || nb > size / 4 || nc > size / 8) { err = "checkpoint truncated (tensor sizes exceed the file)"; goto done; }
-    uint64_t need = CKPT_PREFIX + 4 * (np * (1 + has_momentum + has_ema) + nb * (1 + has_ema)) + 8 * nc + 4;
+    if (sb > size) { err = "checkpoint truncated (settings exceed the file)"; goto done; }
+    uint64_t need = CKPT_PREFIX + (uint64_t)sb + 4 * (np * (1 + has_momentum + has_ema) + nb * (1 + has_ema)) + 8 * nc + 4;
     if (need != size) { err = size < need ? "checkpoint truncated" : "checkpoint has trailing bytes"; goto done; }
     uint32_t crc_file;
     memcpy(&crc_file, data + size - 4, 4);
     if (crc32c(0, data, size - 4) != crc_file) { err = "checkpoint checksum mismatch (file corrupt)"; goto done; }
     const uint8_t *p = data + CKPT_PREFIX;
+    if (sb) {
+        out->settings = (char *)ct_alloc(sb + 1);
+        memcpy(out->settings, p, sb);
+        out->settings[sb] = 0;
+        out->meta.settings = out->settings;
+        p += sb;
+    }
     out->params = (float *)ct_alloc(np * 4);
     memcpy(out->params, p, np * 4);
     p += np * 4;
@@ -185,8 +205,43 @@ void checkpoint_free(Checkpoint *c) {
     free(c->counts);
     free(c->ema_params);
     free(c->ema_buffers);
+    free(c->settings);
+    c->settings = NULL;
+    c->meta.settings = NULL;
     c->params = c->momentum = c->buffers = c->ema_params = c->ema_buffers = NULL;
     c->counts = NULL;
+}
+
+const char *checkpoint_read_settings(const char *path, char **settings) {
+    *settings = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f) return "cannot open";
+    uint8_t head[CKPT_PREFIX];
+    const char *err = NULL;
+    uint32_t version, meta_bytes, has_momentum, sb = 0;
+    CheckpointMeta m;
+    if (fread(head, 1, sizeof head, f) != sizeof head || memcmp(head, CKPT_MAGIC, 8) != 0) {
+        err = "not a ctrain checkpoint (bad magic or too short)";
+        goto done;
+    }
+    memcpy(&version, head + 8, 4);
+    memcpy(&meta_bytes, head + 12, 4);
+    if (version != CKPT_VERSION && version != CKPT_VERSION_EMA) { err = "unsupported checkpoint version (written by a newer ctrain?)"; goto done; }
+    if (meta_bytes != CKPT_META_BYTES) { err = "corrupt checkpoint header (meta size)"; goto done; }
+    decode_meta(head + 16, &m, &has_momentum, &sb);
+    if (!sb) goto done;
+    if (sb > (64u << 20)) { err = "corrupt checkpoint header (settings size)"; goto done; }
+    *settings = (char *)ct_alloc(sb + 1);
+    if (fread(*settings, 1, sb, f) != sb) {
+        free(*settings);
+        *settings = NULL;
+        err = "checkpoint truncated";
+        goto done;
+    }
+    (*settings)[sb] = 0;
+done:
+    fclose(f);
+    return err;
 }
 
 int checkpoint_is(const char *path) {

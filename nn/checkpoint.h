@@ -4,7 +4,7 @@
 // architecture name guard against resuming onto another dataset or model.
 //
 // File layout, little-endian, version 1 (version 2: the same with an EMA of the weights):
-//   "CTRNCKPT" | u32 version | u32 meta bytes (= 192) | meta | f32 params[n_params]
+//   "CTRNCKPT" | u32 version | u32 meta bytes (= 192) | meta | settings[settings_bytes] | f32 params[n_params]
 //   | f32 momentum[n_params] (when has_momentum) | f32 buffers[n_buffers] | i64 counts[n_counts]
 //   | f32 ema_params[n_params] f32 ema_buffers[n_buffers] (version 2 only, has_ema)
 //   | u32 crc32c of all before
@@ -19,9 +19,14 @@
 //   | i32 best_epoch | u32 nonfinite_total | u64 n_params | u64 n_buffers | u64 n_counts
 //   | i64 opt_steps | f64 epoch_loss_sum | i64 epoch_correct | i64 epoch_seen | u32 optimizer
 //   | u32 frozen
-//   | u32 has_ema | u32 ema_every | f64 ema_decay | u32 best_is_ema | u32 blurpool | zero padding
+//   | u32 has_ema | u32 ema_every | f64 ema_decay | u32 best_is_ema | u32 blurpool | u32 settings_bytes
+//   | u32 epoch_bad
 // (the fields after optimizer read 0 from version 1 files, whose padding is zero; blurpool sits at
 // its offset, byte 180 of meta, in both versions; builds from before it ignore it)
+// settings: the run's resolved settings as UTF-8 JSON text (trainer/settings.h), settings_bytes of
+// it at meta byte 184, right after the meta block so checkpoint_read_settings reads only the head
+// of the file; 0 bytes in files from before it (builds from before it refuse a file that has it:
+// the sizes no longer add up).
 // Written through ct_atomic_open/commit (temp name, fsync, rename), so a crash never leaves a
 // truncated file under the real name.
 #pragma once
@@ -55,6 +60,7 @@ typedef struct {
     double epoch_loss_sum;
     int64_t epoch_correct;
     int64_t epoch_seen;
+    uint32_t epoch_bad;  // samples of the epoch in progress whose train record was skipped (meta byte 188)
     // What the momentum buffer holds: 0 SGD's velocity, 1 LARS's scaled step (CKPT_OPT_*).
     uint32_t optimizer;
     // 1: trained with --freeze-backbone (only fc's momentum is meaningful); 0 in older files.
@@ -67,6 +73,9 @@ typedef struct {
     uint32_t best_is_ema;
     // 1: the model has BlurPool's blurs (--blurpool, ResNet.blurpool): part of the architecture.
     uint32_t blurpool;
+    // The run's resolved settings (JSON text, NUL-terminated) or NULL: saved when set; on load,
+    // Checkpoint.settings holds them (meta.settings points there).
+    const char *settings;
 } CheckpointMeta;
 enum { CKPT_OPT_SGD = 0, CKPT_OPT_LARS = 1 };
 
@@ -78,6 +87,7 @@ typedef struct {
     int64_t *counts;  // n_counts
     float *ema_params;   // n_params, NULL when the file holds no EMA
     float *ema_buffers;  // n_buffers, likewise
+    char *settings;      // the settings JSON text, NULL when the file holds none
 } Checkpoint;
 
 // momentum may be NULL (then none is stored). Dies naming the path on I/O errors.
@@ -92,6 +102,10 @@ void checkpoint_save_ema(const char *path, const CheckpointMeta *meta, const flo
 // success, else a static error message (the caller names the path). Free with checkpoint_free.
 const char *checkpoint_load(const char *path, Checkpoint *out);
 void checkpoint_free(Checkpoint *c);
+// Only the settings of a checkpoint (reads the file's head, not its tensors; the checksum is left
+// to checkpoint_load). Returns NULL on success with *settings the JSON text (malloc'd; NULL when the
+// file holds none), else a static error message.
+const char *checkpoint_read_settings(const char *path, char **settings);
 // 1 when path starts with the checkpoint magic (so --weights can tell a checkpoint from a
 // safetensors file before parsing either); 0 for any other file or one that cannot be read.
 int checkpoint_is(const char *path);

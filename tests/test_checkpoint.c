@@ -75,6 +75,27 @@ static void test_checkpoint(const char *dir) {
     CHECK(err == NULL && ck.momentum == NULL, "no-momentum load: %s", err ? err : "momentum present");
     if (!err) checkpoint_free(&ck);
 
+    // The settings section (trainer/settings.h): round trip, and read alone from the file's head.
+    char path3[512];
+    snprintf(path3, sizeof path3, "%s/settings.ckpt", dir);
+    m.settings = "{\"lr\":0.1,\"arch\":\"resnet20\"}";
+    checkpoint_save(path3, &m, p, mo, b, cnt);
+    m.settings = NULL;
+    err = checkpoint_load(path3, &ck);
+    CHECK(err == NULL && ck.settings && !strcmp(ck.settings, "{\"lr\":0.1,\"arch\":\"resnet20\"}") &&
+              !memcmp(ck.params, p, sizeof p) && !memcmp(ck.counts, cnt, sizeof cnt), "settings round trip: %s", err ? err : "");
+    if (!err) checkpoint_free(&ck);
+    char *st = NULL;
+    err = checkpoint_read_settings(path3, &st);
+    CHECK(err == NULL && st && !strcmp(st, "{\"lr\":0.1,\"arch\":\"resnet20\"}"), "checkpoint_read_settings: %s", err ? err : "");
+    free(st);
+    err = checkpoint_read_settings(path, &st);
+    CHECK(err == NULL && st == NULL, "a checkpoint without settings: %s", err ? err : "settings found");
+    err = checkpoint_load(path, &ck);
+    CHECK(err == NULL && ck.settings == NULL, "no settings section: %s", err ? err : "");
+    if (!err) checkpoint_free(&ck);
+    unlink(path3);
+
     // Corruptions: every byte flip somewhere in each region, truncation, trailing bytes, bad magic.
     size_t n;
     uint8_t *data = (uint8_t *)ct_read_file(path, &n);

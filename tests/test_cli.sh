@@ -15,13 +15,16 @@ expect_err() {
 }
 
 help=$("$TRAIN" --help)
+# One line per flag entry: its wrapped continuation lines (indented 37 columns) joined to it.
+entries=$(awk 'length($0) > 37 && substr($0, 1, 37) ~ /^ +$/ && substr($0, 38, 1) != " " { sub(/^ +/, " "); printf "%s", $0; next }
+               { printf "\n%s", $0 } END { print "" }' <<<"$help")
 for flag in arch epochs batch-size lr momentum wd nesterov lr-schedule warmup-epochs label-smoothing crop-size \
             val-resize workers seed deterministic resume weights evaluate out device print-freq teacher kd-alpha \
             kd-temperature precision demo config lr-power lr-end val-crop-size res-start res-end res-ramp res-step tta; do
   grep -qE -- "--$flag( |$)" <<<"$help" || fail "--help does not document --$flag"
 done
 # Every documented flag shows its default in brackets.
-undocumented=$(echo "$help" | grep -E '^  (-., |    )--[a-z]' | grep -v '\[' | grep -v -- '--help' || true)
+undocumented=$(echo "$entries" | grep -E '^  (-., |    )--[a-z]' | grep -v '\[' | grep -vE -- '--(help|version)' || true)
 [ -z "$undocumented" ] || fail "flags without a default in --help: $undocumented"
 grep -q "usage: train" <<<"$("$TRAIN" -h)" || fail "-h prints no usage"
 ok "--help documents every flag with its default"
@@ -69,17 +72,21 @@ expect_err "--res-step: must be in 1..4096 \(got 0\)" --res-step 0 "$TMP/d"
 expect_err "--res-step: must be in 1..4096 \(got -32\)" --res-step -32 "$TMP/d"
 expect_err "--res-end 20 is not a multiple of --res-step 8" --res-start 8 --res-end 20 --res-ramp 0,1 --res-step 8 "$TMP/d"
 expect_err "--res-start: '0' is not a count >= 1 or auto" --res-start 0 "$TMP/d"
-expect_err "--res-end 32 is larger than the images stored in .*train.shard \(short side 16 px" \
-  --res-start 16 --res-end 32 --res-ramp 0,1 --res-step 16 -b 8 --epochs 1 --out "$TMP/o" "$TMP/d"
+# Progressive resizing past the stored size upsamples, as a fixed crop does, with the same warning.
+out=$("$TRAIN" -a resnet20 --res-start 16 --res-end 32 --res-ramp 0,1 --res-step 16 -b 100 --epochs 1 --out "$TMP/prog" "$TMP/d" 2>&1) \
+  || { echo "$out"; fail "progressive resizing to 32 px on 16 px images was refused"; }
+grep -q "^train: warning: --res-end 32 is larger than some images stored in .*train.shard (200 of 200 sampled records have a shorter side, the smallest 16 px)" <<<"$out" \
+  || fail "no upsampling warning for --res-end 32 on 16 px images: $out"
+ok "--res-end past the stored size trains (upsampled) with a warning"
 expect_err "--val-crop-size: '-1' is not a count >= 1 or auto" --val-crop-size -1 "$TMP/d"
 expect_err "--val-resize: must be in --val-crop-size \(24\)..8192" --val-crop-size 24 --val-resize 20 "$TMP/d"
 expect_err "--tta: 'crop' is not one of none, flip" --tta crop "$TMP/d"
 expect_err "unexpected extra argument" "$TMP/d" "$TMP/d"
-expect_err "missing SHARDS directory \(or --demo\); see train --help" --epochs 1
+expect_err "missing SHARDS directory \(or --demo, or --resume RUN_DIR\); see train --help" --epochs 1
 out=$("$TRAIN" --epochs 1 2>&1) || true
 [ "$(wc -l <<<"$out")" = 1 ] || fail "a missing SHARDS prints more than its error: $out"
-grep -q "auto (crop/0.875)" <<<"$help" || fail "--help does not say --val-resize defaults to auto (crop/0.875)"
-grep -qE -- "--overwrite .*\[off\]" <<<"$help" && grep -qE -- "--reset-head .*\[off\]" <<<"$help" || fail "--help lacks --overwrite or --reset-head"
+grep -q "auto (crop/0.875)" <<<"$entries" || fail "--help does not say --val-resize defaults to auto (crop/0.875)"
+grep -qE -- "--overwrite .*\[off\]" <<<"$entries" && grep -qE -- "--reset-head .*\[off\]" <<<"$entries" || fail "--help lacks --overwrite or --reset-head"
 expect_err "--reset-head needs --weights" --reset-head "$TMP/d"
 expect_err "is not a directory" /nonexistent/shards
 expect_err "train.shard: missing" "$TMP/onlyval"
@@ -88,7 +95,7 @@ expect_err "val.shard: missing" "$TMP/none"
 expect_err "channel count mismatch.*train.shard has 3.*val.shard has 1" "$TMP/mixch"
 expect_err "class" "$TMP/mixcls"
 expect_err "train.shard" "$TMP/empty"
-expect_err "--evaluate needs --weights" --evaluate "$TMP/d"
+expect_err "--evaluate needs a model: --weights PATH" --evaluate "$TMP/d"
 expect_err "--weights: no such file" --weights /nonexistent.safetensors "$TMP/d"
 expect_err "--resume: no such file" --resume /nonexistent.ckpt "$TMP/d"
 expect_err "--crop-size: must be in 1..4096" --crop-size 0 "$TMP/d"
@@ -141,23 +148,28 @@ grep -q '"type":"epoch"' "$TMP/lars/metrics.jsonl" && ! grep -q '"type":"skip"' 
   || fail "LARS run: no epoch record, or skipped steps"
 ok "a run from a recipe file; -j auto chose $(grep -o '[0-9]* loader workers' "$TMP/run.log")"
 [ -f "$TMP/run/last.ckpt" ] || fail "no last.ckpt"
-expect_err "checkpoint is a resnet20, this run is a resnet32" "${SMALL_FLAGS[@]}" -a resnet32 --epochs 2 --resume "$TMP/run/last.ckpt" "$TMP/d"
+expect_err "--arch: the run has resnet20, this command gives resnet32" "${SMALL_FLAGS[@]}" -a resnet32 --epochs 2 --resume "$TMP/run/last.ckpt" "$TMP/d"
 expect_err "checkpoint has 10 classes, the shards have 5" "${SMALL_FLAGS[@]}" --epochs 2 --resume "$TMP/run/last.ckpt" "$TMP/five"
 expect_err "checkpoint has 3 input channels, the shards have 1" "${SMALL_FLAGS[@]}" --epochs 2 --resume "$TMP/run/last.ckpt" "$TMP/gray"
 expect_err "finished epoch 1 already" "${SMALL_FLAGS[@]}" --epochs 1 --resume "$TMP/run/last.ckpt" "$TMP/d"
-expect_err "momentum buffer was written by --optimizer sgd, this run uses --optimizer lars" "${SMALL_FLAGS[@]}" --optimizer lars --epochs 2 --resume "$TMP/run/last.ckpt" "$TMP/d"
+expect_err "--optimizer: the run has sgd, this command gives lars" "${SMALL_FLAGS[@]}" --optimizer lars --epochs 2 --resume "$TMP/run/last.ckpt" "$TMP/d"
 
 # An --out that holds a run is refused before any work, touching nothing, unless --resume continues
 # it or --overwrite replaces it; paths join without doubled slashes when SHARDS and --out end in '/'.
 touch "$TMP/run/notes.txt"
 before=$(cd "$TMP/run" && ls -l --full-time && md5sum *)
-expect_err "--out $TMP/run: already holds a run \(config.json\); add --overwrite to replace it, --resume $TMP/run/last.ckpt to continue it, or choose another --out" \
+expect_err "--out $TMP/run: already holds a run \(config.json\); add --overwrite to replace it, continue it with: $TRAIN --resume $TMP/run, or choose another --out" \
   "${SMALL_FLAGS[@]}" --epochs 1 --out "$TMP/run" "$TMP/d"
 [ "$before" = "$(cd "$TMP/run" && ls -l --full-time && md5sum *)" ] || fail "a refused --out was touched"
 expect_err "--overwrite would delete $TMP/run/ while --resume $TMP/run/last.ckpt continues from it" \
   "${SMALL_FLAGS[@]}" --epochs 2 --overwrite --resume "$TMP/run/last.ckpt" --out "$TMP/run" "$TMP/d"
 mkdir -p "$TMP/evonly" && touch "$TMP/evonly/events.out.tfevents.1.host.ctrain"
-expect_err "--out $TMP/evonly: already holds a run \(events.out.tfevents.1.host.ctrain\)" "${SMALL_FLAGS[@]}" --epochs 1 --out "$TMP/evonly" "$TMP/d"
+# A directory whose run never took a step (no checkpoint, no metrics record) does not block the
+# same command: its files are replaced, with a note.
+out=$("$TRAIN" "${SMALL_FLAGS[@]}" --epochs 1 --out "$TMP/evonly" "$TMP/d" 2>&1) || { echo "$out"; fail "a run into a never-stepped directory was refused"; }
+grep -q "^train: note: $TMP/evonly holds a run that stopped before its first step" <<<"$out" || fail "no note replacing a never-stepped run: $out"
+[ ! -f "$TMP/evonly/events.out.tfevents.1.host.ctrain" ] || fail "the never-stepped run's events file was kept"
+ok "a directory whose run stopped before its first step is replaced, with a note"
 cp -r "$TMP/run" "$TMP/again"
 sleep 1  # a new TensorBoard file name (it holds the start second)
 "$TRAIN" "${SMALL_FLAGS[@]}" --epochs 1 --overwrite --out "$TMP/again/" "$TMP/d/" >/dev/null 2>"$TMP/again.log" \
@@ -180,7 +192,7 @@ ok "the default output directory takes a suffix instead of overwriting a run"
 # A crop larger than the stored images (16 px) is a warning naming both, not an error; a checkpoint
 # serves as --weights.
 out=$("$TRAIN" --evaluate --crop-size 32 -b 50 --weights "$TMP/run/last.ckpt" "$TMP/d/" 2>&1) || { echo "$out"; fail "--evaluate --weights CKPT"; }
-grep -q "^train: warning: --crop-size 32 is larger than the images stored in $TMP/d/val.shard (short side 16 px, the smallest of 50 sampled records)" <<<"$out" \
+grep -q "^train: warning: --crop-size 32 is larger than some images stored in $TMP/d/val.shard (50 of 50 sampled records have a shorter side, the smallest 16 px)" <<<"$out" \
   || fail "no warning for a crop larger than the images: $out"
 grep -q "^train: --weights $TMP/run/last.ckpt is a ctrain checkpoint: loaded its weights and BN statistics, not its momentum or position$" <<<"$out" \
   && grep -q "evaluate $TMP/run/last.ckpt on $TMP/d/val.shard: 50 images" <<<"$out" || fail "--weights CKPT: $out"

@@ -33,7 +33,7 @@ int main(void) {
     PlotSeries s1[] = {{"up", x, up, 100}};
     PlotSeries s2[] = {{"down", x, down, 100}, {"holes", x, holes, 100}};
     PlotSeries s3[] = {{"empty", x, holes, 0}};
-    PlotPanel panels[] = {{"rising", "step", s1, 1}, {"two", "step", s2, 2}, {"nothing", NULL, s3, 1}};
+    PlotPanel panels[] = {{"rising", "step", s1, 1, 0}, {"two", "step", s2, 2, 0}, {"nothing", NULL, s3, 1, 0}};
     char path[] = "/tmp/ctrain_plot_XXXXXX.png";
     int fd = mkstemps(path, 4);
     close(fd);
@@ -42,7 +42,7 @@ int main(void) {
     uint8_t *px = read_png(path, &w, &h);
     CHECK(px != NULL, "PNG does not decode");
     if (!px) return test_summary("test_plot");
-    CHECK(w == 1200 && h == 760, "size %dx%d, want 1200x760 (2 columns, 2 rows)", w, h);
+    CHECK(w == 1640 && h == 760, "size %dx%d, want 1640x760 (2 columns of 820, 2 rows)", w, h);
     // First series colour (31,119,180) in the first panel: its lowest and highest pixel rows should
     // sit left and right respectively.
     long left_y = 0, left_n = 0, right_y = 0, right_n = 0;

@@ -10,13 +10,14 @@ not json at all
 {"type":"epoch","epoch":1,"train_loss":1.8,"val_loss":1.5,"val_top1":0.5,"extra":{"nested":[1,{"x":2}]}}
 {"type":"epoch","epoch":2,"train_loss":1.1,"val_loss":1.2,"val_top1":0.66}
 J
-"$CTRAIN_BUILD/tools/plot" "$d/metrics.jsonl" 2>"$d/err"
+"$CTRAIN_BUILD/tools/plot" "$d/metrics.jsonl" 2>"$d/err" >"$d/out"
+grep -q "3 panels, 4 curves, 5 lines; 1 constant series left out" "$d/out" || { cat "$d/out"; exit 1; }
 grep -q 'metrics.jsonl:3' "$d/err"
 "$TORCH_PY" - "$d/curves.png" <<'PY'
 import sys
 from PIL import Image
 im = Image.open(sys.argv[1]); im.load()
-assert im.size == (1200, 760), im.size   # 4 panels: step loss, step lr, epoch loss, epoch top1
+assert im.size == (1640, 760), im.size   # 3 panels: step loss, epoch loss, epoch top1 (the constant lr has none)
 colors = im.getcolors(1 << 20)
 assert any(c == (31, 119, 180) for _, c in colors) and any(c == (255, 127, 14) for _, c in colors)
 print("ok", im.size)

@@ -42,8 +42,8 @@ same "$TMP/a" "$TMP/e" "--blurpool: SIGINT mid-epoch + --resume (flag taken from
 
 # --resume with the other setting is refused, naming the flag.
 if "$TRAIN" "${G[@]}" --no-blurpool --resume "$TMP/a/last.ckpt" --epochs 3 --out "$TMP/a" 2>"$TMP/x.log"; then fail "--no-blurpool resume of a blurpool checkpoint succeeded"; fi
-grep -q "trained with --blurpool and this run is without it" "$TMP/x.log" || { cat "$TMP/x.log"; fail "refusal does not name --blurpool"; }
-ok "--resume with --no-blurpool is refused: $(grep -o 'the checkpoint was trained.*' "$TMP/x.log" | cut -c1-90)..."
+grep -q -- "--blurpool: the run has on, this command gives off" "$TMP/x.log" || { cat "$TMP/x.log"; fail "refusal does not name --blurpool"; }
+ok "--resume with --no-blurpool is refused: $(grep -o -- '--blurpool: the run has.*' "$TMP/x.log" | cut -c1-90)..."
 
 # --evaluate of the model file and of the checkpoint without the flag: the run's own last numbers.
 want=$("$PIPPY" -c 'import json,sys; r=[json.loads(l) for l in open(sys.argv[1]) if "\"epoch\"" in l and json.loads(l)["type"]=="epoch"][-1]; print("%.2f" % r["val_top1"])' "$TMP/a/metrics.jsonl")

@@ -48,7 +48,8 @@ def read_ckpt(path):
     ema_decay, = struct.unpack_from("<d", b, m + 168)
     best_is_ema, = struct.unpack_from("<I", b, m + 176)
     best_top1, = struct.unpack_from("<d", b, m + 80)
-    o = 16 + meta_bytes
+    settings_bytes, = struct.unpack_from("<I", b, m + 184)  # the settings section follows the meta
+    o = 16 + meta_bytes + settings_bytes
     def take(n, dt):
         nonlocal o
         a = np.frombuffer(b, dtype=dt, count=n, offset=o)
@@ -207,8 +208,8 @@ same() { # A B WHAT
   cmp -s <(strip_timing "$1/metrics.jsonl") <(strip_timing "$2/metrics.jsonl") \
     || { diff <(strip_timing "$1/metrics.jsonl") <(strip_timing "$2/metrics.jsonl") | head; fail "$3: metrics.jsonl differ"; }
   cmp -s "$1/model.safetensors" "$2/model.safetensors" || fail "$3: model.safetensors differ"
-  cmp -s "$1/last.ckpt" "$2/last.ckpt" || fail "$3: last.ckpt differs"
-  cmp -s "$1/best.ckpt" "$2/best.ckpt" || fail "$3: best.ckpt differs"
+  same_ckpt "$1/last.ckpt" "$2/last.ckpt" || fail "$3: last.ckpt differs"
+  same_ckpt "$1/best.ckpt" "$2/best.ckpt" || fail "$3: best.ckpt differs"
 }
 R=(--ema 0.9 --ema-every 3 --epochs 2)
 "$TRAIN" "${F[@]}" "${R[@]}" --out "$TMP/s" 2>/dev/null || fail "straight run failed"
@@ -221,7 +222,7 @@ same "$TMP/s" "$TMP/i" "--ema: SIGINT mid-epoch + resume vs straight"
 ok "--ema: SIGINT mid-epoch + --resume is bit-identical to the straight run (metrics, model, checkpoints)"
 
 # A checkpoint without an average: --ema starts one from its weights, and says so; a checkpoint
-# with one and no --ema drops it, and says so.
+# with one and --ema 0 drops it (without the flag the recorded --ema continues), and says so.
 "$TRAIN" "${F[@]}" --epochs 1 --out "$TMP/p" 2>/dev/null || fail "plain run failed"
 "$PIPPY" -c "import sys; sys.path.insert(0,'$TMP'); from ckpt import read_ckpt; r=read_ckpt('$TMP/p/last.ckpt'); assert r['version']==1 and not r['has_ema']" \
   || fail "a run without --ema does not write a version 1 checkpoint"
@@ -229,7 +230,7 @@ ok "--ema: SIGINT mid-epoch + --resume is bit-identical to the straight run (met
 grep -q "the checkpoint has no EMA of the weights; --ema 0.9 starts one from its weights at step 16" "$TMP/p2.log" \
   || { cat "$TMP/p2.log"; fail "no note about the missing average"; }
 grep -q '"ema_val_top1"' "$TMP/p/metrics.jsonl" || fail "the resumed run does not evaluate the average"
-"$TRAIN" "${F[@]}" --epochs 3 --resume "$TMP/p/last.ckpt" --out "$TMP/p" 2>"$TMP/p3.log" || { cat "$TMP/p3.log"; fail "resume without --ema failed"; }
+"$TRAIN" "${F[@]}" --ema 0 --epochs 3 --resume "$TMP/p/last.ckpt" --out "$TMP/p" 2>"$TMP/p3.log" || { cat "$TMP/p3.log"; fail "resume with --ema 0 failed"; }
 grep -q "holds an EMA of the weights (decay 0.9); this run has no --ema, so it is dropped" "$TMP/p3.log" \
   || { cat "$TMP/p3.log"; fail "no note about the dropped average"; }
 out=$("$TRAIN" --evaluate -a resnet20 --crop-size 16 --val-resize 16 -b 64 --resume "$TMP/a/last.ckpt" "$TMP/d" 2>&1) \
@@ -244,7 +245,7 @@ ok "resuming across --ema on and off, or evaluating an EMA checkpoint, says what
 D=(--ranks 2 -b 16 --ema 0.8 --epochs 1)
 "$TRAIN" "${F[@]}" "${D[@]}" --out "$TMP/r1" 2>"$TMP/r1.log" || { cat "$TMP/r1.log"; fail "--ranks 2 --ema failed"; }
 "$TRAIN" "${F[@]}" "${D[@]}" --workers 3 --out "$TMP/r2" 2>/dev/null || fail "--ranks 2 --ema rerun failed"
-cmp -s "$TMP/r1/last.ckpt" "$TMP/r2/last.ckpt" || fail "--ranks 2 --ema: reruns differ"
+same_ckpt "$TMP/r1/last.ckpt" "$TMP/r2/last.ckpt" || fail "--ranks 2 --ema: reruns differ"
 grep -q "ema loss" "$TMP/r1.log" || fail "--ranks 2: no EMA evaluation"
 ok "--ranks 2 --ema: deterministic, both models evaluated"
 

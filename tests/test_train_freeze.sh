@@ -56,10 +56,9 @@ ok "--ranks 2: $out"
 # Checkpoints keep it.
 "$TRAIN" "${FL[@]}" --epochs 1 --device cpu --out "$TMP/e1" "$TMP/d" 2>/dev/null || fail "1-epoch run"
 R=(-a resnet18 -b 16 --crop-size 32 --lr 0.005 -p 1 -j 2 --epochs 2 --device cpu --resume "$TMP/e1/last.ckpt" --out "$TMP/e1")
-out=$("$TRAIN" "${R[@]}" "$TMP/d" 2>&1) && fail "resuming a frozen run without --freeze-backbone was accepted"
-grep -q "^train: error: --resume $TMP/e1/last.ckpt: the checkpoint was trained with --freeze-backbone and this run is without it" <<<"$out" \
-  || fail "unclear mismatch error: $out"
-"$TRAIN" "${R[@]}" --freeze-backbone "$TMP/d" 2>"$TMP/res.log" || { cat "$TMP/res.log"; fail "resume with --freeze-backbone"; }
+out=$("$TRAIN" "${R[@]}" --no-freeze-backbone "$TMP/d" 2>&1) && fail "resuming a frozen run with --no-freeze-backbone was accepted"
+grep -q "^  --freeze-backbone: the run has on, this command gives off" <<<"$out" || fail "unclear mismatch error: $out"
+"$TRAIN" "${R[@]}" "$TMP/d" 2>"$TMP/res.log" || { cat "$TMP/res.log"; fail "resume (--freeze-backbone from the checkpoint's settings)"; }
 cmp -s "$TMP/e1/model.safetensors" "$TMP/cpu/model.safetensors" || fail "1 epoch + resume differs from 2 epochs straight"
 ok "--resume keeps it: a mismatch is refused, 1 epoch + resume = 2 epochs bit for bit"
 

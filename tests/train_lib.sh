@@ -54,6 +54,19 @@ PY
   ln -sf "$cache/val.shard" "$dst/val.shard"
 }
 
+# same_ckpt A B: two checkpoints hold the same state bit for bit (meta, tensors), their settings
+# sections aside (those record each command's output directory, --epochs, workers...).
+same_ckpt() {
+  "$PIPPY" - "$1" "$2" <<'PY'
+import struct, sys
+def body(path):
+    d = open(path, "rb").read()
+    sb = struct.unpack_from("<I", d, 16 + 184)[0]
+    return d[:16 + 184] + d[16 + 188:208] + d[208 + sb:-4]
+sys.exit(0 if body(sys.argv[1]) == body(sys.argv[2]) else 1)
+PY
+}
+
 # metrics lines without the wall-clock fields, for bit-for-bit comparisons.
 strip_timing() {
   sed -E 's/,"(img_s|data_wait|time|epoch_time|eval_time)":[^,}]*//g' "$1"

@@ -3,7 +3,8 @@
 // Each line is a flat JSON object. Records are grouped by their "type" (or "kind") string, e.g.
 // "step" and "epoch"; the x axis is "step" for step records and "epoch" for epoch records (else the
 // first of step/epoch present, else the line number). Every other numeric field is a curve; fields
-// that differ only by a train_/val_/test_ (or train/, val/) prefix share a panel.
+// that differ only by a train_/val_/test_ (or train/, val/) prefix share a panel, as do durations
+// (*_time); a series that never changes gets none; losses get a log axis when they span decades.
 #include <ctype.h>
 #include <math.h>
 #include <string.h>
@@ -32,7 +33,10 @@ static const char *strip_split(const char *k) {
 
 static void add_point(const char *group, const char *key, double x, double y) {
     char panel[256];
-    snprintf(panel, sizeof panel, "%s%s%s", group, group[0] ? ": " : "", strip_split(key));
+    // Durations share one panel ("epoch_time", "eval_time"), titled as what they are.
+    size_t kl = strlen(key);
+    const char *metric = kl > 5 && !strcmp(key + kl - 5, "_time") ? "time (s)" : strip_split(key);
+    snprintf(panel, sizeof panel, "%s%s%s", group, group[0] ? ": " : "", metric);
     Curve *c = NULL;
     for (int i = 0; i < n_curves; i++)
         if (!strcmp(curves[i].name, key) && !strcmp(curves[i].panel, panel)) c = &curves[i];
@@ -158,6 +162,23 @@ int main(int argc, char **argv) {
     fclose(f);
     if (!n_curves) ct_die("%s holds no numeric metrics to plot", in);
 
+    // A series that never changes (a fixed resolution, zero skipped steps) says nothing as a curve.
+    int kept = 0;
+    for (int i = 0; i < n_curves; i++) {
+        int constant = 1;
+        double first = NAN;
+        for (int k = 0; k < curves[i].n; k++) {
+            double y = curves[i].y[k];
+            if (!isfinite(y)) continue;
+            if (isnan(first)) first = y;
+            else if (y != first) constant = 0;
+        }
+        if (constant && curves[i].n > 1) continue;
+        curves[kept++] = curves[i];
+    }
+    int dropped = n_curves - kept;
+    n_curves = kept;
+    if (!n_curves) ct_die("%s: every metric is constant; nothing to plot", in);
     // One panel per distinct panel name, in order of first appearance.
     PlotPanel *panels = ct_zalloc(n_curves * sizeof *panels);
     PlotSeries *series = ct_zalloc(n_curves * sizeof *series);
@@ -171,12 +192,14 @@ int main(int argc, char **argv) {
         pn->series = &series[used];
         const char *grp = curves[i].panel;
         pn->xlabel = !strncmp(grp, "epoch:", 6) ? "epoch" : !strncmp(grp, "step:", 5) ? "step" : NULL;
+        pn->logy = strstr(grp, "loss") != NULL;  // a diverged loss beside a falling one: decades apart
         for (int j = i; j < n_curves; j++)
             if (!strcmp(curves[j].panel, curves[i].panel))
                 series[used++] = (PlotSeries){curves[j].name, curves[j].x, curves[j].y, curves[j].n};
         pn->n_series = (int)(&series[used] - pn->series);
     }
     plot_png(out, panels, n_panels);
-    printf("wrote %s (%d panels, %d curves, %ld lines)\n", out, n_panels, n_curves, lineno);
+    printf("wrote %s (%d panels, %d curves, %ld lines; %d constant series left out)\n", out, n_panels, n_curves, lineno,
+           dropped);
     return 0;
 }

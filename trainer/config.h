@@ -11,6 +11,7 @@
 #include <stdio.h>
 
 #define DEMO_SHARDS "shards/fashion-mnist"
+#define CTRAIN_VERSION "0.12"  // the build plan's step (DESIGN.md)
 
 typedef struct {
     const char *arch;
@@ -60,6 +61,9 @@ typedef struct {
     int blurpool;  // BlurPool (nn/resnet.h ResNet.blurpool); taken from a checkpoint/model file when not given
     int no_wd_bn;
     int max_nonfinite;
+    int max_bad_records;  // 0 while parsing: auto (0.1% of the train shard, at least 1)
+    int strict_data;
+    int dry_run;
     int ranks;
     int gpus;
     int nodes, node_rank;
@@ -70,6 +74,11 @@ typedef struct {
     int bucket_mb;
     const char *dump_batches;
     const char *shards;  // positional
+    // Not flags: argv[0] as typed (the commands printed for the user start with it), and which
+    // flags were auto before config_from_args/job_create resolved them (recorded, so a resume
+    // resolves them again rather than freezing a value derived from other flags).
+    const char *argv0;
+    unsigned char was_auto[96];
 } Config;
 
 typedef enum { F_INT, F_LL, F_DBL, F_STR, F_BOOL } FlagType;
@@ -96,6 +105,9 @@ typedef struct {
     const char *nodes_from, *node_rank_from, *master_from;  // "--nodes" or "$WORLD_SIZE", ...
     const char *config_file;                 // --config's file when one was read
     int config_line[CONFIG_MAX_FLAGS];       // the file's line that set each flag, 0: not the file
+    unsigned char demo[CONFIG_MAX_FLAGS];    // set by --demo's recipe
+    unsigned char resumed[CONFIG_MAX_FLAGS]; // taken from --resume's recorded settings
+    const char *resumed_from;                // that checkpoint, when it had a record
 } ConfigGiven;
 
 // The flag called `name` (dies on an unknown name: a programming error, not a user's).
@@ -103,6 +115,8 @@ const Flag *config_flag(const char *name);
 int config_given(const ConfigGiven *g, const char *name);
 
 void config_usage(FILE *f);
+// Sets one flag from its text; dies naming the flag when the value does not parse.
+void config_set_flag(Config *c, const Flag *fl, const char *v);
 // Defaults, argv (exits 0 after --help), the demo recipe, --gpus, the environment, validation.
 // Dies with a message naming the flag or variable at fault. argv's strings are kept, not copied.
 void config_from_args(Config *c, ConfigGiven *given, int argc, char **argv);

@@ -17,39 +17,36 @@ void dataset_auto_norm(int channels, float *mean, float *std) {
     }
 }
 
-// The smallest short side among up to 1000 records spread evenly over the shard: enough to catch
-// a dataset stored smaller than the crop, without reading a large index on every start.
-static uint32_t sampled_min_short(const Shard *s, uint64_t *sampled) {
+// Among up to 1000 records spread evenly over the shard (enough to catch a dataset stored smaller
+// than the crop, without reading a large index on every start): the smallest short side, and how
+// many have a short side below px.
+static uint32_t sampled_min_short(const Shard *s, uint32_t px, uint64_t *sampled, uint64_t *smaller) {
     uint64_t n = CT_MIN(s->n_records, 1000);
     uint32_t m = UINT32_MAX;
+    *smaller = 0;
     for (uint64_t i = 0; i < n; i++) {
         const ShardRecord *rec = &s->records[i * s->n_records / n];
-        m = CT_MIN(m, CT_MIN(rec->height, rec->width));
+        uint32_t short_side = CT_MIN(rec->height, rec->width);
+        m = CT_MIN(m, short_side);
+        *smaller += short_side < px;
     }
     *sampled = n;
     return m;
 }
 
-// A crop larger than the stored images is upsampled: legal, but rarely what was meant. With
-// progressive resizing the point of a larger resolution is more detail, which upsampling cannot
-// give: a ramp to a size the images do not have is refused.
+// A crop larger than some stored images upsamples them: legal (RandomResizedCrop upsamples small
+// crops anyway), but rarely what was meant, so it is said, with how many are smaller. The largest
+// training size counts (progressive resizing's end, usually).
 static void warn_small_images(const Shard *s, const Config *c) {
-    uint64_t n;
-    uint32_t m = sampled_min_short(s, &n);
-    if (!n) return;
-    if (c->res_start != c->res_end) {
-        int big = c->res_start > c->res_end ? c->res_start : c->res_end;
-        if ((uint32_t)big > m)
-            ct_die("--%s %d is larger than the images stored in %s (short side %u px, the smallest of %llu sampled "
-                   "records): progressive resizing to it would only upsample; lower it, or repack the images larger "
-                   "(packdata --max-short)", c->res_start > c->res_end ? "res-start" : "res-end", big, s->path, m,
-                   (unsigned long long)n);
-        return;
-    }
-    if (m < (uint32_t)c->crop_size)
-        ct_warn("--crop-size %d is larger than the images stored in %s (short side %u px, the smallest of %llu "
-                "sampled records): crops are upsampled; lower --crop-size, or repack the images larger "
-                "(packdata --max-short)", c->crop_size, s->path, m, (unsigned long long)n);
+    int big = c->evaluate ? c->val_crop_size : CT_MAX(c->res_start, c->res_end);
+    const char *flag = c->evaluate ? (c->val_crop_size == c->crop_size ? "--crop-size" : "--val-crop-size")
+                       : c->res_start == c->res_end ? "--crop-size" : c->res_start > c->res_end ? "--res-start" : "--res-end";
+    uint64_t n, smaller;
+    uint32_t m = sampled_min_short(s, (uint32_t)big, &n, &smaller);
+    if (!n || m >= (uint32_t)big) return;
+    ct_warn("%s %d is larger than some images stored in %s (%llu of %llu sampled records have a shorter side, the "
+            "smallest %u px): their crops are upsampled; lower %s, or repack the images larger (packdata --max-short)",
+            flag, big, s->path, (unsigned long long)smaller, (unsigned long long)n, m, flag);
 }
 
 // Every val payload's checksum, before any training: a corrupt val record would otherwise surface
@@ -155,6 +152,7 @@ void loaders_create(RankLoaders *l, const Dataset *d, const Config *c, BackendKi
         lc.cutmix_alpha = (float)c->cutmix;
         lc.mix_prob = (float)c->mix_prob;
         lc.mix_switch_prob = (float)c->mix_switch_prob;
+        lc.skip_bad = !c->strict_data;
         l->train = loader_create(&d->train, &lc);
         l->steps_per_epoch = loader_batches_per_epoch(l->train);
     }

@@ -14,12 +14,15 @@
 #include <unistd.h>
 
 #include "nn/safetensors.h"
+#include "trainer/dryrun.h"
 #include "trainer/loop.h"
+#include "trainer/settings.h"
 #include "util/common.h"
 
 // The files a run writes into its directory (trainer/runlog.c, trainer/state.c); TensorBoard's
 // event files are matched by prefix. One of them marks the directory as holding a run.
-static const char *RUN_FILES[] = {"config.json", "metrics.jsonl", "last.ckpt", "best.ckpt", "model.safetensors"};
+static const char *RUN_FILES[] = {"config.json", "metrics.jsonl", "last.ckpt", "best.ckpt", "model.safetensors",
+                                  "best.safetensors"};
 #define TFEVENTS_PREFIX "events.out.tfevents."
 
 // The first file of a run in dir (written into name), or 0 when it holds none.
@@ -68,6 +71,23 @@ static void remove_run_files(const char *dir) {
     closedir(d);
 }
 
+// A run that failed before its first step (config.json and an empty metrics.jsonl, no checkpoint):
+// nothing to continue or lose, so the same command may run again in its directory.
+static int never_stepped(const char *dir) {
+    char p[PATH_MAX + 64];
+    static const char *keep[] = {"last.ckpt", "best.ckpt", "model.safetensors", "best.safetensors"};
+    for (size_t i = 0; i < CT_ARRAY_LEN(keep); i++) {
+        snprintf(p, sizeof p, "%s/%s", dir, keep[i]);
+        if (ct_file_exists(p)) return 0;
+    }
+    snprintf(p, sizeof p, "%s/metrics.jsonl", dir);
+    FILE *f = fopen(p, "r");
+    if (!f) return 1;
+    int c = fgetc(f);
+    fclose(f);
+    return c == EOF;
+}
+
 // The output directory, settled before any work: runs/DATE-ARCH (or the demo's runs/demo) with a
 // suffix when that already holds a run; a --out given that holds a run is refused unless --resume
 // continues from it or --overwrite replaces it. Only node 0 writes files, so only it checks.
@@ -90,15 +110,24 @@ static void choose_out_dir(Config *c, const ConfigGiven *given) {
         return;
     }
     if (!writes || !find_run_file(c->out, name, sizeof name)) return;
+    if (never_stepped(c->out)) {
+        fprintf(stderr, "train: note: %s holds a run that stopped before its first step (no checkpoint, no metrics "
+                        "record); its files are replaced\n", c->out);
+        remove_run_files(c->out);
+        return;
+    }
     if (c->resume[0] && resume_is_in(c->resume, c->out)) {
         if (c->overwrite)
             ct_die("--overwrite would delete %s/ while --resume %s continues from it; drop --overwrite to continue the run",
                    c->out, c->resume);
         return;
     }
-    if (!c->overwrite)
-        ct_die("--out %s: already holds a run (%s); add --overwrite to replace it, --resume %s/last.ckpt to continue it, "
-               "or choose another --out", c->out, name, c->out);
+    if (!c->overwrite) {
+        char cont[8192];
+        settings_resume_command(c, c->out, cont, sizeof cont);
+        ct_die("--out %s: already holds a run (%s); add --overwrite to replace it, continue it with: %s, "
+               "or choose another --out", c->out, name, cont);
+    }
 }
 
 // A model file's "blurpool" metadata (0 when absent or unreadable: loading it reports that).
@@ -186,7 +215,19 @@ int job_train(Job *job, int argc, char **argv) {
             rs->runs[k].faults.dump_train = dump_open(c->dump_batches, "train_batches", rs->runs[k].rank.rank, rs->world);
     }
     loop_install_signals();
-    if (lead) runlog_banner(r);
+    if (lead) {
+        runlog_banner(r);
+        dryrun_lr_note(c, &job->given, c->batch * rs->world, stderr);
+        // Two checkpoints (last and best) must fit beside what is there, or a run of hours dies
+        // at its first save.
+        int64_t ck = dryrun_checkpoint_bytes(c->arch, r->data->channels, r->data->classes, c->blurpool, c->momentum > 0,
+                                             c->ema > 0);
+        int64_t fr = dryrun_free_bytes(c->out);
+        if (ck > 0 && fr >= 0 && fr < 2 * ck)
+            ct_warn("%s: %.1f MB free, but a checkpoint of this model takes %.1f MB and a run keeps two (last.ckpt, "
+                    "best.ckpt): free some space or choose another --out", c->out, (double)fr / (1 << 20),
+                    (double)ck / (1 << 20));
+    }
 
     EvalResult last_eval;
     int rc = ranks_run(rs, 0, &last_eval);

@@ -7,18 +7,29 @@
 #include <unistd.h>
 
 #include "trainer/ranks.h"
+#include "trainer/settings.h"
 #include "util/common.h"
 
 static volatile sig_atomic_t g_stop_signal;
 
+static volatile sig_atomic_t g_signals;
+
+// Said at once (a step can take seconds): the first signal stops the run after the step in
+// progress, with a checkpoint; a second only says that the checkpoint is still coming; a third
+// exits at once without one.
 static void on_signal(int sig) {
-    if (g_stop_signal) {
-        static const char msg[] = "\ntrain: second signal: exiting without a checkpoint\n";
-        ssize_t r = write(2, msg, sizeof msg - 1);
-        (void)r;
-        _exit(128 + sig);
-    }
-    g_stop_signal = sig;
+    static const char first[] = "\ntrain: stopping after this step; last.ckpt is written then (a third signal exits "
+                                "without it)\n";
+    static const char second[] = "\ntrain: still finishing the step, then writing last.ckpt (signal once more to exit "
+                                 "without it)\n";
+    static const char third[] = "\ntrain: third signal: exiting without a checkpoint\n";
+    int n = ++g_signals;
+    const char *msg = n == 1 ? first : n == 2 ? second : third;
+    size_t len = n == 1 ? sizeof first - 1 : n == 2 ? sizeof second - 1 : sizeof third - 1;
+    ssize_t r = write(2, msg, len);
+    (void)r;
+    if (n >= 3) _exit(128 + sig);
+    if (!g_stop_signal) g_stop_signal = sig;
 }
 
 void loop_install_signals(void) {
@@ -34,6 +45,12 @@ void loop_install_signals(void) {
 int loop_stop_signal(void) { return g_stop_signal; }
 
 static const char *signal_name(void) { return g_stop_signal == SIGINT ? "SIGINT" : "SIGTERM"; }
+
+// --max-bad-records, auto: 0.1% of the train shard, at least 1.
+static int64_t max_bad_records(const Run *r) {
+    if (r->cfg->max_bad_records > 0) return r->cfg->max_bad_records;
+    return CT_MAX(1, (int64_t)(r->data->train.n_records / 1000));
+}
 
 // Progressive resizing: the training resolution of epoch (from 0).
 static int epoch_res(const Config *c, int epoch) {
@@ -56,9 +73,11 @@ static int account_step(Run *r, const StepResult *sr, double lr, int64_t step, i
             char lp[1100];
             runlog_path(log, lp, sizeof lp, "last.ckpt");
             ct_die("%d consecutive steps with a non-finite loss or gradient (epoch %d, step %lld, lr %g): the run has "
-                   "diverged; stopping. %s", consecutive_bad, p->epoch + 1, (long long)step, lr,
-                   ct_file_exists(lp) ? "The last good checkpoint is kept: resume from it with a lower --lr"
-                                      : "No checkpoint was written yet (diverged within the first epoch)");
+                   "diverged; stopping. %s%s%s", consecutive_bad, p->epoch + 1, (long long)step, lr,
+                   ct_file_exists(lp) ? "The last good checkpoint is kept: start a new run from its weights with a lower "
+                                        "rate (--resume keeps the run's --lr): --weights "
+                                      : "No checkpoint was written yet (diverged within the first epoch): lower --lr",
+                   ct_file_exists(lp) ? lp : "", ct_file_exists(lp) ? " --lr LOWER and the run's other flags" : "");
         }
     } else {
         consecutive_bad = 0;
@@ -122,7 +141,7 @@ static EvalResult finish_epoch(Run *r, double train_time, double train_wait, int
             .train_time = train_time, .eval_time = eval_time,
             .img_s = train_time > 0 ? (double)(p->epoch_seen - seen_at_start) / train_time : 0,
             .data_wait = train_time > 0 ? train_wait / train_time : 0, .workers = c->workers,
-            .res = epoch_res(c, p->epoch), .val_res = c->val_crop_size,
+            .res = epoch_res(c, p->epoch), .val_res = c->val_crop_size, .bad_records = p->epoch_bad,
         };
         runlog_epoch(r->log, &rep);
     }
@@ -131,9 +150,13 @@ static EvalResult finish_epoch(Run *r, double train_time, double train_wait, int
     p->step_in_epoch = 0;
     p->epoch_loss_sum = 0;
     p->epoch_correct = p->epoch_seen = 0;
+    p->epoch_bad = 0;
     if (r->log) {
         state_save_checkpoint(r, "last.ckpt", step);
-        if (best) state_save_checkpoint(r, "best.ckpt", step);
+        if (best) {
+            state_save_checkpoint(r, "best.ckpt", step);
+            state_save_best_model(r);
+        }
     }
     p->epoch--;
     return e;
@@ -184,17 +207,31 @@ int loop_train(Run *r, EvalResult *final_eval) {
             if (r->faults.dump_train)
                 dump_batch(r->faults.dump_train, c->dump_batches, &b, b.hw, r->data->channels, p->epoch, gstep + 1, (float)lr);
             StepResult sr = step_train(r, &b, lr, gstep + 1, g_stop_signal != 0);
+            p->epoch_bad += (uint32_t)b.bad;
             loader_release(lt, &b);
             p->step_in_epoch++;
             int64_t step = gstep + 1;  // steps done in the whole run
             consecutive_bad = account_step(r, &sr, lr, step, consecutive_bad, b.hw);
+            if (log && (int64_t)p->epoch_bad > max_bad_records(r)) {  // rank 0 ends the process, as for non-finite steps
+                runlog_clear_line(log);
+                state_save_checkpoint(r, "last.ckpt", step);
+                char cont[8192];
+                settings_resume_command(c, log->out, cont, sizeof cont);
+                ct_die("%u samples of epoch %d came from train records that fail their checksum or decoding, more than "
+                       "--max-bad-records %lld: the shard is damaged (packdata --verify %s lists them). Checkpoint saved "
+                       "to %s/last.ckpt at step %lld; repair or repack the shard and resume (%s), or allow more: %s "
+                       "--max-bad-records N", p->epoch_bad, p->epoch + 1, (long long)max_bad_records(r),
+                       r->data->train.path, log->out, (long long)step, cont, cont);
+            }
             if (sr.stop && p->step_in_epoch != spe) {  // agreed by all ranks in the step's reduction
                 stopped = 1;
                 if (!log) break;
                 runlog_clear_line(log);
                 state_save_checkpoint(r, "last.ckpt", step);
-                fprintf(stderr, "train: %s: checkpoint saved to %s/last.ckpt at epoch %d step %lld/%lld; resume with --resume %s/last.ckpt\n",
-                        signal_name(), log->out, p->epoch + 1, (long long)p->step_in_epoch, (long long)spe, log->out);
+                char cont[8192];
+                settings_resume_command(c, log->out, cont, sizeof cont);
+                fprintf(stderr, "train: %s: checkpoint saved to %s/last.ckpt at epoch %d step %lld/%lld; resume with: %s\n",
+                        signal_name(), log->out, p->epoch + 1, (long long)p->step_in_epoch, (long long)spe, cont);
                 break;
             }
         }
@@ -213,8 +250,12 @@ int loop_train(Run *r, EvalResult *final_eval) {
             stop_now = v > 0;
         }
         if (stop_now && p->epoch + 1 < c->epochs) {
-            if (log) fprintf(stderr, "train: %s: checkpoint saved to %s/last.ckpt after epoch %d; resume with --resume %s/last.ckpt\n",
-                             signal_name(), log->out, p->epoch + 1, log->out);
+            if (log) {
+                char cont[8192];
+                settings_resume_command(c, log->out, cont, sizeof cont);
+                fprintf(stderr, "train: %s: checkpoint saved to %s/last.ckpt after epoch %d; resume with: %s\n",
+                        signal_name(), log->out, p->epoch + 1, cont);
+            }
             stopped = 1;
             p->epoch++;
             break;

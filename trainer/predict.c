@@ -3,6 +3,7 @@
 // (a file per thread at a time), the eval forward of the batch on the backend (trainer/backend.h,
 // through predict_forward), and the report in input order. An image's crop depends only on its
 // file and a batch's logits only on its crops, so the output is the same for any thread count.
+#include "trainer/filekind.h"
 #include "trainer/predict.h"
 
 #include <dirent.h>
@@ -10,6 +11,7 @@
 #include <math.h>
 #include <omp.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 
 #include "loader/augment.h"
@@ -23,7 +25,7 @@ static void predict_usage(FILE *f) {
     fprintf(f,
             "usage: train predict --weights W.safetensors [flags] IMAGE|FOLDER...\n"
             "\n"
-            "Classifies JPEG/PNG files (folders: every file in them, recursively, in name order) with\n"
+            "Classifies JPEG/PNG files (folders: their .jpg/.jpeg/.png files, recursively, in name order) with\n"
             "the evaluation's preprocessing: resize the short side to --resize, center-crop\n"
             "--crop-size, normalise with the model's mean/std. Prints the top-k classes per image.\n"
             "A file that cannot be read or decoded is reported by name and skipped; the exit status\n"
@@ -65,12 +67,27 @@ static void push(PathList *l, const char *s) {
 
 static int by_name(const struct dirent **a, const struct dirent **b) { return strcmp((*a)->d_name, (*b)->d_name); }
 
-// A folder's files, recursively, in byte order of their names (hidden entries skipped); a path
-// that is not a folder is taken as it is (a missing file fails later, by name).
-static void collect(PathList *l, const char *path) {
+// Inside folders only files named as images are taken (as packdata does): notes, shards and
+// other files beside the photos are skipped and counted; a file named on the command line is
+// always taken, so one that is not an image is an error by name.
+static int has_image_extension(const char *name) {
+    static const char *exts[] = {".jpg", ".jpeg", ".png"};
+    size_t n = strlen(name);
+    for (size_t i = 0; i < sizeof exts / sizeof exts[0]; i++) {
+        size_t e = strlen(exts[i]);
+        if (n > e && !strcasecmp(name + n - e, exts[i])) return 1;
+    }
+    return 0;
+}
+static int g_skipped_files;
+
+// A folder's image files, recursively, in byte order of their names (hidden entries skipped); a
+// path that is not a folder is taken as it is (a missing file fails later, by name).
+static void collect_in(PathList *l, const char *path, int in_folder) {
     struct stat st;
     if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) {
-        push(l, path);
+        if (in_folder && !has_image_extension(path)) g_skipped_files++;
+        else push(l, path);
         return;
     }
     struct dirent **ents;
@@ -84,7 +101,7 @@ static void collect(PathList *l, const char *path) {
             size_t len = strlen(path) + strlen(ents[i]->d_name) + 2;
             char *child = ct_alloc(len);
             snprintf(child, len, "%s%s%s", path, path[strlen(path) - 1] == '/' ? "" : "/", ents[i]->d_name);
-            collect(l, child);
+            collect_in(l, child, 1);
             free(child);
         }
         free(ents[i]);
@@ -92,7 +109,7 @@ static void collect(PathList *l, const char *path) {
     free(ents);
 }
 
-static void collect_arg(void *inputs, const char *arg) { collect(inputs, arg); }
+static void collect_arg(void *inputs, const char *arg) { collect_in(inputs, arg, 0); }
 
 // Preprocessed crop (uint8 HWC, crop x crop x C) of one file; 0, or -1 with the reason in err.
 static int load_image(const char *path, const ModelFile *mf, uint8_t *crop, ResampleScratch *scratch, char *err,
@@ -107,6 +124,14 @@ static int load_image(const char *path, const ModelFile *mf, uint8_t *crop, Resa
         return ct_fail(err, errlen, "the model takes %d channels; images decode to 1 or 3", C);
     }
     int rc = image_decode(data, n, C, &pix, &h, &w, err, errlen);
+    if (rc != 0) {  // say what the file is when it is something else (a checkpoint, a model file...)
+        char kind[96], note[300];
+        if (filekind(path, kind, sizeof kind) && strcmp(kind, "a PNG image") && strcmp(kind, "a JPEG image")) {
+            snprintf(note, sizeof note, " (the file is %s)", kind);
+            size_t k = strlen(err);
+            snprintf(err + k, errlen > k ? errlen - k : 0, "%s", note);
+        }
+    }
     free(data);
     if (rc != 0) return -1;
     AugmentConfig a = {.crop = mf->crop, .train = 0, .resize = mf->resize};
@@ -220,6 +245,9 @@ int predict_main(int argc, char **argv) {
     if (strcmp(tta, "none") && strcmp(tta, "flip")) ct_die("--tta %s: must be none or flip", tta);
     int flip = !strcmp(tta, "flip");
     int workers = strcmp(workers_flag, "auto") ? ct_parse_int("--workers", workers_flag, 1, 1024) : omp_get_max_threads();
+    if (g_skipped_files)
+        fprintf(stderr, "predict: skipped %d file%s without an image extension (.jpg, .jpeg, .png) inside the folders given\n",
+                g_skipped_files, g_skipped_files > 1 ? "s" : "");
     if (!inputs.n) ct_die("predict: no images given (files or folders after the flags; see train predict --help)");
 
     ModelFile mf;

@@ -1,9 +1,12 @@
 // Setting up one rank's run (trainer/run.h).
 #include "trainer/run.h"
 
+#include <libgen.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "nn/safetensors.h"
+#include "trainer/settings.h"
 #include "util/common.h"
 
 static ResNet *create_model(const Config *c, const Dataset *d) {
@@ -64,9 +67,13 @@ static void setup_training(Run *r, BackendKind kind, int bf16) {
     backend_upload(mo->backend, &mo->opt);
     if (!c->resume[0]) ema_start(r, NULL, NULL, NULL);  // a resume starts it from the checkpoint
     if (mo->teacher) mo->teacher_backend = backend_create(kind, mo->teacher, bf16, r->rank.local_rank, 0);
-    if (r->pos.epoch >= c->epochs && r->pos.step_in_epoch == 0)
-        ct_die("--resume %s: the checkpoint has finished epoch %d already; raise --epochs beyond %d to train on", c->resume,
-               r->pos.epoch, r->pos.epoch);
+    if (r->pos.epoch >= c->epochs && r->pos.step_in_epoch == 0) {
+        char cont[8192], *copy = ct_strdup(c->resume);
+        settings_resume_command(c, dirname(copy), cont, sizeof cont);
+        free(copy);
+        ct_die("--resume %s: the checkpoint has finished epoch %d already; raise --epochs beyond %d to train on: %s "
+               "--epochs %d", c->resume, r->pos.epoch, r->pos.epoch, cont, r->pos.epoch + 1);
+    }
 }
 
 void run_setup(Run *r, const Config *c, const Dataset *d, BackendKind kind, int rank, int world, int local_rank,

@@ -26,6 +26,7 @@ typedef struct {
     FILE *metrics;
     TfEvents *tb;
     int tty;
+    double time_offset;  // a resumed run: the metrics' clock continues from the last record kept
     Progress progress;
 } RunLog;
 
@@ -39,8 +40,8 @@ void runlog_close(RunLog *log);
 // OUT/name (dies when log is NULL: only rank 0 writes files).
 void runlog_path(const RunLog *log, char *buf, size_t n, const char *name);
 
-// config.json: every setting, what was derived from the data, the command, ctrain's commit, the
-// machine.
+// config.json: every setting, what was derived from the data, the command (and every command that
+// ran the run: "commands", kept across resumes), ctrain's commit, the machine.
 void runlog_write_config(RunLog *log, const Run *r, int argc, char **argv);
 void runlog_banner(const Run *r);
 
@@ -81,6 +82,7 @@ typedef struct {
     double train_time, eval_time, img_s, data_wait;  // data_wait: share of train_time
     int workers;
     int res, val_res;  // training resolution of the epoch, evaluation's
+    uint32_t bad_records;  // samples whose train record failed and was skipped this epoch
 } EpochReport;
 
 // The epoch's summary line, its record and events, and the warning when the loader starved it.

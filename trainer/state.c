@@ -1,4 +1,5 @@
 // Checkpoints and the final model file (trainer/state.h).
+#include "trainer/filekind.h"
 #include "trainer/state.h"
 
 #include <string.h>
@@ -7,6 +8,7 @@
 #include "nn/ema.h"
 #include "nn/safetensors.h"
 #include "trainer/run.h"
+#include "trainer/settings.h"
 #include "util/common.h"
 #include "util/json_write.h"
 
@@ -42,6 +44,7 @@ void state_save_checkpoint(Run *r, const char *name, int64_t global_step) {
     meta.epoch_loss_sum = p->epoch_loss_sum;
     meta.epoch_correct = p->epoch_correct;
     meta.epoch_seen = p->epoch_seen;
+    meta.epoch_bad = p->epoch_bad;
     meta.optimizer = r->model.sgd.lars ? CKPT_OPT_LARS : CKPT_OPT_SGD;
     meta.frozen = (uint32_t)m->freeze_backbone;
     meta.blurpool = (uint32_t)m->blurpool;
@@ -49,8 +52,14 @@ void state_save_checkpoint(Run *r, const char *name, int64_t global_step) {
     meta.ema_decay = ema_on(r) ? r->cfg->ema : 0;  // as given (the float in use is its rounding)
     meta.ema_every = (uint32_t)ema->every;
     meta.best_is_ema = (uint32_t)p->best_is_ema;
+    // The resolved settings, so `train --resume RUN_DIR` needs nothing else (trainer/settings.h).
+    json_t *settings = settings_json(r->cfg);
+    char *settings_text = ct_json_dumps_flags(settings, JSON_COMPACT);
+    json_decref(settings);
+    meta.settings = settings_text;
     checkpoint_save_ema(path, &meta, m->params, r->cfg->momentum > 0 ? r->model.opt.buf : NULL, m->bufs, m->counts,
                         ema_on(r) ? ema->params : NULL, ema_on(r) ? ema->bufs : NULL);
+    free(settings_text);
 }
 
 // --resume and --ema: the checkpoint's average continues; one without an average starts a new one
@@ -164,6 +173,7 @@ void state_load_checkpoint(Run *r, const char *flag, const char *path, int resto
         p->epoch_loss_sum = m->epoch_loss_sum;
         p->epoch_correct = m->epoch_correct;
         p->epoch_seen = m->epoch_seen;
+        p->epoch_bad = m->epoch_bad;
         if (p->step_in_epoch > r->loaders.steps_per_epoch)
             ct_die("--resume %s: checkpoint stands at step %lld of epoch %d but an epoch has %lld steps with --batch-size %d",
                    path, (long long)p->step_in_epoch, p->epoch + 1, (long long)r->loaders.steps_per_epoch, c->batch);
@@ -226,7 +236,10 @@ void state_load_weights(Run *r, const char *path, int reset_head) {
     }
     StFile f;
     char *err = st_open(path, &f);
-    if (err) ct_die("--weights %s", err);
+    if (err) {
+        char note[1300];
+        ct_die("--weights %s%s", err, filekind_note(path, "a safetensors file", note, sizeof note));
+    }
     char fw[64], mw[64], fb[64], mb[64];
     int differs = head_differs(&f, net, "fc.weight", fw, mw, sizeof fw);
     differs |= head_differs(&f, net, "fc.bias", fb, mb, sizeof fb);
@@ -242,8 +255,21 @@ void state_load_weights(Run *r, const char *path, int reset_head) {
                 r->cfg->seed, fw, mw, fb, mb);
 }
 
+static void save_model_file(Run *r, const char *name, int use_ema, char *path, size_t path_len);
+
 void state_save_model(Run *r, char *path, size_t path_len) {
-    runlog_path(r->log, path, path_len, "model.safetensors");
+    save_model_file(r, "model.safetensors", ema_model_is_best(r), path, path_len);
+}
+
+void state_save_best_model(Run *r) {
+    char path[1100];
+    save_model_file(r, "best.safetensors", ema_on(r) && r->pos.best_is_ema, path, sizeof path);
+}
+
+// OUT/name with the plain weights or (use_ema) the average's, and the metadata predict, export and
+// --evaluate read.
+static void save_model_file(Run *r, const char *name, int use_ema, char *path, size_t path_len) {
+    runlog_path(r->log, path, path_len, name);
     state_to_host(r);
     const Dataset *d = r->data;
     char ncls[16], nch[16], crop[16], resize[16];
@@ -267,7 +293,6 @@ void state_save_model(Run *r, char *path, size_t path_len) {
     json_decref(names);
     // "weights": which weights the file holds: "ema" (--ema's average, when its last val top-1 is at
     // least the plain weights') or "plain"; num_batches_tracked is the plain model's either way.
-    int use_ema = ema_model_is_best(r);
     char decay[32];
     snprintf(decay, sizeof decay, "%.9g", r->cfg->ema);
     // "blurpool": "1" when the network has BlurPool's blurs (predict, export and --weights take it).

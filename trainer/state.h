@@ -16,6 +16,7 @@ typedef struct {
     // Accumulators of the epoch in progress (a resume mid-epoch reports the same train figures).
     double epoch_loss_sum;
     int64_t epoch_correct, epoch_seen;
+    uint32_t epoch_bad;  // samples of this epoch whose train record failed and was skipped
 } Position;
 
 typedef struct Run Run;  // trainer/run.h
@@ -39,3 +40,6 @@ void state_load_weights(Run *r, const char *path, int reset_head);
 // OUT/model.safetensors: torchvision names; its metadata holds arch, num_classes, in_channels, the
 // eval preprocessing (mean, std, crop_size, val_resize) and the class table (classes, a JSON array).
 void state_save_model(Run *r, char *path_out, size_t path_len);
+// OUT/best.safetensors: the weights of best.ckpt (the average's when its val top-1 was the best,
+// Position.best_is_ema) with model.safetensors' metadata; written with best.ckpt.
+void state_save_best_model(Run *r);

@@ -7,8 +7,9 @@
 
 #include "util/common.h"
 
-enum { PANEL_W = 600, PANEL_H = 380, COLS = 2, SCALE = 2 /* font pixel size */ };
-enum { MARGIN_L = 90, MARGIN_R = 20, MARGIN_T = 40, MARGIN_B = 60 };
+// The left margin holds 8 characters of tick label ("-2.0E+07"), the right one the legend (16).
+enum { PANEL_W = 820, PANEL_H = 380, COLS = 2, SCALE = 2 /* font pixel size */ };
+enum { MARGIN_L = 112, MARGIN_R = 212, MARGIN_T = 40, MARGIN_B = 60 };
 
 typedef struct {
     uint8_t *px;  // RGB
@@ -84,7 +85,7 @@ static void text(Image *im, int x, int y, const char *s, const uint8_t c[3]) {
 static void fmt_tick(char *buf, size_t n, double v, double step) {
     if (v == 0) { snprintf(buf, n, "0"); return; }
     double a = fabs(v);
-    if (a >= 1e5 || a < 1e-3) snprintf(buf, n, "%.1e", v);
+    if (a >= 1e5 || a < 1e-3) snprintf(buf, n, step == v ? "%.0e" : "%.1e", v);  // a log axis: 1E+07
     else {
         int decimals = step >= 1 ? 0 : (int)ceil(-log10(step));
         if (decimals > 4) decimals = 4;
@@ -99,16 +100,33 @@ static double nice_step(double range) {
     return (f < 1.5 ? 1 : f < 3.5 ? 2 : f < 7.5 ? 5 : 10) * p;
 }
 
+// A y value as plotted: its log10 on a log axis.
+static double ymap(double y, int logy) { return logy ? (y > 0 ? log10(y) : NAN) : y; }
+
 static void draw_panel(Image *im, int ox, int oy, const PlotPanel *pn) {
     static const uint8_t black[3] = {0, 0, 0}, grid[3] = {225, 225, 225}, grey[3] = {90, 90, 90};
     double xmin = INFINITY, xmax = -INFINITY, ymin = INFINITY, ymax = -INFINITY;
+    int logy = pn->logy;
+    for (int s = 0; s < pn->n_series; s++)
+        for (int i = 0; i < pn->series[s].n; i++)
+            if (isfinite(pn->series[s].y[i]) && !(pn->series[s].y[i] > 0)) logy = 0;  // a log axis needs y > 0
     for (int s = 0; s < pn->n_series; s++)
         for (int i = 0; i < pn->series[s].n; i++) {
-            double x = pn->series[s].x[i], y = pn->series[s].y[i];
+            double x = pn->series[s].x[i], y = ymap(pn->series[s].y[i], logy);
             if (!isfinite(x) || !isfinite(y)) continue;
             xmin = fmin(xmin, x); xmax = fmax(xmax, x);
             ymin = fmin(ymin, y); ymax = fmax(ymax, y);
         }
+    if (logy && ymax - ymin < 1) logy = 0;  // less than a decade: the linear axis reads better
+    if (!logy && pn->logy) {  // recompute on the linear scale
+        ymin = INFINITY, ymax = -INFINITY;
+        for (int s = 0; s < pn->n_series; s++)
+            for (int i = 0; i < pn->series[s].n; i++) {
+                double x = pn->series[s].x[i], y = pn->series[s].y[i];
+                if (!isfinite(x) || !isfinite(y)) continue;
+                ymin = fmin(ymin, y); ymax = fmax(ymax, y);
+            }
+    }
     text(im, ox + (PANEL_W - text_width(pn->title)) / 2, oy + 10, pn->title, black);
     int px0 = ox + MARGIN_L, py0 = oy + MARGIN_T, pw = PANEL_W - MARGIN_L - MARGIN_R, ph = PANEL_H - MARGIN_T - MARGIN_B;
     if (!(xmin <= xmax)) {  // nothing finite to draw
@@ -119,13 +137,27 @@ static void draw_panel(Image *im, int ox, int oy, const PlotPanel *pn) {
     if (ymax == ymin) { double d = fabs(ymin) > 0 ? fabs(ymin) * 0.1 : 1; ymin -= d; ymax += d; }
     double pad = (ymax - ymin) * 0.05;
     ymin -= pad; ymax += pad;
-    double xs = nice_step(xmax - xmin), ys = nice_step(ymax - ymin);
+    // Whole-number x values (epochs, steps): no ticks between them (1.2 epochs is no record).
+    int xint = 1;
+    for (int s = 0; s < pn->n_series; s++)
+        for (int i = 0; i < pn->series[s].n; i++)
+            if (isfinite(pn->series[s].x[i]) && pn->series[s].x[i] != floor(pn->series[s].x[i])) xint = 0;
+    double xs = nice_step(xmax - xmin), ys = logy ? CT_MAX(1, nice_step(ymax - ymin)) : nice_step(ymax - ymin);
+    if (logy) ys = ceil(ys);  // whole decades
+    if (xint && xs < 1) xs = 1;
     char buf[32];
     for (double t = ceil(ymin / ys) * ys; t <= ymax + 1e-12 * fabs(ymax); t += ys) {
         int y = py0 + ph - (int)lround((t - ymin) / (ymax - ymin) * ph);
         line(im, px0, y, px0 + pw, y, grid, 1);
-        fmt_tick(buf, sizeof buf, fabs(t) < ys * 1e-9 ? 0 : t, ys);
+        if (logy) fmt_tick(buf, sizeof buf, pow(10, round(t)), pow(10, round(t)));
+        else fmt_tick(buf, sizeof buf, fabs(t) < ys * 1e-9 ? 0 : t, ys);
         text(im, px0 - 8 - text_width(buf), y - 7, buf, grey);
+    }
+    if (logy) {  // said in the title
+        char t[300];
+        snprintf(t, sizeof t, "%s (log scale)", pn->title);
+        fill_rect(im, ox, oy + 8, PANEL_W, 7 * SCALE + 4, (const uint8_t[3]){255, 255, 255});
+        text(im, ox + (PANEL_W - text_width(t)) / 2, oy + 10, t, black);
     }
     for (double t = ceil(xmin / xs) * xs; t <= xmax + 1e-12 * fabs(xmax); t += xs) {
         int x = px0 + (int)lround((t - xmin) / (xmax - xmin) * pw);
@@ -141,15 +173,15 @@ static void draw_panel(Image *im, int ox, int oy, const PlotPanel *pn) {
         const uint8_t *c = palette[s % CT_ARRAY_LEN(palette)];
         int have_prev = 0, lx = 0, ly = 0;
         for (int i = 0; i < sr->n; i++) {
-            if (!isfinite(sr->x[i]) || !isfinite(sr->y[i])) { have_prev = 0; continue; }
+            if (!isfinite(sr->x[i]) || !isfinite(ymap(sr->y[i], logy))) { have_prev = 0; continue; }
             int x = px0 + (int)lround((sr->x[i] - xmin) / (xmax - xmin) * pw);
-            int y = py0 + ph - (int)lround((sr->y[i] - ymin) / (ymax - ymin) * ph);
+            int y = py0 + ph - (int)lround((ymap(sr->y[i], logy) - ymin) / (ymax - ymin) * ph);
             if (have_prev) line(im, lx, ly, x, y, c, 2);
             else fill_rect(im, x - 2, y - 2, 4, 4, c);
             lx = x; ly = y; have_prev = 1;
         }
-        // Legend, top right inside the plot area.
-        int ly0 = py0 + 8 + s * 20, lx0 = px0 + pw - 20 - text_width(sr->label ? sr->label : "");
+        // Legend, right of the plot area (never over a curve).
+        int ly0 = py0 + 8 + s * 20, lx0 = px0 + pw + 40;
         fill_rect(im, lx0 - 26, ly0 + 5, 18, 4, c);
         if (sr->label) text(im, lx0, ly0, sr->label, black);
     }

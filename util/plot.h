@@ -17,9 +17,11 @@ typedef struct {
     const char *xlabel;
     const PlotSeries *series;
     int n_series;
+    int logy;  // 1: a log10 y axis when every value is > 0 (losses spanning decades)
 } PlotPanel;
 
-// Draws the panels in a grid (two columns) and writes path atomically. Dies naming path on failure.
+// Draws the panels in a grid (two columns), each with its legend to the right of its plot area, and
+// writes path atomically. Dies naming path on failure.
 void plot_png(const char *path, const PlotPanel *panels, int n_panels);
 
 #ifdef __cplusplus
