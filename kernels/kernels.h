@@ -286,6 +286,36 @@ void lars_step_gpu(float *params, const float *grads, float *buf, const CtLarsTe
                    double *norms, float lr, float momentum, float wd, float eta, uint16_t *params_bf16,
                    ct_stream_t stream);
 
+// AdamW (torch.optim.AdamW) and LAMB (timm's Lamb): the scalars of one step, computed on the
+// host in double by nn/optim.c's optim_adam_args and rounded to float where torch rounds its
+// Python floats, so both backends and the reference use the same ones.
+typedef struct {
+    float lr, wd;               // the step's rate; weight decay of the decayed elements
+    float beta1, beta2;         // (float) beta
+    float omb1, omb2;           // (float)(1 - beta), the difference taken in double
+    float decay_factor;         // adamw: (float)(1 - lr wd)
+    float neg_step_size;        // adamw: (float)-(lr / (1 - beta1^step))
+    float bc1;                  // lamb: (float)(1 - beta1^step)
+    float bc2_sqrt;             // (float)sqrt(1 - beta2^step)
+    float eps;
+    double max_grad_norm;       // lamb: gradients divided by max(|g| / this, 1) (0: no clipping)
+} CtAdamArgs;
+
+// AdamW over the flat fp32 buffers (nn/adamw.c's adamw_update per element, unfused like it: the
+// same bits). decay[i] != 0 decays element i (NULL: every element). Per element, decayed first:
+//   p = p * decay_factor; m = beta1 m + omb1 g; v = beta2 v + (omb2 g) g;
+//   p = p + (neg_step_size m) / (sqrt(v) / bc2_sqrt + eps)
+void adamw_step_gpu(float *params, const float *grads, float *exp_avg, float *exp_avg_sq, const uint8_t *decay,
+                    size_t n, const CtAdamArgs *a, uint16_t *params_bf16, ct_stream_t stream);
+
+// LAMB (nn/lamb.c's lamb_update: the same bits) over parameter tensors as ranges of the flat
+// buffers (`skip`: not decayed, hence not adapted). norms: device memory, 3 doubles a tensor.
+// Squared norms are summed as LARS's are (CT_LARS_CHUNKS chunks in order). Three launches: the
+// gradients' norms (for the global clip), the moments with the norms of w and of the update
+// u = (m / bc1) / (sqrt(v) / bc2_sqrt + eps) (+ wd w), then w = w + (-lr) (u trust).
+void lamb_step_gpu(const CtLarsTensor *tensors, int n_tensors, float *params, const float *grads, float *exp_avg,
+                   float *exp_avg_sq, double *norms, const CtAdamArgs *a, uint16_t *params_bf16, ct_stream_t stream);
+
 // EMA of the weights (kernels/ema.cu), the twins of nn/ema.h: ema += (1 - decay) * (w - ema) per
 // element, unfused like the CPU (bit-identical); the swap exchanges a and b and, when a_bf16 is not
 // NULL, refreshes that bf16 copy of a (the live weights' operand copy) in the same pass.

@@ -26,6 +26,7 @@ GpuExec *gpu_exec_create(const ResNet *m, CtDtype dt) {
     e->esz = dt == CT_BF16 ? 2 : 4;
     e->graph = m;
     e->decay_mode = -1;
+    e->lamb_mode = -1;
     exec_plan_fusions(e, m);
     CK(cudaStreamCreateWithFlags(&e->st, cudaStreamNonBlocking));
     CK(cudaStreamCreateWithFlags(&e->cp, cudaStreamNonBlocking));
@@ -64,6 +65,8 @@ void gpu_exec_free(GpuExec *e) {
     dfree(e->params);
     dfree(e->grads);
     dfree(e->mom);
+    dfree(e->mom2);
+    dfree(e->lamb_t);
     dfree(e->bufs);
     dfree(e->bufs_snap);
     dfree(e->wbf);

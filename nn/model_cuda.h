@@ -7,6 +7,7 @@
 //   cpu_backward(e, m, dlogits, grads, rdy, ctx) gpu_backward(e, m, dlogits, grads, rdy, ctx)
 //   cpu_train_step(e, m, x, labels, ...)         gpu_train_step[_u8](e, m, x, labels, ...)
 //   sgd_step(cfg, st, m, params, grads, lr)      gpu_sgd_step(e, m, cfg, st, lr)
+//   optim_step(cfg, st, m, params, grads, lr)    gpu_optim_step(e, m, cfg, st, lr)
 //
 // The GPU also has a path with no CPU twin, the one the trainer takes: gpu_forward_u8_dev,
 // gpu_loss_xent (and gpu_loss_kd), gpu_backward_dev keep logits, dlogits and gradients on the
@@ -37,6 +38,7 @@
 
 #include "kernels/kernels.h"
 #include "nn/resnet.h"  // ResNet, GradReadyFn
+#include "nn/optim.h"
 #include "nn/sgd.h"
 
 #ifdef __cplusplus
@@ -128,6 +130,14 @@ void gpu_prefetch_cancel(GpuExec *e, const uint8_t *x);
 void gpu_sgd_step(GpuExec *e, const ResNet *m, const SgdConfig *cfg, SgdState *st, float lr);
 // LARS (nn/lars.h), bit-identical to lars_step on the same inputs.
 void gpu_lars_step(GpuExec *e, const ResNet *m, const SgdConfig *cfg, SgdState *st, float lr);
+
+// The optimizer table's GPU step (nn/optim.h; sgd and lars through the two above), the twin of
+// optim_step on the same inputs, bit for bit; the state lives on the device like SGD's momentum.
+void gpu_optim_step(GpuExec *e, const ResNet *m, const OptConfig *cfg, OptState *st, float lr);
+// Host <-> device copies of the optimizer's state tensors (gpu_upload_state/gpu_download_state
+// move the model's state).
+void gpu_upload_optim(GpuExec *e, const ResNet *m, const OptState *st);
+void gpu_download_optim(GpuExec *e, const ResNet *m, OptState *st);
 
 // EMA of the weights (the trainer's --ema; nn/ema.h): a device copy of params and BN statistics.
 // gpu_ema_set uploads it (allocating on first use), gpu_ema_get downloads it; gpu_ema_update

@@ -59,14 +59,17 @@ struct GpuExec {
 
     // Model state on the device.
     float *params, *grads, *mom, *bufs;
+    float *mom2;       // the optimizer's second state tensor (adamw, lamb: exp_avg_sq; mom is exp_avg), on first use
     float *bufs_snap;  // gpu_bufs_snapshot's copy of bufs
     uint16_t *wbf;     // bf16 copy of params (dt == CT_BF16), refreshed by every SGD step
     float *ema_params, *ema_bufs;  // --ema's average of params and bufs (gpu_ema_*), NULL without
     uint8_t *decay;    // weight-decay mask for the last SgdConfig seen
     int decay_mode;    // -1: mask not built; else cfg->wd_exclude_bn_bias it was built for
     CtLarsTensor *lars_t;  // LARS: the parameter tensors (built on its first step)
-    double *lars_norms;    // LARS: 2 norms a tensor
+    double *lars_norms;    // LARS, LAMB: 3 doubles a tensor (LARS uses 2)
     int lars_n;
+    CtLarsTensor *lamb_t;  // LAMB: the parameter tensors, skip as optim_decays says (built for lamb_mode)
+    int lamb_mode;         // -1: not built; else the wd_exclude_norm_bias it was built for
 
     // Plan.
     int pN, pH, pW;

@@ -1,10 +1,12 @@
 // The GPU executor's state outside the passes (struct GpuExec in nn/model_cuda_impl.h): device
 // selection, host<->device copies of the parameters, buffers and momentum, the BN buffers'
-// snapshot and rollback, the finiteness check of the gradients, the optimizer steps (SGD, LARS),
+// snapshot and rollback, the finiteness check of the gradients, the optimizer table's steps (SGD,
+// LARS, AdamW, LAMB: nn/optim.h) and their state,
 // the EMA of the weights, and pinned host memory for the loader.
 #include <string.h>
 
 #include "nn/lars.h"
+#include "nn/optim.h"
 #include "nn/model_cuda_impl.h"
 
 int gpu_device_count(void) {
@@ -89,7 +91,7 @@ void gpu_lars_step(GpuExec *e, const ResNet *m, const SgdConfig *cfg, SgdState *
         CtLarsTensor *h = (CtLarsTensor *)ct_alloc(sizeof(CtLarsTensor) * (size_t)(e->lars_n ? e->lars_n : 1));
         lars_tensors(m, h);
         e->lars_t = (CtLarsTensor *)dmalloc(e, sizeof(CtLarsTensor) * (size_t)(e->lars_n ? e->lars_n : 1));
-        e->lars_norms = (double *)dmalloc(e, sizeof(double) * 2 * (size_t)(e->lars_n ? e->lars_n : 1));
+        if (!e->lars_norms) e->lars_norms = (double *)dmalloc(e, sizeof(double) * 3 * (size_t)(e->lars_n ? e->lars_n : 1));  // LAMB's 3 too
         CK(cudaMemcpyAsync(e->lars_t, h, sizeof(CtLarsTensor) * (size_t)e->lars_n, cudaMemcpyHostToDevice, e->st));
         CK(cudaStreamSynchronize(e->st));
         free(h);
@@ -102,24 +104,28 @@ void gpu_lars_step(GpuExec *e, const ResNet *m, const SgdConfig *cfg, SgdState *
     st->steps++;
 }
 
+// The mask of elements that get weight decay, from the entry table (built once per setting; SGD
+// and AdamW exclude the same entries: optim_decays).
+static void decay_mask(GpuExec *e, const ResNet *m, int exclude) {
+    if (e->decay_mode == exclude) return;
+    OptConfig c;
+    memset(&c, 0, sizeof c);
+    c.kind = OPT_SGD;
+    c.wd_exclude_norm_bias = exclude;
+    uint8_t *h = (uint8_t *)ct_alloc(m->n_params ? m->n_params : 1);
+    memset(h, 1, m->n_params);
+    optim_decay_mask(&c, m, h);
+    if (!e->decay) e->decay = (uint8_t *)dmalloc(e, m->n_params);
+    CK(cudaMemcpyAsync(e->decay, h, m->n_params, cudaMemcpyHostToDevice, e->st));
+    CK(cudaStreamSynchronize(e->st));
+    free(h);
+    e->decay_mode = exclude;
+}
+
 void gpu_sgd_step(GpuExec *e, const ResNet *m, const SgdConfig *cfg, SgdState *st, float lr) {
     if (st->n != m->n_params)
         ct_die("sgd: state has %zu elements, model %s has %zu (its flat parameter array)", st->n, m->arch, m->n_params);
-    if (e->decay_mode != cfg->wd_exclude_bn_bias) {
-        // Mask of elements that get weight decay, from the entry table (built once per config).
-        uint8_t *h = (uint8_t *)ct_alloc(m->n_params ? m->n_params : 1);
-        memset(h, 1, m->n_params);
-        for (int i = 0; i < m->n_entries; i++) {
-            const StateEntry *en = &m->entries[i];
-            if (en->kind == ENTRY_PARAM && cfg->wd_exclude_bn_bias && en->no_decay)
-                memset(h + en->offset, 0, en->count);
-        }
-        if (!e->decay) e->decay = (uint8_t *)dmalloc(e, m->n_params);
-        CK(cudaMemcpyAsync(e->decay, h, m->n_params, cudaMemcpyHostToDevice, e->st));
-        CK(cudaStreamSynchronize(e->st));
-        free(h);
-        e->decay_mode = cfg->wd_exclude_bn_bias;
-    }
+    decay_mask(e, m, cfg->wd_exclude_bn_bias);
     prof_mark(e, m->n_ops, PROF_FWD);
     sgd_step_gpu(e->params, e->grads, e->mom, e->decay, resnet_trainable(m), lr, cfg->momentum, cfg->weight_decay,
                  cfg->nesterov, st->steps == 0, e->wbf, e->st);
@@ -191,5 +197,83 @@ void gpu_ema_swap(GpuExec *e) {
     if (!e->ema_params) ct_die("internal: gpu_ema_swap without gpu_ema_set");
     ema_swap_gpu(e->params, e->ema_params, e->graph->n_params, e->wbf, e->st);
     ema_swap_gpu(e->bufs, e->ema_bufs, e->graph->n_bufs, NULL, e->st);
+    CK(cudaStreamSynchronize(e->st));
+}
+
+// The optimizer table's GPU steps (nn/optim.h), each the twin of its CPU step.
+static void gpu_sgd_entry(GpuExec *e, const ResNet *m, const OptConfig *cfg, OptState *st, float lr) {
+    SgdConfig c = optim_sgd_config(cfg);
+    SgdState s = {st->n, st->state[0], (long)st->steps};
+    if (cfg->kind == OPT_LARS) gpu_lars_step(e, m, &c, &s, lr);
+    else gpu_sgd_step(e, m, &c, &s, lr);
+    st->steps = s.steps;
+}
+
+static void need_mom2(GpuExec *e, const ResNet *m) {
+    if (e->mom2) return;
+    e->mom2 = (float *)dmalloc(e, m->n_params * sizeof(float));
+    CK(cudaMemsetAsync(e->mom2, 0, m->n_params * sizeof(float), e->st));
+}
+
+static void gpu_adamw_entry(GpuExec *e, const ResNet *m, const OptConfig *cfg, OptState *st, float lr) {
+    if (st->n != m->n_params) ct_die("adamw: state has %zu elements, model %s has %zu (its flat parameter array)", st->n, m->arch, m->n_params);
+    need_mom2(e, m);
+    decay_mask(e, m, cfg->wd_exclude_norm_bias);
+    CtAdamArgs a = optim_adam_args(cfg, lr, st->steps + 1);
+    prof_mark(e, m->n_ops, PROF_FWD);
+    adamw_step_gpu(e->params, e->grads, e->mom, e->mom2, e->decay, resnet_trainable(m), &a, e->wbf, e->st);
+    prof_pass_done(e, 2);
+    CK(cudaStreamSynchronize(e->st));
+    st->steps++;
+}
+
+static void gpu_lamb_entry(GpuExec *e, const ResNet *m, const OptConfig *cfg, OptState *st, float lr) {
+    if (st->n != m->n_params) ct_die("lamb: state has %zu elements, model %s has %zu (its flat parameter array)", st->n, m->arch, m->n_params);
+    need_mom2(e, m);
+    int nt = optim_tensors(cfg, m, NULL);
+    if (e->lamb_mode != cfg->wd_exclude_norm_bias) {
+        CtLarsTensor *h = (CtLarsTensor *)ct_alloc(sizeof(CtLarsTensor) * (size_t)(nt ? nt : 1));
+        optim_tensors(cfg, m, h);
+        if (!e->lamb_t) e->lamb_t = (CtLarsTensor *)dmalloc(e, sizeof(CtLarsTensor) * (size_t)(nt ? nt : 1));
+        if (!e->lars_norms) e->lars_norms = (double *)dmalloc(e, sizeof(double) * 3 * (size_t)(nt ? nt : 1));
+        CK(cudaMemcpyAsync(e->lamb_t, h, sizeof(CtLarsTensor) * (size_t)nt, cudaMemcpyHostToDevice, e->st));
+        CK(cudaStreamSynchronize(e->st));
+        free(h);
+        e->lamb_mode = cfg->wd_exclude_norm_bias;
+    }
+    CtAdamArgs a = optim_adam_args(cfg, lr, st->steps + 1);
+    prof_mark(e, m->n_ops, PROF_FWD);
+    lamb_step_gpu(e->lamb_t, nt, e->params, e->grads, e->mom, e->mom2, e->lars_norms, &a, e->wbf, e->st);
+    prof_pass_done(e, 2);
+    CK(cudaStreamSynchronize(e->st));
+    st->steps++;
+}
+
+typedef void (*GpuOptStep)(GpuExec *e, const ResNet *m, const OptConfig *cfg, OptState *st, float lr);
+static const GpuOptStep GPU_OPT_STEPS[OPT_COUNT] = {gpu_sgd_entry, gpu_sgd_entry, gpu_adamw_entry, gpu_lamb_entry};
+
+void gpu_optim_step(GpuExec *e, const ResNet *m, const OptConfig *cfg, OptState *st, float lr) {
+    if (st->kind != cfg->kind) ct_die("internal: %s state stepped as %s", optim_desc(st->kind)->name, optim_desc(cfg->kind)->name);
+    GPU_OPT_STEPS[cfg->kind](e, m, cfg, st, lr);
+}
+
+// The optimizer's state tensors in table order: mom, then mom2.
+void gpu_upload_optim(GpuExec *e, const ResNet *m, const OptState *st) {
+    int ns = optim_desc(st->kind)->n_state;
+    if (st->n != m->n_params)
+        ct_die("gpu: %s state has %zu elements, model %s has %zu (its flat parameter array)", optim_desc(st->kind)->name, st->n, m->arch, m->n_params);
+    if (ns > 1) need_mom2(e, m);
+    for (int i = 0; i < ns; i++)
+        CK(cudaMemcpyAsync(i ? e->mom2 : e->mom, st->state[i], m->n_params * sizeof(float), cudaMemcpyHostToDevice, e->st));
+    CK(cudaStreamSynchronize(e->st));
+}
+
+void gpu_download_optim(GpuExec *e, const ResNet *m, OptState *st) {
+    int ns = optim_desc(st->kind)->n_state;
+    if (st->n != m->n_params)
+        ct_die("gpu: %s state has %zu elements, model %s has %zu (its flat parameter array)", optim_desc(st->kind)->name, st->n, m->arch, m->n_params);
+    if (ns > 1) need_mom2(e, m);
+    for (int i = 0; i < ns; i++)
+        CK(cudaMemcpyAsync(st->state[i], i ? e->mom2 : e->mom, m->n_params * sizeof(float), cudaMemcpyDeviceToHost, e->st));
     CK(cudaStreamSynchronize(e->st));
 }

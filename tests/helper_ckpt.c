@@ -3,6 +3,9 @@
 //   helper_ckpt pack IN OUT   OUT = IN with params, momentum and the EMA's params in the unpadded
 //                             layout (tensors back to back in backward order, n_params = the real
 //                             parameter count); prints "packed N -> M floats"
+//   helper_ckpt old IN OUT    OUT = IN in the format of builds before the named optimizer state
+//                             (version 1, or 2 with an EMA: SGD's or LARS's buffer as the one
+//                             momentum array); for sgd and lars checkpoints only
 // The packing walks the ops itself rather than calling into nn/resnet.c's reader, so that a bug
 // in the one is not mirrored by the other.
 #include <string.h>
@@ -29,10 +32,18 @@ static float *pack(const ResNet *m, const float *flat, size_t *n) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 4 || strcmp(argv[1], "pack")) ct_die("usage: helper_ckpt pack IN OUT");
+    if (argc != 4 || (strcmp(argv[1], "pack") && strcmp(argv[1], "old"))) ct_die("usage: helper_ckpt pack|old IN OUT");
     Checkpoint ck;
     const char *err = checkpoint_load(argv[2], &ck);
     if (err) ct_die("%s: %s", argv[2], err);
+    if (!strcmp(argv[1], "old")) {
+        if (strcmp(ck.opt.optimizer, "sgd") && strcmp(ck.opt.optimizer, "lars"))
+            ct_die("%s: a %s checkpoint has no old format", argv[2], ck.opt.optimizer);
+        checkpoint_save_ema(argv[3], &ck.meta, ck.params, ck.momentum, ck.buffers, ck.counts, ck.ema_params, ck.ema_buffers);
+        printf("%s: version %d, %s momentum\n", argv[3], ck.ema_params ? 2 : 1, ck.momentum ? "with" : "without");
+        checkpoint_free(&ck);
+        return 0;
+    }
     CheckpointMeta meta = ck.meta;
     ResNet *m = resnet_create_ex(meta.arch, (int)meta.in_channels, (int)meta.num_classes, (int)meta.blurpool);
     if (!m) ct_die("%s: unknown arch %s", argv[2], meta.arch);

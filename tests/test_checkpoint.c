@@ -9,6 +9,7 @@
 #include "nn/schedule.h"
 #include "tests/test.h"
 #include "util/common.h"
+#include "util/crc32c.h"
 
 static void test_checkpoint(const char *dir) {
     char path[512];
@@ -319,11 +320,133 @@ static void test_schedule(void) {
     }
 }
 
+// Version 3: the optimizer's state as named tensors. Round trip (names, shapes, data, with and
+// without an EMA, none at all); a version 1 file's momentum loads as the named tensor of the
+// optimizer its header names; a corrupt section (dtype, rank, a name twice, no NUL, a cut or an
+// extra byte) is refused, the checksum recomputed so the section's own checks are what catch it.
+static void test_checkpoint_named(const char *dir) {
+    enum { NP = 300, NB = 9, NC = 2 };
+    float p[NP], m1[NP], m2[NP], b[NB], ep[NP], eb[NB];
+    int64_t cnt[NC] = {5, 6};
+    for (int i = 0; i < NP; i++) p[i] = cosf(i), m1[i] = 1e-3f * i, m2[i] = 1e-7f * i * i, ep[i] = p[i] * 0.5f;
+    for (int i = 0; i < NB; i++) b[i] = (float)i, eb[i] = -(float)i;
+    CheckpointMeta m;
+    memset(&m, 0, sizeof m);
+    snprintf(m.arch, sizeof m.arch, "resnet20");
+    m.n_params = NP, m.n_buffers = NB, m.n_counts = NC, m.opt_steps = 9, m.optimizer = CKPT_OPT_ADAMW;
+    CkptOptim o;
+    memset(&o, 0, sizeof o);
+    snprintf(o.optimizer, sizeof o.optimizer, "adamw");
+    o.n = 2;
+    snprintf(o.t[0].name, 32, "exp_avg");
+    snprintf(o.t[1].name, 32, "exp_avg_sq");
+    o.t[0].ndim = 1, o.t[0].shape[0] = NP, o.t[0].data = m1;
+    o.t[1].ndim = 2, o.t[1].shape[0] = 3, o.t[1].shape[1] = NP / 3, o.t[1].data = m2;
+    char path[600], bad[600];
+    snprintf(path, sizeof path, "%s/n.ckpt", dir);
+    snprintf(bad, sizeof bad, "%s/nbad.ckpt", dir);
+    for (int ema = 0; ema < 2; ema++) {
+        m.has_ema = 0;  // checkpoint_write sets it from its arguments
+        checkpoint_write(path, &m, p, b, cnt, ema ? ep : NULL, ema ? eb : NULL, &o);
+        Checkpoint ck;
+        const char *err = checkpoint_load(path, &ck);
+        CHECK(!err, "version 3 load (ema %d): %s", ema, err ? err : "");
+        if (err) continue;
+        const CkptTensor *a = checkpoint_opt_tensor(&ck, "exp_avg"), *v = checkpoint_opt_tensor(&ck, "exp_avg_sq");
+        CHECK(!strcmp(ck.opt.optimizer, "adamw") && ck.opt.n == 2 && a && v && !ck.momentum, "named tensors: %s %d",
+              ck.opt.optimizer, ck.opt.n);
+        if (a && v) {
+            CHECK(a->ndim == 1 && a->shape[0] == NP && !memcmp(a->data, m1, sizeof m1), "exp_avg round trip");
+            CHECK(v->ndim == 2 && v->shape[0] == 3 && v->shape[1] == NP / 3 && !memcmp(v->data, m2, sizeof m2),
+                  "exp_avg_sq round trip (shape and data)");
+        }
+        CHECK(!memcmp(ck.params, p, sizeof p) && !memcmp(ck.buffers, b, sizeof b) && ck.counts[1] == 6 &&
+              ck.meta.opt_steps == 9 && ck.meta.optimizer == CKPT_OPT_ADAMW, "version 3: the rest round trips");
+        CHECK((int)ck.meta.has_ema == ema && (!ema || (!memcmp(ck.ema_params, ep, sizeof ep) && !memcmp(ck.ema_buffers, eb, sizeof eb))),
+              "version 3 EMA (ema %d)", ema);
+        checkpoint_free(&ck);
+    }
+    // SGD's buffer in version 3 is also ck.momentum; no tensors at all is a valid section.
+    CkptOptim s = o;
+    snprintf(s.optimizer, sizeof s.optimizer, "sgd");
+    s.n = 1;
+    snprintf(s.t[0].name, 32, "momentum_buffer");
+    checkpoint_write(bad, &m, p, b, cnt, NULL, NULL, &s);
+    Checkpoint ck;
+    const char *err = checkpoint_load(bad, &ck);
+    CHECK(!err && ck.momentum && !memcmp(ck.momentum, m1, sizeof m1), "version 3 sgd: momentum alias %s", err ? err : "");
+    if (!err) checkpoint_free(&ck);
+    s.n = 0;
+    checkpoint_write(bad, &m, p, b, cnt, NULL, NULL, &s);
+    err = checkpoint_load(bad, &ck);
+    CHECK(!err && ck.opt.n == 0 && !ck.momentum, "version 3 without state: %s", err ? err : "");
+    if (!err) checkpoint_free(&ck);
+    // Version 1 (the old writer): LARS's momentum array becomes the tensor 'momentum'.
+    m.optimizer = CKPT_OPT_LARS;
+    checkpoint_save(bad, &m, p, m1, b, cnt);
+    err = checkpoint_load(bad, &ck);
+    CHECK(!err && !strcmp(ck.opt.optimizer, "lars") && ck.opt.n == 1 && !strcmp(ck.opt.t[0].name, "momentum") &&
+          ck.opt.t[0].shape[0] == NP && ck.momentum == ck.opt.t[0].data && !memcmp(ck.momentum, m1, sizeof m1),
+          "version 1 lars: %s", err ? err : "wrong named tensor");
+    if (!err) checkpoint_free(&ck);
+    m.optimizer = CKPT_OPT_SGD;
+    checkpoint_save(bad, &m, p, NULL, b, cnt);
+    err = checkpoint_load(bad, &ck);
+    CHECK(!err && !strcmp(ck.opt.optimizer, "sgd") && ck.opt.n == 0, "version 1 sgd without momentum: %s", err ? err : "");
+    if (!err) checkpoint_free(&ck);
+
+    // Corrupt sections. The section starts after params, buffers, counts (no EMA).
+    m.optimizer = CKPT_OPT_ADAMW;
+    checkpoint_write(path, &m, p, b, cnt, NULL, NULL, &o);
+    size_t n = 0;
+    uint8_t *d = (uint8_t *)ct_read_file(path, &n);
+    const size_t sec = 8 + 4 + 4 + 192 + 4 * (NP + NB) + 8 * NC, desc1 = sec + 20 + 72;
+    CHECK(!memcmp(d + sec, "adamw", 6) && !memcmp(d + sec + 20, "exp_avg", 8), "section not where the layout says");
+    struct { size_t at; uint8_t v; const char *want; } flips[] = {
+        {sec + 16, 5, "tensor count"},            // 5 tensors
+        {sec + 20 + 32, 'B', "dtype"},           // "B32"
+        {sec + 20 + 36, 5, "tensor rank"},       // ndim 5
+        {desc1 + 7, 0, "a tensor name twice"},   // "exp_avg_sq" -> "exp_avg"
+        {sec + 15, 'x', "optimizer name"},       // no NUL in optimizer[16]
+        {desc1 + 47, 0x7f, "exceed"},            // a huge shape
+    };
+    for (size_t i = 0; i < CT_ARRAY_LEN(flips); i++) {
+        uint8_t save = d[flips[i].at];
+        if (flips[i].at == sec + 15) memset(d + sec, 'x', 16);
+        d[flips[i].at] = flips[i].v;
+        uint32_t crc = crc32c(0, d, n - 4);
+        memcpy(d + n - 4, &crc, 4);
+        test_write_file(bad, d, n);
+        err = checkpoint_load(bad, &ck);
+        CHECK(err && strstr(err, flips[i].want), "corrupt section (%s): %s", flips[i].want, err ? err : "accepted");
+        if (!err) checkpoint_free(&ck);
+        if (flips[i].at == sec + 15) memcpy(d + sec, "adamw\0\0\0\0\0\0\0\0\0\0", 16);
+        d[flips[i].at] = save;
+    }
+    // One float short, one byte extra (checksums recomputed).
+    for (int extra = -4; extra <= 1; extra += 5) {
+        size_t m2n = n - 4 + (size_t)extra;
+        uint8_t *e = (uint8_t *)ct_zalloc(m2n + 4);
+        memcpy(e, d, extra < 0 ? m2n : n - 4);
+        uint32_t crc = crc32c(0, e, m2n);
+        memcpy(e + m2n, &crc, 4);
+        test_write_file(bad, e, m2n + 4);
+        err = checkpoint_load(bad, &ck);
+        CHECK(err != NULL, "optimizer section %s accepted", extra < 0 ? "cut by a float" : "with a trailing byte");
+        if (!err) checkpoint_free(&ck);
+        free(e);
+    }
+    free(d);
+    unlink(path);
+    unlink(bad);
+}
+
 int main(void) {
     char dir[] = "/tmp/ctrain_ckpt_XXXXXX";
     if (!mkdtemp(dir)) { perror("mkdtemp"); return 1; }
     test_checkpoint(dir);
     test_checkpoint_ema(dir);
+    test_checkpoint_named(dir);
     test_schedule();
     rmdir(dir);
     return test_summary("test_checkpoint");

@@ -113,6 +113,10 @@ expect_err "--master port: 'http' is not an integer" --nodes 2 --master localhos
 expect_err "--optimizer: 'adam' is not one of sgd, lars" --optimizer adam "$TMP/d"
 expect_err "--optimizer lars: --nesterov is not part of LARS" --optimizer lars --nesterov "$TMP/d"
 expect_err "--lars-eta: must be in" --optimizer lars --lars-eta 0 "$TMP/d"
+expect_err "--betas: '0.9' is not two numbers B1,B2" --optimizer adamw --betas 0.9 "$TMP/d"
+expect_err "--betas: each must be in \[0, 1\)" --optimizer lamb --betas 0.9,1 "$TMP/d"
+expect_err "--eps: 'x' is not a number > 0 or auto" --optimizer adamw --eps x "$TMP/d"
+expect_err "--optimizer adamw: --nesterov is SGD's" --optimizer adamw --nesterov "$TMP/d"
 # --workers: a count >= 1 or auto.
 expect_err "--workers: '0' is not a count >= 1 or auto" -j 0 "$TMP/d"
 expect_err "--workers: 'many' is not a count >= 1 or auto" --workers many "$TMP/d"
@@ -153,6 +157,7 @@ expect_err "checkpoint has 10 classes, the shards have 5" "${SMALL_FLAGS[@]}" --
 expect_err "checkpoint has 3 input channels, the shards have 1" "${SMALL_FLAGS[@]}" --epochs 2 --resume "$TMP/run/last.ckpt" "$TMP/gray"
 expect_err "finished epoch 1 already" "${SMALL_FLAGS[@]}" --epochs 1 --resume "$TMP/run/last.ckpt" "$TMP/d"
 expect_err "--optimizer: the run has sgd, this command gives lars" "${SMALL_FLAGS[@]}" --optimizer lars --epochs 2 --resume "$TMP/run/last.ckpt" "$TMP/d"
+expect_err "--optimizer: the run has sgd, this command gives adamw" "${SMALL_FLAGS[@]}" --optimizer adamw --epochs 2 --resume "$TMP/run/last.ckpt" "$TMP/d"
 
 # An --out that holds a run is refused before any work, touching nothing, unless --resume continues
 # it or --overwrite replaces it; paths join without doubled slashes when SHARDS and --out end in '/'.
@@ -194,7 +199,7 @@ ok "the default output directory takes a suffix instead of overwriting a run"
 out=$("$TRAIN" --evaluate --crop-size 32 -b 50 --weights "$TMP/run/last.ckpt" "$TMP/d/" 2>&1) || { echo "$out"; fail "--evaluate --weights CKPT"; }
 grep -q "^train: warning: --crop-size 32 is larger than some images stored in $TMP/d/val.shard (50 of 50 sampled records have a shorter side, the smallest 16 px)" <<<"$out" \
   || fail "no warning for a crop larger than the images: $out"
-grep -q "^train: --weights $TMP/run/last.ckpt is a ctrain checkpoint: loaded its weights and BN statistics, not its momentum or position$" <<<"$out" \
+grep -q "^train: --weights $TMP/run/last.ckpt is a ctrain checkpoint: loaded its weights and BN statistics, not its optimizer state or position$" <<<"$out" \
   && grep -q "evaluate $TMP/run/last.ckpt on $TMP/d/val.shard: 50 images" <<<"$out" || fail "--weights CKPT: $out"
 ok "crop larger than the images: warning; --weights takes a checkpoint"
 # Same class count and channels, other class names: the class table hash tells them apart.

@@ -64,6 +64,16 @@ def read_ckpt(path):
     if has_ema:
         r["ema_params"] = take(n_params, "<f4")
         r["ema_bufs"] = take(n_bufs, "<f4")
+    if version == 3:  # the optimizer section: name[16], u32 count, descriptors of 72 bytes, data
+        r["optimizer"] = b[o:o + 16].rstrip(b"\0").decode()
+        nt, = struct.unpack_from("<I", b, o + 16)
+        descs = [(b[o + 20 + 72 * i:o + 52 + 72 * i].rstrip(b"\0").decode(),) + struct.unpack_from("<4sI4Q", b, o + 52 + 72 * i)
+                 for i in range(nt)]
+        o += 20 + 72 * nt
+        r["state"] = {}
+        for name, dtype, ndim, *shape in descs:
+            assert dtype == b"F32\0" and ndim == 1 and shape[0] == n_params, (path, name, dtype, ndim, shape)
+            r["state"][name] = take(n_params, "<f4")
     assert o + 4 == len(b), (path, o, len(b))
     return r
 PY
@@ -75,7 +85,7 @@ sys.path.insert(0, sys.argv[3])
 import numpy as np
 from ckpt import read_ckpt
 a, b = read_ckpt(sys.argv[1]), read_ckpt(sys.argv[2])
-assert a["version"] == b["version"] == 2 and a["has_ema"] and b["has_ema"], "no EMA in the checkpoints"
+assert a["version"] == b["version"] == 3 and a["has_ema"] and b["has_ema"], "no EMA in the checkpoints"
 w = np.float32(1) - np.float32(b["ema_decay"])
 for k in ("params", "bufs"):
     want = a["ema_" + k] + w * (b[k] - a["ema_" + k])  # float32 throughout, unfused
@@ -224,8 +234,8 @@ ok "--ema: SIGINT mid-epoch + --resume is bit-identical to the straight run (met
 # A checkpoint without an average: --ema starts one from its weights, and says so; a checkpoint
 # with one and --ema 0 drops it (without the flag the recorded --ema continues), and says so.
 "$TRAIN" "${F[@]}" --epochs 1 --out "$TMP/p" 2>/dev/null || fail "plain run failed"
-"$PIPPY" -c "import sys; sys.path.insert(0,'$TMP'); from ckpt import read_ckpt; r=read_ckpt('$TMP/p/last.ckpt'); assert r['version']==1 and not r['has_ema']" \
-  || fail "a run without --ema does not write a version 1 checkpoint"
+"$PIPPY" -c "import sys; sys.path.insert(0,'$TMP'); from ckpt import read_ckpt; r=read_ckpt('$TMP/p/last.ckpt'); assert r['version']==3 and not r['has_ema'] and list(r['state'])==['momentum_buffer']" \
+  || fail "a run without --ema does not write a version 3 checkpoint without an average (SGD's momentum_buffer by name)"
 "$TRAIN" "${F[@]}" --ema 0.9 --epochs 2 --resume "$TMP/p/last.ckpt" --out "$TMP/p" 2>"$TMP/p2.log" || { cat "$TMP/p2.log"; fail "resume with --ema failed"; }
 grep -q "the checkpoint has no EMA of the weights; --ema 0.9 starts one from its weights at step 16" "$TMP/p2.log" \
   || { cat "$TMP/p2.log"; fail "no note about the missing average"; }

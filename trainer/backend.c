@@ -69,7 +69,7 @@ float backend_train_losses(Backend *b, Backend *teacher, const uint8_t *x, const
 void backend_poison_dlogits(Backend *b) { b->ops->poison_dlogits(b); }
 void backend_backward(Backend *b) { b->ops->backward(b); }
 int backend_grads_finite(Backend *b) { return b->ops->grads_finite(b); }
-void backend_sgd_step(Backend *b, const SgdConfig *cfg, SgdState *st, float lr) { b->ops->sgd_step(b, cfg, st, lr); }
+void backend_optim_step(Backend *b, const OptConfig *cfg, OptState *st, float lr) { b->ops->optim_step(b, cfg, st, lr); }
 
 // The batch counters are host state on both backends (the GPU forward increments them in place
 // like the CPU one), so they are saved here; the statistics are the implementation's.
@@ -84,8 +84,8 @@ void backend_bn_rollback(Backend *b) {
 }
 
 void backend_bn_from_rank0(Backend *b, Comm *comm) { b->ops->bn_from_rank0(b, comm); }
-void backend_download(Backend *b, SgdState *sgd) { b->ops->download(b, sgd); }
-void backend_upload(Backend *b, const SgdState *sgd) { b->ops->upload(b, sgd); }
+void backend_download(Backend *b, OptState *opt) { b->ops->download(b, opt); }
+void backend_upload(Backend *b, const OptState *opt) { b->ops->upload(b, opt); }
 void backend_ema_attach(Backend *b, float *params, float *bufs) {
     b->ema_params = params;
     b->ema_bufs = bufs;

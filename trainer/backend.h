@@ -16,7 +16,7 @@
 #include "loader/loader.h"
 #include "loader/shard.h"
 #include "nn/resnet.h"
-#include "nn/sgd.h"
+#include "nn/optim.h"
 
 typedef enum { BACKEND_CPU = 0, BACKEND_CUDA = 1 } BackendKind;
 
@@ -67,7 +67,8 @@ void backend_poison_dlogits(Backend *b);
 // formed bucket by bucket while backward runs and is complete when this returns.
 void backend_backward(Backend *b);
 int backend_grads_finite(Backend *b);
-void backend_sgd_step(Backend *b, const SgdConfig *cfg, SgdState *st, float lr);
+// One step of the optimizer table (nn/optim.h) with the averaged gradients; the state stays on the device.
+void backend_optim_step(Backend *b, const OptConfig *cfg, OptState *st, float lr);
 
 // BN running statistics and batch counters around a step that may be skipped (non-finite loss).
 void backend_bn_snapshot(Backend *b);
@@ -75,9 +76,9 @@ void backend_bn_rollback(Backend *b);
 // With ranks, evaluation uses rank 0's BN running statistics (DDP's broadcast_buffers).
 void backend_bn_from_rank0(Backend *b, Comm *comm);
 
-// Host <-> device: the model state, and the momentum buffer when sgd != NULL. No-ops on the CPU.
-void backend_download(Backend *b, SgdState *sgd);
-void backend_upload(Backend *b, const SgdState *sgd);
+// Host <-> device: the model state, and the optimizer's state tensors when opt != NULL. No-ops on the CPU.
+void backend_download(Backend *b, OptState *opt);
+void backend_upload(Backend *b, const OptState *opt);
 
 // EMA of the weights (trainer/ema.h). attach: params [n_params] and bufs [n_bufs] are host memory
 // the caller owns, holding the average to start from (the CPU averages into them in place; the GPU

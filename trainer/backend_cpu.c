@@ -5,7 +5,6 @@
 
 #include "dist/gradsync.h"
 #include "nn/ema.h"
-#include "nn/lars.h"
 #include "nn/fold.h"
 #include "nn/layers.h"
 #include "nn/model_cpu.h"
@@ -110,9 +109,8 @@ static void cpu_backend_backward(Backend *base) {
 // Only the gradients backward wrote (a frozen backbone's part of the buffer is never written).
 static int cpu_backend_grads_finite(Backend *base) { return all_finite(cpu_of(base)->grads, resnet_trainable(base->m)); }
 
-static void cpu_backend_sgd(Backend *base, const SgdConfig *cfg, SgdState *st, float lr) {
-    if (cfg->lars) lars_step(cfg, st, base->m, base->m->params, cpu_of(base)->grads, lr);
-    else sgd_step(cfg, st, base->m, base->m->params, cpu_of(base)->grads, lr);
+static void cpu_backend_optim(Backend *base, const OptConfig *cfg, OptState *st, float lr) {
+    optim_step(cfg, st, base->m, base->m->params, cpu_of(base)->grads, lr);
 }
 
 static void cpu_backend_bn_snapshot(Backend *base) {
@@ -130,8 +128,8 @@ static void cpu_backend_bn_from_rank0(Backend *base, Comm *comm) {
 }
 
 // The host ResNet is the live state on the CPU.
-static void cpu_backend_download(Backend *b, SgdState *sgd) { (void)b, (void)sgd; }
-static void cpu_backend_upload(Backend *b, const SgdState *sgd) { (void)b, (void)sgd; }
+static void cpu_backend_download(Backend *b, OptState *opt) { (void)b, (void)opt; }
+static void cpu_backend_upload(Backend *b, const OptState *opt) { (void)b, (void)opt; }
 // The attached host arrays are the average itself.
 static void cpu_backend_ema_attach(Backend *b, float *params, float *bufs) { (void)b, (void)params, (void)bufs; }
 static void cpu_backend_ema_download(Backend *b) { (void)b; }
@@ -178,7 +176,7 @@ const BackendOps backend_cpu_ops = {
     .poison_dlogits = cpu_backend_poison_dlogits,
     .backward = cpu_backend_backward,
     .grads_finite = cpu_backend_grads_finite,
-    .sgd_step = cpu_backend_sgd,
+    .optim_step = cpu_backend_optim,
     .bn_snapshot = cpu_backend_bn_snapshot,
     .bn_rollback = cpu_backend_bn_rollback,
     .bn_from_rank0 = cpu_backend_bn_from_rank0,

@@ -132,9 +132,8 @@ static void cuda_backend_backward(Backend *base) {
 
 static int cuda_backend_grads_finite(Backend *base) { return gpu_grads_finite(cuda_of(base)->exec); }
 
-static void cuda_backend_sgd(Backend *base, const SgdConfig *cfg, SgdState *st, float lr) {
-    if (cfg->lars) gpu_lars_step(cuda_of(base)->exec, base->m, cfg, st, lr);
-    else gpu_sgd_step(cuda_of(base)->exec, base->m, cfg, st, lr);
+static void cuda_backend_optim(Backend *base, const OptConfig *cfg, OptState *st, float lr) {
+    gpu_optim_step(cuda_of(base)->exec, base->m, cfg, st, lr);
 }
 
 // On the device, without a host round trip.
@@ -148,8 +147,14 @@ static void cuda_backend_bn_from_rank0(Backend *base, Comm *comm) {
     gpu_bufs_from_host(e, base->m->bufs);
 }
 
-static void cuda_backend_download(Backend *base, SgdState *sgd) { gpu_download_state(cuda_of(base)->exec, base->m, sgd); }
-static void cuda_backend_upload(Backend *base, const SgdState *sgd) { gpu_upload_state(cuda_of(base)->exec, base->m, sgd); }
+static void cuda_backend_download(Backend *base, OptState *opt) {
+    gpu_download_state(cuda_of(base)->exec, base->m, NULL);
+    if (opt) gpu_download_optim(cuda_of(base)->exec, base->m, opt);
+}
+static void cuda_backend_upload(Backend *base, const OptState *opt) {
+    gpu_upload_state(cuda_of(base)->exec, base->m, NULL);
+    if (opt) gpu_upload_optim(cuda_of(base)->exec, base->m, opt);
+}
 
 static void cuda_backend_ema_attach(Backend *b, float *params, float *bufs) { gpu_ema_set(cuda_of(b)->exec, params, bufs); }
 static void cuda_backend_ema_download(Backend *b) { gpu_ema_get(cuda_of(b)->exec, b->ema_params, b->ema_bufs); }
@@ -189,7 +194,7 @@ const BackendOps backend_cuda_ops = {
     .poison_dlogits = cuda_backend_poison_dlogits,
     .backward = cuda_backend_backward,
     .grads_finite = cuda_backend_grads_finite,
-    .sgd_step = cuda_backend_sgd,
+    .optim_step = cuda_backend_optim,
     .bn_snapshot = cuda_backend_bn_snapshot,
     .bn_rollback = cuda_backend_bn_rollback,
     .bn_from_rank0 = cuda_backend_bn_from_rank0,

@@ -21,12 +21,12 @@ typedef struct {
     void (*poison_dlogits)(Backend *b);
     void (*backward)(Backend *b);
     int (*grads_finite)(Backend *b);
-    void (*sgd_step)(Backend *b, const SgdConfig *cfg, SgdState *st, float lr);
+    void (*optim_step)(Backend *b, const OptConfig *cfg, OptState *st, float lr);
     void (*bn_snapshot)(Backend *b);
     void (*bn_rollback)(Backend *b);
     void (*bn_from_rank0)(Backend *b, Comm *comm);
-    void (*download)(Backend *b, SgdState *sgd);
-    void (*upload)(Backend *b, const SgdState *sgd);
+    void (*download)(Backend *b, OptState *opt);
+    void (*upload)(Backend *b, const OptState *opt);
     void (*ema_attach)(Backend *b, float *params, float *bufs);
     void (*ema_download)(Backend *b);
     void (*ema_update)(Backend *b, float decay);

@@ -22,11 +22,14 @@ const Flag CONFIG_FLAGS[] = {
     {"epochs", 0, F_INT, OFF(epochs), "90", "N", "number of epochs to train (a resumed run continues up to N)", 0},
     {"batch-size", 'b', F_INT, OFF(batch), "256", "N", "batch size per device (the global batch is printed)", 0},
     {"lr", 0, F_DBL, OFF(lr), "0.1", "LR", "peak learning rate (after warmup)", 0},
-    {"momentum", 0, F_DBL, OFF(momentum), "0.9", "M", "SGD momentum (0 disables)", 0},
-    {"wd", 0, F_DBL, OFF(wd), "1e-4", "WD", "weight decay (L2, PyTorch SGD semantics)", 0},
-    {"nesterov", 0, F_BOOL, OFF(nesterov), "0", NULL, "Nesterov momentum", 0},
-    {"optimizer", 0, F_STR, OFF(optimizer), "sgd", "sgd|lars", "sgd: torch.optim.SGD; lars: MLPerf's LARS (per-tensor trust ratio eta |w| / (|g| + wd |w|) on the rate; BN parameters and biases neither adapted nor decayed)", 0},
+    {"momentum", 0, F_DBL, OFF(momentum), "0.9", "M", "SGD and LARS momentum (0 disables)", 0},
+    {"wd", 0, F_DBL, OFF(wd), "1e-4", "WD", "weight decay: L2 in sgd, lars and lamb (PyTorch SGD's, timm Lamb's), decoupled in adamw (torch.optim.AdamW's)", 0},
+    {"nesterov", 0, F_BOOL, OFF(nesterov), "0", NULL, "Nesterov momentum (sgd)", 0},
+    {"optimizer", 0, F_STR, OFF(optimizer), "sgd", "sgd|lars|adamw|lamb", "sgd: torch.optim.SGD; lars: MLPerf's LARS (per-tensor trust ratio eta |w| / (|g| + wd |w|) on the rate; BN parameters and biases neither adapted nor decayed); adamw: torch.optim.AdamW; lamb: timm's Lamb (global gradient clipping, Adam moments, trust ratio |w| / |update| on decayed tensors). A resumed run must keep its optimizer", 0},
     {"lars-eta", 0, F_DBL, OFF(lars_eta), "0.001", "ETA", "LARS trust coefficient", 0},
+    {"betas", 0, F_STR, OFF(betas), "0.9,0.999", "B1,B2", "adamw, lamb: the moments' decay rates", 0},
+    {"eps", 0, F_STR, OFF(eps), "auto", "EPS|auto", "adamw, lamb: added to the second moment's root (auto: 1e-8 for adamw as torch, 1e-6 for lamb as timm)", 0},
+    {"lamb-max-grad-norm", 0, F_DBL, OFF(lamb_max_grad_norm), "1", "N", "lamb: divide the gradients by max(|g| / N, 1), |g| the norm of all of them together (timm's max_grad_norm; 0: no clipping)", 0},
     {"ema", 0, F_DBL, OFF(ema), "0", "DECAY", "keep an exponential moving average of the weights and BN statistics (timm's ModelEma), ema += (1 - DECAY) (w - ema) after each update, e.g. 0.999; both models are evaluated, model.safetensors holds the better (0: off; a DECAY given must be in (0, 1); --ema 0 with --resume drops the run's average). Its BN statistics are averaged, not recomputed: see the README", 0},
     {"ema-every", 0, F_INT, OFF(ema_every), "1", "K", "--ema: update the average every K optimizer steps", 0},
     {"lr-schedule", 0, F_STR, OFF(lr_schedule), "step", "step|cosine|linear|poly", "learning-rate schedule, set per step: step (x gamma every --lr-step-size epochs), cosine to 0, linear to 0 at the end (FFCV's), poly (MLPerf's: (lr - end) * (1 - progress)^power + end)", 0},
@@ -72,7 +75,7 @@ const Flag CONFIG_FLAGS[] = {
     {"config", 0, F_STR, OFF(config_file), "", "FILE", "read flags from a recipe file (see recipes/): one '--flag value', '--flag=value' or bare '--flag' a line, '#' comments; flags on the command line win over the file's, the file's over --demo's", 0},
     {"zero-init-residual", 0, F_BOOL, OFF(zero_init_residual), "0", NULL, "zero-initialise the last BN of each residual block", 0},
     {"blurpool", 0, F_BOOL, OFF(blurpool), "0", NULL, "BlurPool (FFCV's): a fixed 3x3 blur on the input of every strided conv with >= 16 input channels; part of the model (recorded in checkpoints and model files, taken from there when not given)", 0},
-    {"no-wd-bn", 0, F_BOOL, OFF(no_wd_bn), "0", NULL, "no weight decay on BN weights/biases and the fc bias", 0},
+    {"no-wd-bn", 0, F_BOOL, OFF(no_wd_bn), "0", NULL, "no weight decay on BN weights/biases and the fc bias (sgd, adamw, lamb; lars always); lamb leaves them unadapted too", 0},
     {"max-nonfinite", 0, F_INT, OFF(max_nonfinite), "5", "N", "stop after N consecutive steps with a non-finite loss or gradient", 0},
     {"max-bad-records", 0, F_INT, OFF(max_bad_records), "auto", "N|auto", "train records that fail their checksum or decoding are reported once and skipped (their samples take the next good record's image); more than N in an epoch stop the run with a checkpoint (auto: 0.1% of the train shard, at least 1)", 0},
     {"strict-data", 0, F_BOOL, OFF(strict_data), "0", NULL, "the first train record that fails its checksum or decoding ends the run (no skipping)", 0},
@@ -479,9 +482,8 @@ void config_validate(const Config *c, const ConfigGiven *given) {
     if (c->momentum < 0 || c->momentum >= 1) ct_die("--momentum: must be in [0, 1) (got %g)", c->momentum);
     if (c->wd < 0) ct_die("--wd: must be >= 0 (got %g)", c->wd);
     if (c->nesterov && c->momentum == 0) ct_die("--nesterov needs --momentum > 0");
-    if (strcmp(c->optimizer, "sgd") && strcmp(c->optimizer, "lars")) ct_die("--optimizer: '%s' is not one of sgd, lars", c->optimizer);
-    if (!strcmp(c->optimizer, "lars") && c->nesterov) ct_die("--optimizer lars: --nesterov is not part of LARS here (MLPerf's has none)");
-    if (!(c->lars_eta > 0) || c->lars_eta > 1) ct_die("--lars-eta: must be in (0, 1] (got %g)", c->lars_eta);
+    OptConfig oc;
+    config_optimizer(c, &oc);  // dies naming the flag
     if (config_given(given, "ema") && !(c->ema > 0 && c->ema < 1) && !(c->ema == 0 && c->resume[0]))
         ct_die("--ema: the decay must be in (0, 1), e.g. 0.999 (got %g)", c->ema);
     if (c->ema_every < 1) ct_die("--ema-every: must be >= 1 (got %d)", c->ema_every);
@@ -669,4 +671,36 @@ uint64_t config_fingerprint(const Config *c, const void *data, size_t data_bytes
     FP_MIX(data, data_bytes);
 #undef FP_MIX
     return h;
+}
+
+void config_optimizer(const Config *c, OptConfig *o) {
+    memset(o, 0, sizeof *o);
+    const OptDesc *d = optim_find(c->optimizer);
+    if (!d) ct_die("--optimizer: '%s' is not one of %s", c->optimizer, optim_names());
+    o->kind = (OptKind)(d - OPT_TABLE);
+    if (o->kind == OPT_LARS && c->nesterov) ct_die("--optimizer lars: --nesterov is not part of LARS here (MLPerf's has none)");
+    if ((o->kind == OPT_ADAMW || o->kind == OPT_LAMB) && c->nesterov)
+        ct_die("--optimizer %s: --nesterov is SGD's; Adam's first moment is its momentum (--betas)", d->name);
+    if (!(c->lars_eta > 0) || c->lars_eta > 1) ct_die("--lars-eta: must be in (0, 1] (got %g)", c->lars_eta);
+    o->momentum = (float)c->momentum;
+    o->weight_decay = (float)c->wd;
+    o->nesterov = c->nesterov;
+    o->wd_exclude_norm_bias = c->no_wd_bn;
+    o->lars_eta = (float)c->lars_eta;
+    char *end = NULL;
+    o->beta1 = strtod(c->betas, &end);
+    if (end == c->betas || *end != ',') ct_die("--betas: '%s' is not two numbers B1,B2 (e.g. 0.9,0.999)", c->betas);
+    const char *b2 = end + 1;
+    o->beta2 = strtod(b2, &end);
+    if (end == b2 || *end) ct_die("--betas: '%s' is not two numbers B1,B2 (e.g. 0.9,0.999)", c->betas);
+    if (!(o->beta1 >= 0 && o->beta1 < 1) || !(o->beta2 >= 0 && o->beta2 < 1))
+        ct_die("--betas: each must be in [0, 1) (got %s)", c->betas);
+    if (!strcmp(c->eps, "auto")) {
+        o->eps = o->kind == OPT_LAMB ? 1e-6 : 1e-8;
+    } else {
+        o->eps = strtod(c->eps, &end);
+        if (end == c->eps || *end || !(o->eps > 0) || !isfinite(o->eps)) ct_die("--eps: '%s' is not a number > 0 or auto", c->eps);
+    }
+    if (!(c->lamb_max_grad_norm >= 0)) ct_die("--lamb-max-grad-norm: must be >= 0 (got %g; 0 turns clipping off)", c->lamb_max_grad_norm);
+    o->max_grad_norm = c->lamb_max_grad_norm;
 }

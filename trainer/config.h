@@ -19,8 +19,11 @@ typedef struct {
     int batch;  // per rank
     double lr, momentum, wd;
     int nesterov;
-    const char *optimizer;  // sgd | lars
+    const char *optimizer;  // sgd | lars | adamw | lamb (nn/optim.h's table)
     double lars_eta;
+    const char *betas;      // adamw, lamb: "B1,B2"
+    const char *eps;        // adamw, lamb: a number or auto
+    double lamb_max_grad_norm;
     double ema;     // --ema decay, 0: off
     int ema_every;  // --ema-every K steps
     const char *lr_schedule;
@@ -145,6 +148,10 @@ int config_workers_auto(int cores, int ranks, int cuda);
 // config_from_args has resolved them.
 #include "loader/resolution.h"
 void config_res_schedule(const Config *c, ResSchedule *s);
+// The optimizer's settings (nn/optim.h) from --optimizer, --momentum, --wd, --nesterov,
+// --no-wd-bn, --lars-eta, --betas, --eps and --lamb-max-grad-norm; dies naming the flag at fault.
+#include "nn/optim.h"
+void config_optimizer(const Config *c, OptConfig *o);
 // "E0,E1" of --res-ramp into two epochs; 0 on success, -1 when it is not two integers.
 int config_parse_ramp(const char *s, int *e0, int *e1);
 

@@ -93,7 +93,8 @@ void ranks_check_replicas(Run *r, int epochs_done) {
     const ResNet *m = r->model.net;
     backend_download(r->model.backend, &r->model.opt);
     uint32_t crc = crc32c(0, m->params, m->n_params * sizeof(float));
-    if (r->cfg->momentum > 0) crc = crc32c(crc, r->model.opt.buf, m->n_params * sizeof(float));
+    for (int i = 0; i < optim_saved_state(&r->model.optim); i++)
+        crc = crc32c(crc, r->model.opt.state[i], m->n_params * sizeof(float));
     if (ema_on(r)) {  // the average of identical weights is identical too (its BN statistics are each rank's)
         ema_to_host(r);
         crc = crc32c(crc, r->model.ema.params, m->n_params * sizeof(float));

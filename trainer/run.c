@@ -28,13 +28,8 @@ static ResNet *create_model(const Config *c, const Dataset *d) {
 static void setup_training(Run *r, BackendKind kind, int bf16) {
     const Config *c = r->cfg;
     RunModel *mo = &r->model;
-    mo->sgd.momentum = (float)c->momentum;
-    mo->sgd.weight_decay = (float)c->wd;
-    mo->sgd.nesterov = c->nesterov;
-    mo->sgd.wd_exclude_bn_bias = c->no_wd_bn;
-    mo->sgd.lars = !strcmp(c->optimizer, "lars");
-    mo->sgd.lars_eta = (float)c->lars_eta;
-    sgd_init(&mo->opt, mo->net->n_params);
+    config_optimizer(c, &mo->optim);
+    optim_init(&mo->opt, mo->optim.kind, mo->net->n_params);
     lr_kind_parse(c->lr_schedule, &mo->schedule.kind);
     mo->schedule.base_lr = c->lr;
     mo->schedule.epochs = c->epochs;
@@ -104,7 +99,7 @@ void run_teardown(Run *r) {
     backend_free(r->model.backend);
     if (r->model.teacher) resnet_free(r->model.teacher);
     resnet_free(r->model.net);
-    if (r->model.opt.buf) sgd_free(&r->model.opt);
+    optim_free(&r->model.opt);
     free(r->model.eval_dlogits);
     ema_free(&r->model.ema);
 }

@@ -6,7 +6,7 @@
 #include "dist/comm.h"
 #include "nn/resnet.h"
 #include "nn/schedule.h"
-#include "nn/sgd.h"
+#include "nn/optim.h"
 #include "trainer/backend.h"
 #include "trainer/config.h"
 #include "trainer/data.h"
@@ -21,8 +21,8 @@ typedef struct {
     Backend *backend;
     ResNet *teacher;          // --teacher, eval mode, or NULL
     Backend *teacher_backend;
-    SgdConfig sgd;
-    SgdState opt;             // opt.buf is allocated only when training
+    OptConfig optim;          // --optimizer and its settings (nn/optim.h)
+    OptState opt;             // its state tensors, allocated only when training
     LrSchedule schedule;
     LossConfig loss;
     float *eval_dlogits;      // scratch of the eval loss [batch x classes]

@@ -14,7 +14,7 @@
 
 // The host structs hold the state the files need (the GPU's live copy comes down first).
 static void state_to_host(Run *r) {
-    backend_download(r->model.backend, r->model.opt.buf ? &r->model.opt : NULL);
+    backend_download(r->model.backend, r->model.opt.n ? &r->model.opt : NULL);
     ema_to_host(r);
 }
 
@@ -45,7 +45,7 @@ void state_save_checkpoint(Run *r, const char *name, int64_t global_step) {
     meta.epoch_correct = p->epoch_correct;
     meta.epoch_seen = p->epoch_seen;
     meta.epoch_bad = p->epoch_bad;
-    meta.optimizer = r->model.sgd.lars ? CKPT_OPT_LARS : CKPT_OPT_SGD;
+    meta.optimizer = (uint32_t)r->model.optim.kind;
     meta.frozen = (uint32_t)m->freeze_backbone;
     meta.blurpool = (uint32_t)m->blurpool;
     const RunEma *ema = &r->model.ema;
@@ -57,8 +57,20 @@ void state_save_checkpoint(Run *r, const char *name, int64_t global_step) {
     char *settings_text = ct_json_dumps_flags(settings, JSON_COMPACT);
     json_decref(settings);
     meta.settings = settings_text;
-    checkpoint_save_ema(path, &meta, m->params, r->cfg->momentum > 0 ? r->model.opt.buf : NULL, m->bufs, m->counts,
-                        ema_on(r) ? ema->params : NULL, ema_on(r) ? ema->bufs : NULL);
+    // The optimizer's state by name (SGD and LARS without momentum keep none worth saving).
+    const OptDesc *od = optim_desc(r->model.optim.kind);
+    CkptOptim opt;
+    memset(&opt, 0, sizeof opt);
+    snprintf(opt.optimizer, sizeof opt.optimizer, "%s", od->name);
+    opt.n = optim_saved_state(&r->model.optim);
+    for (int i = 0; i < opt.n; i++) {
+        snprintf(opt.t[i].name, sizeof opt.t[i].name, "%s", od->state[i]);
+        opt.t[i].ndim = 1;
+        opt.t[i].shape[0] = m->n_params;
+        opt.t[i].data = r->model.opt.state[i];
+    }
+    checkpoint_write(path, &meta, m->params, m->bufs, m->counts, ema_on(r) ? ema->params : NULL,
+                     ema_on(r) ? ema->bufs : NULL, &opt);
     free(settings_text);
 }
 
@@ -85,6 +97,30 @@ static void resume_ema(Run *r, const Checkpoint *ck, const char *path) {
         snprintf(note, sizeof note, "--resume %s: the checkpoint's EMA was made with --ema %g --ema-every %u; it continues "
                                     "with --ema %g --ema-every %d", path, m->ema_decay, m->ema_every, c->ema, c->ema_every);
     ema_start(r, ck->ema_params, ck->ema_buffers, note[0] ? note : NULL);
+}
+
+// --resume: the optimizer's state tensors by name. Another optimizer's state would be meaningless
+// here (SGD's buffer is a velocity, LARS's a scaled step, Adam's two moments), so continuing with
+// another optimizer is refused once it has taken a step; a tensor this optimizer needs and the file
+// lacks likewise (SGD's or LARS's buffer of a run without momentum).
+static void resume_optimizer(Run *r, const Checkpoint *ck, const char *flag, const char *path) {
+    const OptConfig *oc = &r->model.optim;
+    const OptDesc *d = optim_desc(oc->kind);
+    const char *theirs = ck->opt.optimizer;
+    if (ck->meta.opt_steps > 0 && strcmp(theirs, d->name))
+        ct_die("%s %s: the checkpoint's optimizer state was written by --optimizer %s, this run uses --optimizer %s; "
+               "resume with --optimizer %s, or start a new run from its weights (--weights %s)", flag, path, theirs,
+               d->name, theirs, path);
+    for (int i = 0; i < optim_saved_state(oc); i++) {
+        const CkptTensor *t = checkpoint_opt_tensor(ck, d->state[i]);
+        if (t) memcpy(r->model.opt.state[i], t->data, ck->meta.n_params * sizeof(float));
+        else if (ck->meta.opt_steps > 0)
+            ct_die("%s %s: the checkpoint has no %s state tensor '%s' (it holds %d optimizer tensors%s), but this run "
+                   "needs it%s; resume with the checkpoint's settings, or start a new run from its weights (--weights %s)",
+                   flag, path, d->name, d->state[i], ck->opt.n, ck->opt.n ? "" : ": written without momentum",
+                   d->state_needs_momentum ? " (--momentum > 0)" : "", path);
+    }
+    r->model.opt.steps = ck->meta.opt_steps;
 }
 
 void state_load_checkpoint(Run *r, const char *flag, const char *path, int restore_position) {
@@ -117,15 +153,24 @@ void state_load_checkpoint(Run *r, const char *flag, const char *path, int resto
     // Files written before the parameter padding (nn/resnet.h) hold the tensors back to back: the
     // real count instead of the padded one. Their arrays move to the padded layout here.
     int packed = m->n_params != net->n_params && m->n_params == resnet_param_count(net);
+    // The optimizer's tensors are shaped like the flat parameters (checked before they are used).
+    for (int i = 0; i < ck.opt.n; i++)
+        if (ck.opt.t[i].ndim != 1 || ck.opt.t[i].shape[0] != m->n_params)
+            ct_die("%s %s: the optimizer's state tensor %s has %llu elements, its parameters %llu; not a checkpoint "
+                   "this build can continue", flag, path, ck.opt.t[i].name, (unsigned long long)ck.opt.t[i].shape[0],
+                   (unsigned long long)m->n_params);
     if (packed) {
-        float **arrays[3] = {&ck.params, &ck.momentum, &ck.ema_params};
-        for (int i = 0; i < 3; i++) {
+        float **arrays[2 + CKPT_MAX_OPT_TENSORS] = {&ck.params, &ck.ema_params};
+        for (int i = 0; i < ck.opt.n; i++) arrays[2 + i] = &ck.opt.t[i].data;
+        for (int i = 0; i < 2 + ck.opt.n; i++) {
             if (!*arrays[i]) continue;
             float *a = ct_alloc(net->n_params * sizeof(float));
             resnet_params_unpack(net, a, *arrays[i]);
+            if (*arrays[i] == ck.momentum) ck.momentum = a;
             free(*arrays[i]);
             *arrays[i] = a;
         }
+        for (int i = 0; i < ck.opt.n; i++) ck.opt.t[i].shape[0] = net->n_params;
         ck.meta.n_params = net->n_params;
     }
     if (m->n_params != net->n_params || m->n_buffers != net->n_bufs || m->n_counts != net->n_counts)
@@ -133,22 +178,16 @@ void state_load_checkpoint(Run *r, const char *flag, const char *path, int resto
                (unsigned long long)m->n_params, (unsigned long long)m->n_buffers, (unsigned long long)m->n_counts,
                net->n_params, net->n_bufs, net->n_counts);
     // The gaps hold zero whatever the file says (a hand-made file could break that).
-    float *flat[3] = {ck.params, ck.momentum, ck.ema_params};
-    for (int i = 0; i < 3; i++)
+    float *flat[2 + CKPT_MAX_OPT_TENSORS] = {ck.params, ck.ema_params};
+    for (int i = 0; i < ck.opt.n; i++) flat[2 + i] = ck.opt.t[i].data;
+    for (int i = 0; i < 2 + ck.opt.n; i++)
         if (flat[i]) resnet_zero_padding(net, flat[i]);
     memcpy(net->params, ck.params, m->n_params * sizeof(float));
     memcpy(net->bufs, ck.buffers, m->n_buffers * sizeof(float));
     memcpy(net->counts, ck.counts, m->n_counts * sizeof(int64_t));
     if (restore_position) {
         const Config *c = r->cfg;
-        // SGD's buffer is a velocity, LARS's a scaled step: continuing one with the other would
-        // silently train on a meaningless buffer.
-        uint32_t opt = r->model.sgd.lars ? CKPT_OPT_LARS : CKPT_OPT_SGD;
-        if (m->opt_steps > 0 && c->momentum > 0 && m->optimizer != opt)
-            ct_die("%s %s: the checkpoint's momentum buffer was written by --optimizer %s, this run uses --optimizer %s; "
-                   "resume with --optimizer %s, or start a new run from its weights (--weights %s)", flag, path,
-                   m->optimizer == CKPT_OPT_LARS ? "lars" : "sgd", c->optimizer,
-                   m->optimizer == CKPT_OPT_LARS ? "lars" : "sgd", path);
+        resume_optimizer(r, &ck, flag, path);
         // A linear probe's run and a full fine-tune differ in what trains and how BN behaves;
         // switching halfway would make the resumed run neither, so say how to get either.
         if ((int)m->frozen != net->freeze_backbone)
@@ -157,10 +196,6 @@ void state_load_checkpoint(Run *r, const char *flag, const char *path, int resto
                    m->frozen ? "with" : "without", net->freeze_backbone ? "with" : "without",
                    m->frozen ? "with" : "without", path, m->frozen ? ", without --freeze-backbone" : "");
         Position *p = &r->pos;
-        if (ck.momentum) memcpy(r->model.opt.buf, ck.momentum, m->n_params * sizeof(float));
-        else if (c->momentum > 0 && m->opt_steps > 0)
-            ct_die("--resume %s: checkpoint has no momentum buffer but --momentum is %g", path, c->momentum);
-        r->model.opt.steps = m->opt_steps;
         if ((uint64_t)c->seed != m->seed)
             ct_warn("--resume %s: checkpoint was trained with --seed %llu, continuing with --seed %lld", path,
                     (unsigned long long)m->seed, c->seed);
@@ -231,7 +266,7 @@ void state_load_weights(Run *r, const char *path, int reset_head) {
         state_load_checkpoint(r, "--weights", path, 0);
         if (say)
             fprintf(stderr, "train: --weights %s is a ctrain checkpoint: loaded its weights and BN statistics, not its "
-                            "momentum or position%s\n", path, r->cfg->evaluate ? "" : " (training starts at epoch 1; --resume continues it)");
+                            "optimizer state or position%s\n", path, r->cfg->evaluate ? "" : " (training starts at epoch 1; --resume continues it)");
         return;
     }
     StFile f;

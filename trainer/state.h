@@ -21,9 +21,9 @@ typedef struct {
 
 typedef struct Run Run;  // trainer/run.h
 
-// OUT/name with the model, momentum, BN statistics and position after global_step steps.
+// OUT/name with the model, the optimizer's state tensors, BN statistics and position after global_step steps.
 void state_save_checkpoint(Run *r, const char *name, int64_t global_step);
-// Loads a checkpoint's weights into r's model (and, with restore_position, its momentum and
+// Loads a checkpoint's weights into r's model (and, with restore_position, its optimizer state and
 // position) after checking it fits: architecture, channels, classes, class table, sizes. Errors
 // name flag (--resume, --weights) and path.
 void state_load_checkpoint(Run *r, const char *flag, const char *path, int restore_position);
@@ -34,7 +34,7 @@ const char *state_checkpoint_arch(const char *path, const char *flag);
 int state_checkpoint_blurpool(const char *path, const char *flag);
 int state_is_checkpoint(const char *path);
 // --weights: a .safetensors file (torchvision names) or a ctrain checkpoint (its weights and BN
-// statistics, not its momentum or position). A classifier of another shape is an error that says
+// statistics, not its optimizer state or position). A classifier of another shape is an error that says
 // to add --reset-head; with reset_head the model keeps its freshly initialised fc, with a note.
 void state_load_weights(Run *r, const char *path, int reset_head);
 // OUT/model.safetensors: torchvision names; its metadata holds arch, num_classes, in_channels, the

@@ -94,7 +94,7 @@ StepResult step_train(Run *r, const LoaderBatch *b, double lr, int64_t global_st
     if (isfinite(res.loss)) {
         backend_backward(be);
         if (backend_grads_finite(be)) {
-            backend_sgd_step(be, &r->model.sgd, &r->model.opt, (float)lr);
+            backend_optim_step(be, &r->model.optim, &r->model.opt, (float)lr);
             ema_after_step(r, global_step);
             return res;
         }
