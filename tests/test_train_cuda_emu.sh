@@ -123,7 +123,7 @@ ok "progressive resizing + eval size + --tta flip, fp32 cuda (emulated; graphs o
 # TTA alone, on the same weights: the GPU's flip-averaged evaluation is the CPU's within fp32
 # tolerance, and differs from the plain one.
 ev() { "$1" "$TMP/d" $ARGS --val-crop-size 6 --evaluate --resume "$TMP/prc/last.ckpt" "${@:2}" 2>&1 | grep -o "16 images.*top-5 [0-9.]*%"; }
-tc=$(ev "$TRAIN" --device cpu --tta flip) && tg=$(ev "$EMU" --device cuda --precision fp32 --tta flip) && pc=$(ev "$TRAIN" --device cpu) \
+tc=$(ev "$TRAIN" --device cpu --tta flip) && tg=$(ev "$EMU" --device cuda --precision fp32 --tta flip) && pc=$(ev "$TRAIN" --device cpu --tta none) \
   || fail "--evaluate --tta flip runs"
 "$PIPPY" - "$tc" "$tg" "$pc" <<'PY' || fail "--tta flip: cuda '$tg' vs cpu '$tc' (plain: '$pc')"
 import re, sys
@@ -209,7 +209,7 @@ out=$(CTRAIN_EMU_DEVICES=2 NCCL_LIBRARY=/nonexistent/libnccl.so.2 "$EMU" "$TMP/d
   && fail "--comm nccl without a loadable NCCL was accepted"
 echo "$out" | grep -q "cannot load NCCL (/nonexistent/libnccl.so.2)" || fail "unclear error without NCCL: $out"
 ok "--comm host gives NCCL's bits; --comm nccl without NCCL is a clear error"
-e1=$("$EMU" "$TMP/d" $ARGS --device cuda --precision fp32 --evaluate --resume "$TMP/dpg/last.ckpt" 2>&1 | grep -o "16 images.*top-5 [0-9.]*%") \
+e1=$("$EMU" "$TMP/d" $ARGS --device cuda --precision fp32 --ranks 1 --evaluate --resume "$TMP/dpg/last.ckpt" 2>&1 | grep -o "16 images.*top-5 [0-9.]*%") \
   || fail "--evaluate on one emulated GPU"
 e2=$(CTRAIN_EMU_DEVICES=2 "$EMU" "$TMP/d" $ARGS --device cuda --precision fp32 --ranks 2 --comm host --evaluate --resume "$TMP/dpg/last.ckpt" 2>&1 \
      | grep -o "16 images.*top-5 [0-9.]*%") || fail "--evaluate on two emulated GPUs"

@@ -157,6 +157,7 @@ void loaders_create(RankLoaders *l, const Dataset *d, const Config *c, BackendKi
         l->steps_per_epoch = loader_batches_per_epoch(l->train);
     }
     lc.train = 0;
+    lc.skip_bad = 0;  // evaluation reads every record exactly once: a bad val record ends the run
     lc.crop = lc.max_crop = c->val_crop_size;
     lc.no_flip = 1;
     lc.mixup_alpha = lc.cutmix_alpha = 0;
