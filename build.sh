@@ -7,7 +7,7 @@
 #   ./build.sh gpu-tests  build tests/emu_*.c against the real CUDA kernels into build/gpu-tests/
 # Environment: CC, CXX, NVCC (override compilers), CTRAIN_NO_CUDA=1 (CPU backend only),
 #   TEST_FILTER=regex (run only matching tests), FUZZ_SECONDS (per fuzz target, default 30),
-#   JOBS (parallel compile jobs).
+#   JOBS (parallel compile jobs), TEST_JOBS (tests run at once, default: the number of CPUs).
 set -euo pipefail
 cd "$(dirname "$0")"
 ROOT=$PWD
@@ -291,29 +291,29 @@ esac
 export CTRAIN_BIN=$ROOT/$BIN CTRAIN_ROOT=$ROOT CTRAIN_BUILD=$ROOT/$B TORCH_PY=/usr/bin/python3 PIPPY=${PIPPY:-python3}
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ASAN_OPTIONS=detect_leaks=1:abort_on_error=0
 mkdir -p $B/test-logs
+# Tests run TEST_JOBS at a time (default: the number of CPUs), longest first: most tests are
+# single-threaded Python or shell pipelines, and the long ones started last would leave a core
+# idle at the end. The order comes from tests/test_seconds.txt (a hint committed from a full run;
+# a stale hint only changes the order) and then from this machine's last run ($B/test-seconds).
+# Each test has its own log and temporary directory; results are printed as tests finish.
+TEST_JOBS=${TEST_JOBS:-$(nproc)}
 pass=0; fail=0; failed=()
-run_one() { # name, timeout seconds, command...
+t_names=(); t_limits=(); t_cmds=()
+queue() { # name, timeout seconds, command...
   local name=$1 limit=$2; shift 2
   if [ -n "${TEST_FILTER:-}" ] && ! [[ $name =~ $TEST_FILTER ]]; then return; fi
-  local log=$B/test-logs/${name//\//_}.log t0=$SECONDS rc=0
-  timeout --kill-after=10 "$limit" "$@" >"$log" 2>&1 || rc=$?
-  if [ $rc = 0 ]; then pass=$((pass+1)); printf 'PASS  %-40s %4ds\n' "$name" $((SECONDS-t0))
-  else
-    fail=$((fail+1)); failed+=("$name")
-    [ $rc = 124 ] && echo "timed out after ${limit}s" >>"$log"
-    printf 'FAIL  %-40s %4ds (exit %d, log %s)\n' "$name" $((SECONDS-t0)) $rc "$log"
-    tail -n 15 "$log" | sed 's/^/      /'
-  fi
+  t_names+=("$name"); t_limits+=("$limit"); t_cmds+=("$(printf '%q ' "$@")")
 }
-for t in $B/tests/test_*; do [ -x "$t" ] && [[ $t != *.* ]] && run_one "$(basename "$t")" 900 "$t"; done
-for t in $B/asan/tests/test_*; do [ -x "$t" ] && [[ $t != *.* ]] && run_one "asan/$(basename "$t")" 900 "$t"; done
-for t in $B/tsan/tests/test_*; do [ -x "$t" ] && [[ $t != *.* ]] && run_one "tsan/$(basename "$t")" 900 "$t"; done
-for t in $B/tests/emu_*; do [ -x "$t" ] && [[ $t != *.* ]] && run_one "$(basename "$t")" 900 "$t"; done
+for t in $B/tests/test_*; do [ -x "$t" ] && [[ $t != *.* ]] && queue "$(basename "$t")" 900 "$t"; done
+for t in $B/asan/tests/test_*; do [ -x "$t" ] && [[ $t != *.* ]] && queue "asan/$(basename "$t")" 900 "$t"; done
+for t in $B/tsan/tests/test_*; do [ -x "$t" ] && [[ $t != *.* ]] && queue "tsan/$(basename "$t")" 900 "$t"; done
+for t in $B/tests/emu_*; do [ -x "$t" ] && [[ $t != *.* ]] && queue "$(basename "$t")" 900 "$t"; done
 # Fuzz targets: clang + libFuzzer, the host library compiled in with ASan+UBSan. A target may
 # #include sources from nn/ (they are not compiled here), so nn/ changes rebuild it too.
 for f in tests/fuzz_*.c; do
   [ -f "$f" ] || continue
   name=$(basename "$f" .c); bin=$B/fuzz/$name
+  if [ -n "${TEST_FILTER:-}" ] && ! [[ $name =~ $TEST_FILTER ]]; then continue; fi
   mkdir -p $B/fuzz $B/fuzz/corpus-$name
   srcs=$(ls util/*.c loader/*.c 2>/dev/null)
   if [ ! -x "$bin" ] || [ -n "$(find "$f" $srcs util loader nn -newer "$bin" 2>/dev/null | head -1)" ]; then
@@ -322,9 +322,52 @@ for f in tests/fuzz_*.c; do
       || { fail=$((fail+1)); failed+=("$name"); echo "FAIL  $name (build: $B/test-logs/$name.build.log)"; continue; }
   fi
   seeds=$B/fuzz/corpus-$name; [ -d "tests/corpus/$name" ] && seeds="$seeds tests/corpus/$name"
-  run_one "$name" $(( ${FUZZ_SECONDS:-30} + 60 )) "$bin" -max_total_time="${FUZZ_SECONDS:-30}" -rss_limit_mb=2048 -timeout=10 -artifact_prefix=$B/fuzz/ $seeds
+  queue "$name" $(( ${FUZZ_SECONDS:-30} + 60 )) "$bin" -max_total_time="${FUZZ_SECONDS:-30}" -rss_limit_mb=2048 -timeout=10 -artifact_prefix=$B/fuzz/ $seeds
 done
-for t in tests/test_*.sh; do [ -f "$t" ] && run_one "$(basename "$t")" 1200 bash "$t"; done
+for t in tests/test_*.sh; do [ -f "$t" ] && queue "$(basename "$t")" 1200 bash "$t"; done
+
+# Longest first: each test's expected seconds (the last local run wins over the committed hint).
+declare -A secs=()
+for f in tests/test_seconds.txt $B/test-seconds; do
+  [ -f "$f" ] || continue
+  while read -r n s; do [[ $n != \#* && -n $s ]] && secs[$n]=$s; done <"$f"
+done
+order=$(for i in "${!t_names[@]}"; do echo "${secs[${t_names[$i]}]:-30} $i"; done | sort -k1,1nr -k2,2n | cut -d' ' -f2)
+
+res=$B/test-logs/.results; rm -rf "$res"; mkdir -p "$res"
+run_one() { # index: runs the test, writes "rc seconds" to $res/index
+  local i=$1 name=${t_names[$1]} log=$B/test-logs/${t_names[$1]//\//_}.log t0=$SECONDS rc=0
+  eval "timeout --kill-after=10 ${t_limits[$i]} ${t_cmds[$i]}" >"$log" 2>&1 </dev/null || rc=$?
+  [ $rc = 124 ] && echo "timed out after ${t_limits[$i]}s" >>"$log"
+  echo "$rc $((SECONDS-t0))" >"$res/$i.tmp" && mv "$res/$i.tmp" "$res/$i"
+}
+report() { # prints and counts the results that have arrived
+  local f i rc s log
+  for f in "$res"/*; do
+    [ -f "$f" ] && [[ $f != *.tmp ]] || continue
+    i=${f##*/}; read -r rc s <"$f"; rm -f "$f"
+    log=$B/test-logs/${t_names[$i]//\//_}.log
+    echo "${t_names[$i]} $s" >>"$B/test-seconds.new"
+    if [ "$rc" = 0 ]; then pass=$((pass+1)); printf 'PASS  %-40s %4ds\n' "${t_names[$i]}" "$s"
+    else
+      fail=$((fail+1)); failed+=("${t_names[$i]}")
+      printf 'FAIL  %-40s %4ds (exit %d, log %s)\n' "${t_names[$i]}" "$s" "$rc" "$log"
+      tail -n 15 "$log" | sed 's/^/      /'
+    fi
+  done
+}
+: >"$B/test-seconds.new"
+suite_t0=$SECONDS; running=0
+for i in $order; do
+  while [ $running -ge "$TEST_JOBS" ]; do wait -n || true; running=$((running-1)); report; done
+  run_one "$i" & running=$((running+1))
+done
+while [ $running -gt 0 ]; do wait -n || true; running=$((running-1)); report; done
+report
+# Keep the times of tests this run did not include (a filtered run updates only its own).
+[ -f "$B/test-seconds" ] && awk 'NR==FNR { seen[$1]=1; next } !($1 in seen)' "$B/test-seconds.new" "$B/test-seconds" >>"$B/test-seconds.new"
+mv "$B/test-seconds.new" "$B/test-seconds"
+echo "tests: $((SECONDS-suite_t0)) s wall, $TEST_JOBS at a time"
 
 [ ${#failed[@]} -gt 0 ] && echo "failed: ${failed[*]}"
 echo "$pass passed, $fail failed"

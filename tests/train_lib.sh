@@ -22,8 +22,9 @@ make_synth() {
   key=$( (cat "${BASH_SOURCE[0]}"; echo "$ntrain $nval $size $classes $channels") | md5sum | cut -c1-12)
   local cache=$CTRAIN_BUILD/test-data/synth-$key
   if [ ! -f "$cache/train.shard" ] || [ ! -f "$cache/val.shard" ]; then
-    rm -rf "$cache.tmp" && mkdir -p "$cache.tmp"
-    "$PIPPY" - "$cache.tmp/src" "$ntrain" "$nval" "$size" "$classes" <<'PY'
+    local tmp="$cache.tmp.$$"  # tests run in parallel: each builds in its own directory
+    rm -rf "$tmp" && mkdir -p "$tmp"
+    "$PIPPY" - "$tmp/src" "$ntrain" "$nval" "$size" "$classes" <<'PY'
 import math, os, sys
 import numpy as np
 from PIL import Image
@@ -46,8 +47,12 @@ for split, n in (("train", ntrain), ("val", nval)):
 PY
     local chflag=""
     [ "$channels" = 1 ] && chflag="--channels 1"
-    "$PACKDATA" $chflag "$cache.tmp/src" "$cache.tmp/out" >/dev/null 2>&1 || { echo "packdata failed" >&2; exit 1; }
-    rm -rf "$cache" && mkdir -p "$cache" && mv "$cache.tmp/out/train.shard" "$cache.tmp/out/val.shard" "$cache/" && rm -rf "$cache.tmp"
+    "$PACKDATA" $chflag "$tmp/src" "$tmp/out" >/dev/null 2>&1 || { echo "packdata failed" >&2; exit 1; }
+    # Published by one rename, so a test beside this one never sees half of it; when another test
+    # published the same data first, its copy stays (same inputs, same bytes).
+    mkdir -p "$tmp/pub" && mv "$tmp/out/train.shard" "$tmp/out/val.shard" "$tmp/pub/"
+    mv -T "$tmp/pub" "$cache" 2>/dev/null || [ -f "$cache/val.shard" ] || { echo "cannot publish $cache" >&2; exit 1; }
+    rm -rf "$tmp"
   fi
   mkdir -p "$dst"
   ln -sf "$cache/train.shard" "$dst/train.shard"
