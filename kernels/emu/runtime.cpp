@@ -926,7 +926,10 @@ static void sync_stream(CUstream_st *s) {
     if (s->legacy) drain(s, enqueue(s, [] {}, 0));
     else drain_all(s);
 }
-cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+// Synchronize and query share the checks before the wait: a capturing stream cannot be waited on
+// (the capture is invalidated, as CUDA does); synchronize alone also refuses the legacy stream while
+// any capture is active, where CUDA reports an implicit synchronisation with the capturing streams.
+static cudaError_t wait_stream(cudaStream_t stream, bool refuse_implicit) {
     CUstream_st *s;
     {
         std::lock_guard<std::recursive_mutex> lk(g_mu);
@@ -936,7 +939,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
             capture_invalidate();
             return set_error(cudaErrorStreamCaptureUnsupported);
         }
-        if (is_default_stream(stream) && !g_active_captures.empty()) {
+        if (refuse_implicit && is_default_stream(stream) && !g_active_captures.empty()) {
             capture_invalidate();
             return set_error(cudaErrorStreamCaptureImplicit);
         }
@@ -944,22 +947,10 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
     sync_stream(s);
     return cudaSuccess;
 }
+cudaError_t cudaStreamSynchronize(cudaStream_t stream) { return wait_stream(stream, true); }
 // The emulator answers a query by finishing the work (a schedule a GPU may take), so a host loop
 // polling it cannot spin forever.
-cudaError_t cudaStreamQuery(cudaStream_t stream) {
-    CUstream_st *s;
-    {
-        std::lock_guard<std::recursive_mutex> lk(g_mu);
-        s = stream_of(stream);
-        if (!s) return set_error(cudaErrorInvalidResourceHandle);
-        if (s->capture) {
-            capture_invalidate();
-            return set_error(cudaErrorStreamCaptureUnsupported);
-        }
-    }
-    sync_stream(s);
-    return cudaSuccess;
-}
+cudaError_t cudaStreamQuery(cudaStream_t stream) { return wait_stream(stream, false); }
 cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void *user_data) {
     if (!fn) return set_error(cudaErrorInvalidValue);
     cudaError_t e;
