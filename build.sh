@@ -324,7 +324,14 @@ for f in tests/fuzz_*.c; do
   seeds=$B/fuzz/corpus-$name; [ -d "tests/corpus/$name" ] && seeds="$seeds tests/corpus/$name"
   queue "$name" $(( ${FUZZ_SECONDS:-30} + 60 )) "$bin" -max_total_time="${FUZZ_SECONDS:-30}" -rss_limit_mb=2048 -timeout=10 -artifact_prefix=$B/fuzz/ $seeds
 done
-for t in tests/test_*.sh; do [ -f "$t" ] && queue "$(basename "$t")" 1200 bash "$t"; done
+# A script marked "# ctrain-test: alone" measures time against a load it makes itself (a starved
+# loader, a step cap): it runs after the others, by itself.
+t_alone=()
+for t in tests/test_*.sh; do
+  [ -f "$t" ] || continue
+  queue "$(basename "$t")" 1200 bash "$t"
+  grep -q '^# ctrain-test: alone' "$t" && t_alone+=("$(basename "$t")")
+done
 
 # Longest first: each test's expected seconds (the last local run wins over the committed hint).
 declare -A secs=()
@@ -332,7 +339,10 @@ for f in tests/test_seconds.txt $B/test-seconds; do
   [ -f "$f" ] || continue
   while read -r n s; do [[ $n != \#* && -n $s ]] && secs[$n]=$s; done <"$f"
 done
-order=$(for i in "${!t_names[@]}"; do echo "${secs[${t_names[$i]}]:-30} $i"; done | sort -k1,1nr -k2,2n | cut -d' ' -f2)
+is_alone() { local a; for a in "${t_alone[@]}"; do [ "$a" = "$1" ] && return 0; done; return 1; }
+order=$(for i in "${!t_names[@]}"; do is_alone "${t_names[$i]}" || echo "${secs[${t_names[$i]}]:-30} $i"; done \
+  | sort -k1,1nr -k2,2n | cut -d' ' -f2)
+order_alone=$(for i in "${!t_names[@]}"; do is_alone "${t_names[$i]}" && echo "$i"; done || true)
 
 res=$B/test-logs/.results; rm -rf "$res"; mkdir -p "$res"
 run_one() { # index: runs the test, writes "rc seconds" to $res/index
@@ -364,6 +374,7 @@ for i in $order; do
 done
 while [ $running -gt 0 ]; do wait -n || true; running=$((running-1)); report; done
 report
+for i in $order_alone; do run_one "$i"; report; done
 # Keep the times of tests this run did not include (a filtered run updates only its own).
 [ -f "$B/test-seconds" ] && awk 'NR==FNR { seen[$1]=1; next } !($1 in seen)' "$B/test-seconds.new" "$B/test-seconds" >>"$B/test-seconds.new"
 mv "$B/test-seconds.new" "$B/test-seconds"

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# ctrain-test: alone (each step has a cap in seconds)
 # tools/gpu_session.sh without a GPU: the one device call a lent session gets (540 s) must bring
 # back the headline numbers first whatever fails. Checked here against the emulated build at toy
 # sizes (GPU_SESSION_EMULATED=1; the numbers mean nothing):

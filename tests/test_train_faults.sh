@@ -1,3 +1,4 @@
+# ctrain-test: alone (a starved loader must show against the step time, and no other test may slow the step)
 # Failure handling of train: a non-finite step is skipped and reported, repeated ones stop the run
 # with a clear message and the last good checkpoint kept; a diverging learning rate is caught the
 # same way; SIGTERM finishes the step, checkpoints and exits 143; a loader too slow for the
