@@ -67,18 +67,14 @@ if [ -z "${BENCH_EMULATED:-}" ]; then
 fi
 echo "# $("$PY" -c 'import sys, torch, torchvision; print("python", sys.executable, "| torch", torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version(), "| torchvision", torchvision.__version__)')"
 
-# field N LINE: 1 img/s, 2 median step ms, 3 MiB held, 4 MiB device used, 5 final loss
-field() {
-  sed -n "s/.*: *\([0-9.]*\) img\/s (median step \([0-9.]*\) ms), memory \([0-9.]*\) MiB held, \([0-9.]*\) MiB device used, final loss \([^,]*\),.*/\\$1/p" <<<"$2"
-}
+source "$(dirname "${BASH_SOURCE[0]}")/bench_lines.sh"
+field() { bench_field "$@"; }
 ratio() { # CONFIG CTRAIN_LINE PYTORCH_LINE
   local ci pi
   ci=$(field 1 "$2"); pi=$(field 1 "$3")
   if [ -z "$ci" ] || [ -z "$pi" ]; then echo "ratio   $1: cannot parse the lines above"; return 1; fi
-  awk -v ci="$ci" -v pi="$pi" -v ch="$(field 3 "$2")" -v ph="$(field 3 "$3")" -v cu="$(field 4 "$2")" \
-      -v pu="$(field 4 "$3")" -v cfg="$1" -v tag="$4" '
-    function r(a, b) { return b > 0 ? sprintf("%.2fx", a / b) : "n/a" }
-    BEGIN { printf "ratio   %-22s ctrain/pytorch%s: img/s %s, memory held %s, device used %s\n", cfg, tag, r(ci, pi), r(ch, ph), r(cu, pu) }'
+  printf 'ratio   %-22s ctrain/pytorch%s: img/s %s, memory held %s, device used %s\n' "$1" "${4:-}" "$(bench_ratio "$ci" "$pi")" \
+    "$(bench_ratio "$(field 3 "$2")" "$(field 3 "$3")")" "$(bench_ratio "$(field 4 "$2")" "$(field 4 "$3")")"
 }
 
 IFS=';' read -ra CONFIGS <<<"${BENCH_CONFIGS:-resnet50 224 256;resnet18 224 256;resnet20 32 512}"

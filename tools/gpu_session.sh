@@ -280,11 +280,9 @@ run_later() {
   done
 }
 
-# field N LINE: 1 img/s, 2 median step ms, 3 MiB held, 4 MiB device used, 5 final loss
-field() {
-  sed -n "s/.*: *\([0-9.]*\) img\/s (median step \([0-9.]*\) ms), memory \([0-9.]*\) MiB held, \([0-9.]*\) MiB device used, final loss \([^,]*\),.*/\\$1/p" <<<"$2"
-}
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a > 0 && b > 0) printf "%.2fx", a / b; else printf "n/a" }'; }
+source "$(dirname "${BASH_SOURCE[0]}")/bench_lines.sh"
+field() { bench_field "$@"; }
+ratio() { bench_ratio "$@"; }
 
 write_summary() {
   {
