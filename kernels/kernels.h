@@ -258,6 +258,10 @@ void softmax_xent_mix_gpu(float *dlogits, const float *logits, const int32_t *la
 void softmax_xent_gpu(float *dlogits, const float *logits, const int32_t *labels, int N, int K,
                       float smoothing, float grad_scale, void *work, float *loss, int *correct,
                       ct_stream_t stream);
+// bce_mix's twin (timm's BinaryCrossEntropy on the same soft target; threshold < 0: none).
+void bce_mix_gpu(float *dlogits, const float *logits, const int32_t *labels, const int32_t *labels_b, float lam,
+                 int N, int K, float smoothing, float threshold, int sum_classes, float grad_scale, void *work,
+                 float *loss, int *correct, ct_stream_t stream);
 void kd_loss_gpu(float *dlogits, const float *logits, const float *teacher_logits, int N, int K,
                  float temperature, float grad_scale, void *work, float *loss, ct_stream_t stream);
 // *count (device) = number of rows whose label is among the k largest logits (CPU tie rule).

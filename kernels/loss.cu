@@ -1,5 +1,6 @@
 // Losses on the GPU: softmax cross-entropy with label smoothing and soft (Mixup/CutMix) targets,
-// Hinton distillation, top-k hits. Twins of nn/layers.h's softmax_xent_mix / kd_loss / topk_correct.
+// timm's binary cross-entropy, Hinton distillation, top-k hits. Twins of nn/layers.h's
+// softmax_xent_mix / bce_mix / kd_loss / topk_correct.
 //
 // Every global access goes through act.cuh's counted loads and stores (tools/bench_gpu_cost).
 // Multi-block and deterministic: each block takes rows (row r in block r % grid), reduces each
@@ -84,6 +85,36 @@ __global__ void xent_rows_k(float *dlogits, const float *logits, const int32_t *
         int gt = row_hit ? block_rank(z, K, lam >= 0.5f ? ya : yb, 1, sh) : 1;
         if (threadIdx.x == 0) {
             ct_st(row_loss, (size_t)n, lse - on * (lam * ct_ld(z, (size_t)ya) + (1.f - lam) * ct_ld(z, (size_t)yb)) - off * zs);
+            if (row_hit) ct_sti(row_hit, (size_t)n, gt == 0);
+        }
+    }
+}
+
+// timm's BinaryCrossEntropy (nn/layers.h bce_mix): t_k = lam y_a + (1-lam) y_b with y = off +
+// (on - off) onehot, off = eps / K, on = 1 - eps + off; thresholded to {0, 1} when threshold >= 0;
+// per element max(z, 0) - z t + log1p(exp(-|z|)), dz = grad_scale / denom (sigmoid(z) - t); rows
+// hold the sum over classes, the sum kernel divides by denom (N K, or N for sum_classes).
+__global__ void bce_rows_k(float *dlogits, const float *logits, const int32_t *labels, const int32_t *labels_b,
+                           float lam, int N, int K, float smoothing, float threshold, float inv_denom,
+                           float grad_scale, float *row_loss, int *row_hit) {
+    __shared__ float sh[LOSS_THREADS];
+    float off = smoothing / (float)K, on = 1.f - smoothing + off, gs = grad_scale * inv_denom;
+    for (int n = blockIdx.x; n < N; n += gridDim.x) {
+        const float *z = logits + (size_t)n * K;
+        float *dz = dlogits ? dlogits + (size_t)n * K : (float *)0;
+        int ya = ct_ldi(labels, (size_t)n), yb = ct_ldi(labels_b, (size_t)n);
+        float l = 0.f;
+        for (int j = threadIdx.x; j < K; j += LOSS_THREADS) {
+            float x = ct_ld(z, (size_t)j);
+            float t = lam * (j == ya ? on : off) + (1.f - lam) * (j == yb ? on : off);
+            if (threshold >= 0.f) t = t > threshold ? 1.f : 0.f;
+            l += fmaxf(x, 0.f) - x * t + log1pf(expf(-fabsf(x)));
+            if (dz) ct_st(dz, (size_t)j, gs * (1.f / (1.f + expf(-x)) - t));
+        }
+        l = block_sum(l, sh);
+        int gt = row_hit ? block_rank(z, K, lam >= 0.5f ? ya : yb, 1, sh) : 1;
+        if (threadIdx.x == 0) {
+            ct_st(row_loss, (size_t)n, l);
             if (row_hit) ct_sti(row_hit, (size_t)n, gt == 0);
         }
     }
@@ -187,6 +218,19 @@ extern "C" void softmax_xent_gpu(float *dlogits, const float *logits, const int3
                                  int *correct, ct_stream_t stream) {
     softmax_xent_mix_gpu(dlogits, logits, labels, labels, 1.0f, N, K, smoothing, grad_scale, work, loss,
                          correct, stream);
+}
+extern "C" void bce_mix_gpu(float *dlogits, const float *logits, const int32_t *labels, const int32_t *labels_b,
+                            float lam, int N, int K, float smoothing, float threshold, int sum_classes,
+                            float grad_scale, void *work, float *loss, int *correct, ct_stream_t stream) {
+    float *rows = (float *)work;
+    int *hits = correct ? (int *)(rows + N) : (int *)0;
+    double denom = sum_classes ? (double)N : (double)N * K;
+    CT_LAUNCH(bce_rows_k, loss_blocks(N), LOSS_THREADS, 0, stream, dlogits, logits, labels, labels_b, lam, N, K,
+              smoothing, threshold, (float)(1.0 / denom), grad_scale, rows, hits);
+    CT_CHECK_LAUNCH("bce_mix_gpu");
+    CT_LAUNCH(rows_sum_k, 1, LOSS_THREADS, 0, stream, (const float *)rows, (const int *)hits, N, 1.0 / denom, loss,
+              correct);
+    CT_CHECK_LAUNCH("bce_mix_gpu (sum)");
 }
 extern "C" void kd_loss_gpu(float *dlogits, const float *logits, const float *teacher_logits, int N,
                             int K, float temperature, float grad_scale, void *work, float *loss,

@@ -19,6 +19,10 @@
 #include "util/common.h"
 
 #define CHUNK 8
+// Streams of the per-sample policies, apart from the crop's (augment.c) so that turning them on
+// leaves the crops as they were.
+#define AA_KEY 0x6175746f61756731ull     // "autoaug1"
+#define ERASE_KEY 0x6572617365723031ull  // "eraser01"
 
 // A slot's progress once its batch is taken: samples being filled, the finished batch being mixed
 // (Mixup/CutMix), ready for the consumer.
@@ -28,6 +32,7 @@ typedef struct {
     uint8_t *images;
     int32_t *labels, *labels_b;
     uint64_t *indices;
+    uint64_t *keys;  // each sample's draw key (sampler_batch_keys)
     float mix_lam;
     int64_t batch;  // batch this slot holds or is being filled with; -1: free
     int count;      // samples in that batch
@@ -43,6 +48,7 @@ typedef struct {
     struct Loader *l;
     uint8_t *decode;  // max_raw_size bytes (not used for raw shards)
     ResampleScratch scratch;
+    uint8_t *aa_tmp;  // max_crop^2 * C: the policies' second image
     pthread_t thread;
 } Worker;
 
@@ -139,7 +145,7 @@ static void *worker_main(void *arg) {
                 if (slot->batch == b) break;
                 if (slot->batch == -1) {  // first worker on batch b: take the slot, ask the sampler
                     slot->batch = b;
-                    slot->count = sampler_batch(&l->sampler, b, slot->indices);
+                    slot->count = sampler_batch_keys(&l->sampler, b, slot->indices, slot->keys);
                     slot->done = 0;
                     slot->ready = SLOT_FILLING;
                     slot->failed = 0;
@@ -160,10 +166,10 @@ static void *worker_main(void *arg) {
 
         int failed = 0, bad = 0;
         for (int i = s0; i < s1 && !failed; i++) {
-            uint64_t idx = slot->indices[i], use = idx;
+            uint64_t idx = slot->indices[i], key = slot->keys[i], use = idx;
             const ShardRecord *r = &l->shard->records[idx];
             AugmentPlan plan;
-            augment_plan(&l->aug, (int)r->height, (int)r->width, epoch, idx, &plan);
+            augment_plan(&l->aug, (int)r->height, (int)r->width, epoch, key, &plan);
             const uint8_t *img = fetch_record(l, w, idx, plan.rows_needed, err, sizeof err);
             // skip_bad: the sample takes the next record of the shard that reads (a function of
             // the data alone, so the batch is the same whichever worker meets it, in any run),
@@ -180,15 +186,23 @@ static void *worker_main(void *arg) {
                 }
                 use = (idx + k) % l->shard->n_records;
                 r = &l->shard->records[use];
-                augment_plan(&l->aug, (int)r->height, (int)r->width, epoch, idx, &plan);
+                augment_plan(&l->aug, (int)r->height, (int)r->width, epoch, key, &plan);
                 img = fetch_record(l, w, use, plan.rows_needed, err, sizeof err);
             }
             if (!img) {
                 failed = 1;
                 break;
             }
-            augment_apply(&l->aug, &plan, img, (int)r->width, l->C, slot->images + (size_t)i * l->img_bytes,
-                          &w->scratch);
+            uint8_t *dst = slot->images + (size_t)i * l->img_bytes;
+            augment_apply(&l->aug, &plan, img, (int)r->width, l->C, dst, &w->scratch);
+            if (l->cfg.train && l->cfg.autoaug.policy != AA_POLICY_NONE) {
+                Rng ar = rng_make(l->aug.seed ^ AA_KEY, (uint64_t)epoch, key);
+                aa_apply(&l->cfg.autoaug, &ar, dst, l->aug.crop, l->aug.crop, l->C, w->aa_tmp);
+            }
+            if (l->cfg.train && l->cfg.erase.p > 0) {
+                Rng er = rng_make(l->aug.seed ^ ERASE_KEY, (uint64_t)epoch, key);
+                erase_apply(&l->cfg.erase, &er, dst, l->aug.crop, l->aug.crop, l->C, NULL, NULL, NULL, NULL);
+            }
             slot->labels[i] = (int32_t)r->label;
         }
         if (l->cfg.test_delay_us > 0) usleep((useconds_t)l->cfg.test_delay_us);
@@ -256,6 +270,16 @@ Loader *loader_create(const Shard *shard, const LoaderConfig *cfg) {
     l->mix.seed = cfg->seed;
     mix_config_check(&l->mix);
     sampler_init(&l->sampler, shard->n_records, l->cfg.batch_size, l->cfg.rank, l->cfg.world, cfg->train, cfg->seed);
+    if (!cfg->train) {  // evaluation visits every record once, untouched
+        l->cfg.autoaug.policy = AA_POLICY_NONE;
+        l->cfg.erase.p = 0;
+        l->cfg.ra_repeats = 0;
+    }
+    if (l->cfg.ra_repeats > 1) sampler_set_repeats(&l->sampler, l->cfg.ra_repeats);
+    if (!(l->cfg.erase.p >= 0 && l->cfg.erase.p <= 1))
+        ct_die("loader: --random-erase %g: a probability in [0, 1]", l->cfg.erase.p);
+    if ((l->cfg.autoaug.policy != AA_POLICY_NONE || l->cfg.erase.p > 0) && shard->channels != 1 && shard->channels != 3)
+        ct_die("%s: %u channels: --auto-augment and --random-erase need 1 or 3", shard->path, shard->channels);
     l->C = (int)shard->channels;
     if (l->cfg.max_crop == 0) l->cfg.max_crop = cfg->crop;
     if (l->cfg.max_crop < cfg->crop)
@@ -276,6 +300,7 @@ Loader *loader_create(const Shard *shard, const LoaderConfig *cfg) {
         s->labels = ct_alloc(B * sizeof(int32_t));
         s->labels_b = ct_alloc(B * sizeof(int32_t));
         s->indices = ct_alloc(B * sizeof(uint64_t));
+        s->keys = ct_alloc(B * sizeof(uint64_t));
         s->batch = -1;
     }
     l->verified = ct_zalloc(shard->n_records ? shard->n_records : 1);
@@ -285,6 +310,8 @@ Loader *loader_create(const Shard *shard, const LoaderConfig *cfg) {
     size_t decode = shard->codec == SHARD_CODEC_RAW ? 0 : shard->max_raw_size;
     l->fixed_bytes = sizeof *l + sizeof(Slot) * l->nslots + l->nslots * B * (max_img_bytes + 16) +
                      shard->n_records * (cfg->train ? 5 : 1) + l->nworkers * (sizeof(Worker) + decode);
+    size_t aa_tmp = l->cfg.autoaug.policy != AA_POLICY_NONE ? max_img_bytes : 0;
+    l->fixed_bytes += l->nworkers * aa_tmp + l->nslots * B * sizeof(uint64_t);
     l->epoch = -1;
     pthread_mutex_init(&l->mu, NULL);
     pthread_cond_init(&l->work_cv, NULL);
@@ -293,6 +320,7 @@ Loader *loader_create(const Shard *shard, const LoaderConfig *cfg) {
         Worker *w = &l->workers[i];
         w->l = l;
         w->decode = decode ? ct_alloc(decode) : NULL;
+        w->aa_tmp = aa_tmp ? ct_alloc(aa_tmp) : NULL;
         if (pthread_create(&w->thread, NULL, worker_main, w) != 0) ct_die("loader: cannot start worker thread %d", i);
         char name[16];
         snprintf(name, sizeof name, "ct-load%d-%d", l->cfg.rank % 100, i % 1000);
@@ -442,6 +470,7 @@ void loader_destroy(Loader *l) {
     for (int i = 0; i < l->nworkers; i++) {
         pthread_join(l->workers[i].thread, NULL);
         free(l->workers[i].decode);
+        free(l->workers[i].aa_tmp);
         resample_scratch_free(&l->workers[i].scratch);
     }
     for (int i = 0; i < l->nslots; i++) {
@@ -449,6 +478,7 @@ void loader_destroy(Loader *l) {
         free(l->slots[i].labels);
         free(l->slots[i].labels_b);
         free(l->slots[i].indices);
+        free(l->slots[i].keys);
     }
     pthread_mutex_destroy(&l->mu);
     pthread_cond_destroy(&l->work_cv);

@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "loader/autoaug.h"
 #include "loader/shard.h"
 
 #ifdef __cplusplus
@@ -47,6 +48,13 @@ typedef struct {
     // Mixup/CutMix of training batches (loader/mix.h; all 0: off). prob and switch_prob as timm's
     // mix_prob and switch_prob.
     float mixup_alpha, cutmix_alpha, mix_prob, mix_switch_prob;
+    // Per-sample policies on the uint8 crop after the flip, training only (loader/autoaug.h):
+    // TrivialAugmentWide / RandAugment (policy AA_POLICY_NONE: off), then RandomErasing (p 0: off).
+    AaConfig autoaug;
+    EraseConfig erase;
+    // Repeated augmentation (loader/sampler.h): copies of each record per epoch, training only;
+    // 0 or 1: off.
+    int ra_repeats;
     int test_delay_us;  // tests only: each worker sleeps this long after each chunk (a slow loader)
     LoaderAllocFn alloc;
     LoaderFreeFn free;

@@ -161,6 +161,13 @@ float softmax_xent(float *dlogits, const float *logits, const int32_t *labels, i
 // argmax is the dominant label (labels when lam >= 0.5, else labels_b).
 float softmax_xent_mix(float *dlogits, const float *logits, const int32_t *labels, const int32_t *labels_b,
                        float lam, int N, int K, float smoothing, float grad_scale, int *correct);
+// timm's BinaryCrossEntropy on the same target t = lam * s(labels) + (1 - lam) * s(labels_b)
+// (timm's mixup_target: s(y) = eps/K + (1 - eps) onehot(y)): with threshold >= 0 each t_k becomes
+// 1 when t_k > threshold, else 0 (timm's target_threshold; < 0: none); the loss is
+// F.binary_cross_entropy_with_logits, the mean over rows and classes, or with sum_classes the
+// mean over rows of the sum over classes (timm's sum_classes). Hits as softmax_xent_mix.
+float bce_mix(float *dlogits, const float *logits, const int32_t *labels, const int32_t *labels_b, float lam,
+              int N, int K, float smoothing, float threshold, int sum_classes, float grad_scale, int *correct);
 // Hinton distillation: T^2 * KL(softmax(teacher/T) || softmax(student/T)), mean over the batch.
 float kd_loss(float *dlogits, const float *logits, const float *teacher_logits, int N, int K,
               float temperature, float grad_scale);

@@ -1,4 +1,5 @@
-// CPU losses: cross-entropy with label smoothing, Hinton distillation, top-k accuracy.
+// CPU losses: cross-entropy with label smoothing, binary cross-entropy (timm's), Hinton
+// distillation, top-k accuracy.
 // Rows are independent; per-row math in double, the batch mean summed in row order.
 #include <math.h>
 
@@ -67,6 +68,42 @@ float softmax_xent_mix(float *dlogits, const float *logits, const int32_t *label
 float softmax_xent(float *dlogits, const float *logits, const int32_t *labels, int N, int K, float smoothing,
                    float grad_scale, int *correct) {
     return softmax_xent_mix(dlogits, logits, labels, labels, 1.0f, N, K, smoothing, grad_scale, correct);
+}
+
+// Per element: l = max(z, 0) - z t + log(1 + exp(-|z|)) (torch's stable form), dl/dz = sigmoid(z) - t;
+// the batch loss divides the sum by N K (or N with sum_classes), and so does each gradient.
+float bce_mix(float *dlogits, const float *logits, const int32_t *labels, const int32_t *labels_b, float lam,
+              int N, int K, float smoothing, float threshold, int sum_classes, float grad_scale, int *correct) {
+    if (!(lam >= 0 && lam <= 1)) ct_die("bce_mix: lam %g is outside [0, 1]", lam);
+    for (int n = 0; n < N; n++)
+        if (labels[n] < 0 || labels[n] >= K || labels_b[n] < 0 || labels_b[n] >= K)
+            ct_die("bce: label %d (partner %d) of batch row %d is outside [0, %d)", labels[n], labels_b[n], n, K);
+    double *row_loss = ct_alloc((size_t)N * sizeof(double));
+    int hits = 0;
+    const double off = (double)smoothing / K, on = 1.0 - smoothing + off, la = lam, lb = 1.0 - (double)lam;
+    const double denom = sum_classes ? (double)N : (double)N * K;
+#pragma omp parallel for schedule(static) reduction(+ : hits)
+    for (int n = 0; n < N; n++) {
+        const float *z = logits + (size_t)n * K;
+        const int ya = labels[n], yb = labels_b[n];
+        int arg = 0;
+        double l = 0;
+        for (int k = 0; k < K; k++) {
+            if (z[k] > z[arg]) arg = k;
+            double t = la * (k == ya ? on : off) + lb * (k == yb ? on : off);
+            if (threshold >= 0) t = t > threshold ? 1.0 : 0.0;
+            const double x = z[k];
+            l += fmax(x, 0.0) - x * t + log1p(exp(-fabs(x)));
+            if (dlogits) dlogits[(size_t)n * K + k] = (float)((1.0 / (1.0 + exp(-x)) - t) * grad_scale / denom);
+        }
+        hits += arg == (la >= 0.5 ? ya : yb);
+        row_loss[n] = l;
+    }
+    double total = 0;
+    for (int n = 0; n < N; n++) total += row_loss[n];
+    free(row_loss);
+    if (correct) *correct = hits;
+    return (float)(total / denom);
 }
 
 // loss = T^2 / N * sum_i KL(pt_i || ps_i), pt = softmax(t / T), ps = softmax(s / T);

@@ -104,6 +104,9 @@ float gpu_loss_xent(GpuExec *e, const ResNet *m, const int32_t *labels, int N, f
 // The same against the soft target of a Mixup/CutMix pair (nn/layers.h's softmax_xent_mix).
 float gpu_loss_xent_mix(GpuExec *e, const ResNet *m, const int32_t *labels, const int32_t *labels_b, float lam,
                         int N, float smoothing, float grad_scale, int *correct);
+// timm's binary cross-entropy on that soft target (nn/layers.h's bce_mix; threshold < 0: none).
+float gpu_loss_bce_mix(GpuExec *e, const ResNet *m, const int32_t *labels, const int32_t *labels_b, float lam,
+                       int N, float smoothing, float threshold, int sum_classes, float grad_scale, int *correct);
 float gpu_loss_kd(GpuExec *e, const ResNet *m, const float *teacher_logits, int N, float temperature,
                   float grad_scale);
 void gpu_dlogits_poison(GpuExec *e);

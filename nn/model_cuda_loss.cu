@@ -1,5 +1,6 @@
 // The GPU executor's losses (struct GpuExec in nn/model_cuda_impl.h): cross-entropy (with label
-// smoothing and the soft targets of mixup/cutmix) and knowledge distillation on the logits of the
+// smoothing and the soft targets of mixup/cutmix), timm's binary cross-entropy and knowledge
+// distillation on the logits of the
 // last training forward, written as dlogits on the device for the backward (nn/model_cuda.cu),
 // with the loss and hit count copied back to pinned host scalars. The kernels are
 // kernels/loss.cu's multi-block ones.
@@ -47,6 +48,21 @@ float gpu_loss_xent_mix(GpuExec *e, const ResNet *m, const int32_t *labels, cons
 float gpu_loss_xent(GpuExec *e, const ResNet *m, const int32_t *labels, int N, float smoothing,
                     float grad_scale, int *correct) {
     return gpu_loss_xent_mix(e, m, labels, labels, 1.0f, N, smoothing, grad_scale, correct);
+}
+
+float gpu_loss_bce_mix(GpuExec *e, const ResNet *m, const int32_t *labels, const int32_t *labels_b, float lam,
+                       int N, float smoothing, float threshold, int sum_classes, float grad_scale, int *correct) {
+    if (!(lam >= 0 && lam <= 1)) ct_die("gpu: mix lam %g is outside [0, 1]", lam);
+    if (N != e->fwd_train_N) ct_die("gpu: loss of %d rows after a training forward of %d", N, e->fwd_train_N);
+    check_labels(m, labels, N);
+    check_labels(m, labels_b, N);
+    CK(cudaMemcpyAsync(e->labels, labels, (size_t)N * sizeof(int32_t), cudaMemcpyHostToDevice, e->st));
+    CK(cudaMemcpyAsync(e->labels_b, labels_b, (size_t)N * sizeof(int32_t), cudaMemcpyHostToDevice, e->st));
+    bce_mix_gpu(e->dlogits, e->logits, e->labels, e->labels_b, lam, N, m->num_classes, smoothing, threshold,
+                sum_classes, grad_scale, e->loss_work, e->scalars, (int *)(e->scalars + 1), e->st);
+    CK(cudaMemcpyAsync(e->h_scalars, e->scalars, 2 * sizeof(float), cudaMemcpyDeviceToHost, e->st));
+    CT_MUTABLE("loss-sync") CK(cudaStreamSynchronize(e->st));
+    return xent_result(e, correct);
 }
 
 float gpu_loss_kd(GpuExec *e, const ResNet *m, const float *teacher_logits, int N, float temperature,

@@ -436,6 +436,27 @@ static void test_losses(int N, int K, float smoothing, float T, float lam) {
     expect_close(what, gdz, dz, n, 1e-5, CT_F32);
     CHECK(gcorrect == correct, "softmax_xent_mix N=%d K=%d lam=%g: %d hits, CPU %d", N, K, lam, gcorrect, correct);
 
+    // timm's binary cross-entropy on the same target: without a threshold, with 0.2, summed over classes.
+    for (int v = 0; v < 3; v++) {
+        float thr = v == 1 ? 0.2f : -1.f;
+        int summ = v == 2;
+        float *bdz = (float *)ct_alloc(n * 4), *bz_d = dev_f32(NULL, n);
+        int bcorrect = -1, bg;
+        float bl = bce_mix(bdz, z, lab, lab_b, lam, N, K, smoothing, thr, summ, 0.5f, &bcorrect);
+        bce_mix_gpu(bz_d, z_d, lab_d, lab_b_d, lam, N, K, smoothing, thr, summ, 0.5f, work, sc, (int *)(sc + 1), 0);
+        float *bg_dz = host_f32(bz_d, n), *bsc = host_f32(sc, 2);
+        memcpy(&bg, &bsc[1], 4);
+        snprintf(what, sizeof what, "bce_mix N=%d K=%d eps=%g lam=%g thr=%g sum=%d: loss", N, K, smoothing, lam, thr, summ);
+        expect_close(what, &bsc[0], &bl, 1, 1e-5, CT_F32);
+        snprintf(what, sizeof what, "bce_mix N=%d K=%d eps=%g lam=%g thr=%g sum=%d: dlogits", N, K, smoothing, lam, thr, summ);
+        expect_close(what, bg_dz, bdz, n, 1e-5, CT_F32);
+        CHECK(bg == bcorrect, "bce_mix N=%d K=%d lam=%g: %d hits, CPU %d", N, K, lam, bg, bcorrect);
+        free(bdz);
+        free(bg_dz);
+        free(bsc);
+        CKC(cudaFree(bz_d));
+    }
+
     // Distillation accumulates onto the cross-entropy gradient.
     float kd = kd_loss(dz, z, t, N, K, T, 0.5f);
     kd_loss_gpu(dz_d, z_d, t_d, N, K, T, 0.5f, work, sc, 0);

@@ -8,6 +8,9 @@
 //    train: each rank gets its exact share, disjoint across ranks;
 //  - a corrupt payload ends the epoch with a message naming the file and the record, not a hang;
 //  - Mixup/CutMix: a mixed batch is mix_apply of the plain batch, for any worker count and start;
+//  - the per-sample policies (TrivialAugmentWide, timm's RandAugment, RandomErasing): the same
+//    bytes for 1 and 3 workers and when starting at epoch 1; training batches change, evaluation's
+//    do not (the same bytes as a loader without them);
 //  - clean shutdown mid-epoch, abandoning epochs, batches released out of order, the alloc hook.
 #include <string.h>
 #include <unistd.h>
@@ -476,6 +479,46 @@ int main(void) {
         }
         CHECK(unmixed, "eval batches are never mixed");
         loader_destroy(l);
+    }
+
+    // Per-sample policies: deterministic across worker counts and starts, training only.
+    for (int train = 1; train >= 0; train--) {
+        // Each element alone must change training batches: a policy without erasing, erasing without a policy.
+        const char *specs[] = {"ta_wide", "rand-m9-mstd0.5-inc1", "none"};
+        const float erase_p[] = {0.f, 0.5f, 0.5f};
+        for (int sp = 0; sp < 3; sp++) {
+            LoaderConfig plain = base_cfg(train, 2);
+            size_t bpi = (size_t)plain.crop * plain.crop * 3;
+            Loader *lp = loader_create(&s, &plain);
+            Epoch ref = run_epoch(lp, 1, bpi);
+            loader_destroy(lp);
+            Epoch got[2];
+            for (int t = 0; t < 2; t++) {
+                LoaderConfig c = base_cfg(train, t ? 3 : 1);
+                char err[200];
+                CHECK(aa_parse(specs[sp], 9, &c.autoaug, err, sizeof err) == 0, "%s", err);
+                c.erase.p = erase_p[sp];
+                c.erase.random = sp == 1;
+                for (int k = 0; k < 3; k++) c.erase.mean[k] = 0.45f, c.erase.std[k] = 0.225f;
+                Loader *l = loader_create(&s, &c);
+                if (t) {
+                    Epoch e0 = run_epoch(l, 0, bpi);  // an epoch before, then epoch 1 again
+                    epoch_free(&e0);
+                }
+                got[t] = run_epoch(l, 1, bpi);
+                loader_destroy(l);
+            }
+            CHECK(epoch_same(&got[0], &got[1]), "%s train=%d: workers 1 and 3 (after another epoch) differ", specs[sp],
+                  train);
+            int same_as_plain = epoch_same(&got[0], &ref);
+            CHECK(train ? !same_as_plain : same_as_plain, "%s train=%d: %s", specs[sp], train,
+                  train ? "training batches untouched by the policies" : "evaluation batches changed by the policies");
+            CHECK(got[0].n == ref.n && !memcmp(got[0].idx, ref.idx, sizeof(uint64_t) * ref.n),
+                  "%s: the policies changed which records are drawn", specs[sp]);
+            epoch_free(&ref);
+            epoch_free(&got[0]);
+            epoch_free(&got[1]);
+        }
     }
 
     shard_close(&s);

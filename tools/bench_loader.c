@@ -4,6 +4,10 @@
 //                                          benchmark does not depend on packdata's flags)
 //   bench_loader run SHARD [--crop N] [--workers W] [--batch B] [--seconds S] [--eval] [--val-resize R]
 //                      [--mixup A] [--cutmix A]   (every batch mixed; switch probability 0.5 with both)
+//                      [--auto-augment POLICY] [--random-erase P] [--ra-repeats K]
+//                                          (train's per-image policies, loader/autoaug.h; the v2
+//                                          recipe: --auto-augment ta_wide --random-erase 0.1
+//                                          --ra-repeats 4 --mixup 0.2 --cutmix 1 --crop 176)
 //                                          the real loader (worker pool + ring); prints one table row:
 //                                          img/s, img/s per worker thread, memory, consumer wait share.
 //                                          Epoch 0 (payload checksums checked on first use) is reported
@@ -99,7 +103,7 @@ static double rss_mib(void) {
 }
 
 static int do_run(const char *path, int crop, int workers, int batch, double seconds, int train, int val_resize,
-                  float mixup, float cutmix) {
+                  float mixup, float cutmix, const char *aa, float erase, int repeats) {
     Shard s;
     shard_open(&s, path);
     LoaderConfig c = {0};
@@ -114,6 +118,11 @@ static int do_run(const char *path, int crop, int workers, int batch, double sec
     c.cutmix_alpha = cutmix;
     c.mix_prob = 1.0f;
     c.mix_switch_prob = 0.5f;
+    char err[256];
+    if (aa_parse(aa, 9, &c.autoaug, err, sizeof err) != 0) ct_die("--auto-augment %s", err);
+    c.erase.p = erase;
+    for (int k = 0; k < 3; k++) c.erase.mean[k] = 0.45f, c.erase.std[k] = 0.225f;
+    c.ra_repeats = repeats;
     Loader *l = loader_create(&s, &c);
     int64_t nb = loader_batches_per_epoch(l);
     if (nb == 0) ct_die("%s: fewer records than one batch of %d", path, batch);
@@ -148,6 +157,8 @@ static int do_run(const char *path, int crop, int workers, int batch, double sec
            batch, imgs0 / first, rate, rate / workers, per_cpu, 100 * wait / dt, loader_memory_bytes(l) / 1048576.0,
            workers + 2, loader_batch_bytes(l) / 1048576.0, rss_mib(), (unsigned long long)(sum & 1));
     if (mixup > 0 || cutmix > 0) printf("(mixing every batch: --mixup %g --cutmix %g)\n", mixup, cutmix);
+    if (c.autoaug.policy != AA_POLICY_NONE || erase > 0 || repeats > 1)
+        printf("(per-image: --auto-augment %s --random-erase %g --ra-repeats %d)\n", aa, erase, repeats);
     printf("RESULT ctrain mode=%s crop=%d workers=%d img_s=%.1f img_s_per_worker=%.1f img_per_cpu_s=%.1f "
            "loader_mib=%.1f rss_mib=%.0f wait_share=%.3f\n",
            train ? "train" : "eval", crop, workers, rate, rate / workers, per_cpu, loader_memory_bytes(l) / 1048576.0,
@@ -212,13 +223,15 @@ int main(int argc, char **argv) {
         fprintf(stderr,
                 "usage: bench_loader pack DIR OUT.shard\n"
                 "       bench_loader run SHARD [--crop 224] [--workers 1] [--batch 64] [--seconds 5] [--eval] "
-                "[--val-resize R] [--mixup A] [--cutmix A]\n"
+                "[--val-resize R] [--mixup A] [--cutmix A] [--auto-augment POLICY] [--random-erase P] [--ra-repeats K]\n"
                 "       bench_loader profile SHARD [--crop 224] [--count 2000]\n");
         return 2;
     }
     int crop = 224, workers = 1, batch = 64, train = 1, val_resize = 0, count = 2000;
     double seconds = 5;
-    float mixup = 0, cutmix = 0;
+    float mixup = 0, cutmix = 0, erase = 0;
+    const char *aa = "none";
+    int repeats = 1;
     for (int i = 3; i < argc; i++) {
         const char *f = argv[i];
         if (!strcmp(f, "--eval")) { train = 0; continue; }
@@ -232,8 +245,11 @@ int main(int argc, char **argv) {
         else if (!strcmp(f, "--count")) count = atoi(v);
         else if (!strcmp(f, "--mixup")) mixup = (float)atof(v);
         else if (!strcmp(f, "--cutmix")) cutmix = (float)atof(v);
+        else if (!strcmp(f, "--auto-augment")) aa = v;
+        else if (!strcmp(f, "--random-erase")) erase = (float)atof(v);
+        else if (!strcmp(f, "--ra-repeats")) repeats = atoi(v);
         else ct_die("unknown flag %s", f);
     }
     if (!strcmp(argv[1], "profile")) return do_profile(argv[2], crop, count);
-    return do_run(argv[2], crop, workers, batch, seconds, train, val_resize, mixup, cutmix);
+    return do_run(argv[2], crop, workers, batch, seconds, train, val_resize, mixup, cutmix, aa, erase, repeats);
 }

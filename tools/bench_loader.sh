@@ -2,7 +2,8 @@
 # Loader benchmark, one command: ctrain's loader (LZ4 shard, worker threads) side by side with
 # PyTorch DataLoader + torchvision ImageFolder (the same images as JPEG files, the same transforms,
 # the same number of worker processes), for 224 crops from 256-short-side images and 32 crops from
-# 64x64 images, train (RandomResizedCrop + flip) and eval (Resize + CenterCrop).
+# 64x64 images, train (RandomResizedCrop + flip) and eval (Resize + CenterCrop); then ctrain alone
+# at the torchvision v2 recipe's 176 px, plain and with its per-image tools.
 #   tools/bench_loader.sh            (env: BENCH_DIR=/tmp/ctrain_bench_loader, SECONDS_EACH=5, WORKERS="1 2",
 #                                     N224=1000, N32=2000)
 # Rates are reported two ways: images per wall-clock second, and images per CPU-second of the whole
@@ -35,8 +36,18 @@ for mode in train eval; do
     "$PY" tools/bench_loader_torch.py run "$D/img64" --crop 32 --workers $w --batch 256 --seconds $S $ev | tee -a "$out"
   done
 done
+# The torchvision v2 recipe's per-image cost: its training crop (176) plain, then with
+# TrivialAugmentWide, RandomErasing 0.1, repeated augmentation 4 and Mixup 0.2 / CutMix 1.0.
+v2=$D/results_v2.txt; : > "$v2"
+for w in $WORKERS; do
+  $B run "$D/s256.shard" --crop 176 --workers $w --batch 64 --seconds $S | tee -a "$v2"
+  $B run "$D/s256.shard" --crop 176 --workers $w --batch 64 --seconds $S --auto-augment ta_wide --random-erase 0.1 \
+    --ra-repeats 4 --mixup 0.2 --cutmix 1 | tee -a "$v2"
+done
 echo
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "v2 recipe at 176 px (img per CPU-second: plain crop, then with the v2 per-image tools):"
+grep '^RESULT' "$v2" | sed 's/.*workers=\([0-9]*\).*img_per_cpu_s=\([0-9.]*\).*/  workers \1: \2/'
 # Table: one row per (mode, crop, workers).
 awk '
 /^RESULT/ {

@@ -50,6 +50,11 @@ typedef struct {
     // partners' labels (NULL: not mixed), lam the weight of the batch's own labels.
     const int32_t *labels_b;
     float lam;
+    // timm's binary cross-entropy instead of the softmax cross-entropy (nn/layers.h bce_mix):
+    // bce_threshold < 0: none; bce_sum: summed over classes, then averaged over rows.
+    int bce;
+    float bce_threshold;
+    int bce_sum;
 } LossConfig;
 
 // Eval or train forward of a uint8 NHWC batch (normalised by mean/std on the backend's device);

@@ -83,7 +83,10 @@ static float cpu_backend_train_losses(Backend *base, Backend *teacher, const uin
     }
     double alpha = teacher ? lc->kd_alpha : 0.0;
     const float *logits = cpu_backend_forward(base, x, N, hw, mean, std, 1);
-    float ce = lc->labels_b ? softmax_xent_mix(b->dlogits, logits, labels, lc->labels_b, lc->lam, N, K, lc->smoothing,
+    float ce = lc->bce ? bce_mix(b->dlogits, logits, labels, lc->labels_b ? lc->labels_b : labels,
+                                 lc->labels_b ? lc->lam : 1.0f, N, K, lc->smoothing, lc->bce_threshold, lc->bce_sum,
+                                 (float)(1.0 - alpha), correct)
+             : lc->labels_b ? softmax_xent_mix(b->dlogits, logits, labels, lc->labels_b, lc->lam, N, K, lc->smoothing,
                                                (float)(1.0 - alpha), correct)
                             : softmax_xent(b->dlogits, logits, labels, N, K, lc->smoothing, (float)(1.0 - alpha), correct);
     if (!teacher) return ce;

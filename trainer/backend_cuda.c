@@ -105,7 +105,10 @@ static float cuda_backend_train_losses(Backend *base, Backend *teacher, const ui
     GpuExec *e = cuda_of(base)->exec;
     double alpha = teacher ? lc->kd_alpha : 0.0;
     gpu_forward_u8_dev(e, base->m, x, N, hw, hw, mean, std, 1);
-    float ce = lc->labels_b ? gpu_loss_xent_mix(e, base->m, labels, lc->labels_b, lc->lam, N, lc->smoothing,
+    float ce = lc->bce ? gpu_loss_bce_mix(e, base->m, labels, lc->labels_b ? lc->labels_b : labels,
+                                          lc->labels_b ? lc->lam : 1.0f, N, lc->smoothing, lc->bce_threshold,
+                                          lc->bce_sum, (float)(1.0 - alpha), correct)
+             : lc->labels_b ? gpu_loss_xent_mix(e, base->m, labels, lc->labels_b, lc->lam, N, lc->smoothing,
                                                 (float)(1.0 - alpha), correct)
                             : gpu_loss_xent(e, base->m, labels, N, lc->smoothing, (float)(1.0 - alpha), correct);
     if (!teacher) return ce;

@@ -57,6 +57,14 @@ typedef struct {
     const char *teacher;
     double kd_alpha, kd_temperature;
     double mixup, cutmix, mix_prob, mix_switch_prob;  // Mixup/CutMix (loader/mix.h); alphas 0: off
+    const char *auto_augment;  // loader/autoaug.h policy: none | ta_wide | ra | timm's rand-...
+    int ra_magnitude;          // torchvision's RandAugment magnitude bin
+    double random_erase;       // RandomErasing probability (0: off)
+    const char *random_erase_mode;  // const | pixel
+    int ra_repeats;            // repeated augmentation: copies of each record per epoch (1: off)
+    int bce;                   // timm's binary cross-entropy in place of the softmax cross-entropy
+    double bce_target_thresh;  // < 0: none
+    int bce_sum;
     const char *precision;
     int demo;
     const char *config_file;  // --config: a recipe file of flags

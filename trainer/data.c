@@ -1,6 +1,7 @@
 // Shards, normalisation, loaders and the demo's data (trainer/data.h).
 #include "trainer/data.h"
 
+#include <math.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -153,6 +154,19 @@ void loaders_create(RankLoaders *l, const Dataset *d, const Config *c, BackendKi
         lc.mix_prob = (float)c->mix_prob;
         lc.mix_switch_prob = (float)c->mix_switch_prob;
         lc.skip_bad = !c->strict_data;
+        char err[256];
+        if (aa_parse(c->auto_augment, c->ra_magnitude, &lc.autoaug, err, sizeof err) != 0) ct_die("--auto-augment %s", err);
+        for (int i = 0; i < 3; i++) {  // timm's fill, img_mean: min(255, round(255 * mean))
+            double m = 255.0 * d->mean[i < d->channels ? i : 0];
+            lc.autoaug.fill[i] = (uint8_t)(m < 0 ? 0 : m > 255 ? 255 : nearbyint(m));
+        }
+        lc.erase.p = (float)c->random_erase;
+        lc.erase.random = !strcmp(c->random_erase_mode, "pixel");
+        for (int i = 0; i < d->channels && i < 3; i++) {
+            lc.erase.mean[i] = d->mean[i];
+            lc.erase.std[i] = d->std[i];
+        }
+        lc.ra_repeats = c->ra_repeats;
         l->train = loader_create(&d->train, &lc);
         l->steps_per_epoch = loader_batches_per_epoch(l->train);
     }

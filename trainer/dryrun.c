@@ -97,9 +97,13 @@ int dryrun_main(const Config *c, const ConfigGiven *given) {
     else printf("  val data: %s\n", err);
     if (have_tr) {
         int64_t spe = global > 0 ? (int64_t)(tr.n_records / (uint64_t)global) : 0;
+        // Repeated augmentation keeps the peers' epoch: floor(n / 256) * 256 / ranks samples a rank.
+        if (c->ra_repeats > 1 && global > 0 && c->batch > 0)
+            spe = (int64_t)((tr.n_records / 256 * 256) / (uint64_t)(global / c->batch) / (uint64_t)c->batch);
         printf("  train data: %s/train.shard, %llu records, %u classes, %u channel(s)\n", c->shards,
                (unsigned long long)tr.n_records, tr.n_classes, tr.channels);
-        printf("  steps per epoch: %lld (the last partial global batch dropped), %lld steps in %d epochs\n", (long long)spe,
+        printf("  steps per epoch: %lld (the last partial %s dropped), %lld steps in %d epochs\n", (long long)spe,
+               c->ra_repeats > 1 ? "batch of the repeated-augmentation epoch" : "global batch",
                (long long)spe * c->epochs, c->epochs);
         if (spe < 1) printf("  warning: fewer train records than one global batch: train would refuse to start\n");
         channels = (int)tr.channels;

@@ -42,6 +42,9 @@ static void setup_training(Run *r, BackendKind kind, int bf16) {
     mo->loss.smoothing = c->label_smoothing;
     mo->loss.kd_alpha = c->kd_alpha;
     mo->loss.kd_temperature = c->kd_temperature;
+    mo->loss.bce = c->bce;
+    mo->loss.bce_threshold = (float)c->bce_target_thresh;
+    mo->loss.bce_sum = c->bce_sum;
     r->pos.best_top1 = -1;
     r->pos.best_epoch = 0;
     if (c->teacher[0]) {

@@ -1,0 +1,506 @@
+// Augmentation policies on uint8 crops (see autoaug.h). Each op follows torchvision's
+// functional_tensor.py on a uint8 tensor step by step, in float32 where torch computes in float32,
+// so the rounding lands where torch's does.
+#include "loader/autoaug.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/common.h"
+
+// math.degrees: x * (180 / pi), as CPython's radToDeg.
+static double degrees(double x) { return x * (180.0 / M_PI); }
+
+// ---------------------------------------------------------------- affine warps (grid_sample)
+
+// torchvision.transforms.functional._get_inverse_affine_matrix (scale 1), in double as Python.
+static void inverse_affine(double cx, double cy, double angle, double tx, double ty, double shx, double shy,
+                           double m[6]) {
+    // math.radians: x * (pi / 180), one rounding as CPython's degToRad.
+    const double deg2rad = M_PI / 180.0;
+    double rot = angle * deg2rad, sx = shx * deg2rad, sy = shy * deg2rad;
+    double a = cos(rot - sy) / cos(sy);
+    double b = -cos(rot - sy) * tan(sx) / cos(sy) - sin(rot);
+    double c = sin(rot - sy) / cos(sy);
+    double d = -sin(rot - sy) * tan(sx) / cos(sy) + cos(rot);
+    m[0] = d;
+    m[1] = -b;
+    m[2] = 0.0;
+    m[3] = -c;
+    m[4] = a;
+    m[5] = 0.0;
+    m[2] += m[0] * (-cx - tx) + m[1] * (-cy - ty);
+    m[5] += m[3] * (-cx - tx) + m[4] * (-cy - ty);
+    m[2] += cx;
+    m[5] += cy;
+}
+
+// _gen_affine_grid + grid_sample(bilinear, zeros, align_corners=False) + the fill mask +
+// _cast_squeeze_out's round, float32 throughout as torch.
+static void warp(uint8_t *img, int H, int W, int C, const double m[6], const uint8_t *fill, uint8_t *tmp) {
+    float th[6];
+    for (int k = 0; k < 6; k++) th[k] = (float)m[k];
+    const float hw = 0.5f * (float)W, hh = 0.5f * (float)H;
+    // rescaled_theta = theta^T / [0.5 w, 0.5 h]: column 0 feeds x, column 1 feeds y.
+    const float r0x = th[0] / hw, r1x = th[1] / hw, r2x = th[2] / hw;
+    const float r0y = th[3] / hh, r1y = th[4] / hh, r2y = th[5] / hh;
+    for (int oy = 0; oy < H; oy++) {
+        const float by = -(float)H * 0.5f + 0.5f + (float)oy;
+        for (int ox = 0; ox < W; ox++) {
+            const float bx = -(float)W * 0.5f + 0.5f + (float)ox;
+            const float gx = bx * r0x + by * r1x + r2x;
+            const float gy = bx * r0y + by * r1y + r2y;
+            // grid_sample's CPU kernel: (g + 1) * (size / 2) - 0.5, weights from the fractions.
+            const float ix = (gx + 1.0f) * hw - 0.5f;
+            const float iy = (gy + 1.0f) * hh - 0.5f;
+            const float fx = floorf(ix), fy = floorf(iy);
+            const int x0 = (int)fx, y0 = (int)fy;
+            const float wx = ix - fx, wy = iy - fy, ex = 1.0f - wx, sy = 1.0f - wy;
+            const float wnw = sy * ex, wne = sy * wx, wsw = wy * ex, wse = wy * wx;
+            const int in00 = x0 >= 0 && x0 < W && y0 >= 0 && y0 < H, in10 = x0 + 1 >= 0 && x0 + 1 < W && y0 >= 0 && y0 < H;
+            const int in01 = x0 >= 0 && x0 < W && y0 + 1 >= 0 && y0 + 1 < H;
+            const int in11 = x0 + 1 >= 0 && x0 + 1 < W && y0 + 1 >= 0 && y0 + 1 < H;
+            float mask = 0.0f;
+            if (fill) {
+                if (in00) mask += wnw;
+                if (in10) mask += wne;
+                if (in01) mask += wsw;
+                if (in11) mask += wse;
+            }
+            uint8_t *o = tmp + ((size_t)oy * W + ox) * C;
+            for (int c = 0; c < C; c++) {
+                float v = 0.0f;
+                if (in00) v += (float)img[((size_t)y0 * W + x0) * C + c] * wnw;
+                if (in10) v += (float)img[((size_t)y0 * W + x0 + 1) * C + c] * wne;
+                if (in01) v += (float)img[((size_t)(y0 + 1) * W + x0) * C + c] * wsw;
+                if (in11) v += (float)img[((size_t)(y0 + 1) * W + x0 + 1) * C + c] * wse;
+                if (fill) v = v * mask + (1.0f - mask) * (float)fill[c];
+                v = nearbyintf(v);  // torch.round: half to even
+                o[c] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
+            }
+        }
+    }
+    memcpy(img, tmp, (size_t)H * W * C);
+}
+
+void aa_affine(uint8_t *img, int H, int W, int C, double angle, double tx, double ty, double shear_x, double shear_y,
+               int center_zero, const uint8_t *fill, uint8_t *tmp) {
+    // F.affine: center [0, 0] in pixels is (-w/2, -h/2) in its centred coordinates; None is (0, 0).
+    double cx = center_zero ? -0.5 * W : 0.0, cy = center_zero ? -0.5 * H : 0.0;
+    double m[6];
+    inverse_affine(cx, cy, angle, tx, ty, shear_x, shear_y, m);
+    warp(img, H, W, C, m, fill, tmp);
+}
+
+// ---------------------------------------------------------------- photometric ops
+
+// _blend(img1, img2, ratio): (ratio * img1 + (1 - ratio) * img2).clamp(0, 255).to(uint8), float32.
+static inline uint8_t blend1(float r, float r1, float a, float b) {
+    float v = r * a + r1 * b;
+    v = v < 0.0f ? 0.0f : v > 255.0f ? 255.0f : v;
+    return (uint8_t)v;  // truncation, as .to(torch.uint8)
+}
+
+// rgb_to_grayscale on uint8: (0.2989 r + 0.587 g + 0.114 b).to(uint8).
+static inline uint8_t grey(const uint8_t *p) {
+    float v = 0.2989f * (float)p[0] + 0.587f * (float)p[1];
+    v = v + 0.114f * (float)p[2];
+    return (uint8_t)v;
+}
+
+static void brightness(uint8_t *img, size_t n, double f) {
+    float r = (float)f, r1 = (float)(1.0 - f);
+    for (size_t i = 0; i < n; i++) img[i] = blend1(r, r1, (float)img[i], 0.0f);
+}
+
+static void saturation(uint8_t *img, size_t px, int C, double f) {
+    if (C == 1) return;  // torchvision: "Match PIL behaviour"
+    float r = (float)f, r1 = (float)(1.0 - f);
+    for (size_t i = 0; i < px; i++) {
+        uint8_t *p = img + i * 3;
+        float g = (float)grey(p);
+        for (int c = 0; c < 3; c++) p[c] = blend1(r, r1, (float)p[c], g);
+    }
+}
+
+static void contrast(uint8_t *img, size_t px, int C, double f) {
+    // The float32 mean of torch is exact here while the sum of grey levels stays below 2^24
+    // (images up to 256 x 256); beyond that torch's summation order decides the last bit.
+    int64_t s = 0;
+    for (size_t i = 0; i < px; i++) s += C == 3 ? grey(img + i * 3) : img[i];
+    float mean = (float)s / (float)px;
+    float r = (float)f, r1 = (float)(1.0 - f);
+    for (size_t i = 0; i < px * C; i++) img[i] = blend1(r, r1, (float)img[i], mean);
+}
+
+static void sharpness(uint8_t *img, int H, int W, int C, double f, uint8_t *tmp) {
+    if (W <= 2 || H <= 2) return;
+    // _blurred_degenerate_image: 3x3 kernel of ones with 5 in the middle, / 13, rounded; the border
+    // keeps the image. The exact value is never within 1/26 of a rounding tie, so float32's
+    // summation order cannot change the result.
+    const double k1 = (double)(1.0f / 13.0f), k5 = (double)(5.0f / 13.0f);
+    memcpy(tmp, img, (size_t)H * W * C);
+    for (int y = 1; y < H - 1; y++)
+        for (int x = 1; x < W - 1; x++)
+            for (int c = 0; c < C; c++) {
+                int s = 0;
+                for (int dy = -1; dy <= 1; dy++)
+                    for (int dx = -1; dx <= 1; dx++)
+                        if (dx || dy) s += img[((size_t)(y + dy) * W + x + dx) * C + c];
+                double v = s * k1 + img[((size_t)y * W + x) * C + c] * k5;
+                tmp[((size_t)y * W + x) * C + c] = (uint8_t)nearbyint(v);
+            }
+    float r = (float)f, r1 = (float)(1.0 - f);
+    for (size_t i = 0; i < (size_t)H * W * C; i++) img[i] = blend1(r, r1, (float)img[i], (float)tmp[i]);
+}
+
+static void posterize(uint8_t *img, size_t n, int bits) {
+    if (bits < 0) bits = 0;
+    if (bits >= 8) return;
+    uint8_t mask = (uint8_t)(0xFF << (8 - bits));
+    for (size_t i = 0; i < n; i++) img[i] &= mask;
+}
+
+static void solarize(uint8_t *img, size_t n, double thr) {
+    for (size_t i = 0; i < n; i++)
+        if ((double)img[i] >= thr) img[i] = (uint8_t)(255 - img[i]);
+}
+
+static void solarize_add(uint8_t *img, size_t n, int add) {
+    for (size_t i = 0; i < n; i++)
+        if (img[i] < 128) {
+            int v = img[i] + add;
+            img[i] = (uint8_t)(v > 255 ? 255 : v < 0 ? 0 : v);
+        }
+}
+
+static void autocontrast(uint8_t *img, size_t px, int C) {
+    for (int c = 0; c < C; c++) {
+        int lo = 255, hi = 0;
+        for (size_t i = 0; i < px; i++) {
+            int v = img[i * C + c];
+            lo = v < lo ? v : lo;
+            hi = v > hi ? v : hi;
+        }
+        float mn = (float)lo, scale = 1.0f;
+        if (hi > lo) scale = 255.0f / (float)(hi - lo);
+        else mn = 0.0f;  // torchvision: a non-finite scale leaves the channel as it is
+        for (size_t i = 0; i < px; i++) {
+            float v = ((float)img[i * C + c] - mn) * scale;
+            v = v < 0.0f ? 0.0f : v > 255.0f ? 255.0f : v;
+            img[i * C + c] = (uint8_t)v;
+        }
+    }
+}
+
+static void equalize(uint8_t *img, size_t px, int C) {
+    for (int c = 0; c < C; c++) {
+        int64_t hist[256] = {0};
+        for (size_t i = 0; i < px; i++) hist[img[i * C + c]]++;
+        // step = (sum of the nonzero bins but the last) // 255, as torchvision and PIL.
+        int last = 255;
+        while (last > 0 && hist[last] == 0) last--;
+        int64_t s = 0;
+        for (int k = 0; k < last; k++) s += hist[k];
+        int64_t step = s / 255;
+        if (step == 0) continue;
+        uint8_t lut[256];
+        int64_t cum = 0;
+        for (int k = 0; k < 256; k++) {
+            int64_t v = (cum + step / 2) / step;  // the LUT shifted by one: entry k uses the cumsum before k
+            lut[k] = (uint8_t)(v > 255 ? 255 : v);
+            cum += hist[k];
+        }
+        for (size_t i = 0; i < px; i++) img[i * C + c] = lut[img[i * C + c]];
+    }
+}
+
+void aa_apply_op(AaOp op, double mag, const uint8_t *fill, uint8_t *img, int H, int W, int C, uint8_t *tmp) {
+    size_t px = (size_t)H * W, n = px * C;
+    switch (op) {
+    case AA_IDENTITY: break;
+    case AA_SHEAR_X: aa_affine(img, H, W, C, 0, 0, 0, degrees(atan(mag)), 0, 1, fill, tmp); break;
+    case AA_SHEAR_Y: aa_affine(img, H, W, C, 0, 0, 0, 0, degrees(atan(mag)), 1, fill, tmp); break;
+    case AA_TRANSLATE_X: aa_affine(img, H, W, C, 0, (double)(int)mag, 0, 0, 0, 0, fill, tmp); break;
+    case AA_TRANSLATE_Y: aa_affine(img, H, W, C, 0, 0, (double)(int)mag, 0, 0, 0, fill, tmp); break;
+    case AA_ROTATE: aa_affine(img, H, W, C, -mag, 0, 0, 0, 0, 0, fill, tmp); break;  // F.rotate passes -angle
+    case AA_BRIGHTNESS: brightness(img, n, 1.0 + mag); break;
+    case AA_COLOR: saturation(img, px, C, 1.0 + mag); break;
+    case AA_CONTRAST: contrast(img, px, C, 1.0 + mag); break;
+    case AA_SHARPNESS: sharpness(img, H, W, C, 1.0 + mag, tmp); break;
+    case AA_POSTERIZE: posterize(img, n, (int)mag); break;
+    case AA_SOLARIZE: solarize(img, n, mag); break;
+    case AA_AUTOCONTRAST: autocontrast(img, px, C); break;
+    case AA_EQUALIZE: equalize(img, px, C); break;
+    case AA_INVERT:
+        for (size_t i = 0; i < n; i++) img[i] = (uint8_t)(255 - img[i]);
+        break;
+    case AA_SOLARIZE_ADD: solarize_add(img, n, (int)mag); break;
+    default: ct_die("autoaug: unknown op %d", (int)op);
+    }
+}
+
+// ---------------------------------------------------------------- torchvision's policies
+
+float aa_linspace(float start, float end, int steps, int i) {
+    if (steps == 1) return start;
+    float step = (end - start) / (float)(steps - 1);
+    return i < steps / 2 ? start + step * (float)i : end - step * (float)(steps - i - 1);
+}
+
+// The 14 ops of TrivialAugmentWide and torchvision's RandAugment, in their dictionary order.
+static const AaOp TV_OPS[14] = {AA_IDENTITY, AA_SHEAR_X, AA_SHEAR_Y, AA_TRANSLATE_X, AA_TRANSLATE_Y,
+                                AA_ROTATE, AA_BRIGHTNESS, AA_COLOR, AA_CONTRAST, AA_SHARPNESS,
+                                AA_POSTERIZE, AA_SOLARIZE, AA_AUTOCONTRAST, AA_EQUALIZE};
+
+static int tv_signed(AaOp op) { return op >= AA_SHEAR_X && op <= AA_SHARPNESS; }
+static int tv_scalar(AaOp op) { return op == AA_IDENTITY || op == AA_AUTOCONTRAST || op == AA_EQUALIZE; }
+
+double aa_tv_magnitude(AaPolicy p, AaOp op, int bins, int b, int H, int W) {
+    int ta = p == AA_POLICY_TA_WIDE;
+    switch (op) {
+    case AA_SHEAR_X:
+    case AA_SHEAR_Y: return aa_linspace(0.0f, ta ? 0.99f : 0.3f, bins, b);
+    case AA_TRANSLATE_X: return aa_linspace(0.0f, ta ? 32.0f : (float)(150.0 / 331.0 * W), bins, b);
+    case AA_TRANSLATE_Y: return aa_linspace(0.0f, ta ? 32.0f : (float)(150.0 / 331.0 * H), bins, b);
+    case AA_ROTATE: return aa_linspace(0.0f, ta ? 135.0f : 30.0f, bins, b);
+    case AA_BRIGHTNESS:
+    case AA_COLOR:
+    case AA_CONTRAST:
+    case AA_SHARPNESS: return aa_linspace(0.0f, ta ? 0.99f : 0.9f, bins, b);
+    case AA_POSTERIZE: {
+        // 8 - (arange(bins) / ((bins - 1) / K)).round().int(): float32 division, half to even.
+        float q = (float)b / (float)((bins - 1) / (ta ? 6.0 : 4.0));
+        return 8 - (int)nearbyintf(q);
+    }
+    case AA_SOLARIZE: return aa_linspace(255.0f, 0.0f, bins, b);
+    default: return 0.0;
+    }
+}
+
+// ---------------------------------------------------------------- timm's RandAugment
+
+// timm's _RAND_TRANSFORMS / _RAND_INCREASING_TRANSFORMS order; the increasing set differs only in
+// the level mapping of Posterize, Solarize and the enhancements.
+static const AaOp TIMM_OPS[15] = {AA_AUTOCONTRAST, AA_EQUALIZE, AA_INVERT, AA_ROTATE, AA_POSTERIZE,
+                                  AA_SOLARIZE, AA_SOLARIZE_ADD, AA_COLOR, AA_CONTRAST, AA_BRIGHTNESS,
+                                  AA_SHARPNESS, AA_SHEAR_X, AA_SHEAR_Y, AA_TRANSLATE_X, AA_TRANSLATE_Y};
+
+// _randomly_negate: -v if random.random() > 0.5 else v.
+static double negate(Rng *r, double v) { return rng_uniform(r) > 0.5f ? -v : v; }
+
+static void timm_op(const AaConfig *c, AaOp op, Rng *r, uint8_t *img, int H, int W, int C, uint8_t *tmp) {
+    if (c->op_prob < 1.0 && (double)rng_uniform(r) > c->op_prob) return;
+    double m = c->magnitude;
+    if (c->mstd > 0) {
+        if (isinf(c->mstd)) m = rng_uniform(r) * m;
+        else m = m + c->mstd * (double)rng_normal(r);
+    }
+    double upper = c->mmax ? c->mmax : 10.0;
+    m = m < 0.0 ? 0.0 : m > upper ? upper : m;
+    double lv = m / 10.0;
+    size_t n = (size_t)H * W * C;
+    switch (op) {
+    case AA_ROTATE: aa_affine(img, H, W, C, -negate(r, lv * 30.0), 0, 0, 0, 0, 0, c->fill, tmp); break;
+    case AA_POSTERIZE: {
+        int bits = (int)(lv * 4);
+        posterize(img, n, c->increasing ? 4 - bits : bits);
+        break;
+    }
+    case AA_SOLARIZE: {
+        int t = (int)(lv * 256);
+        solarize(img, n, c->increasing ? 256 - t : t);
+        break;
+    }
+    case AA_SOLARIZE_ADD: solarize_add(img, n, (int)(lv * 110)); break;
+    case AA_COLOR:
+    case AA_CONTRAST:
+    case AA_BRIGHTNESS:
+    case AA_SHARPNESS: {
+        double f;
+        if (c->increasing) {
+            f = 1.0 + negate(r, lv * 0.9);
+            if (f < 0.1) f = 0.1;
+        } else {
+            f = lv * 1.8 + 0.1;
+        }
+        if (op == AA_COLOR) saturation(img, (size_t)H * W, C, f);
+        else if (op == AA_CONTRAST) contrast(img, (size_t)H * W, C, f);
+        else if (op == AA_BRIGHTNESS) brightness(img, n, f);
+        else sharpness(img, H, W, C, f, tmp);
+        break;
+    }
+    // PIL's affine (1, f, 0, 0, 1, 0) about the top-left corner is torchvision's shear by atan(f)
+    // about center [0, 0]; PIL's translation by +p pixels samples x + p, torchvision's by -p.
+    case AA_SHEAR_X:
+    case AA_SHEAR_Y: aa_apply_op(op, negate(r, lv * 0.3), c->fill, img, H, W, C, tmp); break;
+    case AA_TRANSLATE_X: aa_affine(img, H, W, C, 0, -negate(r, lv * 0.45) * W, 0, 0, 0, 0, c->fill, tmp); break;
+    case AA_TRANSLATE_Y: aa_affine(img, H, W, C, 0, 0, -negate(r, lv * 0.45) * H, 0, 0, 0, c->fill, tmp); break;
+    default: aa_apply_op(op, 0, c->fill, img, H, W, C, tmp); break;  // AutoContrast, Equalize, Invert
+    }
+}
+
+void aa_apply(const AaConfig *c, Rng *r, uint8_t *img, int H, int W, int C, uint8_t *tmp) {
+    switch (c->policy) {
+    case AA_POLICY_NONE: return;
+    case AA_POLICY_TA_WIDE:
+    case AA_POLICY_RA_TV: {
+        int nops = c->policy == AA_POLICY_TA_WIDE ? 1 : c->num_ops;
+        for (int k = 0; k < nops; k++) {
+            AaOp op = TV_OPS[rng_below(r, 14)];
+            int bin = c->policy == AA_POLICY_TA_WIDE ? (int)rng_below(r, (uint32_t)c->bins) : c->magnitude;
+            double mag = tv_scalar(op) ? 0.0 : aa_tv_magnitude(c->policy, op, c->bins, bin, H, W);
+            if (tv_signed(op) && rng_below(r, 2)) mag = -mag;
+            aa_apply_op(op, mag, NULL, img, H, W, C, tmp);
+        }
+        return;
+    }
+    case AA_POLICY_RA_TIMM:
+        for (int k = 0; k < c->num_ops; k++) timm_op(c, TIMM_OPS[rng_below(r, 15)], r, img, H, W, C, tmp);
+        return;
+    }
+}
+
+// ---------------------------------------------------------------- parsing
+
+int aa_parse(const char *spec, int ra_magnitude, AaConfig *c, char *err, size_t errlen) {
+    memset(c, 0, sizeof *c);
+    c->bins = 31;
+    c->num_ops = 2;
+    c->fill[0] = c->fill[1] = c->fill[2] = 128;  // timm's _FILL; the trainer sets the mean colour
+    if (!spec || !*spec || !strcmp(spec, "none")) return 0;
+    if (!strcmp(spec, "ta_wide")) {
+        c->policy = AA_POLICY_TA_WIDE;
+        return 0;
+    }
+    if (!strcmp(spec, "ra")) {
+        c->policy = AA_POLICY_RA_TV;
+        c->magnitude = ra_magnitude;
+        if (ra_magnitude < 0 || ra_magnitude >= c->bins) {
+            snprintf(err, errlen, "--ra-magnitude %d: torchvision's RandAugment takes a bin in 0..%d", ra_magnitude,
+                     c->bins - 1);
+            return -1;
+        }
+        return 0;
+    }
+    if (strncmp(spec, "rand", 4) || (spec[4] && spec[4] != '-')) {
+        snprintf(err, errlen, "'%s': expected none, ta_wide, ra (torchvision's) or timm's rand-m9-mstd0.5-inc1 form",
+                 spec);
+        return -1;
+    }
+    c->policy = AA_POLICY_RA_TIMM;
+    c->magnitude = 10;
+    c->op_prob = 0.5;
+    const char *s = spec + 4;
+    while (*s == '-') {
+        s++;
+        const char *e = strchr(s, '-');
+        size_t len = e ? (size_t)(e - s) : strlen(s);
+        char sec[64];
+        if (len == 0 || len >= sizeof sec) {
+            snprintf(err, errlen, "'%s': empty or overlong section", spec);
+            return -1;
+        }
+        memcpy(sec, s, len);
+        sec[len] = 0;
+        s += len;
+        // timm splits a section at its first digit: key, then value.
+        size_t k = 0;
+        while (sec[k] && !(sec[k] >= '0' && sec[k] <= '9')) k++;
+        if (!sec[k]) continue;  // timm ignores a section without a value
+        char key[64];
+        memcpy(key, sec, k);
+        key[k] = 0;
+        const char *val = sec + k;
+        char *end;
+        double v = strtod(val, &end);
+        if (*end) {
+            snprintf(err, errlen, "'%s': section '%s' has a malformed number", spec, sec);
+            return -1;
+        }
+        int iv = (int)v;
+        int is_int = (double)iv == v;
+        if (!strcmp(key, "mstd")) {
+            c->mstd = v > 100 ? INFINITY : v;  // timm: mstd > 100 means uniform in [0, M]
+        } else if (!strcmp(key, "mmax") && is_int && iv > 0) {
+            c->mmax = iv;
+        } else if (!strcmp(key, "inc") && is_int) {
+            // timm reads the value with bool(str), so "inc0" switches the increasing set on too: refuse it.
+            if (iv == 0) {
+                snprintf(err, errlen, "'%s': timm reads inc0 as on (bool('0') is True); leave inc out or write inc1", spec);
+                return -1;
+            }
+            c->increasing = 1;
+        } else if (!strcmp(key, "m") && is_int && iv >= 0) {
+            c->magnitude = iv;
+        } else if (!strcmp(key, "n") && is_int && iv >= 1 && iv <= 16) {
+            c->num_ops = iv;
+        } else if (!strcmp(key, "p") && v >= 0 && v <= 1) {
+            c->op_prob = v;
+        } else if (!strcmp(key, "w")) {
+            snprintf(err, errlen, "'%s': the op weights of section '%s' are not supported", spec, sec);
+            return -1;
+        } else {
+            snprintf(err, errlen, "'%s': unknown or out-of-range section '%s' (m, n, mstd, mmax, inc, p)", spec, sec);
+            return -1;
+        }
+    }
+    if (*s) {
+        snprintf(err, errlen, "'%s': sections are separated by '-'", spec);
+        return -1;
+    }
+    return 0;
+}
+
+void aa_describe(const AaConfig *c, char *buf, size_t len) {
+    switch (c->policy) {
+    case AA_POLICY_NONE: snprintf(buf, len, "none"); break;
+    case AA_POLICY_TA_WIDE: snprintf(buf, len, "torchvision TrivialAugmentWide (%d bins)", c->bins); break;
+    case AA_POLICY_RA_TV:
+        snprintf(buf, len, "torchvision RandAugment n=%d magnitude bin %d of %d", c->num_ops, c->magnitude, c->bins);
+        break;
+    case AA_POLICY_RA_TIMM:
+        snprintf(buf, len, "timm RandAugment n=%d m=%d mstd=%g%s p=%g%s", c->num_ops, c->magnitude, c->mstd,
+                 c->mmax ? " mmax" : "", c->op_prob, c->increasing ? " inc" : "");
+        break;
+    }
+}
+
+// ---------------------------------------------------------------- RandomErasing
+
+int erase_apply(const EraseConfig *e, Rng *r, uint8_t *img, int H, int W, int C, int *top, int *left, int *hh,
+                int *ww) {
+    if (!(e->p > 0) || !(rng_uniform(r) < e->p)) return 0;
+    double s0 = e->scale_min, s1 = e->scale_max, q0 = e->ratio_min, q1 = e->ratio_max;
+    if (s0 == 0 && s1 == 0) s0 = 0.02, s1 = 0.33;
+    if (q0 == 0 && q1 == 0) q0 = 0.3, q1 = 3.3;
+    double area = (double)H * W, l0 = log(q0), l1 = log(q1);
+    for (int t = 0; t < 10; t++) {
+        double ea = area * (s0 + (s1 - s0) * (double)rng_uniform(r));
+        double ar = exp(l0 + (l1 - l0) * (double)rng_uniform(r));
+        int h = (int)nearbyint(sqrt(ea * ar)), w = (int)nearbyint(sqrt(ea / ar));  // Python round()
+        if (!(h < H && w < W)) continue;
+        int i = (int)rng_below(r, (uint32_t)(H - h + 1)), j = (int)rng_below(r, (uint32_t)(W - w + 1));
+        uint8_t cval[4];
+        for (int c = 0; c < C && c < 4; c++) {
+            double v = nearbyint(255.0 * e->mean[c]);
+            cval[c] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
+        }
+        for (int y = i; y < i + h; y++)
+            for (int x = j; x < j + w; x++)
+                for (int c = 0; c < C; c++) {
+                    uint8_t *p = img + ((size_t)y * W + x) * C + c;
+                    if (e->random) {
+                        double v = nearbyint(255.0 * (e->mean[c] + e->std[c] * (double)rng_normal(r)));
+                        *p = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
+                    } else {
+                        *p = cval[c];
+                    }
+                }
+        if (top) *top = i, *left = j, *hh = h, *ww = w;
+        return 1;
+    }
+    return 0;
+}
