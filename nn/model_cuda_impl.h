@@ -8,6 +8,7 @@
 #include "kernels/common.cuh"
 #include "nn/layers.h"  // conv_shape
 #include "nn/model_cuda.h"
+#include "nn/plan.h"
 #include "util/common.h"
 
 #define CK(call) CT_CUDA_CHECK(call)
@@ -44,18 +45,9 @@ struct GpuExec {
     size_t esz;  // bytes per activation element
     cudaStream_t st, cp;
     const ResNet *graph;  // the model this executor was made for (shape checks)
-    uint8_t *fuse;        // per op: 1 for a BN run together with the ADD after it
-    int fuse_stats;       // BN statistics from the conv epilogue (CTRAIN_FUSE_BN_STATS=0: off)
-    uint8_t *bn_bwd;      // per conv or max pool op: 1 when its input is relu(bn(x)) of the op before, read by it alone,
-                          // so its dgrad epilogue may do that BN's backward reductions (CTRAIN_FUSE_BN_BWD=0: off)
-    int *res_bn;          // per fused tail BN: the BN whose output is its residual, applied by the tail (-1: none)
-    int *pool_bn;         // per max pool op: the BN + ReLU before it, applied on the fly (-1: none; CTRAIN_FUSE_BN_POOL=0: off)
-    uint8_t *stats_only;  // per BN op: its output is never stored (the tail or pool after it applies it)
-    uint8_t **relu_mask;  // per fused tail BN with a tail_bwd conv after it: its ReLU mask bits (plan; NULL: none)
+    ExecPlan *plan;       // the steps the passes walk, fusions included (nn/plan.h), built at create
+    uint8_t **relu_mask;  // per fused tail BN op with tail_mask: its ReLU mask bits (memory plan, bf16; NULL: none)
     uint8_t *mask_ok;     // per op: the last train forward wrote relu_mask[op]
-    int *tail_bwd;        // per conv op: the fused tail BN whose output y (through its ADD, with ReLU) this conv
-                          // reads right after it and is the last to add to y's gradient, so its dgrad
-                          // epilogue masks by y > 0 and does that BN's reductions; -1: none (same switch)
 
     // Model state on the device.
     float *params, *grads, *mom, *bufs;
@@ -108,6 +100,10 @@ struct GpuExec {
     StepGraph cg_fwd, cg_bwd;
     long cg_launches;
     Prof *prof;        // NULL unless profiling (which runs every pass eagerly)
+    PlanStepHook hook; // gpu_exec_set_step_hook (runs every forward eagerly); NULL: off
+    void *hook_ctx;
+    float *hook_buf;   // host copy of the step's output handed to the hook
+    size_t hook_cap;   // floats
     size_t dev_bytes;  // device memory held
     size_t plan_bytes; // of which the plan's
 };
@@ -170,11 +166,6 @@ void graph_drop(StepGraph *g);
 void enqueue_xent(GpuExec *e, const ResNet *m, const int32_t *labels, const int32_t *labels_b, float lam, int N,
                   float smoothing, float grad_scale);
 float xent_result(const GpuExec *e, int *correct);
-
-// nn/model_cuda_fuse.cu: the fusion plan (fuse, fuse_stats, bn_bwd, tail_bwd, res_bn, pool_bn,
-// stats_only) from the op list and the CTRAIN_FUSE_* switches, and its release.
-void exec_plan_fusions(GpuExec *e, const ResNet *m);
-void exec_free_fusions(GpuExec *e);
 
 // nn/model_cuda_plan.cu: the memory plan for batches of up to N images of H x W (kept when it
 // already covers them), and its release.
