@@ -26,31 +26,31 @@ GpuExec *gpu_exec_create(const ResNet *m, CtDtype dt) { return gpu_exec_create_o
 const ExecPlan *gpu_exec_plan(const GpuExec *e) { return e->plan; }
 
 void gpu_exec_set_step_hook(GpuExec *e, PlanStepHook fn, void *ctx) {
-    e->hook = fn;
-    e->hook_ctx = ctx;
+    e->hook.fn = fn;
+    e->hook.ctx = ctx;
 }
 
 // The hook's view of step k's output: synchronise, copy the slot to the host as floats.
 static void call_hook(GpuExec *e, int k, const PlanStep *ps, int N) {
     const ResNet *m = e->graph;
     if (!e->act[ps->out]) {
-        e->hook(e->hook_ctx, k, NULL, 0);
+        e->hook.fn(e->hook.ctx, k, NULL, 0);
         return;
     }
     int logits = ps->out == m->n_tensors - 1;  // fp32 whatever the dtype
     size_t n = slot_elems(e, ps->out, N), esz = logits ? sizeof(float) : e->esz;
-    if (e->hook_cap < n) {
-        free(e->hook_buf);
-        e->hook_buf = (float *)ct_alloc(n * sizeof(float));
-        e->hook_cap = n;
+    if (e->hook.cap < n) {
+        free(e->hook.buf);
+        e->hook.buf = (float *)ct_alloc(n * sizeof(float));
+        e->hook.cap = n;
     }
     CK(cudaStreamSynchronize(e->st));
-    CK(cudaMemcpy(e->hook_buf, e->act[ps->out], n * esz, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(e->hook.buf, e->act[ps->out], n * esz, cudaMemcpyDeviceToHost));
     if (esz == 2) {  // widen in place, from the end
-        const uint16_t *h = (const uint16_t *)e->hook_buf;
-        for (size_t j = n; j-- > 0;) e->hook_buf[j] = ct_bf16_to_f32(h[j]);
+        const uint16_t *h = (const uint16_t *)e->hook.buf;
+        for (size_t j = n; j-- > 0;) e->hook.buf[j] = ct_bf16_to_f32(h[j]);
     }
-    e->hook(e->hook_ctx, k, e->hook_buf, n);
+    e->hook.fn(e->hook.ctx, k, e->hook.buf, n);
 }
 
 GpuExec *gpu_exec_create_opts(const ResNet *m, CtDtype dt, const ExecOptions *opts) {
@@ -64,8 +64,8 @@ GpuExec *gpu_exec_create_opts(const ResNet *m, CtDtype dt, const ExecOptions *op
     CK(cudaStreamCreateWithFlags(&e->st, cudaStreamNonBlocking));
     CK(cudaStreamCreateWithFlags(&e->cp, cudaStreamNonBlocking));
     for (int i = 0; i < 2; i++) {
-        CK(cudaEventCreateWithFlags(&e->stage[i].copied, cudaEventDisableTiming));
-        CK(cudaEventCreateWithFlags(&e->stage[i].consumed, cudaEventDisableTiming));
+        CK(cudaEventCreateWithFlags(&e->in.stage[i].copied, cudaEventDisableTiming));
+        CK(cudaEventCreateWithFlags(&e->in.stage[i].consumed, cudaEventDisableTiming));
     }
     e->params = (float *)dmalloc(e, m->n_params * sizeof(float));
     e->grads = (float *)dmalloc(e, m->n_params * sizeof(float));
@@ -76,8 +76,8 @@ GpuExec *gpu_exec_create_opts(const ResNet *m, CtDtype dt, const ExecOptions *op
     e->scalars = (float *)dmalloc(e, 4 * sizeof(float));
     CK(cudaMallocHost((void **)&e->h_scalars, 4 * sizeof(float)));
     int cin = m->in_channels;
-    e->meanstd = (float *)dmalloc(e, 2 * (size_t)cin * sizeof(float));
-    e->h_meanstd = (float *)ct_zalloc(2 * (size_t)cin * sizeof(float));
+    e->in.meanstd = (float *)dmalloc(e, 2 * (size_t)cin * sizeof(float));
+    e->in.h_meanstd = (float *)ct_zalloc(2 * (size_t)cin * sizeof(float));
     CK(cudaMemsetAsync(e->grads, 0, m->n_params * sizeof(float), e->st));
     CK(cudaMemsetAsync(e->mom, 0, m->n_params * sizeof(float), e->st));
     gpu_upload_state(e, m, NULL);
@@ -109,16 +109,16 @@ void gpu_exec_free(GpuExec *e) {
     dfree(e->lars_t);
     dfree(e->lars_norms);
     dfree(e->scalars);
-    dfree(e->meanstd);
-    dfree(e->xf);
+    dfree(e->in.meanstd);
+    dfree(e->in.xf);
     for (int i = 0; i < 2; i++) {
-        dfree(e->stage[i].d);
-        cudaEventDestroy(e->stage[i].copied);
-        cudaEventDestroy(e->stage[i].consumed);
+        dfree(e->in.stage[i].d);
+        cudaEventDestroy(e->in.stage[i].copied);
+        cudaEventDestroy(e->in.stage[i].consumed);
     }
     cudaFreeHost(e->h_scalars);
-    free(e->h_meanstd);
-    free(e->hook_buf);
+    free(e->in.h_meanstd);
+    free(e->hook.buf);
     cudaStreamDestroy(e->st);
     cudaStreamDestroy(e->cp);
     free(e);
@@ -234,7 +234,7 @@ static void forward_ops(GpuExec *e, const ResNet *m, int N, int train) {
         default:
             ct_die("gpu: plan step %d (%s) has unknown kind %d", k, op->name, ps->kind);
         }
-        if (e->hook) call_hook(e, k, ps, N);
+        if (e->hook.fn) call_hook(e, k, ps, N);
     }
 }
 
@@ -243,7 +243,7 @@ static void forward_ops(GpuExec *e, const ResNet *m, int N, int train) {
 // failed: then graphs stay off for this executor, with a warning).
 typedef void (*PassFn)(GpuExec *e, const ResNet *m, int N);
 static int graph_run(GpuExec *e, StepGraph *g, const ResNet *m, int N, PassFn enqueue) {
-    if (e->cg_on <= 0) return 0;
+    if (e->cg.on <= 0) return 0;
     if (g->N != N || g->gen != e->plan_gen) {
         graph_drop(g);
         g->N = N;
@@ -261,14 +261,14 @@ static int graph_run(GpuExec *e, StepGraph *g, const ResNet *m, int N, PassFn en
         if (err != cudaSuccess) {
             (void)cudaGetLastError();
             g->exec = NULL;
-            e->cg_on = -1;
+            e->cg.on = -1;
             fprintf(stderr, "gpu: capturing a CUDA graph failed (%s); going on without graphs\n",
                     cudaGetErrorString(err));
             return 0;
         }
     }
     CK(cudaGraphLaunch(g->exec, e->st));
-    e->cg_launches++;
+    e->cg.launches++;
     return 1;
 }
 
@@ -276,7 +276,7 @@ static void forward_train_pass(GpuExec *e, const ResNet *m, int N) { forward_ops
 
 // The forward and its host bookkeeping: num_batches_tracked counts training batches, as on the CPU.
 static void run_forward(GpuExec *e, ResNet *m, int N, int train) {
-    if (e->prof || e->hook || !(train && graph_run(e, &e->cg_fwd, m, N, forward_train_pass)))
+    if (e->prof || e->hook.fn || !(train && graph_run(e, &e->cg.fwd, m, N, forward_train_pass)))
         forward_ops(e, m, N, train);
     if (train) prof_pass_done(e, 0);
     else if (e->prof) e->prof->n = 0;  // eval passes are not counted
@@ -288,13 +288,13 @@ static void run_forward(GpuExec *e, ResNet *m, int N, int train) {
 
 void gpu_exec_use_graphs(GpuExec *e, int on) {
     if (!on) {
-        graph_drop(&e->cg_fwd);
-        graph_drop(&e->cg_bwd);
+        graph_drop(&e->cg.fwd);
+        graph_drop(&e->cg.bwd);
     }
-    e->cg_on = on ? (e->cg_on < 0 ? -1 : 1) : 0;
+    e->cg.on = on ? (e->cg.on < 0 ? -1 : 1) : 0;
 }
-int gpu_exec_graphs(const GpuExec *e) { return e->cg_on; }
-long gpu_exec_graph_launches(const GpuExec *e) { return e->cg_launches; }
+int gpu_exec_graphs(const GpuExec *e) { return e->cg.on; }
+long gpu_exec_graph_launches(const GpuExec *e) { return e->cg.launches; }
 
 static void check_batch(GpuExec *e, const ResNet *m, int N, int H, int W) {
     if (m != e->graph && (m->n_ops != e->graph->n_ops || m->n_params != e->graph->n_params))
@@ -309,19 +309,19 @@ static void input_from_float(GpuExec *e, const ResNet *m, const float *x, int N,
         CK(cudaMemcpyAsync(e->act[0], x, n * sizeof(float), cudaMemcpyHostToDevice, e->st));
         return;
     }
-    if (e->xf_cap < n) {
-        dfree(e->xf);
-        e->xf = (float *)dmalloc(e, n * sizeof(float));
-        e->xf_cap = n;
+    if (e->in.xf_cap < n) {
+        dfree(e->in.xf);
+        e->in.xf = (float *)dmalloc(e, n * sizeof(float));
+        e->in.xf_cap = n;
     }
-    CK(cudaMemcpyAsync(e->xf, x, n * sizeof(float), cudaMemcpyHostToDevice, e->st));
-    f32_to_bf16_gpu((uint16_t *)e->act[0], e->xf, n, e->st);
+    CK(cudaMemcpyAsync(e->in.xf, x, n * sizeof(float), cudaMemcpyHostToDevice, e->st));
+    f32_to_bf16_gpu((uint16_t *)e->act[0], e->in.xf, n, e->st);
 }
 
 static Stage *stage_batch(GpuExec *e, const ResNet *m, const uint8_t *x, int N, int H, int W) {
     size_t bytes = (size_t)N * H * W * m->in_channels;
-    Stage *sg = &e->stage[e->next_stage];
-    e->next_stage ^= 1;
+    Stage *sg = &e->in.stage[e->in.next];
+    e->in.next ^= 1;
     // The compute stream may still be normalising the batch this slot held last time.
     CT_MUTABLE("consumed") CK(cudaStreamWaitEvent(e->cp, sg->consumed, 0));
     if (sg->cap < bytes) {
@@ -349,7 +349,7 @@ void gpu_prefetch_wait(GpuExec *e) { CK(cudaStreamSynchronize(e->cp)); }
 // that buffer when the ring hands it out again with other images.
 void gpu_prefetch_cancel(GpuExec *e, const uint8_t *x) {
     for (int i = 0; i < 2; i++) {
-        Stage *t = &e->stage[i];
+        Stage *t = &e->in.stage[i];
         if (t->src != x) continue;
         CT_MUTABLE("cancel") CK(cudaEventSynchronize(t->copied));
         t->src = NULL;
@@ -359,22 +359,22 @@ void gpu_prefetch_cancel(GpuExec *e, const uint8_t *x) {
 static void input_from_u8(GpuExec *e, const ResNet *m, const uint8_t *x, int N, int H, int W,
                           const float *mean, const float *std) {
     int C = m->in_channels;
-    if (memcmp(e->h_meanstd, mean, C * sizeof(float)) || memcmp(e->h_meanstd + C, std, C * sizeof(float))) {
+    if (memcmp(e->in.h_meanstd, mean, C * sizeof(float)) || memcmp(e->in.h_meanstd + C, std, C * sizeof(float))) {
         for (int c = 0; c < C; c++)
             if (!(std[c] != 0.0f)) ct_die("gpu: normalisation std[%d] is %g", c, std[c]);
-        memcpy(e->h_meanstd, mean, C * sizeof(float));
-        memcpy(e->h_meanstd + C, std, C * sizeof(float));
-        CK(cudaMemcpyAsync(e->meanstd, e->h_meanstd, 2 * C * sizeof(float), cudaMemcpyHostToDevice, e->st));
+        memcpy(e->in.h_meanstd, mean, C * sizeof(float));
+        memcpy(e->in.h_meanstd + C, std, C * sizeof(float));
+        CK(cudaMemcpyAsync(e->in.meanstd, e->in.h_meanstd, 2 * C * sizeof(float), cudaMemcpyHostToDevice, e->st));
         CK(cudaStreamSynchronize(e->st));  // the host copy may change before the copy ran
     }
     Stage *sg = NULL;
     for (int i = 0; i < 2; i++) {
-        Stage *t = &e->stage[i];
+        Stage *t = &e->in.stage[i];
         if (t->src == x && t->N == N && t->H == H && t->W == W) sg = t;
     }
     if (!sg) sg = stage_batch(e, m, x, N, H, W);
     CT_MUTABLE("copied") CK(cudaStreamWaitEvent(e->st, sg->copied, 0));
-    normalize_u8_gpu(e->act[0], sg->d, (size_t)N * H * W, C, e->meanstd, e->meanstd + C, e->dt, e->st);
+    normalize_u8_gpu(e->act[0], sg->d, (size_t)N * H * W, C, e->in.meanstd, e->in.meanstd + C, e->dt, e->st);
     CK(cudaEventRecord(sg->consumed, e->st));
     sg->src = NULL;
 }
@@ -577,7 +577,7 @@ static void backward_pass(GpuExec *e, const ResNet *m, int N) {
 // The backward, through a graph unless ready callbacks must run between the ops (a host hook per
 // op cannot be replayed).
 static void run_backward(GpuExec *e, const ResNet *m, GradReadyFn ready, void *ctx) {
-    if (e->prof || ready || !graph_run(e, &e->cg_bwd, m, e->fwd_train_N, backward_pass))
+    if (e->prof || ready || !graph_run(e, &e->cg.bwd, m, e->fwd_train_N, backward_pass))
         backward_ops(e, m, ready, ctx);
     prof_pass_done(e, 1);
 }

@@ -40,16 +40,46 @@ typedef struct {
     long passes[3];    // forward, backward, SGD passes timed
 } Prof;
 
+// Input staging: uint8 batches copied ahead on the copy stream (gpu_prefetch_u8), the float
+// input's staging, the normalisation constants.
+typedef struct {
+    Stage stage[2];
+    int next;          // the stage the next prefetch fills
+    float *xf;         // float input staging (gpu_forward with a float batch)
+    size_t xf_cap;
+    float *meanstd;    // device mean[C], std[C] of the last u8 forward
+    float *h_meanstd;  // host copy (to skip identical re-uploads)
+} Staging;
+
+// CUDA graphs (gpu_exec_use_graphs): a pass runs eagerly the first time it meets a batch size
+// and memory plan, is captured the second time and replayed from then on. A launch costs a few
+// microseconds of host time and ResNet passes are hundreds of small kernels.
+typedef struct {
+    int on;            // 1 on, 0 off, -1 off since a capture failed
+    StepGraph fwd, bwd;
+    long launches;
+} Graphs;
+
+// gpu_exec_set_step_hook: each forward step's output to the host (tests); forwards then run eagerly.
+typedef struct {
+    PlanStepHook fn;   // NULL: off
+    void *ctx;
+    float *buf;        // host copy of the step's output handed to fn
+    size_t cap;        // floats
+} StepHook;
+
+// The executor, by concern: the device and the plan it walks; the model and optimizer state on the
+// device; the memory plan (buffers for one batch shape); input staging; graphs; profiler; hook.
 struct GpuExec {
+    // Device.
     CtDtype dt;
     size_t esz;  // bytes per activation element
     cudaStream_t st, cp;
+    size_t dev_bytes;     // device memory held
     const ResNet *graph;  // the model this executor was made for (shape checks)
     ExecPlan *plan;       // the steps the passes walk, fusions included (nn/plan.h), built at create
-    uint8_t **relu_mask;  // per fused tail BN op with tail_mask: its ReLU mask bits (memory plan, bf16; NULL: none)
-    uint8_t *mask_ok;     // per op: the last train forward wrote relu_mask[op]
 
-    // Model state on the device.
+    // Model and optimizer state on the device (nn/model_cuda_state.cu).
     float *params, *grads, *mom, *bufs;
     float *mom2;       // the optimizer's second state tensor (adamw, lamb: exp_avg_sq; mom is exp_avg), on first use
     float *bufs_snap;  // gpu_bufs_snapshot's copy of bufs
@@ -63,7 +93,7 @@ struct GpuExec {
     CtLarsTensor *lamb_t;  // LAMB: the parameter tensors, skip as optim_decays says (built for lamb_mode)
     int lamb_mode;         // -1: not built; else the wd_exclude_norm_bias it was built for
 
-    // Plan.
+    // Memory plan (nn/model_cuda_plan.cu) for batches of up to pN images of pH x pW.
     int pN, pH, pW;
     TensorDim *dims;
     void **act;        // [n_tensors] activation buffers (the logits slot points at `logits`)
@@ -79,33 +109,22 @@ struct GpuExec {
     uint16_t *wpad;    // the stem's weights padded to cpad channels
     float *dwpad;      // the stem's weight gradient over cpad channels
     size_t *bnstat_off;// [n_ops]
+    uint8_t **relu_mask;  // per fused tail BN op with tail_mask: its ReLU mask bits (bf16; NULL: none)
+    uint8_t *mask_ok;     // per op: the last train forward wrote relu_mask[op]
     float *logits, *dlogits;
     int32_t *labels, *labels_b;  // labels_b: a mixed batch's partners
     void *loss_work;   // loss_workspace_bytes(N): per-row losses and hits
-    float *xf;         // float input staging (gpu_forward with a float batch)
-    size_t xf_cap;
     float *scalars;    // device: loss, correct (as int bits)
     float *h_logits;   // pinned host copy of the logits
     float *h_scalars;  // pinned host: loss, correct
-    float *meanstd;    // device mean[C], std[C] of the last u8 forward
-    float *h_meanstd;  // host copy (to skip identical re-uploads)
-    Stage stage[2];
-    int next_stage;
     int fwd_train_N;   // N of the last training forward (0: none, backward refused)
-    // CUDA graphs (gpu_exec_use_graphs): a pass runs eagerly the first time it meets a batch size
-    // and plan, is captured the second time and replayed from then on. A launch costs a few
-    // microseconds of host time and ResNet passes are hundreds of small kernels.
-    int cg_on;         // 1 on, 0 off, -1 off since a capture failed
-    int plan_gen;      // bumped whenever plan() (re)allocates: graphs hold its pointers
-    StepGraph cg_fwd, cg_bwd;
-    long cg_launches;
-    Prof *prof;        // NULL unless profiling (which runs every pass eagerly)
-    PlanStepHook hook; // gpu_exec_set_step_hook (runs every forward eagerly); NULL: off
-    void *hook_ctx;
-    float *hook_buf;   // host copy of the step's output handed to the hook
-    size_t hook_cap;   // floats
-    size_t dev_bytes;  // device memory held
-    size_t plan_bytes; // of which the plan's
+    int plan_gen;      // bumped whenever exec_plan() (re)allocates: graphs hold its pointers
+    size_t plan_bytes; // device memory of the plan's buffers
+
+    Staging in;        // input staging
+    Graphs cg;         // CUDA graphs of the passes
+    Prof *prof;        // the profiler: NULL unless profiling (which runs every pass eagerly)
+    StepHook hook;     // gpu_exec_set_step_hook
 };
 
 static inline void *dmalloc(GpuExec *e, size_t bytes) {

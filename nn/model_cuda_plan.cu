@@ -16,8 +16,8 @@
 void exec_free_plan(GpuExec *e, const ResNet *m) {
     if (!e->dims) return;
     CK(cudaDeviceSynchronize());
-    graph_drop(&e->cg_fwd);
-    graph_drop(&e->cg_bwd);
+    graph_drop(&e->cg.fwd);
+    graph_drop(&e->cg.bwd);
     for (int s = 0; s < m->n_tensors; s++)
         if (e->act[s] != (void *)e->logits) dfree(e->act[s]);
     for (int i = 0; i < e->n_gpool; i++) dfree(e->gpool[i]);
