@@ -1,11 +1,14 @@
-// CPU executor: walks the op list of a ResNet with the reference layers of nn/layers.h.
+// CPU executor: walks the lowered plan of a ResNet (nn/plan.h: the steps the GPU executor runs)
+// with the reference layers of nn/layers.h. Of the plan's fusions only the block tail (bn_add)
+// changes what the CPU computes; the others move a BN's passes into the kernels around it on the
+// GPU and compute the same values, which the CPU computes in the BN's own step.
 //
 // Memory plan. Time runs over forward steps 0..n-1 (op i at time i) and then backward steps
 // n..2n-1 (op i at time 2n-1-i). Every buffer (activation slot, gradient slot) gets a lifetime
 // [first write, last read] on that timeline and an offset in one arena; buffers whose lifetimes
 // do not intersect may share memory. Offsets are assigned greedily, largest buffer first, at the
 // lowest offset that does not collide with an already placed buffer of intersecting lifetime.
-// A fused pair (bn3 + add, resnet_bn_add_fusable) runs at the BN's step in both directions, so
+// A fused pair (bn3 + add, a bn_add step) runs at the BN's step in both directions, so
 // both ops' buffers are live over both steps of the pair.
 #include "nn/model_cpu.h"
 
@@ -13,6 +16,7 @@
 
 #include "nn/blur.h"
 #include "nn/layers.h"
+#include "nn/plan.h"
 #include "util/common.h"
 
 #define BN_MOMENTUM 0.1f
@@ -36,7 +40,10 @@ struct CpuExec {
     float *bn_save;
     // Backward bookkeeping.
     char *grad_written;
-    uint8_t *fuse;  // per op: 1 for a BN run together with the ADD after it
+    ExecPlan *plan;  // the steps both passes walk
+    uint8_t *fuse;   // per op: 1 for a BN run together with the ADD after it (the plan's bn_add steps)
+    PlanStepHook hook;  // cpu_exec_set_step_hook
+    void *hook_ctx;
     int forward_was_train;  // batch size of the last forward if it was a training one, else 0
     size_t dlogits_cap;
     // bf16 mode (cpu_exec_set_bf16): wq holds the params rounded to bf16, the conv/fc operands.
@@ -45,8 +52,11 @@ struct CpuExec {
     size_t wq_cap;
 };
 
-CpuExec *cpu_exec_create(const ResNet *m) {
+CpuExec *cpu_exec_create(const ResNet *m) { return cpu_exec_create_opts(m, NULL); }
+
+CpuExec *cpu_exec_create_opts(const ResNet *m, const ExecOptions *opts) {
     CpuExec *e = ct_zalloc(sizeof *e);
+    e->plan = plan_build(m, opts);
     e->n_ops = m->n_ops;
     e->n_tensors = m->n_tensors;
     e->dims = ct_zalloc(m->n_tensors * sizeof(TensorDim));
@@ -55,7 +65,8 @@ CpuExec *cpu_exec_create(const ResNet *m) {
     e->grad_written = ct_zalloc(m->n_tensors);
     e->bn_off = ct_zalloc(m->n_ops * sizeof(size_t));
     e->fuse = ct_zalloc(m->n_ops);
-    for (int i = 0; i < m->n_ops; i++) e->fuse[i] = (uint8_t)resnet_bn_add_fusable(m, i);
+    for (int i = 0; i < m->n_ops; i++) e->fuse[i] = (uint8_t)(plan_step_of(e->plan, i)->kind == PLAN_BN_ADD &&
+                                                               plan_step_of(e->plan, i)->op == i);
     size_t bn_total = 0;
     for (int i = 0; i < m->n_ops; i++) {
         e->bn_off[i] = bn_total;
@@ -72,6 +83,7 @@ void cpu_exec_free(CpuExec *e) {
     free(e->grad_off);
     free(e->grad_written);
     free(e->fuse);
+    plan_free(e->plan);
     free(e->bn_off);
     free(e->bn_save);
     free(e->arena);
@@ -84,6 +96,11 @@ void cpu_exec_free(CpuExec *e) {
 size_t cpu_exec_arena_bytes(const CpuExec *e) { return e->arena_floats * sizeof(float); }
 
 void cpu_exec_set_bf16(CpuExec *e, int on) { e->bf16 = on != 0; }
+const ExecPlan *cpu_exec_plan(const CpuExec *e) { return e->plan; }
+void cpu_exec_set_step_hook(CpuExec *e, PlanStepHook fn, void *ctx) {
+    e->hook = fn;
+    e->hook_ctx = ctx;
+}
 int cpu_exec_bf16(const CpuExec *e) { return e->bf16; }
 
 // A tensor the GPU's bf16 path stores in bf16: round it where the GPU would (bf16 mode only).
@@ -255,17 +272,19 @@ int cpu_plain_op_forward(int kind, float *y, const float *x, const float *x2, in
 static void forward_ops(CpuExec *e, ResNet *m, int N, int train) {
     refresh_weights(e, m);
     store(e, act(e, 0), (size_t)N * e->H * e->W * m->in_channels);
-    for (int i = 0; i < m->n_ops; i++) {
+    const ExecPlan *p = e->plan;
+    for (int k = 0; k < p->n_steps; k++) {
+        const PlanStep *ps = &p->steps[k];
+        const int i = ps->op;
         const Op *op = &m->ops[i];
-        if (i > 0 && e->fuse[i - 1]) continue;  // the ADD of a fused pair: done with its BN
         const TensorDim din = e->dims[op->in];
-        // A fused BN writes its ADD's output: y = bn(x) + res [relu].
-        const Op *add = e->fuse[i] ? &m->ops[i + 1] : NULL;
-        const int out = add ? add->out : op->out;
+        // A tail (bn_add) writes its ADD's output: y = bn(x) + res [relu].
+        const Op *add = ps->add >= 0 ? &m->ops[ps->add] : NULL;
+        const int out = ps->out;
         const TensorDim dout = e->dims[out];
         float *y = act(e, out);
         const float *x = act(e, op->in);
-        const float *res = add ? act(e, add->in == op->out ? add->in2 : add->in) : NULL;
+        const float *res = add ? act(e, ps->res) : NULL;
         switch (op->kind) {
         case OP_CONV: {
             ConvShape s = conv_shape(N, din.H, din.W, din.C, op->K, op->R, op->S, op->stride, op->pad);
@@ -298,6 +317,7 @@ static void forward_ops(CpuExec *e, ResNet *m, int N, int train) {
                 ct_die("%s: op %d (%s) has unknown kind %d", m->arch, i, op->name, op->kind);
         }
         if (out != m->n_tensors - 1) store(e, y, (size_t)N * dout.H * dout.W * dout.C);  // logits stay fp32
+        if (e->hook) e->hook(e->hook_ctx, k, y, (size_t)N * dout.H * dout.W * dout.C);
     }
     e->forward_was_train = train ? N : 0;
 }
@@ -349,11 +369,13 @@ void cpu_backward(CpuExec *e, const ResNet *m, const float *dlogits, float *grad
     // The gaps between tensors (resnet.h) are part of every bucket the ready callback reports:
     // they must read zero, whatever the caller's buffer held.
     resnet_zero_padding(m, grads);
-    for (int i = m->n_ops - 1; i >= 0; i--) {
+    const ExecPlan *p = e->plan;
+    for (int k = p->n_steps - 1; k >= 0; k--) {
+        const PlanStep *ps = &p->steps[k];
+        const int i = ps->op;
         const Op *op = &m->ops[i];
-        if (i > 0 && e->fuse[i - 1]) continue;  // the ADD of a fused pair: done with its BN
-        const Op *add = e->fuse[i] ? &m->ops[i + 1] : NULL;
-        const int out = add ? add->out : op->out;
+        const Op *add = ps->add >= 0 ? &m->ops[ps->add] : NULL;
+        const int out = ps->out;
         const TensorDim din = e->dims[op->in], dout = e->dims[out];
         const float *dy = out == m->n_tensors - 1 ? dlogits : e->arena + e->grad_off[out];
         const float *x = act(e, op->in);
@@ -373,7 +395,7 @@ void cpu_backward(CpuExec *e, const ResNet *m, const float *dlogits, float *grad
             float *tmp = dx ? dx : e->scratch;  // the BN input always has a gradient in a ResNet
             // Fused with its ADD: the residual operand's gradient is written (or accumulated in
             // place) by the same pass; dy is masked by the ADD's ReLU.
-            int rs = add ? (add->in == op->out ? add->in2 : add->in) : -1;
+            int rs = add ? ps->res : -1;
             float *dres = rs >= 0 && e->grad_off[rs] != NONE ? e->arena + e->grad_off[rs] : NULL;
             int res_acc = dres && e->grad_written[rs];
             batchnorm_add_backward(tmp, dres, res_acc, grads + m->entries[op->w].offset,

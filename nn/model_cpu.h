@@ -13,6 +13,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "nn/exec_options.h"
+#include "nn/plan.h"
 #include "nn/resnet.h"
 
 #ifdef __cplusplus
@@ -22,6 +24,15 @@ extern "C" {
 typedef struct CpuExec CpuExec;
 
 CpuExec *cpu_exec_create(const ResNet *m);
+// The same under explicit execution options (nn/exec_options.h; NULL: the defaults, which
+// cpu_exec_create uses). The executor walks the plan they give (nn/plan.h), the one the GPU
+// executor made with the same options walks: the same steps, the same block tails.
+CpuExec *cpu_exec_create_opts(const ResNet *m, const ExecOptions *opts);
+const ExecPlan *cpu_exec_plan(const CpuExec *e);
+// Calls fn(ctx, step, y, n) after each step of every forward with the step's output (n floats,
+// NHWC, as stored: rounded to bf16 in bf16 mode). Tests compare it, step by step, with the GPU
+// executor's (gpu_exec_set_step_hook). NULL: off.
+void cpu_exec_set_step_hook(CpuExec *e, PlanStepHook fn, void *ctx);
 void cpu_exec_free(CpuExec *e);
 
 // Forward pass on a float NHWC input x[N,H,W,in_channels] (already normalised).

@@ -1,7 +1,7 @@
 // GPU executor of a ResNet graph: walks nn/resnet.h's op list with the kernels of
 // kernels/kernels.h. API and conventions in nn/model_cuda.h. This file owns the executor's life
 // (create/free), the forward and backward passes and their CUDA graphs; the losses are
-// nn/model_cuda_loss.cu's, the fusion plan nn/model_cuda_fuse.cu's, the memory plan nn/model_cuda_plan.cu's, the state copies and
+// nn/model_cuda_loss.cu's, the memory plan nn/model_cuda_plan.cu's, the state copies and
 // optimizer steps nn/model_cuda_state.cu's, the profiler nn/model_cuda_prof.cu's (the struct they
 // share: nn/model_cuda_impl.h).
 //
@@ -10,29 +10,62 @@
 // gradient adds to the slot in its epilogue (conv2d_backward_data_acc_gpu), a fused block tail in
 // its dx pass; the other kernels overwrite their output (the CPU convention), so theirs goes
 // through a scratch buffer and add_inplace.
-// Which batch-norm passes ride in which kernels (the fusions and their switches) is decided once
-// per executor by nn/model_cuda_fuse.cu; the passes below follow its per-op tables.
+// Which batch-norm passes ride in which kernels (the fusions and the options that switch them) is
+// decided once per executor by the lowered plan (nn/plan.h); the passes below walk its steps.
 #include <string.h>
 
 #include "kernels/mutable.h"
+#include "util/bf16.h"
 #include "nn/model_cuda_impl.h"
 
 #define BN_MOMENTUM 0.1f
 #define BN_EPS 1e-5f
 
-GpuExec *gpu_exec_create(const ResNet *m, CtDtype dt) {
+GpuExec *gpu_exec_create(const ResNet *m, CtDtype dt) { return gpu_exec_create_opts(m, dt, NULL); }
+
+const ExecPlan *gpu_exec_plan(const GpuExec *e) { return e->plan; }
+
+void gpu_exec_set_step_hook(GpuExec *e, PlanStepHook fn, void *ctx) {
+    e->hook.fn = fn;
+    e->hook.ctx = ctx;
+}
+
+// The hook's view of step k's output: synchronise, copy the slot to the host as floats.
+static void call_hook(GpuExec *e, int k, const PlanStep *ps, int N) {
+    const ResNet *m = e->graph;
+    if (!e->act[ps->out]) {
+        e->hook.fn(e->hook.ctx, k, NULL, 0);
+        return;
+    }
+    int logits = ps->out == m->n_tensors - 1;  // fp32 whatever the dtype
+    size_t n = slot_elems(e, ps->out, N), esz = logits ? sizeof(float) : e->esz;
+    if (e->hook.cap < n) {
+        free(e->hook.buf);
+        e->hook.buf = (float *)ct_alloc(n * sizeof(float));
+        e->hook.cap = n;
+    }
+    CK(cudaStreamSynchronize(e->st));
+    CK(cudaMemcpy(e->hook.buf, e->act[ps->out], n * esz, cudaMemcpyDeviceToHost));
+    if (esz == 2) {  // widen in place, from the end
+        const uint16_t *h = (const uint16_t *)e->hook.buf;
+        for (size_t j = n; j-- > 0;) e->hook.buf[j] = ct_bf16_to_f32(h[j]);
+    }
+    e->hook.fn(e->hook.ctx, k, e->hook.buf, n);
+}
+
+GpuExec *gpu_exec_create_opts(const ResNet *m, CtDtype dt, const ExecOptions *opts) {
     GpuExec *e = (GpuExec *)ct_zalloc(sizeof(GpuExec));
     e->dt = dt;
     e->esz = dt == CT_BF16 ? 2 : 4;
     e->graph = m;
     e->decay_mode = -1;
     e->lamb_mode = -1;
-    exec_plan_fusions(e, m);
+    e->plan = plan_build(m, opts);
     CK(cudaStreamCreateWithFlags(&e->st, cudaStreamNonBlocking));
     CK(cudaStreamCreateWithFlags(&e->cp, cudaStreamNonBlocking));
     for (int i = 0; i < 2; i++) {
-        CK(cudaEventCreateWithFlags(&e->stage[i].copied, cudaEventDisableTiming));
-        CK(cudaEventCreateWithFlags(&e->stage[i].consumed, cudaEventDisableTiming));
+        CK(cudaEventCreateWithFlags(&e->in.stage[i].copied, cudaEventDisableTiming));
+        CK(cudaEventCreateWithFlags(&e->in.stage[i].consumed, cudaEventDisableTiming));
     }
     e->params = (float *)dmalloc(e, m->n_params * sizeof(float));
     e->grads = (float *)dmalloc(e, m->n_params * sizeof(float));
@@ -43,8 +76,8 @@ GpuExec *gpu_exec_create(const ResNet *m, CtDtype dt) {
     e->scalars = (float *)dmalloc(e, 4 * sizeof(float));
     CK(cudaMallocHost((void **)&e->h_scalars, 4 * sizeof(float)));
     int cin = m->in_channels;
-    e->meanstd = (float *)dmalloc(e, 2 * (size_t)cin * sizeof(float));
-    e->h_meanstd = (float *)ct_zalloc(2 * (size_t)cin * sizeof(float));
+    e->in.meanstd = (float *)dmalloc(e, 2 * (size_t)cin * sizeof(float));
+    e->in.h_meanstd = (float *)ct_zalloc(2 * (size_t)cin * sizeof(float));
     CK(cudaMemsetAsync(e->grads, 0, m->n_params * sizeof(float), e->st));
     CK(cudaMemsetAsync(e->mom, 0, m->n_params * sizeof(float), e->st));
     gpu_upload_state(e, m, NULL);
@@ -61,7 +94,7 @@ void gpu_exec_free(GpuExec *e) {
     if (!e) return;
     prof_free(e->prof);
     exec_free_plan(e, e->graph);
-    exec_free_fusions(e);
+    plan_free(e->plan);
     dfree(e->params);
     dfree(e->grads);
     dfree(e->mom);
@@ -76,36 +109,42 @@ void gpu_exec_free(GpuExec *e) {
     dfree(e->lars_t);
     dfree(e->lars_norms);
     dfree(e->scalars);
-    dfree(e->meanstd);
-    dfree(e->xf);
+    dfree(e->in.meanstd);
+    dfree(e->in.xf);
     for (int i = 0; i < 2; i++) {
-        dfree(e->stage[i].d);
-        cudaEventDestroy(e->stage[i].copied);
-        cudaEventDestroy(e->stage[i].consumed);
+        dfree(e->in.stage[i].d);
+        cudaEventDestroy(e->in.stage[i].copied);
+        cudaEventDestroy(e->in.stage[i].consumed);
     }
     cudaFreeHost(e->h_scalars);
-    free(e->h_meanstd);
+    free(e->in.h_meanstd);
+    free(e->hook.buf);
     cudaStreamDestroy(e->st);
     cudaStreamDestroy(e->cp);
     free(e);
 }
 
-// Forward over the op list from act[0] (already written) with batch n.
+// Forward over the plan's steps from act[0] (already written) with batch n.
 // Enqueues the forward's kernels on e->st, nothing else (a graph capture records exactly this).
+// A step's fusions apply to training passes that update the BN statistics; an eval pass (or a
+// frozen backbone's) runs each BN on its own, a PLAN_BN_STATS one into the scratch its reader takes.
 static void forward_ops(GpuExec *e, const ResNet *m, int N, int train) {
     CtDtype dt = e->dt;
     cudaStream_t st = e->st;
+    const ExecPlan *p = e->plan;
+    const int fused = train && !m->freeze_backbone;
     int stats_op = -1;  // the BN whose statistics the previous conv's epilogue left in e->work
-    for (int i = 0; i < m->n_ops; i++) {
+    for (int k = 0; k < p->n_steps; k++) {
+        const PlanStep *ps = &p->steps[k];
+        const int i = ps->op;
         const Op *op = &m->ops[i];
-        if (i > 0 && e->fuse[i - 1]) continue;  // the ADD of a fused pair: done with its BN
-        const TensorDim *di = &e->dims[op->in], *dout = &e->dims[op->out];
-        void *out = e->act[op->out];
-        const void *in = e->act[op->in];
-        size_t n_in = slot_elems(e, op->in, N);
+        const TensorDim *di = &e->dims[ps->in], *dout = &e->dims[ps->out];
+        void *out = e->act[ps->out];
+        const void *in = e->act[ps->in];
+        size_t n_in = slot_elems(e, ps->in, N);
         prof_mark(e, i, PROF_FWD);
-        switch (op->kind) {
-        case OP_CONV: {
+        switch (ps->kind) {
+        case PLAN_CONV: {
             ConvShape s = op_conv_shape(e, op, N);
             const void *x = in, *w = wop(e, m, op->w);
             if (stem_padded(e, op)) {
@@ -114,88 +153,88 @@ static void forward_ops(GpuExec *e, const ResNet *m, int N, int train) {
                 x = e->xpad;
                 w = e->wpad;
             }
-            // The BN right after takes its statistics from this conv's epilogue when it can.
-            const Op *nx = i + 1 < m->n_ops ? &m->ops[i + 1] : NULL;
-            if (e->fuse_stats && train && !m->freeze_backbone && nx && nx->kind == OP_BN && nx->in == op->out &&
-                conv2d_forward_stats_gpu(&s, out, e->work, x, w, dt, st)) {
-                stats_op = i + 1;
+            if (ps->fwd_stats >= 0 && fused && conv2d_forward_stats_gpu(&s, out, e->work, x, w, dt, st)) {
+                stats_op = ps->fwd_stats;
                 break;
             }
             conv2d_forward_gpu(&s, out, x, w, dt, st);
             break;
         }
-        case OP_BN: {
+        case PLAN_BN_STATS: {  // applied by the step it feeds; eval: into the scratch, which that step reads
             int M = N * di->H * di->W, C = di->C;
             float *gamma = pparam(e, m, op->w), *beta = pparam(e, m, op->b);
             float *rm = e->bufs + entry(m, op->rm)->offset, *rv = e->bufs + entry(m, op->rv)->offset;
-            // Fused with the ADD after it: write the ADD's output, bn(in) + res [relu].
-            const Op *add = e->fuse[i] ? &m->ops[i + 1] : NULL;
-            const void *res = add ? e->act[add->in == op->out ? add->in2 : add->in] : NULL;
-            int relu = add ? add->relu : op->relu;
-            if (add) out = e->act[add->out];
+            if (fused)
+                batchnorm_stats_train_gpu(e->bnstat + e->bnstat_off[i], e->bnstat + e->bnstat_off[i] + C, rm, rv, in,
+                                          stats_op == i ? e->work : NULL, gamma, M, C, BN_MOMENTUM, BN_EPS, e->work,
+                                          dt, st);
+            else
+                batchnorm_add_forward_eval_gpu(e->scratch, in, NULL, gamma, beta, rm, rv, M, C, BN_EPS, op->relu, dt,
+                                               st);
+            break;
+        }
+        case PLAN_BN:
+        case PLAN_BN_ADD: {  // bn(in) [+ res] [relu] into the step's output
+            int M = N * di->H * di->W, C = di->C;
+            float *gamma = pparam(e, m, op->w), *beta = pparam(e, m, op->b);
+            float *rm = e->bufs + entry(m, op->rm)->offset, *rv = e->bufs + entry(m, op->rv)->offset;
+            const void *res = NULL;  // tests/emu_plan.c deletes the residual (mutant) and sees it fail
+            if (ps->res >= 0) CT_MUTABLE("plan-tail-residual") res = e->act[ps->res];
+            const Op *rbn = ps->residual_bn >= 0 ? &m->ops[ps->residual_bn] : NULL;
+            if (rbn) res = e->scratch;  // eval: where the residual's PLAN_BN_STATS step put it
             const float *tiles = stats_op == i ? e->work : NULL;
-            if (e->stats_only[i]) {  // applied by the op it feeds; eval: into the scratch, which that op reads
-                if (train && !m->freeze_backbone)
-                    batchnorm_stats_train_gpu(e->bnstat + e->bnstat_off[i], e->bnstat + e->bnstat_off[i] + C, rm, rv, in,
-                                              tiles, gamma, M, C, BN_MOMENTUM, BN_EPS, e->work, dt, st);
-                else
-                    batchnorm_add_forward_eval_gpu(e->scratch, in, NULL, gamma, beta, rm, rv, M, C, BN_EPS, op->relu, dt,
-                                                   st);
-                break;
-            }
-            const Op *rbn = add && e->res_bn[i] >= 0 ? &m->ops[e->res_bn[i]] : NULL;
-            if (rbn) res = e->scratch;
-            if (train && !m->freeze_backbone) {
+            if (fused) {
                 float *mean = e->bnstat + e->bnstat_off[i], *invstd = mean + C;
                 uint8_t *mask = e->relu_mask[i];  // for the tail's backward in the next conv's epilogue
                 if (rbn) {
-                    BnAffine rb = bn_affine(e, m, e->res_bn[i]);
+                    BnAffine rb = bn_affine(e, m, ps->residual_bn);
                     e->mask_ok[i] = (uint8_t)batchnorm_add_bn_forward_train_gpu(
                         out, mean, invstd, rm, rv, in, tiles, e->act[rbn->in], rb, gamma, beta, M, C, BN_MOMENTUM,
-                        BN_EPS, relu, mask, e->work, dt, st);
-                } else if (stats_op == i) {
+                        BN_EPS, ps->relu, mask, e->work, dt, st);
+                } else if (tiles) {
                     e->mask_ok[i] = (uint8_t)batchnorm_add_forward_train_tiles_gpu(
-                        out, mean, invstd, rm, rv, in, res, e->work, gamma, beta, M, C, BN_MOMENTUM, BN_EPS, relu, mask,
-                        e->work, dt, st);
+                        out, mean, invstd, rm, rv, in, res, e->work, gamma, beta, M, C, BN_MOMENTUM, BN_EPS, ps->relu,
+                        mask, e->work, dt, st);
                 } else {
                     e->mask_ok[i] = (uint8_t)batchnorm_add_forward_train_gpu(out, mean, invstd, rm, rv, in, res, gamma,
-                                                                             beta, M, C, BN_MOMENTUM, BN_EPS, relu, mask,
-                                                                             e->work, dt, st);
+                                                                             beta, M, C, BN_MOMENTUM, BN_EPS, ps->relu,
+                                                                             mask, e->work, dt, st);
                 }
             } else {
-                batchnorm_add_forward_eval_gpu(out, in, res, gamma, beta, rm, rv, M, C, BN_EPS, relu, dt, st);
+                batchnorm_add_forward_eval_gpu(out, in, res, gamma, beta, rm, rv, M, C, BN_EPS, ps->relu, dt, st);
             }
             break;
         }
-        case OP_RELU:
+        case PLAN_RELU:
             relu_forward_gpu(out, in, n_in, dt, st);
             break;
-        case OP_MAXPOOL:
-            if (e->pool_bn[i] >= 0 && train && !m->freeze_backbone) {  // relu(bn(x)) on the fly
-                const Op *bn = &m->ops[e->pool_bn[i]];
-                maxpool_forward_bn_gpu(out, e->act[bn->in], bn_affine(e, m, e->pool_bn[i]), N, di->H, di->W, di->C, op->R, op->stride, op->pad,
-                                       dout->H, dout->W, dt, st);
+        case PLAN_MAXPOOL:
+            if (ps->pool_bn >= 0 && fused) {  // relu(bn(x)) on the fly
+                const Op *bn = &m->ops[ps->pool_bn];
+                maxpool_forward_bn_gpu(out, e->act[bn->in], bn_affine(e, m, ps->pool_bn), N, di->H, di->W, di->C,
+                                       op->R, op->stride, op->pad, dout->H, dout->W, dt, st);
                 break;
             }
-            maxpool_forward_gpu(out, e->pool_bn[i] >= 0 ? e->scratch : in, N, di->H, di->W, di->C, op->R, op->stride,
+            maxpool_forward_gpu(out, ps->pool_bn >= 0 ? e->scratch : in, N, di->H, di->W, di->C, op->R, op->stride,
                                 op->pad, dout->H, dout->W, dt, st);
             break;
-        case OP_ADD:
-            add_forward_gpu(out, in, e->act[op->in2], n_in, op->relu, dt, st);
+        case PLAN_ADD:
+            add_forward_gpu(out, in, e->act[ps->res], n_in, ps->relu, dt, st);
             break;
-        case OP_AVGPOOL:
+        case PLAN_AVGPOOL:
             avgpool_forward_gpu(out, in, N, di->H * di->W, di->C, dt, st);
             break;
-        case OP_BLUR:
+        case PLAN_BLUR:
             blur3x3_forward_gpu(out, in, N, di->H, di->W, di->C, dt, st);
             break;
-        case OP_FC:
+        case PLAN_FC:
             linear_forward_gpu((float *)out, in, wop(e, m, op->w), op->b >= 0 ? pparam(e, m, op->b) : NULL,
                                N, op->C, op->K, dt, st);
             break;
         default:
-            ct_die("gpu: op %d (%s) has unknown kind %d", i, op->name, op->kind);
+            ct_die("gpu: plan step %d (%s) has unknown kind %d", k, op->name, ps->kind);
         }
+        if (e->hook.fn) call_hook(e, k, ps, N);
     }
 }
 
@@ -204,7 +243,7 @@ static void forward_ops(GpuExec *e, const ResNet *m, int N, int train) {
 // failed: then graphs stay off for this executor, with a warning).
 typedef void (*PassFn)(GpuExec *e, const ResNet *m, int N);
 static int graph_run(GpuExec *e, StepGraph *g, const ResNet *m, int N, PassFn enqueue) {
-    if (e->cg_on <= 0) return 0;
+    if (e->cg.on <= 0) return 0;
     if (g->N != N || g->gen != e->plan_gen) {
         graph_drop(g);
         g->N = N;
@@ -222,14 +261,14 @@ static int graph_run(GpuExec *e, StepGraph *g, const ResNet *m, int N, PassFn en
         if (err != cudaSuccess) {
             (void)cudaGetLastError();
             g->exec = NULL;
-            e->cg_on = -1;
+            e->cg.on = -1;
             fprintf(stderr, "gpu: capturing a CUDA graph failed (%s); going on without graphs\n",
                     cudaGetErrorString(err));
             return 0;
         }
     }
     CK(cudaGraphLaunch(g->exec, e->st));
-    e->cg_launches++;
+    e->cg.launches++;
     return 1;
 }
 
@@ -237,7 +276,8 @@ static void forward_train_pass(GpuExec *e, const ResNet *m, int N) { forward_ops
 
 // The forward and its host bookkeeping: num_batches_tracked counts training batches, as on the CPU.
 static void run_forward(GpuExec *e, ResNet *m, int N, int train) {
-    if (e->prof || !(train && graph_run(e, &e->cg_fwd, m, N, forward_train_pass))) forward_ops(e, m, N, train);
+    if (e->prof || e->hook.fn || !(train && graph_run(e, &e->cg.fwd, m, N, forward_train_pass)))
+        forward_ops(e, m, N, train);
     if (train) prof_pass_done(e, 0);
     else if (e->prof) e->prof->n = 0;  // eval passes are not counted
     if (train && !m->freeze_backbone)  // a frozen backbone's BN runs in eval mode: nothing counted
@@ -248,13 +288,13 @@ static void run_forward(GpuExec *e, ResNet *m, int N, int train) {
 
 void gpu_exec_use_graphs(GpuExec *e, int on) {
     if (!on) {
-        graph_drop(&e->cg_fwd);
-        graph_drop(&e->cg_bwd);
+        graph_drop(&e->cg.fwd);
+        graph_drop(&e->cg.bwd);
     }
-    e->cg_on = on ? (e->cg_on < 0 ? -1 : 1) : 0;
+    e->cg.on = on ? (e->cg.on < 0 ? -1 : 1) : 0;
 }
-int gpu_exec_graphs(const GpuExec *e) { return e->cg_on; }
-long gpu_exec_graph_launches(const GpuExec *e) { return e->cg_launches; }
+int gpu_exec_graphs(const GpuExec *e) { return e->cg.on; }
+long gpu_exec_graph_launches(const GpuExec *e) { return e->cg.launches; }
 
 static void check_batch(GpuExec *e, const ResNet *m, int N, int H, int W) {
     if (m != e->graph && (m->n_ops != e->graph->n_ops || m->n_params != e->graph->n_params))
@@ -269,19 +309,19 @@ static void input_from_float(GpuExec *e, const ResNet *m, const float *x, int N,
         CK(cudaMemcpyAsync(e->act[0], x, n * sizeof(float), cudaMemcpyHostToDevice, e->st));
         return;
     }
-    if (e->xf_cap < n) {
-        dfree(e->xf);
-        e->xf = (float *)dmalloc(e, n * sizeof(float));
-        e->xf_cap = n;
+    if (e->in.xf_cap < n) {
+        dfree(e->in.xf);
+        e->in.xf = (float *)dmalloc(e, n * sizeof(float));
+        e->in.xf_cap = n;
     }
-    CK(cudaMemcpyAsync(e->xf, x, n * sizeof(float), cudaMemcpyHostToDevice, e->st));
-    f32_to_bf16_gpu((uint16_t *)e->act[0], e->xf, n, e->st);
+    CK(cudaMemcpyAsync(e->in.xf, x, n * sizeof(float), cudaMemcpyHostToDevice, e->st));
+    f32_to_bf16_gpu((uint16_t *)e->act[0], e->in.xf, n, e->st);
 }
 
 static Stage *stage_batch(GpuExec *e, const ResNet *m, const uint8_t *x, int N, int H, int W) {
     size_t bytes = (size_t)N * H * W * m->in_channels;
-    Stage *sg = &e->stage[e->next_stage];
-    e->next_stage ^= 1;
+    Stage *sg = &e->in.stage[e->in.next];
+    e->in.next ^= 1;
     // The compute stream may still be normalising the batch this slot held last time.
     CT_MUTABLE("consumed") CK(cudaStreamWaitEvent(e->cp, sg->consumed, 0));
     if (sg->cap < bytes) {
@@ -309,7 +349,7 @@ void gpu_prefetch_wait(GpuExec *e) { CK(cudaStreamSynchronize(e->cp)); }
 // that buffer when the ring hands it out again with other images.
 void gpu_prefetch_cancel(GpuExec *e, const uint8_t *x) {
     for (int i = 0; i < 2; i++) {
-        Stage *t = &e->stage[i];
+        Stage *t = &e->in.stage[i];
         if (t->src != x) continue;
         CT_MUTABLE("cancel") CK(cudaEventSynchronize(t->copied));
         t->src = NULL;
@@ -319,22 +359,22 @@ void gpu_prefetch_cancel(GpuExec *e, const uint8_t *x) {
 static void input_from_u8(GpuExec *e, const ResNet *m, const uint8_t *x, int N, int H, int W,
                           const float *mean, const float *std) {
     int C = m->in_channels;
-    if (memcmp(e->h_meanstd, mean, C * sizeof(float)) || memcmp(e->h_meanstd + C, std, C * sizeof(float))) {
+    if (memcmp(e->in.h_meanstd, mean, C * sizeof(float)) || memcmp(e->in.h_meanstd + C, std, C * sizeof(float))) {
         for (int c = 0; c < C; c++)
             if (!(std[c] != 0.0f)) ct_die("gpu: normalisation std[%d] is %g", c, std[c]);
-        memcpy(e->h_meanstd, mean, C * sizeof(float));
-        memcpy(e->h_meanstd + C, std, C * sizeof(float));
-        CK(cudaMemcpyAsync(e->meanstd, e->h_meanstd, 2 * C * sizeof(float), cudaMemcpyHostToDevice, e->st));
+        memcpy(e->in.h_meanstd, mean, C * sizeof(float));
+        memcpy(e->in.h_meanstd + C, std, C * sizeof(float));
+        CK(cudaMemcpyAsync(e->in.meanstd, e->in.h_meanstd, 2 * C * sizeof(float), cudaMemcpyHostToDevice, e->st));
         CK(cudaStreamSynchronize(e->st));  // the host copy may change before the copy ran
     }
     Stage *sg = NULL;
     for (int i = 0; i < 2; i++) {
-        Stage *t = &e->stage[i];
+        Stage *t = &e->in.stage[i];
         if (t->src == x && t->N == N && t->H == H && t->W == W) sg = t;
     }
     if (!sg) sg = stage_batch(e, m, x, N, H, W);
     CT_MUTABLE("copied") CK(cudaStreamWaitEvent(e->st, sg->copied, 0));
-    normalize_u8_gpu(e->act[0], sg->d, (size_t)N * H * W, C, e->meanstd, e->meanstd + C, e->dt, e->st);
+    normalize_u8_gpu(e->act[0], sg->d, (size_t)N * H * W, C, e->in.meanstd, e->in.meanstd + C, e->dt, e->st);
     CK(cudaEventRecord(sg->consumed, e->st));
     sg->src = NULL;
 }
@@ -381,29 +421,30 @@ static void finish_grad(GpuExec *e, int s, uint8_t *init, size_t n) {
     init[s] = 1;
 }
 
-// Backward from e->dlogits (device, written) over the op list.
+// Backward from e->dlogits (device, written) over the plan's steps in reverse.
 static void backward_ops(GpuExec *e, const ResNet *m, GradReadyFn ready, void *ctx) {
     int N = e->fwd_train_N;
     if (!N) ct_die("gpu: backward without a preceding training forward");
     CtDtype dt = e->dt;
     cudaStream_t st = e->st;
+    const ExecPlan *p = e->plan;
     uint8_t *init = (uint8_t *)ct_zalloc((size_t)m->n_tensors);
     int last = m->n_tensors - 1;
     int tiles_op = -1;  // the BN whose backward sums the previous conv's dgrad epilogue left in e->work
     int tiles_n = 0;    // how many tiles of sums it left
-    for (int i = m->n_ops - 1; i >= 0; i--) {
+    for (int k = p->n_steps - 1; k >= 0; k--) {
+        const PlanStep *ps = &p->steps[k];
+        const int i = ps->op;
         const Op *op = &m->ops[i];
-        if (i > 0 && e->fuse[i - 1]) continue;  // the ADD of a fused pair: done with its BN
-        const Op *add = e->fuse[i] ? &m->ops[i + 1] : NULL;
-        const TensorDim *di = &e->dims[op->in], *dout = &e->dims[op->out];
-        void *gout = add ? e->grad[add->out] : op->out == last ? (void *)e->dlogits : e->grad[op->out];
-        const void *in = e->act[op->in];
-        size_t n_in = slot_elems(e, op->in, N);
+        const TensorDim *di = &e->dims[ps->in], *dout = &e->dims[ps->out];
+        void *gout = ps->out == last ? (void *)e->dlogits : e->grad[ps->out];
+        const void *in = e->act[ps->in];
+        size_t n_in = slot_elems(e, ps->in, N);
         // A frozen backbone needs no gradient below fc: backward ends with fc's weight gradients.
-        int need_din = op->in > 0 && !(m->freeze_backbone && op->kind == OP_FC);
-        prof_mark(e, i, op->kind == OP_CONV ? PROF_BWD_WGRAD : PROF_BWD);
-        switch (op->kind) {
-        case OP_CONV: {
+        int need_din = ps->in > 0 && !(m->freeze_backbone && op->kind == OP_FC);
+        prof_mark(e, i, ps->kind == PLAN_CONV ? PROF_BWD_WGRAD : PROF_BWD);
+        switch (ps->kind) {
+        case PLAN_CONV: {
             ConvShape s = op_conv_shape(e, op, N);
             if (stem_padded(e, op)) {  // slot 0 needs no data gradient
                 conv2d_backward_weight_gpu(&s, e->dwpad, gout, e->xpad, e->work, dt, st);
@@ -412,38 +453,42 @@ static void backward_ops(GpuExec *e, const ResNet *m, GradReadyFn ready, void *c
                 conv2d_backward_weight_gpu(&s, pgrad(e, m, op->w), gout, in, e->work, dt, st);
             }
             prof_mark(e, i, PROF_BWD_DATA);
-            if (need_din) {  // a later contribution is added in the data gradient's epilogue
-                const Op *bn = &m->ops[i - 1];  // e->bn_bwd[i]: the BN(+ReLU) this conv alone reads
-                int tb = e->tail_bwd[i];        // the fused tail BN whose output this conv reads
-                if (tb >= 0 && conv2d_backward_data_tail_gpu(&s, e->grad[op->in], init[op->in], e->work, gout,
-                                                             wop(e, m, op->w), in, e->mask_ok[tb] ? e->relu_mask[tb] : NULL,
-                                                             e->act[m->ops[tb].in], e->bnstat + e->bnstat_off[tb], dt,
-                                                             st)) {
-                    tiles_op = tb;
-                    tiles_n = conv2d_gpu_dgrad_bn_tiles(&s);
-                }
-                else if (e->bn_bwd[i] && !init[op->in] &&
-                    conv2d_backward_data_bn_gpu(&s, e->grad[op->in], e->work, gout, wop(e, m, op->w), e->act[bn->in],
-                                                pparam(e, m, bn->w), pparam(e, m, bn->b),
-                                                e->bnstat + e->bnstat_off[i - 1],
-                                                e->bnstat + e->bnstat_off[i - 1] + bn->C, dt, st)) {
-                    tiles_op = i - 1;
-                    tiles_n = conv2d_gpu_dgrad_bn_tiles(&s);
-                }
-                else if (init[op->in]) conv2d_backward_data_acc_gpu(&s, e->grad[op->in], gout, wop(e, m, op->w), dt, st);
-                else conv2d_backward_data_gpu(&s, e->grad[op->in], gout, wop(e, m, op->w), dt, st);
-                init[op->in] = 1;
+            if (!need_din) break;
+            // A later contribution is added in the data gradient's epilogue; a fused epilogue that
+            // the engine declines falls through to the plain data gradient.
+            const void *w = wop(e, m, op->w);
+            int tb = ps->bwd_tail, bb = ps->bwd_bn;
+            if (tb >= 0 && conv2d_backward_data_tail_gpu(&s, e->grad[ps->in], init[ps->in], e->work, gout, w, in,
+                                                         e->mask_ok[tb] ? e->relu_mask[tb] : NULL,
+                                                         e->act[m->ops[tb].in], e->bnstat + e->bnstat_off[tb], dt,
+                                                         st)) {
+                tiles_op = tb;
+                tiles_n = conv2d_gpu_dgrad_bn_tiles(&s);
+            } else if (bb >= 0 && !init[ps->in] &&
+                       conv2d_backward_data_bn_gpu(&s, e->grad[ps->in], e->work, gout, w, e->act[m->ops[bb].in],
+                                                   pparam(e, m, m->ops[bb].w), pparam(e, m, m->ops[bb].b),
+                                                   e->bnstat + e->bnstat_off[bb],
+                                                   e->bnstat + e->bnstat_off[bb] + m->ops[bb].C, dt, st)) {
+                tiles_op = bb;
+                tiles_n = conv2d_gpu_dgrad_bn_tiles(&s);
+            } else if (init[ps->in]) {
+                conv2d_backward_data_acc_gpu(&s, e->grad[ps->in], gout, w, dt, st);
+            } else {
+                conv2d_backward_data_gpu(&s, e->grad[ps->in], gout, w, dt, st);
             }
+            init[ps->in] = 1;
             break;
         }
-        case OP_BN: {
+        case PLAN_BN:
+        case PLAN_BN_STATS:
+        case PLAN_BN_ADD: {
             int M = N * di->H * di->W, C = di->C;
             const float *mean = e->bnstat + e->bnstat_off[i], *invstd = mean + C;
-            // Fused: dy is masked by the ADD's ReLU, and the residual operand's gradient is
+            // A tail: dy is masked by the ADD's ReLU, and the residual operand's gradient is
             // written, or accumulated in place, by the dx pass. dx may share dy's pool buffer.
-            int rs = add ? (add->in == op->out ? add->in2 : add->in) : -1;
-            void *dres = rs > 0 ? e->grad[rs] : NULL;
-            int relu = add ? add->relu : op->relu;
+            int rs = ps->kind == PLAN_BN_ADD ? ps->res : -1;
+            void *dres = NULL;
+            if (rs > 0) CT_MUTABLE("plan-tail-residual-grad") dres = e->grad[rs];
             if (tiles_op == i) {  // reductions done by the conv's dgrad epilogue; gout already masked
                 // A tail's masked gout is also the residual's gradient: the plan gives the two one
                 // buffer; otherwise it is passed on before dx, which may take gout's buffer.
@@ -452,47 +497,45 @@ static void backward_ops(GpuExec *e, const ResNet *m, GradReadyFn ready, void *c
                     else if (dres != gout) CK(cudaMemcpyAsync(dres, gout, n_in * e->esz, cudaMemcpyDeviceToDevice, st));
                     init[rs] = 1;
                 }
-                batchnorm_backward_tiles_gpu(grad_target(e, op->in, init), pgrad(e, m, op->w), pgrad(e, m, op->b), gout,
+                batchnorm_backward_tiles_gpu(grad_target(e, ps->in, init), pgrad(e, m, op->w), pgrad(e, m, op->b), gout,
                                              in, e->work, tiles_n, pparam(e, m, op->w), mean, invstd, M, C, e->work, dt,
                                              st);
-                finish_grad(e, op->in, init, n_in);
+                finish_grad(e, ps->in, init, n_in);
                 break;
             }
-            batchnorm_add_backward_gpu(grad_target(e, op->in, init), dres, dres ? init[rs] : 0, pgrad(e, m, op->w),
-                                       pgrad(e, m, op->b), gout, in,
-                                       relu ? e->act[add ? add->out : op->out] : NULL, pparam(e, m, op->w), mean,
-                                       invstd, M, C, e->work, dt, st);
+            batchnorm_add_backward_gpu(grad_target(e, ps->in, init), dres, dres ? init[rs] : 0, pgrad(e, m, op->w),
+                                       pgrad(e, m, op->b), gout, in, ps->relu ? e->act[ps->out] : NULL,
+                                       pparam(e, m, op->w), mean, invstd, M, C, e->work, dt, st);
             if (dres) init[rs] = 1;
-            finish_grad(e, op->in, init, n_in);
+            finish_grad(e, ps->in, init, n_in);
             break;
         }
-        case OP_RELU:
-            relu_backward_gpu(grad_target(e, op->in, init), gout, e->act[op->out], n_in, dt, st);
-            finish_grad(e, op->in, init, n_in);
+        case PLAN_RELU:
+            relu_backward_gpu(grad_target(e, ps->in, init), gout, e->act[ps->out], n_in, dt, st);
+            finish_grad(e, ps->in, init, n_in);
             break;
-        case OP_MAXPOOL: {
-            const Op *bn = &m->ops[i - 1];  // e->bn_bwd[i]: the stem's BN + ReLU, read by the pool alone
-            BnAffine a = bn_affine(e, m, i - 1);
+        case PLAN_MAXPOOL: {
+            int bb = ps->bwd_bn;  // the stem's BN + ReLU, read by the pool alone
             // pool_bn: y was never stored; the kernel recomputes it (and then always runs)
-            if (e->bn_bwd[i] && !init[op->in] &&
-                maxpool_backward_bn_gpu(e->grad[op->in], e->work, gout, e->pool_bn[i] >= 0 ? NULL : in,
-                                        e->act[bn->in], a, N, di->H, di->W, di->C, op->R, op->stride, op->pad,
-                                        dout->H, dout->W, dt, st)) {
-                tiles_op = i - 1;
+            if (bb >= 0 && !init[ps->in] &&
+                maxpool_backward_bn_gpu(e->grad[ps->in], e->work, gout, ps->pool_bn >= 0 ? NULL : in,
+                                        e->act[m->ops[bb].in], bn_affine(e, m, bb), N, di->H, di->W, di->C, op->R,
+                                        op->stride, op->pad, dout->H, dout->W, dt, st)) {
+                tiles_op = bb;
                 tiles_n = (int)((n_in / di->C + 127) / 128);  // the pool's 128-row tiles
-                init[op->in] = 1;
+                init[ps->in] = 1;
                 break;
             }
-            if (e->pool_bn[i] >= 0) ct_die("gpu: op %d (%s): the fused stem's backward did not run", i, op->name);
-            maxpool_backward_gpu(grad_target(e, op->in, init), gout, in, N, di->H, di->W, di->C, op->R,
+            if (ps->pool_bn >= 0) ct_die("gpu: op %d (%s): the fused stem's backward did not run", i, op->name);
+            maxpool_backward_gpu(grad_target(e, ps->in, init), gout, in, N, di->H, di->W, di->C, op->R,
                                  op->stride, op->pad, dout->H, dout->W, dt, st);
-            finish_grad(e, op->in, init, n_in);
+            finish_grad(e, ps->in, init, n_in);
             break;
         }
-        case OP_ADD: {
+        case PLAN_ADD: {
             // The output gradient buffer is ours until this op is done: mask it in place.
-            if (op->relu) relu_backward_gpu(gout, gout, e->act[op->out], n_in, dt, st);
-            int ins[2] = {op->in, op->in2};
+            if (ps->relu) relu_backward_gpu(gout, gout, e->act[ps->out], n_in, dt, st);
+            int ins[2] = {ps->in, ps->res};
             for (int j = 0; j < 2; j++) {
                 int s = ins[j];
                 if (s <= 0) continue;
@@ -502,24 +545,24 @@ static void backward_ops(GpuExec *e, const ResNet *m, GradReadyFn ready, void *c
             }
             break;
         }
-        case OP_AVGPOOL:
-            avgpool_backward_gpu(grad_target(e, op->in, init), gout, N, di->H * di->W, di->C, dt, st);
-            finish_grad(e, op->in, init, n_in);
+        case PLAN_AVGPOOL:
+            avgpool_backward_gpu(grad_target(e, ps->in, init), gout, N, di->H * di->W, di->C, dt, st);
+            finish_grad(e, ps->in, init, n_in);
             break;
-        case OP_BLUR:
+        case PLAN_BLUR:
             if (need_din) {
-                blur3x3_backward_gpu(grad_target(e, op->in, init), gout, N, di->H, di->W, di->C, dt, st);
-                finish_grad(e, op->in, init, n_in);
+                blur3x3_backward_gpu(grad_target(e, ps->in, init), gout, N, di->H, di->W, di->C, dt, st);
+                finish_grad(e, ps->in, init, n_in);
             }
             break;
-        case OP_FC:
-            linear_backward_gpu(need_din ? grad_target(e, op->in, init) : NULL, pgrad(e, m, op->w),
+        case PLAN_FC:
+            linear_backward_gpu(need_din ? grad_target(e, ps->in, init) : NULL, pgrad(e, m, op->w),
                                 op->b >= 0 ? pgrad(e, m, op->b) : NULL, (const float *)gout, in,
                                 wop(e, m, op->w), N, op->C, op->K, dt, st);
-            if (need_din) finish_grad(e, op->in, init, n_in);
+            if (need_din) finish_grad(e, ps->in, init, n_in);
             break;
         default:
-            ct_die("gpu: op %d (%s) has unknown kind %d", i, op->name, op->kind);
+            ct_die("gpu: plan step %d (%s) has unknown kind %d", k, op->name, ps->kind);
         }
         if (ready && op->w >= 0) ready(ctx, op->grad_done);  // as resnet_grad_boundaries lists them
         if (m->freeze_backbone && op->kind == OP_FC) break;
@@ -534,7 +577,7 @@ static void backward_pass(GpuExec *e, const ResNet *m, int N) {
 // The backward, through a graph unless ready callbacks must run between the ops (a host hook per
 // op cannot be replayed).
 static void run_backward(GpuExec *e, const ResNet *m, GradReadyFn ready, void *ctx) {
-    if (e->prof || ready || !graph_run(e, &e->cg_bwd, m, e->fwd_train_N, backward_pass))
+    if (e->prof || ready || !graph_run(e, &e->cg.bwd, m, e->fwd_train_N, backward_pass))
         backward_ops(e, m, ready, ctx);
     prof_pass_done(e, 1);
 }

@@ -37,6 +37,8 @@
 #include <stdint.h>
 
 #include "kernels/kernels.h"
+#include "nn/exec_options.h"
+#include "nn/plan.h"
 #include "nn/resnet.h"  // ResNet, GradReadyFn
 #include "nn/optim.h"
 #include "nn/sgd.h"
@@ -55,6 +57,15 @@ int gpu_device_count(void);
 void gpu_select_device(int device);
 
 GpuExec *gpu_exec_create(const ResNet *m, CtDtype dt);
+// The same under explicit execution options (nn/exec_options.h; NULL: the defaults, which
+// gpu_exec_create uses): they choose the fused steps of the plan the executor walks (nn/plan.h).
+GpuExec *gpu_exec_create_opts(const ResNet *m, CtDtype dt, const ExecOptions *opts);
+// The plan the executor walks (owned by e): its steps in forward order.
+const ExecPlan *gpu_exec_plan(const GpuExec *e);
+// Calls fn(ctx, step, y, n) after each step of every forward with the step's output copied to the
+// host as floats (NULL, 0 for a step whose output has no buffer), the twin of
+// cpu_exec_set_step_hook; forwards then run eagerly and synchronise after every step (tests only).
+void gpu_exec_set_step_hook(GpuExec *e, PlanStepHook fn, void *ctx);
 void gpu_exec_free(GpuExec *e);
 
 // Host <-> device copies of the model state (params, BN running stats) and, when sgd != NULL,

@@ -8,6 +8,7 @@
 #include "kernels/common.cuh"
 #include "nn/layers.h"  // conv_shape
 #include "nn/model_cuda.h"
+#include "nn/plan.h"
 #include "util/common.h"
 
 #define CK(call) CT_CUDA_CHECK(call)
@@ -39,25 +40,46 @@ typedef struct {
     long passes[3];    // forward, backward, SGD passes timed
 } Prof;
 
+// Input staging: uint8 batches copied ahead on the copy stream (gpu_prefetch_u8), the float
+// input's staging, the normalisation constants.
+typedef struct {
+    Stage stage[2];
+    int next;          // the stage the next prefetch fills
+    float *xf;         // float input staging (gpu_forward with a float batch)
+    size_t xf_cap;
+    float *meanstd;    // device mean[C], std[C] of the last u8 forward
+    float *h_meanstd;  // host copy (to skip identical re-uploads)
+} Staging;
+
+// CUDA graphs (gpu_exec_use_graphs): a pass runs eagerly the first time it meets a batch size
+// and memory plan, is captured the second time and replayed from then on. A launch costs a few
+// microseconds of host time and ResNet passes are hundreds of small kernels.
+typedef struct {
+    int on;            // 1 on, 0 off, -1 off since a capture failed
+    StepGraph fwd, bwd;
+    long launches;
+} Graphs;
+
+// gpu_exec_set_step_hook: each forward step's output to the host (tests); forwards then run eagerly.
+typedef struct {
+    PlanStepHook fn;   // NULL: off
+    void *ctx;
+    float *buf;        // host copy of the step's output handed to fn
+    size_t cap;        // floats
+} StepHook;
+
+// The executor, by concern: the device and the plan it walks; the model and optimizer state on the
+// device; the memory plan (buffers for one batch shape); input staging; graphs; profiler; hook.
 struct GpuExec {
+    // Device.
     CtDtype dt;
     size_t esz;  // bytes per activation element
     cudaStream_t st, cp;
+    size_t dev_bytes;     // device memory held
     const ResNet *graph;  // the model this executor was made for (shape checks)
-    uint8_t *fuse;        // per op: 1 for a BN run together with the ADD after it
-    int fuse_stats;       // BN statistics from the conv epilogue (CTRAIN_FUSE_BN_STATS=0: off)
-    uint8_t *bn_bwd;      // per conv or max pool op: 1 when its input is relu(bn(x)) of the op before, read by it alone,
-                          // so its dgrad epilogue may do that BN's backward reductions (CTRAIN_FUSE_BN_BWD=0: off)
-    int *res_bn;          // per fused tail BN: the BN whose output is its residual, applied by the tail (-1: none)
-    int *pool_bn;         // per max pool op: the BN + ReLU before it, applied on the fly (-1: none; CTRAIN_FUSE_BN_POOL=0: off)
-    uint8_t *stats_only;  // per BN op: its output is never stored (the tail or pool after it applies it)
-    uint8_t **relu_mask;  // per fused tail BN with a tail_bwd conv after it: its ReLU mask bits (plan; NULL: none)
-    uint8_t *mask_ok;     // per op: the last train forward wrote relu_mask[op]
-    int *tail_bwd;        // per conv op: the fused tail BN whose output y (through its ADD, with ReLU) this conv
-                          // reads right after it and is the last to add to y's gradient, so its dgrad
-                          // epilogue masks by y > 0 and does that BN's reductions; -1: none (same switch)
+    ExecPlan *plan;       // the steps the passes walk, fusions included (nn/plan.h), built at create
 
-    // Model state on the device.
+    // Model and optimizer state on the device (nn/model_cuda_state.cu).
     float *params, *grads, *mom, *bufs;
     float *mom2;       // the optimizer's second state tensor (adamw, lamb: exp_avg_sq; mom is exp_avg), on first use
     float *bufs_snap;  // gpu_bufs_snapshot's copy of bufs
@@ -71,7 +93,7 @@ struct GpuExec {
     CtLarsTensor *lamb_t;  // LAMB: the parameter tensors, skip as optim_decays says (built for lamb_mode)
     int lamb_mode;         // -1: not built; else the wd_exclude_norm_bias it was built for
 
-    // Plan.
+    // Memory plan (nn/model_cuda_plan.cu) for batches of up to pN images of pH x pW.
     int pN, pH, pW;
     TensorDim *dims;
     void **act;        // [n_tensors] activation buffers (the logits slot points at `logits`)
@@ -87,29 +109,22 @@ struct GpuExec {
     uint16_t *wpad;    // the stem's weights padded to cpad channels
     float *dwpad;      // the stem's weight gradient over cpad channels
     size_t *bnstat_off;// [n_ops]
+    uint8_t **relu_mask;  // per fused tail BN op with tail_mask: its ReLU mask bits (bf16; NULL: none)
+    uint8_t *mask_ok;     // per op: the last train forward wrote relu_mask[op]
     float *logits, *dlogits;
     int32_t *labels, *labels_b;  // labels_b: a mixed batch's partners
     void *loss_work;   // loss_workspace_bytes(N): per-row losses and hits
-    float *xf;         // float input staging (gpu_forward with a float batch)
-    size_t xf_cap;
     float *scalars;    // device: loss, correct (as int bits)
     float *h_logits;   // pinned host copy of the logits
     float *h_scalars;  // pinned host: loss, correct
-    float *meanstd;    // device mean[C], std[C] of the last u8 forward
-    float *h_meanstd;  // host copy (to skip identical re-uploads)
-    Stage stage[2];
-    int next_stage;
     int fwd_train_N;   // N of the last training forward (0: none, backward refused)
-    // CUDA graphs (gpu_exec_use_graphs): a pass runs eagerly the first time it meets a batch size
-    // and plan, is captured the second time and replayed from then on. A launch costs a few
-    // microseconds of host time and ResNet passes are hundreds of small kernels.
-    int cg_on;         // 1 on, 0 off, -1 off since a capture failed
-    int plan_gen;      // bumped whenever plan() (re)allocates: graphs hold its pointers
-    StepGraph cg_fwd, cg_bwd;
-    long cg_launches;
-    Prof *prof;        // NULL unless profiling (which runs every pass eagerly)
-    size_t dev_bytes;  // device memory held
-    size_t plan_bytes; // of which the plan's
+    int plan_gen;      // bumped whenever exec_plan() (re)allocates: graphs hold its pointers
+    size_t plan_bytes; // device memory of the plan's buffers
+
+    Staging in;        // input staging
+    Graphs cg;         // CUDA graphs of the passes
+    Prof *prof;        // the profiler: NULL unless profiling (which runs every pass eagerly)
+    StepHook hook;     // gpu_exec_set_step_hook
 };
 
 static inline void *dmalloc(GpuExec *e, size_t bytes) {
@@ -170,11 +185,6 @@ void graph_drop(StepGraph *g);
 void enqueue_xent(GpuExec *e, const ResNet *m, const int32_t *labels, const int32_t *labels_b, float lam, int N,
                   float smoothing, float grad_scale);
 float xent_result(const GpuExec *e, int *correct);
-
-// nn/model_cuda_fuse.cu: the fusion plan (fuse, fuse_stats, bn_bwd, tail_bwd, res_bn, pool_bn,
-// stats_only) from the op list and the CTRAIN_FUSE_* switches, and its release.
-void exec_plan_fusions(GpuExec *e, const ResNet *m);
-void exec_free_fusions(GpuExec *e);
 
 // nn/model_cuda_plan.cu: the memory plan for batches of up to N images of H x W (kept when it
 // already covers them), and its release.

@@ -16,8 +16,8 @@
 void exec_free_plan(GpuExec *e, const ResNet *m) {
     if (!e->dims) return;
     CK(cudaDeviceSynchronize());
-    graph_drop(&e->cg_fwd);
-    graph_drop(&e->cg_bwd);
+    graph_drop(&e->cg.fwd);
+    graph_drop(&e->cg.bwd);
     for (int s = 0; s < m->n_tensors; s++)
         if (e->act[s] != (void *)e->logits) dfree(e->act[s]);
     for (int i = 0; i < e->n_gpool; i++) dfree(e->gpool[i]);
@@ -81,16 +81,12 @@ void exec_plan(GpuExec *e, const ResNet *m, int N, int H, int W) {
     CK(cudaMallocHost((void **)&e->h_logits, (size_t)N * K * sizeof(float)));
 
     e->act = (void **)ct_zalloc((size_t)m->n_tensors * sizeof(void *));
-    // A fused BN's own output is never written: no buffer (NULL).
-    uint8_t *unused = (uint8_t *)ct_zalloc((size_t)m->n_tensors);
-    for (int i = 0; i < m->n_ops; i++)
-        if (e->fuse[i]) unused[m->ops[i].out] = 1;
+    // A slot no step writes (a fused BN's own output, a PLAN_BN_STATS step's) has no buffer (NULL);
+    // the latter still has a gradient.
+    const ExecPlan *p = e->plan;
     for (int s = 0; s < m->n_tensors; s++) e->act[s] = s == last ? (void *)e->logits : NULL;
-    for (int s = 0; s < m->n_tensors; s++) {
-        int stored = s != last && !unused[s];  // a stats-only BN's output has a gradient but no buffer
-        for (int i = 0; i < m->n_ops && stored; i++) stored = !(e->stats_only[i] && m->ops[i].out == s);
-        if (stored) e->act[s] = dmalloc(e, slot_elems(e, s, N) * e->esz);
-    }
+    for (int s = 0; s < m->n_tensors; s++)
+        if (s != last && !p->no_act[s]) e->act[s] = dmalloc(e, slot_elems(e, s, N) * e->esz);
     e->cpad = e->dt == CT_BF16 && e->dims[0].C < 8 ? 8 : 0;
     if (e->cpad) {
         size_t wmax = 0;
@@ -119,10 +115,10 @@ void exec_plan(GpuExec *e, const ResNet *m, int N, int H, int W) {
         int handed = 0;  // the output's buffer went on to the residual operand
         for (int j = 0; j < 2; j++) {
             int s = ins[j];
-            if (s <= 0 || owner[s] >= 0 || unused[s]) continue;  // slot 0 (the input) needs no gradient
+            if (s <= 0 || owner[s] >= 0 || p->no_grad[s]) continue;  // slot 0 (the input) needs no gradient
             size_t need = slot_elems(e, s, N) * e->esz;
             // A fused tail's residual gradient is its (masked) output gradient: one buffer.
-            if (i > 0 && e->fuse[i - 1] && op->out != last && owner[op->out] >= 0 &&
+            if (plan_op_folded(p, i) && op->out != last && owner[op->out] >= 0 &&
                 need == slot_elems(e, op->out, N) * e->esz) {
                 owner[s] = owner[op->out];
                 handed = 1;
@@ -153,17 +149,14 @@ void exec_plan(GpuExec *e, const ResNet *m, int N, int H, int W) {
     free(owner);
     free(cap);
     free(busy);
-    free(unused);
 
     // The tails' ReLU mask bits (bf16: one byte per 8 channels), for the conv whose data-gradient
-    // epilogue does the tail's backward reductions (e->tail_bwd).
+    // epilogue does the tail's backward reductions (the plan's tail_mask, bwd_tail).
     e->relu_mask = (uint8_t **)ct_zalloc((size_t)m->n_ops * sizeof(uint8_t *));
     e->mask_ok = (uint8_t *)ct_zalloc((size_t)m->n_ops);
-    for (int i = 0; i < m->n_ops && e->dt == CT_BF16; i++) {
-        if (e->tail_bwd[i] < 0) continue;
-        const Op *add = &m->ops[e->tail_bwd[i] + 1];
-        e->relu_mask[e->tail_bwd[i]] = (uint8_t *)dmalloc(e, (slot_elems(e, add->out, N) + 7) / 8);
-    }
+    for (int k = 0; k < p->n_steps && e->dt == CT_BF16; k++)
+        if (p->steps[k].tail_mask)
+            e->relu_mask[p->steps[k].op] = (uint8_t *)dmalloc(e, (slot_elems(e, p->steps[k].out, N) + 7) / 8);
 
     // BN statistics and the reduction workspace.
     e->bnstat_off = (size_t *)ct_zalloc((size_t)m->n_ops * sizeof(size_t));

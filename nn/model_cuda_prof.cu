@@ -1,6 +1,7 @@
 // The GPU executor's per-op profiler (gpu_exec_profile in nn/model_cuda.h): CUDA events recorded
-// between the parts of each op of a training pass (Prof in nn/model_cuda_impl.h), summed per op
-// and part, and the report that ranks them. Profiling runs every pass eagerly (no CUDA graphs).
+// between the parts of each step of a training pass (Prof in nn/model_cuda_impl.h; a step is
+// marked by its graph op, nn/plan.h), summed per step and part, and the report that ranks them by
+// the plan's step kinds. Profiling runs every pass eagerly (no CUDA graphs).
 #include "nn/model_cuda_impl.h"
 
 void prof_free(Prof *p) {
@@ -43,8 +44,8 @@ void gpu_exec_profile_report(const GpuExec *e, const ResNet *m, int top, FILE *f
     }
     static const char *part_name[PROF_PARTS] = {"fwd", "wgrad", "dgrad", "bwd"};
     const double steps = (double)p->passes[0];
-    // Per step: by kind and pass, and the whole.
-    enum { KINDS = OP_BLUR + 2 };  // SGD and every OpKind
+    // Per step: by the plan's step kind (a block tail is one bn_add step) and pass, and the whole.
+    enum { KINDS = PLAN_KINDS + 1 };  // SGD and every PlanKind
     double by[KINDS][PROF_PARTS] = {{0}}, total = 0;
     int nrows = 0;
     ProfRow *rows = (ProfRow *)ct_alloc((size_t)(m->n_ops + 1) * PROF_PARTS * sizeof(ProfRow));
@@ -52,7 +53,7 @@ void gpu_exec_profile_report(const GpuExec *e, const ResNet *m, int top, FILE *f
         for (int part = 0; part < PROF_PARTS; part++) {
             double ms = p->ms[i * PROF_PARTS + part] / steps;
             if (ms <= 0) continue;
-            int kind = i == m->n_ops ? 0 : m->ops[i].kind + 1;  // 0: SGD
+            int kind = i == m->n_ops ? 0 : plan_step_of(e->plan, i)->kind + 1;  // 0: SGD
             if (kind < KINDS) by[kind][part] += ms;
             total += ms;
             rows[nrows++] = (ProfRow){ms, i, part};
@@ -63,7 +64,7 @@ void gpu_exec_profile_report(const GpuExec *e, const ResNet *m, int top, FILE *f
     for (int k = 0; k < KINDS; k++)
         for (int part = 0; part < PROF_PARTS; part++)
             if (by[k][part] > 0)
-                fprintf(f, "  %-10s %-6s %10.3f %6.1f%%\n", k == 0 ? "sgd" : resnet_op_kind_name(k - 1),
+                fprintf(f, "  %-10s %-6s %10.3f %6.1f%%\n", k == 0 ? "sgd" : plan_kind_name(k - 1),
                         k == 0 ? "" : part_name[part], by[k][part], 100 * by[k][part] / total);
     fprintf(f, "  %-17s %10.3f  (the GPU time of the step's passes, as the events saw it)\n", "total", total);
     qsort(rows, nrows, sizeof(ProfRow), prof_row_desc);
@@ -83,7 +84,7 @@ void gpu_exec_profile_report(const GpuExec *e, const ResNet *m, int top, FILE *f
         else
             snprintf(shape, sizeof shape, "%d ch @%dx%d", di->C, di->H, di->W);
         fprintf(f, "  %8.3f ms %5.1f%%  %-22s %-9s %-5s %s\n", w->ms, 100 * w->ms / total, op->name,
-                resnet_op_kind_name(op->kind), part_name[w->part], shape);
+                plan_kind_name(plan_step_of(e->plan, w->op)->kind), part_name[w->part], shape);
     }
     free(rows);
 }

@@ -45,18 +45,6 @@ const char *resnet_op_kind_name(int kind) {
     return "?";
 }
 
-int resnet_bn_add_fusable(const ResNet *m, int i) {
-    const char *env = getenv("CTRAIN_FUSE_BN_ADD");
-    if (env && !strcmp(env, "0")) return 0;
-    if (i < 0 || i + 1 >= m->n_ops) return 0;
-    const Op *bn = &m->ops[i], *add = &m->ops[i + 1];
-    if (bn->kind != OP_BN || bn->relu || add->kind != OP_ADD) return 0;
-    if ((add->in == bn->out) == (add->in2 == bn->out)) return 0;  // exactly one operand is the BN's
-    for (int j = 0; j < m->n_ops; j++)
-        if (j != i + 1 && (m->ops[j].in == bn->out || m->ops[j].in2 == bn->out)) return 0;
-    return bn->out != m->n_tensors - 1;
-}
-
 const char *resnet_arch_list(void) {
     return "resnet18, resnet34, resnet50, resnet101, resnet152, resnet20, resnet32, resnet44, resnet56, resnet110";
 }

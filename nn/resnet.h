@@ -1,7 +1,8 @@
 // ResNet family as DATA: a flat list of ops over numbered tensor slots, a table of the state
 // entries (torchvision state_dict names and shapes) and the host copy of the state.
 //
-// Both executors walk the same op list: nn/model_cpu.c on the CPU, nn/model_cuda.cu on the GPU.
+// Both executors walk the plan lowered from this op list (nn/plan.h): nn/model_cpu.c on the CPU,
+// nn/model_cuda.cu on the GPU.
 // Nothing here computes; this file only describes the network, its shapes and its initialisation.
 //
 // Architectures (torchvision-exact names and init):
@@ -137,12 +138,8 @@ const char *resnet_arch_list(void);
 // "conv", "batchnorm", "relu", "maxpool", "add", "avgpool", "fc", "blur" for an OpKind; "?" otherwise.
 const char *resnet_op_kind_name(int kind);
 
-// A residual block's tail, bn3 + add [+ relu], runs as one pass in both executors
-// (batchnorm_add_*: the BN output is never stored, the residual gradient is written in the BN
-// backward's last pass). Returns 1 when op i is an OP_BN without ReLU whose output is read only by
-// op i + 1, an OP_ADD; 0 otherwise, and always 0 when the environment sets CTRAIN_FUSE_BN_ADD=0
-// (the unfused path, kept for comparisons).
-int resnet_bn_add_fusable(const ResNet *m, int i);
+// How the executors run the graph (which BN runs with the ADD after it, which kernels gather a BN's
+// statistics) is decided by the lowered plan, nn/plan.h, from the graph and the execution options.
 
 // torchvision initialisation drawn from util/rng.h keyed on (seed, entry index):
 // conv kaiming_normal_(mode=fan_out, nonlinearity=relu): N(0, 2/(K*R*S));

@@ -40,6 +40,10 @@ static ResNet *model_create(const char *spec, int cin, int classes) {
     return m;
 }
 
+// The execution options of both executors in the cases below (the fusion cases change them): the
+// two walk the plan these give (nn/plan.h).
+static ExecOptions opts_;
+
 static const char *dtname(CtDtype dt) { return dt == CT_BF16 ? "bf16" : "fp32"; }
 
 // Worst per-entry gradient error; prints the worst few for the log.
@@ -97,12 +101,12 @@ static StepSum run_case(const char *arch, int N, int H, int W, CtDtype dt, int f
     for (int i = 0; i < N; i++) labels[i] = (int32_t)rng_below(&r, classes);
 
     // One training step on each backend.
-    CpuExec *ce = cpu_exec_create(mc);
+    CpuExec *ce = cpu_exec_create_opts(mc, &opts_);
     cpu_exec_set_bf16(ce, dt == CT_BF16);
     float *gc = (float *)ct_alloc(mc->n_params * sizeof(float)), *gg = (float *)ct_alloc(mc->n_params * sizeof(float));
     int hc = -1, hg = -1;
     float lc = cpu_train_step(ce, mc, x, labels, N, H, W, 0.1f, gc, &hc);
-    GpuExec *ge = gpu_exec_create(mg, dt);
+    GpuExec *ge = gpu_exec_create_opts(mg, dt, &opts_);
     float lg = gpu_train_step(ge, mg, x, labels, N, H, W, 0.1f, gg, &hg);
     const StepSum sum = {lg, crc32c(0, gg, mg->n_params * sizeof(float))};
     double lerr = fabs((double)lg - lc) / fabs((double)lc);
@@ -127,7 +131,7 @@ static StepSum run_case(const char *arch, int N, int H, int W, CtDtype dt, int f
         ResNet *mr = model_create(arch, cin, classes);
         memcpy(mr->params, mg->params, mc->n_params * sizeof(float));  // mg->params: untouched host copy
         float *gr = (float *)ct_alloc(mc->n_params * sizeof(float));
-        CpuExec *ce2 = cpu_exec_create(mr);
+        CpuExec *ce2 = cpu_exec_create_opts(mr, &opts_);
         cpu_train_step(ce2, mr, x, labels, N, H, W, 0.1f, gr, NULL);
         double noise = rel_err_norm(gr, gc, mc->n_params), all = rel_err_norm(gg, gc, mc->n_params);
 #ifdef CTRAIN_EMU
@@ -174,7 +178,7 @@ static StepSum run_case(const char *arch, int N, int H, int W, CtDtype dt, int f
     if (full) {
         ResNet *m2 = model_create(arch, cin, classes);
         memcpy(m2->params, mg->params, mg->n_params * sizeof(float));
-        GpuExec *g2 = gpu_exec_create(m2, dt);
+        GpuExec *g2 = gpu_exec_create_opts(m2, dt, &opts_);
         float *gg2 = (float *)ct_alloc(mc->n_params * sizeof(float));
         float l2 = gpu_train_step(g2, m2, x, labels, N, H, W, 0.1f, gg2, NULL);
         CHECK(l2 == lg && !memcmp(gg2, gg, mc->n_params * sizeof(float)), "%s %s: rerun not bit-identical", arch,
@@ -265,7 +269,7 @@ static StepSum run_case(const char *arch, int N, int H, int W, CtDtype dt, int f
         SgdState s3;
         sgd_init(&s3, m3->n_params);
         gpu_download_state(ge, m3, &s3);
-        GpuExec *g3 = gpu_exec_create(m3, dt);
+        GpuExec *g3 = gpu_exec_create_opts(m3, dt, &opts_);
         gpu_upload_state(g3, m3, &s3);
         const float *z3 = gpu_forward_u8(g3, m3, xu, N, H, W, mean, std, 0);
         CHECK(!memcmp(z3, z1, (size_t)N * classes * sizeof(float)), "%s %s: state round trip changed the logits",
@@ -435,6 +439,7 @@ static void graph_case(const char *arch, int N, int H, int W, CtDtype dt, int pr
 
 int main(void) {
     setvbuf(stdout, NULL, _IOLBF, 0);
+    opts_ = exec_options_default();
     // EMU_MODEL_CASE="arch,N,H,W,fp32|bf16" runs one case with every check (measurements).
     const char *one = getenv("EMU_MODEL_CASE");
     if (one && *one) {
@@ -458,7 +463,7 @@ int main(void) {
     // The same step with the convolutions on the Hopper engine (CTRAIN_CONV_ENGINE=wgmma: forward
     // with its BN statistics, data gradients with their BN backward epilogues, weight gradients; on
     // a GPU other than compute 9.0 it falls back to v2 and this repeats the case above), then with
-    // CTRAIN_FUSE_BN_BWD=0 (the unfused data gradients), then resnet18 (1x1 projections at stride 2,
+    // fuse_bn_bwd off (the unfused data gradients), then resnet18 (1x1 projections at stride 2,
     // the 7x7 stem padded to 8 channels). Under emulation both engines add the same products in
     // the same order and the epilogues share v2's code (kernels/conv_bn_epi.cuh): the step must
     // have v2's bits, loss and every gradient, where the weight gradients' split-K plans agree
@@ -476,10 +481,10 @@ int main(void) {
         if (prev) snprintf(saved, sizeof saved, "%s", prev);
         setenv("CTRAIN_CONV_ENGINE", "wgmma", 1);
         wg_r20 = run_case("resnet20", 2, 8, 8, CT_BF16, 0);
-        setenv("CTRAIN_FUSE_BN_BWD", "0", 1);
-        printf("wgmma, CTRAIN_FUSE_BN_BWD=0:\n");
+        opts_.fuse_bn_bwd = 0;
+        printf("wgmma, fuse_bn_bwd off:\n");
         run_case("resnet20", 2, 8, 8, CT_BF16, 0);
-        unsetenv("CTRAIN_FUSE_BN_BWD");
+        opts_ = exec_options_default();
         printf("wgmma:\n");
         wg_r18 = run_case("resnet18", 2, 36, 36, CT_BF16, 0);
         if (prev) setenv("CTRAIN_CONV_ENGINE", saved, 1);
@@ -502,15 +507,14 @@ int main(void) {
 #else
     (void)wg_r20, (void)wg_r18, (void)v2_r20, (void)v2_r18, (void)on_v2, (void)with_wg;
 #endif
-    // Every batch-norm fusion off (the environment switches of nn/model_cuda.cu): the unfused passes
-    // each fusion replaces, wired as the executor runs them when a switch is 0.
+    // Every batch-norm fusion off (the execution options of the plan, nn/plan.h): the unfused passes
+    // each fusion replaces, wired as the executor runs them when an option is 0.
     {
-        static const char *off[] = {"CTRAIN_FUSE_BN_ADD", "CTRAIN_FUSE_BN_STATS", "CTRAIN_FUSE_BN_BWD",
-                                    "CTRAIN_FUSE_BN_POOL", "CTRAIN_FUSE_BN_RES"};
-        for (size_t i = 0; i < sizeof off / sizeof off[0]; i++) setenv(off[i], "0", 1);
+        opts_.fuse_bn_add = opts_.fuse_bn_stats = opts_.fuse_bn_bwd = opts_.fuse_bn_pool =
+            opts_.fuse_bn_res = 0;
         printf("every batch-norm fusion off:\n");
         run_case("resnet18", 2, 36, 36, CT_BF16, 0);
-        for (size_t i = 0; i < sizeof off / sizeof off[0]; i++) unsetenv(off[i]);
+        opts_ = exec_options_default();
     }
     // ~2 minutes under emulation: tests/gpu.sh sets EMU_MODEL_ALL=1 (seconds on a GPU).
     const char *all = getenv("EMU_MODEL_ALL");

@@ -57,9 +57,9 @@ assert re.search(r"^profile: resnet20, bf16, 3 steps timed", t, re.M), t
 kinds = dict()
 for m in re.finditer(r"^  (\S+) +(fwd|wgrad|dgrad|bwd)? +([0-9.]+) +([0-9.]+)%$", t, re.M):
     kinds[(m.group(1), m.group(2))] = float(m.group(4))
-for k in [("conv", "fwd"), ("conv", "wgrad"), ("conv", "dgrad"), ("batchnorm", "fwd"), ("batchnorm", "bwd"), ("fc", "fwd")]:
+for k in [("conv", "fwd"), ("conv", "wgrad"), ("conv", "dgrad"), ("bn", "fwd"), ("bn", "bwd"), ("bn_add", "fwd"), ("bn_add", "bwd"), ("fc", "fwd")]:
     assert k in kinds, (k, kinds)
-# Every residual add rides in the batch norm before it (CTRAIN_FUSE_BN_ADD, on by default).
+# Every residual add rides in the batch norm before it (a bn_add step of the plan, nn/plan.h).
 assert ("add", "fwd") not in kinds, kinds
 assert abs(sum(kinds.values()) - 100) < 1.0, sum(kinds.values())
 assert re.search(r"the 15 slowest parts:\n +[0-9.]+ ms +[0-9.]+%  \S+", t), t

@@ -42,6 +42,7 @@
 #include "kernels/kernels.h"
 #include "nn/layers.h"
 #include "nn/model_cuda.h"
+#include "nn/plan.h"
 #include "nn/resnet.h"
 #include "nn/sgd.h"
 #include "util/common.h"
@@ -86,8 +87,19 @@ static const Res *find_res(const char *symbol) {
     return NULL;
 }
 
-// Row of the per-kind table: 0 = other (input normalisation, loss), 1 = SGD, 2 + kind.
-enum { ROW_OTHER = 0, ROW_SGD = 1, ROW_KIND0 = 2, ROWS = ROW_KIND0 + 8 };
+// Row of the per-kind table: 0 = other (input normalisation, loss), 1 = SGD, 2 + the kind of the
+// plan step that ran the op (nn/plan.h: a block tail is one "bn_add" step, a BN applied by the op
+// after it a "bn_stats" one), so the table names what the executor launched.
+enum { ROW_OTHER = 0, ROW_SGD = 1, ROW_KIND0 = 2, ROWS = ROW_KIND0 + PLAN_KINDS };
+// The execution options of every executor this tool makes, and the plan they give.
+static ExecOptions opts_;
+static ExecPlan *plan_;
+static int row_of(const ResNet *m, int op) {
+    return op < 0 || op > m->n_ops ? ROW_OTHER : op == m->n_ops ? ROW_SGD : ROW_KIND0 + plan_step_of(plan_, op)->kind;
+}
+static const char *row_name(int k) {
+    return k == ROW_OTHER ? "other" : k == ROW_SGD ? "sgd" : plan_kind_name(k - ROW_KIND0);
+}
 
 typedef struct {
     double mma, rd, wr, rdu, wru, launches, t_model;
@@ -134,7 +146,7 @@ static CtCostLaunch *count_step(ResNet *m, int S, int N, int classes, float *los
     make_batch(N, S, classes, &x, &labels);
     const SgdConfig cfg = {.momentum = 0.9f, .weight_decay = 1e-4f};
     // Eager launches (graphs off) with the profiler's marks: each launch gets its op and pass.
-    GpuExec *e = gpu_exec_create(m, CT_BF16);
+    GpuExec *e = gpu_exec_create_opts(m, CT_BF16, &opts_);
     gpu_exec_use_graphs(e, 0);
     gpu_exec_profile(e, m, 1);
     SgdState st;
@@ -191,12 +203,15 @@ static void add_workspace(const ResNet *m, const TensorDim *dims, const CtCostLa
         x->wrd += bytes;
         g[op * 4].wwr += bytes;  // the conv before it (op - 1), forward
     } else if (strstr(c->name, "bn_finish_grad_tiles_k") && op + 1 < m->n_ops) {
-        // The backward's sums, 8 bytes per tile and channel, written by the op that reads the BN's
-        // output: the conv after it (its data-gradient epilogue, part 2: PROF_BWD_DATA; tiles per
-        // stride phase), the stem's max pool (its backward, part 3: PROF_BWD; 128-row tiles), or,
-        // for a fused tail, the conv after its ADD.
+        // The backward's sums, 8 bytes per tile and channel, written by the step the plan gave the
+        // BN's reductions (bwd_bn, bwd_tail): a conv's data-gradient epilogue (part 2:
+        // PROF_BWD_DATA; tiles per stride phase) or the stem's max pool (its backward, part 3:
+        // PROF_BWD; 128-row tiles).
         const TensorDim *d = &dims[o->in];
-        int w = op + 1 < m->n_ops && m->ops[op + 1].kind == OP_ADD ? op + 2 : op + 1;
+        int w = -1;
+        for (int k = 0; k < plan_->n_steps; k++)
+            if (plan_->steps[k].bwd_bn == op || plan_->steps[k].bwd_tail == op) w = plan_->steps[k].op;
+        if (w < 0) ct_die("bench_gpu_cost: %s's backward sums came from a data gradient the plan does not fuse", o->name);
         const Op *r = &m->ops[w];
         int tiles = (B * d->H * d->W + 127) / 128, part = 3;
         if (r->kind == OP_CONV) {
@@ -294,7 +309,7 @@ static int extrapolate(const ResNet *m, const TensorDim *dims, int S, int classe
             int any = 0;
             for (int i = 0; i < ng; i++) {
                 int op = i / 4 - 1, pp = i % 4;
-                int row = op < 0 ? ROW_OTHER : op == m->n_ops ? ROW_SGD : ROW_KIND0 + m->ops[op].kind;
+                int row = row_of(m, op);
                 if (row != k || pp != part || !g1[i].l) continue;
                 any = 1;
                 a1[0] += g1[i].rd, a1[1] += g1[i].wr, a1[2] += g1[i].l;
@@ -302,7 +317,7 @@ static int extrapolate(const ResNet *m, const TensorDim *dims, int S, int classe
                 totT[3] += f[i].a[0] + f[i].a[1], totT[4] += (f[i].b[0] + f[i].b[1]) * T, totT[5] += p[i].wrd + p[i].wwr;
             }
             if (!any) continue;
-            const char *kn = k == ROW_OTHER ? "other" : k == ROW_SGD ? "sgd" : resnet_op_kind_name(k - ROW_KIND0);
+            const char *kn = row_name(k);
             printf("  %-10s %-6s %12.3f %12.3f %12.3f %12.3f %10.3f %10.3f\n", kn, k <= ROW_SGD ? "-" : part_name[part],
                    a1[0] / B1 / MB, a1[1] / B1 / MB, aT[0] / T / MB, aT[1] / T / MB, aT[2] / T, aT[3] / T / MB);
             for (int j = 0; j < 3; j++) tot1[j] += a1[j], totT[j] += aT[j];
@@ -393,6 +408,8 @@ int main(int argc, char **argv) {
     resnet_free(m);
     m = resnet_create_ex(arch, 3, classes, blurpool);
     resnet_init(m, 1, 0);
+    opts_ = exec_options_default();
+    plan_ = plan_build(m, &opts_);
     TensorDim *dims = ct_alloc((size_t)m->n_tensors * sizeof(TensorDim));
     if (resnet_shapes(m, S, S, dims)) ct_die("bench_gpu_cost: %s cannot take %dx%d images", arch, S, S);
 
@@ -405,7 +422,7 @@ int main(int argc, char **argv) {
         int32_t *labels;
         make_batch(N, S, classes, &x, &labels);
         grads_off = ct_alloc(m->n_params * sizeof(float));
-        GpuExec *e0 = gpu_exec_create(m, CT_BF16);
+        GpuExec *e0 = gpu_exec_create_opts(m, CT_BF16, &opts_);
         gpu_exec_use_graphs(e0, 0);
         gpu_exec_profile(e0, m, 1);  // the same launches as the counted run, only uncounted
         loss_off = gpu_train_step_u8(e0, m, x, labels, N, S, S, mean_rgb, std_rgb, 0.0f, grads_off, NULL);
@@ -441,7 +458,7 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < nl; i++) {
         const CtCostLaunch c = rec[i];
         int op = c.tag_op, part = c.tag_part < 0 || c.tag_part > 3 ? 0 : c.tag_part;
-        int row = op < 0 || op > m->n_ops ? ROW_OTHER : op == m->n_ops ? ROW_SGD : ROW_KIND0 + m->ops[op].kind;
+        int row = row_of(m, op);
         if (row == ROW_OTHER || row == ROW_SGD) part = 0;
         double t = roofline(&c);
         add(&by[row][part], &c, t);
@@ -475,7 +492,7 @@ int main(int argc, char **argv) {
         for (int p = 0; p < 4; p++) {
             const Sum *s = &by[k][p];
             if (!s->launches) continue;
-            const char *kn = k == ROW_OTHER ? "other" : k == ROW_SGD ? "sgd" : resnet_op_kind_name(k - ROW_KIND0);
+            const char *kn = row_name(k);
             printf("  %-10s %-6s %8.0f %10.3f %10.3f %10.3f %10.3f %10.3f %10.1f\n", kn,
                    k <= ROW_SGD ? "-" : part_name[p], s->launches, s->mma * 4096 / GF, s->rd / MB, s->wr / MB,
                    s->rdu / MB, s->wru / MB, s->t_model * 1e6);
