@@ -43,10 +43,14 @@ struct CpuExec {
     int bf16;
     float *wq;
     size_t wq_cap;
+    ExecOptions opt;  // the routes and fusions it takes (cpu_exec_create_ex)
 };
 
-CpuExec *cpu_exec_create(const ResNet *m) {
+CpuExec *cpu_exec_create(const ResNet *m) { return cpu_exec_create_ex(m, NULL); }
+
+CpuExec *cpu_exec_create_ex(const ResNet *m, const ExecOptions *opt) {
     CpuExec *e = ct_zalloc(sizeof *e);
+    e->opt = opt ? *opt : exec_options_default();
     e->n_ops = m->n_ops;
     e->n_tensors = m->n_tensors;
     e->dims = ct_zalloc(m->n_tensors * sizeof(TensorDim));
@@ -55,7 +59,7 @@ CpuExec *cpu_exec_create(const ResNet *m) {
     e->grad_written = ct_zalloc(m->n_tensors);
     e->bn_off = ct_zalloc(m->n_ops * sizeof(size_t));
     e->fuse = ct_zalloc(m->n_ops);
-    for (int i = 0; i < m->n_ops; i++) e->fuse[i] = (uint8_t)resnet_bn_add_fusable(m, i);
+    for (int i = 0; i < m->n_ops; i++) e->fuse[i] = (uint8_t)resnet_bn_add_fusable(m, i, &e->opt);
     size_t bn_total = 0;
     for (int i = 0; i < m->n_ops; i++) {
         e->bn_off[i] = bn_total;
@@ -269,7 +273,7 @@ static void forward_ops(CpuExec *e, ResNet *m, int N, int train) {
         switch (op->kind) {
         case OP_CONV: {
             ConvShape s = conv_shape(N, din.H, din.W, din.C, op->K, op->R, op->S, op->stride, op->pad);
-            conv2d_forward(&s, y, x, weight(e, m, op->w));
+            conv2d_forward_ex(&s, y, x, weight(e, m, op->w), &e->opt);
             break;
         }
         case OP_BN: {
@@ -364,8 +368,8 @@ void cpu_backward(CpuExec *e, const ResNet *m, const float *dlogits, float *grad
         switch (op->kind) {
         case OP_CONV: {
             ConvShape s = conv_shape(N, din.H, din.W, din.C, op->K, op->R, op->S, op->stride, op->pad);
-            conv2d_backward_weight(&s, grads + m->entries[op->w].offset, dy, x);
-            if (dx) conv2d_backward_data(&s, dx, dy, weight(e, m, op->w));
+            conv2d_backward_weight_ex(&s, grads + m->entries[op->w].offset, dy, x, &e->opt);
+            if (dx) conv2d_backward_data_ex(&s, dx, dy, weight(e, m, op->w), &e->opt);
             break;
         }
         case OP_BN: {

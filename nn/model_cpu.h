@@ -22,6 +22,9 @@ extern "C" {
 typedef struct CpuExec CpuExec;
 
 CpuExec *cpu_exec_create(const ResNet *m);
+// The same with the execution options it takes (nn/exec_options.h: the CPU convolution routes and
+// the BN + ADD fusion; o NULL or cpu_exec_create: the defaults). Copied: o need not outlive the call.
+CpuExec *cpu_exec_create_ex(const ResNet *m, const ExecOptions *o);
 void cpu_exec_free(CpuExec *e);
 
 // Forward pass on a float NHWC input x[N,H,W,in_channels] (already normalised).

@@ -20,9 +20,17 @@
 #define BN_MOMENTUM 0.1f
 #define BN_EPS 1e-5f
 
-GpuExec *gpu_exec_create(const ResNet *m, CtDtype dt) {
+GpuExec *gpu_exec_create(const ResNet *m, CtDtype dt) { return gpu_exec_create_ex(m, dt, NULL); }
+
+GpuExec *gpu_exec_create_ex(const ResNet *m, CtDtype dt, const ExecOptions *o) {
     GpuExec *e = (GpuExec *)ct_zalloc(sizeof(GpuExec));
     e->dt = dt;
+    e->opt = o ? *o : exec_options_default();
+    // fp32 takes the generic engine; a tensor-core engine named for it would be an error.
+    e->conv_algo = dt != CT_BF16                              ? CT_CONV_AUTO
+                   : e->opt.conv_engine == EXEC_CONV_V1    ? CT_CONV_TC
+                   : e->opt.conv_engine == EXEC_CONV_WGMMA ? CT_CONV_WGMMA
+                                                           : CT_CONV_TC2;
     e->esz = dt == CT_BF16 ? 2 : 4;
     e->graph = m;
     e->decay_mode = -1;
@@ -117,11 +125,11 @@ static void forward_ops(GpuExec *e, const ResNet *m, int N, int train) {
             // The BN right after takes its statistics from this conv's epilogue when it can.
             const Op *nx = i + 1 < m->n_ops ? &m->ops[i + 1] : NULL;
             if (e->fuse_stats && train && !m->freeze_backbone && nx && nx->kind == OP_BN && nx->in == op->out &&
-                conv2d_forward_stats_gpu(&s, out, e->work, x, w, dt, st)) {
+                conv2d_forward_stats_gpu(&s, out, e->work, x, w, dt, st, e->conv_algo)) {
                 stats_op = i + 1;
                 break;
             }
-            conv2d_forward_gpu(&s, out, x, w, dt, st);
+            conv2d_forward_gpu_ex(&s, out, x, w, dt, st, e->conv_algo);
             break;
         }
         case OP_BN: {
@@ -174,11 +182,11 @@ static void forward_ops(GpuExec *e, const ResNet *m, int N, int train) {
             if (e->pool_bn[i] >= 0 && train && !m->freeze_backbone) {  // relu(bn(x)) on the fly
                 const Op *bn = &m->ops[e->pool_bn[i]];
                 maxpool_forward_bn_gpu(out, e->act[bn->in], bn_affine(e, m, e->pool_bn[i]), N, di->H, di->W, di->C, op->R, op->stride, op->pad,
-                                       dout->H, dout->W, dt, st);
+                                       dout->H, dout->W, e->opt.maxpool_vector, dt, st);
                 break;
             }
             maxpool_forward_gpu(out, e->pool_bn[i] >= 0 ? e->scratch : in, N, di->H, di->W, di->C, op->R, op->stride,
-                                op->pad, dout->H, dout->W, dt, st);
+                                op->pad, dout->H, dout->W, e->opt.maxpool_vector, dt, st);
             break;
         case OP_ADD:
             add_forward_gpu(out, in, e->act[op->in2], n_in, op->relu, dt, st);
@@ -406,10 +414,10 @@ static void backward_ops(GpuExec *e, const ResNet *m, GradReadyFn ready, void *c
         case OP_CONV: {
             ConvShape s = op_conv_shape(e, op, N);
             if (stem_padded(e, op)) {  // slot 0 needs no data gradient
-                conv2d_backward_weight_gpu(&s, e->dwpad, gout, e->xpad, e->work, dt, st);
+                conv2d_backward_weight_gpu_ex(&s, e->dwpad, gout, e->xpad, e->work, dt, st, e->conv_algo);
                 conv_unpad_channels_gpu(pgrad(e, m, op->w), e->dwpad, (size_t)op->K * op->R * op->S, e->cpad, di->C, st);
             } else {
-                conv2d_backward_weight_gpu(&s, pgrad(e, m, op->w), gout, in, e->work, dt, st);
+                conv2d_backward_weight_gpu_ex(&s, pgrad(e, m, op->w), gout, in, e->work, dt, st, e->conv_algo);
             }
             prof_mark(e, i, PROF_BWD_DATA);
             if (need_din) {  // a later contribution is added in the data gradient's epilogue
@@ -418,7 +426,7 @@ static void backward_ops(GpuExec *e, const ResNet *m, GradReadyFn ready, void *c
                 if (tb >= 0 && conv2d_backward_data_tail_gpu(&s, e->grad[op->in], init[op->in], e->work, gout,
                                                              wop(e, m, op->w), in, e->mask_ok[tb] ? e->relu_mask[tb] : NULL,
                                                              e->act[m->ops[tb].in], e->bnstat + e->bnstat_off[tb], dt,
-                                                             st)) {
+                                                             st, e->conv_algo)) {
                     tiles_op = tb;
                     tiles_n = conv2d_gpu_dgrad_bn_tiles(&s);
                 }
@@ -426,12 +434,13 @@ static void backward_ops(GpuExec *e, const ResNet *m, GradReadyFn ready, void *c
                     conv2d_backward_data_bn_gpu(&s, e->grad[op->in], e->work, gout, wop(e, m, op->w), e->act[bn->in],
                                                 pparam(e, m, bn->w), pparam(e, m, bn->b),
                                                 e->bnstat + e->bnstat_off[i - 1],
-                                                e->bnstat + e->bnstat_off[i - 1] + bn->C, dt, st)) {
+                                                e->bnstat + e->bnstat_off[i - 1] + bn->C, dt, st, e->conv_algo)) {
                     tiles_op = i - 1;
                     tiles_n = conv2d_gpu_dgrad_bn_tiles(&s);
                 }
-                else if (init[op->in]) conv2d_backward_data_acc_gpu(&s, e->grad[op->in], gout, wop(e, m, op->w), dt, st);
-                else conv2d_backward_data_gpu(&s, e->grad[op->in], gout, wop(e, m, op->w), dt, st);
+                else if (init[op->in])
+                    conv2d_backward_data_acc_gpu_ex(&s, e->grad[op->in], gout, wop(e, m, op->w), dt, st, e->conv_algo);
+                else conv2d_backward_data_gpu_ex(&s, e->grad[op->in], gout, wop(e, m, op->w), dt, st, e->conv_algo);
                 init[op->in] = 1;
             }
             break;
@@ -477,7 +486,7 @@ static void backward_ops(GpuExec *e, const ResNet *m, GradReadyFn ready, void *c
             if (e->bn_bwd[i] && !init[op->in] &&
                 maxpool_backward_bn_gpu(e->grad[op->in], e->work, gout, e->pool_bn[i] >= 0 ? NULL : in,
                                         e->act[bn->in], a, N, di->H, di->W, di->C, op->R, op->stride, op->pad,
-                                        dout->H, dout->W, dt, st)) {
+                                        dout->H, dout->W, e->opt.maxpool_vector, dt, st)) {
                 tiles_op = i - 1;
                 tiles_n = (int)((n_in / di->C + 127) / 128);  // the pool's 128-row tiles
                 init[op->in] = 1;
@@ -485,7 +494,7 @@ static void backward_ops(GpuExec *e, const ResNet *m, GradReadyFn ready, void *c
             }
             if (e->pool_bn[i] >= 0) ct_die("gpu: op %d (%s): the fused stem's backward did not run", i, op->name);
             maxpool_backward_gpu(grad_target(e, op->in, init), gout, in, N, di->H, di->W, di->C, op->R,
-                                 op->stride, op->pad, dout->H, dout->W, dt, st);
+                                 op->stride, op->pad, dout->H, dout->W, e->opt.maxpool_vector, dt, st);
             finish_grad(e, op->in, init, n_in);
             break;
         }

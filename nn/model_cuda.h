@@ -55,6 +55,9 @@ int gpu_device_count(void);
 void gpu_select_device(int device);
 
 GpuExec *gpu_exec_create(const ResNet *m, CtDtype dt);
+// The same with the execution options it takes (nn/exec_options.h: the bf16 conv engine, the max
+// pool's vectors, each fusion; o NULL or gpu_exec_create: the defaults). Copied at creation.
+GpuExec *gpu_exec_create_ex(const ResNet *m, CtDtype dt, const ExecOptions *o);
 void gpu_exec_free(GpuExec *e);
 
 // Host <-> device copies of the model state (params, BN running stats) and, when sgd != NULL,

@@ -1,23 +1,24 @@
 // The GPU executor's fusion plan (struct GpuExec in nn/model_cuda_impl.h): which batch-norm passes
-// ride in which kernels, decided once per executor from the op list, with an environment switch per
-// fusion so that one GPU run can compare them (tools/gpu_session.sh's variants). Every fused path
+// ride in which kernels, decided once per executor from the op list and its execution options (an
+// option per fusion, nn/exec_options.h, so that one GPU run can compare them: tools/gpu_session.sh's
+// variants). Every fused path
 // has an unfused one the executor falls back to, and nn/model_cuda.cu's passes read only the tables
 // made here. The fusions, by op pattern:
 //
-// - The block tail (resnet_bn_add_fusable, CTRAIN_FUSE_BN_ADD=0 turns it off; e->fuse): bn3 + add
+// - The block tail (resnet_bn_add_fusable, --no-fuse-bn-add turns it off; e->fuse): bn3 + add
 //   [+ relu] runs as one batch norm whose last pass adds the residual (the BN output slot is never
 //   allocated), and its backward writes the residual's gradient in the BN's dx pass.
-// - The residual's own BN (CTRAIN_FUSE_BN_RES; e->res_bn, e->stats_only): a fused tail whose
+// - The residual's own BN (--fuse-bn-res; e->res_bn, e->stats_only): a fused tail whose
 //   residual is a BN's output read by nothing else (bn3 or bn2 of a downsampling block, beside the
 //   shortcut's BN fused with the ADD) applies that BN itself (batchnorm_add_bn_forward_train_gpu);
 //   the BN only gathers its statistics and its output has no buffer; its backward needs its input.
-// - The stem's BN + ReLU in the max pool (CTRAIN_FUSE_BN_POOL; e->pool_bn, e->stats_only): the pool
+// - The stem's BN + ReLU in the max pool (--fuse-bn-pool; e->pool_bn, e->stats_only): the pool
 //   applies it to the BN's input on the fly (maxpool_forward_bn_gpu) and its backward recomputes it;
 //   the BN only gathers its statistics and its output has no buffer.
-// - BN statistics in the conv epilogue (CTRAIN_FUSE_BN_STATS; e->fuse_stats): a bf16 train forward
+// - BN statistics in the conv epilogue (--fuse-bn-stats; e->fuse_stats): a bf16 train forward
 //   whose conv feeds a BN and runs on engine v2 leaves per-tile {sum, m2} in e->work
 //   (conv2d_forward_stats_gpu), and that BN skips its statistics pass.
-// - BN backward reductions in the dgrad epilogue (CTRAIN_FUSE_BN_BWD; e->bn_bwd): a conv (or the
+// - BN backward reductions in the dgrad epilogue (--fuse-bn-bwd; e->bn_bwd): a conv (or the
 //   stem's max pool) whose input is relu(bn(x)) of the op before, read by it alone (bn1 -> conv2,
 //   bn2 -> conv3, the stem's bn1 -> max pool) writes that BN's masked gradient and per-tile
 //   {sum g, sum g (x - mean)} in e->work (conv2d_backward_data_bn_gpu, engine v2, stride 1 or 2;
@@ -31,11 +32,6 @@
 
 #include "nn/model_cuda_impl.h"
 
-static int switched_off(const char *name) {
-    const char *v = getenv(name);
-    return v && !strcmp(v, "0");
-}
-
 // Readers of slot s among ops [0, n): as an op's input, or an ADD's second input.
 static int slot_readers(const ResNet *m, int s, int n) {
     int r = 0;
@@ -44,10 +40,10 @@ static int slot_readers(const ResNet *m, int s, int n) {
 }
 
 void exec_plan_fusions(GpuExec *e, const ResNet *m) {
-    int n = m->n_ops, bwd_off = switched_off("CTRAIN_FUSE_BN_BWD");
+    int n = m->n_ops, bwd_off = !e->opt.fuse_bn_bwd;
     e->fuse = (uint8_t *)ct_zalloc((size_t)n);
-    for (int i = 0; i < n; i++) e->fuse[i] = (uint8_t)resnet_bn_add_fusable(m, i);
-    e->fuse_stats = !switched_off("CTRAIN_FUSE_BN_STATS");
+    for (int i = 0; i < n; i++) e->fuse[i] = (uint8_t)resnet_bn_add_fusable(m, i, &e->opt);
+    e->fuse_stats = e->opt.fuse_bn_stats;
     e->bn_bwd = (uint8_t *)ct_zalloc((size_t)n);
     for (int i = 1; i < n && !bwd_off; i++) {
         const Op *op = &m->ops[i], *bn = &m->ops[i - 1];
@@ -58,7 +54,7 @@ void exec_plan_fusions(GpuExec *e, const ResNet *m) {
     }
     e->res_bn = (int *)ct_alloc((size_t)n * sizeof(int));
     e->stats_only = (uint8_t *)ct_zalloc((size_t)n);
-    int res_off = switched_off("CTRAIN_FUSE_BN_RES");
+    int res_off = !e->opt.fuse_bn_res;
     for (int i = 0; i < n; i++) {
         e->res_bn[i] = -1;
         if (!e->fuse[i] || res_off) continue;
@@ -70,10 +66,10 @@ void exec_plan_fusions(GpuExec *e, const ResNet *m) {
         e->res_bn[i] = b;
         e->stats_only[b] = 1;
     }
-    // The pool's backward must then recompute y: it rides on bn_bwd (CTRAIN_FUSE_BN_BWD=0 also
+    // The pool's backward must then recompute y: it rides on bn_bwd (--no-fuse-bn-bwd also
     // turns this off).
     e->pool_bn = (int *)ct_alloc((size_t)n * sizeof(int));
-    int pool_off = switched_off("CTRAIN_FUSE_BN_POOL");
+    int pool_off = !e->opt.fuse_bn_pool;
     for (int i = 0; i < n; i++) {
         e->pool_bn[i] = -1;
         if (!e->bn_bwd[i] || m->ops[i].kind != OP_MAXPOOL || pool_off) continue;

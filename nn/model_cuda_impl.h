@@ -44,12 +44,14 @@ struct GpuExec {
     size_t esz;  // bytes per activation element
     cudaStream_t st, cp;
     const ResNet *graph;  // the model this executor was made for (shape checks)
+    ExecOptions opt;      // its execution options (gpu_exec_create_ex)
+    int conv_algo;        // the CtConvAlgo every convolution takes: opt's engine on bf16, CT_CONV_AUTO on fp32
     uint8_t *fuse;        // per op: 1 for a BN run together with the ADD after it
-    int fuse_stats;       // BN statistics from the conv epilogue (CTRAIN_FUSE_BN_STATS=0: off)
+    int fuse_stats;       // BN statistics from the conv epilogue (--no-fuse-bn-stats: off)
     uint8_t *bn_bwd;      // per conv or max pool op: 1 when its input is relu(bn(x)) of the op before, read by it alone,
-                          // so its dgrad epilogue may do that BN's backward reductions (CTRAIN_FUSE_BN_BWD=0: off)
+                          // so its dgrad epilogue may do that BN's backward reductions (--no-fuse-bn-bwd: off)
     int *res_bn;          // per fused tail BN: the BN whose output is its residual, applied by the tail (-1: none)
-    int *pool_bn;         // per max pool op: the BN + ReLU before it, applied on the fly (-1: none; CTRAIN_FUSE_BN_POOL=0: off)
+    int *pool_bn;         // per max pool op: the BN + ReLU before it, applied on the fly (-1: none; --no-fuse-bn-pool: off)
     uint8_t *stats_only;  // per BN op: its output is never stored (the tail or pool after it applies it)
     uint8_t **relu_mask;  // per fused tail BN with a tail_bwd conv after it: its ReLU mask bits (plan; NULL: none)
     uint8_t *mask_ok;     // per op: the last train forward wrote relu_mask[op]
@@ -172,7 +174,7 @@ void enqueue_xent(GpuExec *e, const ResNet *m, const int32_t *labels, const int3
 float xent_result(const GpuExec *e, int *correct);
 
 // nn/model_cuda_fuse.cu: the fusion plan (fuse, fuse_stats, bn_bwd, tail_bwd, res_bn, pool_bn,
-// stats_only) from the op list and the CTRAIN_FUSE_* switches, and its release.
+// stats_only) from the op list and the fusion options (e->opt), and its release.
 void exec_plan_fusions(GpuExec *e, const ResNet *m);
 void exec_free_fusions(GpuExec *e);
 

@@ -45,9 +45,8 @@ const char *resnet_op_kind_name(int kind) {
     return "?";
 }
 
-int resnet_bn_add_fusable(const ResNet *m, int i) {
-    const char *env = getenv("CTRAIN_FUSE_BN_ADD");
-    if (env && !strcmp(env, "0")) return 0;
+int resnet_bn_add_fusable(const ResNet *m, int i, const ExecOptions *o) {
+    if (o && !o->fuse_bn_add) return 0;
     if (i < 0 || i + 1 >= m->n_ops) return 0;
     const Op *bn = &m->ops[i], *add = &m->ops[i + 1];
     if (bn->kind != OP_BN || bn->relu || add->kind != OP_ADD) return 0;

@@ -32,6 +32,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "nn/exec_options.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -140,9 +142,9 @@ const char *resnet_op_kind_name(int kind);
 // A residual block's tail, bn3 + add [+ relu], runs as one pass in both executors
 // (batchnorm_add_*: the BN output is never stored, the residual gradient is written in the BN
 // backward's last pass). Returns 1 when op i is an OP_BN without ReLU whose output is read only by
-// op i + 1, an OP_ADD; 0 otherwise, and always 0 when the environment sets CTRAIN_FUSE_BN_ADD=0
-// (the unfused path, kept for comparisons).
-int resnet_bn_add_fusable(const ResNet *m, int i);
+// op i + 1, an OP_ADD; 0 otherwise, and always 0 when o->fuse_bn_add is off (--no-fuse-bn-add: the
+// unfused path, kept for comparisons; o NULL: the defaults).
+int resnet_bn_add_fusable(const ResNet *m, int i, const ExecOptions *o);
 
 // torchvision initialisation drawn from util/rng.h keyed on (seed, entry index):
 // conv kaiming_normal_(mode=fan_out, nonlinearity=relu): N(0, 2/(K*R*S));

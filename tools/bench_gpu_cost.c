@@ -46,6 +46,7 @@
 #include "nn/sgd.h"
 #include "util/common.h"
 #include "util/rng.h"
+#include "tools/exec_env.h"
 
 // H100 SXM peaks the roofline model assumes (dense, no sparsity).
 #define PEAK_WGMMA 989e12   // bf16 tensor FLOP/s with wgmma (NVIDIA's datasheet figure)
@@ -134,7 +135,8 @@ static CtCostLaunch *count_step(ResNet *m, int S, int N, int classes, float *los
     make_batch(N, S, classes, &x, &labels);
     const SgdConfig cfg = {.momentum = 0.9f, .weight_decay = 1e-4f};
     // Eager launches (graphs off) with the profiler's marks: each launch gets its op and pass.
-    GpuExec *e = gpu_exec_create(m, CT_BF16);
+    ExecOptions eo = tool_exec_options();
+    GpuExec *e = gpu_exec_create_ex(m, CT_BF16, &eo);
     gpu_exec_use_graphs(e, 0);
     gpu_exec_profile(e, m, 1);
     SgdState st;
@@ -405,7 +407,8 @@ int main(int argc, char **argv) {
         int32_t *labels;
         make_batch(N, S, classes, &x, &labels);
         grads_off = ct_alloc(m->n_params * sizeof(float));
-        GpuExec *e0 = gpu_exec_create(m, CT_BF16);
+        ExecOptions eo = tool_exec_options();
+        GpuExec *e0 = gpu_exec_create_ex(m, CT_BF16, &eo);
         gpu_exec_use_graphs(e0, 0);
         gpu_exec_profile(e0, m, 1);  // the same launches as the counted run, only uncounted
         loss_off = gpu_train_step_u8(e0, m, x, labels, N, S, S, mean_rgb, std_rgb, 0.0f, grads_off, NULL);
