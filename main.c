@@ -16,6 +16,7 @@
 // signal when SIGINT/SIGTERM stopped the run after writing a checkpoint to resume from.
 #include <string.h>
 
+#include "trainer/args.h"
 #include "trainer/config.h"
 #include "trainer/dryrun.h"
 #include "trainer/export.h"

@@ -22,8 +22,8 @@
 // A third, engine v2 (kernels/conv_tc2.cu: 128x128 tiles, 4 stages, gather tables), takes the
 // bf16 convolutions whose operands are all vectorisable; conv_tc_engine() below picks it. A fourth,
 // the Hopper engine (kernels/conv_wgmma.cu: wgmma, warp-specialised), takes v2's shapes (forward,
-// data gradient phases, weight gradient) on compute 9.0 when CTRAIN_CONV_ENGINE=wgmma, except the
-// data gradient with a BN backward epilogue.
+// data gradient phases, weight gradient, and the BN epilogues of the forward and the data
+// gradient in v2's summation order) on compute 9.0 when the caller names it (CT_CONV_WGMMA).
 // The weight gradient reduces over N*P*Q, which is long when K*R*S*C is small: the reduction is
 // cut into a number of splits that depends only on the shape (kernels/conv_split.cu's split_plan:
 // enough CTAs to fill the GPU, few enough that the partials' traffic stays small against the
@@ -52,17 +52,11 @@ static SplitPlan split_plan(int M, int N, int K, int bm, int bn, int bk) {
     return sp;
 }
 
-// Which tensor-core engine CT_CONV_AUTO takes for bf16: CTRAIN_CONV_ENGINE=v1|v2|wgmma (default
-// v2), so one GPU run can compare them. wgmma falls back to v2 for what it does not take (the BN
-// backward epilogues, other devices), v2 to v1.
-static int conv_tc_engine(int algo) {
-    if (algo != CT_CONV_AUTO) return algo;
-    const char *e = getenv("CTRAIN_CONV_ENGINE");
-    if (!e || !*e || !strcmp(e, "v2")) return CT_CONV_TC2;
-    if (!strcmp(e, "v1")) return CT_CONV_TC;
-    if (!strcmp(e, "wgmma")) return CT_CONV_WGMMA;
-    ct_die("CTRAIN_CONV_ENGINE=%s: expected v1, v2 or wgmma", e);
-}
+// Which tensor-core engine CT_CONV_AUTO takes for bf16: v2, the default. The caller names another
+// (the GPU executor passes its ExecOptions' conv engine, nn/exec_options.h); kernels never read the
+// environment. wgmma falls back to v2 for what it does not take (other devices, shapes it refuses),
+// v2 to v1.
+static int conv_tc_engine(int algo) { return algo == CT_CONV_AUTO ? CT_CONV_TC2 : algo; }
 
 // Weight gradients with at most 64 output channels (the stem, ResNet layer1) take 64-row tiles:
 // a 128-row tile would multiply zeros in half of its mma work.
@@ -175,9 +169,9 @@ extern "C" int conv2d_forward_gpu_ex(const ConvShape *s, void *out, const void *
 // The forward with BN statistics in its epilogue (conv_tc2.cu's t2_tile_stats, or the wgmma
 // engine's twin in v2's order): bf16 only.
 extern "C" int conv2d_forward_stats_gpu(const ConvShape *s, void *out, float *stats, const void *in, const void *w,
-                                        CtDtype dt, ct_stream_t st) {
+                                        CtDtype dt, ct_stream_t st, int algo) {
     if (dt != CT_BF16 || !stats) return 0;
-    int used = conv_forward(s, out, stats, in, w, dt, st, CT_CONV_AUTO);
+    int used = conv_forward(s, out, stats, in, w, dt, st, algo);
     return used == CT_CONV_TC2 || used == CT_CONV_WGMMA;
 }
 
@@ -299,7 +293,8 @@ extern "C" int conv2d_backward_data_acc_gpu_ex(const ConvShape *s, void *din, co
 // tile and channel. Returns 0, having run nothing, where engine v2 (or wgmma) does not take it.
 extern "C" int conv2d_backward_data_bn_gpu(const ConvShape *s, void *din, float *tiles, const void *dout,
                                            const void *w, const void *x, const float *gamma, const float *beta,
-                                           const float *mean, const float *invstd, CtDtype dt, ct_stream_t st) {
+                                           const float *mean, const float *invstd, CtDtype dt, ct_stream_t st,
+                                           int algo) {
     ConvBnEpilogue bn = {};
     bn.x = x;
     bn.gamma = gamma;
@@ -307,7 +302,7 @@ extern "C" int conv2d_backward_data_bn_gpu(const ConvShape *s, void *din, float 
     bn.mean = mean;
     bn.invstd = invstd;
     bn.tiles = tiles;
-    int used = conv_dgrad(s, din, dout, w, dt, st, CT_CONV_AUTO, 0, &bn);
+    int used = conv_dgrad(s, din, dout, w, dt, st, algo, 0, &bn);
     return used == CT_CONV_TC2 || used == CT_CONV_WGMMA;
 }
 
@@ -315,14 +310,14 @@ extern "C" int conv2d_backward_data_bn_gpu(const ConvShape *s, void *din, float 
 // is this conv's input, so the mask costs one read of it), tiles of x, the tail BN's input.
 extern "C" int conv2d_backward_data_tail_gpu(const ConvShape *s, void *din, int acc, float *tiles, const void *dout,
                                              const void *w, const void *y, const uint8_t *mask, const void *x,
-                                             const float *mean, CtDtype dt, ct_stream_t st) {
+                                             const float *mean, CtDtype dt, ct_stream_t st, int algo) {
     ConvBnEpilogue bn = {};
     bn.x = x;
     bn.y = y;
     bn.mask = mask;
     bn.mean = mean;
     bn.tiles = tiles;
-    int used = conv_dgrad(s, din, dout, w, dt, st, CT_CONV_AUTO, acc, &bn);
+    int used = conv_dgrad(s, din, dout, w, dt, st, algo, acc, &bn);
     return used == CT_CONV_TC2 || used == CT_CONV_WGMMA;
 }
 

@@ -3,7 +3,7 @@
 // operands whose 8-element chunks are contiguous and 16-byte aligned are copied by cp.async, others
 // (the 3-channel stem) are gathered element by element into the same tiles; the data gradient runs
 // once per stride phase (conv.cu sets the phases up). It takes what engine v2 (conv_tc2.cu) does
-// not, the linear layer, and everything under CTRAIN_CONV_ENGINE=v1. This file owns the kernel,
+// not, the linear layer, and everything under --conv-engine v1 (CT_CONV_TC). This file owns the kernel,
 // its gathers and stores, and ct_gemm_tc1_launch, which picks the template instance for conv.cu's
 // ct_gemm_run (the grid and the split-K are planned there).
 #include "kernels/common.cuh"

@@ -58,7 +58,7 @@ typedef struct {
     int delta, tr, ts, pad;
 } T2Tap;
 
-// BN statistics in the forward epilogue (conv2d_forward_stats_gpu, CTRAIN_FUSE_BN_STATS): per
+// BN statistics in the forward epilogue (conv2d_forward_stats_gpu, --fuse-bn-stats): per
 // column of the CTA's tile, the sum of its valid rows' values exactly as stored (bf16-rounded) and
 // the sum of their squared deviations from the tile's own mean (two passes over the accumulators,
 // so the variance is not a difference of large sums), as {sum, m2} at stats[(tile * N + n) * 2]

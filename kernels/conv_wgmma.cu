@@ -1,4 +1,4 @@
-// Convolution engine for Hopper (CT_CONV_WGMMA, CTRAIN_CONV_ENGINE=wgmma): the implicit GEMMs of
+// Convolution engine for Hopper (CT_CONV_WGMMA, --conv-engine wgmma): the implicit GEMMs of
 // kernels/conv.cu (forward, data gradient, weight gradient) on wgmma (kernels/ptx_wgmma.cuh),
 // warp-specialised.
 //

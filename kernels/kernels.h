@@ -42,8 +42,9 @@ typedef struct {
 // two bf16 tensor-core ones (mma.sync) that CT_CONV_AUTO uses for every bf16 call: v2
 // (kernels/conv_tc2.cu, 128x128 tiles) for convolutions whose channel counts are multiples of 8
 // with 16-byte aligned pointers, v1 (kernels/conv_tc1.cu, 128x64; cp.async where the channels allow,
-// element gathers otherwise) for the rest, the linear layer, and every conv when the environment
-// says CTRAIN_CONV_ENGINE=v1. The linear backward always takes the generic engine (fp32 dout).
+// element gathers otherwise) for the rest, the linear layer, and every conv when the caller names
+// v1 (CT_CONV_TC; the GPU executor passes its ExecOptions' conv engine). The linear backward always
+// takes the generic engine (fp32 dout). Kernels never read the environment.
 // Determinism: no atomics; the weight gradient's reduction over N*P*Q is split in a number of
 // parts fixed by the shape, partials are summed in order: bit-identical reruns on any GPU.
 
@@ -71,11 +72,11 @@ void linear_backward_gpu(void *din, float *dw, float *db, const float *dout, con
 // Tests and benchmarks: the same with an explicit engine. CT_CONV_TC with dt == CT_F32 is a fatal
 // error. Returns the engine that ran.
 // CT_CONV_TC2: engine v2 (kernels/conv_tc2.cu) where it takes the shape, v1 otherwise (the
-// return value says which ran). CT_CONV_AUTO on bf16 takes v2, or v1 with CTRAIN_CONV_ENGINE=v1.
-// CT_CONV_WGMMA: the Hopper engine (kernels/conv_wgmma.cu) for the convolutions v2 takes (forward,
-// data and weight gradients, but not the data gradient's BN epilogues), on compute 9.0; everything
-// else as CT_CONV_TC2. CT_CONV_AUTO takes it with
-// CTRAIN_CONV_ENGINE=wgmma (the default stays v2 until silicon has measured it).
+// return value says which ran). CT_CONV_AUTO on bf16 is CT_CONV_TC2.
+// CT_CONV_WGMMA: the Hopper engine (kernels/conv_wgmma.cu) for the convolutions v2 takes (forward
+// with its BN statistics epilogue, data gradients with their BN backward epilogues, weight
+// gradients), on compute 9.0; everything else as CT_CONV_TC2 (the default stays v2 until silicon
+// has measured it).
 typedef enum { CT_CONV_AUTO = 0, CT_CONV_GENERIC = 1, CT_CONV_TC = 2, CT_CONV_TC2 = 3, CT_CONV_WGMMA = 4 } CtConvAlgo;
 int conv2d_forward_gpu_ex(const ConvShape *s, void *out, const void *in, const void *w, CtDtype dt,
                           ct_stream_t stream, int algo);
@@ -130,16 +131,17 @@ int batchnorm_add_forward_train_gpu(void *y, float *save_mean, float *save_invst
                                     float *running_var, const void *x, const void *res, const float *gamma,
                                     const float *beta, int M, int C, float momentum, float eps, int relu,
                                     uint8_t *relu_mask, float *work, CtDtype dt, ct_stream_t stream);
-// BN statistics gathered by the convolution before it (engine v2's forward epilogue, bf16 only):
+// BN statistics gathered by the convolution before it (the forward epilogue of engine v2, or of
+// wgmma in v2's order; bf16 only):
 // conv2d_forward_stats_gpu convolves as conv2d_forward_gpu does (the same output bits) and writes
 // per 128-row tile and output channel {sum, m2} of the stored values (conv2d_gpu_stats_floats(M, K)
-// floats, M = N*P*Q); it returns 0 and runs nothing when the shape or CTRAIN_CONV_ENGINE sends the
-// convolution to another engine. batchnorm_add_forward_train_tiles_gpu is then the train forward
-// without its statistics pass (`tiles` at the start of `work`, which must hold
+// floats, M = N*P*Q); it returns 0 and runs nothing when the shape or algo (CtConvAlgo: v2 and
+// wgmma run it) sends the convolution to another engine. batchnorm_add_forward_train_tiles_gpu is
+// then the train forward without its statistics pass (`tiles` at the start of `work`, which must hold
 // batchnorm_gpu_work_floats(M, C)). nn/batchnorm.c has the CPU twins.
 size_t conv2d_gpu_stats_floats(int M, int C);
 int conv2d_forward_stats_gpu(const ConvShape *s, void *out, float *stats, const void *in, const void *w, CtDtype dt,
-                             ct_stream_t st);
+                             ct_stream_t st, int algo);
 int batchnorm_add_forward_train_tiles_gpu(void *y, float *save_mean, float *save_invstd, float *running_mean,
                                           float *running_var, const void *x, const void *res, const float *tiles,
                                           const float *gamma, const float *beta, int M, int C, float momentum,
@@ -162,22 +164,23 @@ int batchnorm_add_bn_forward_train_gpu(void *y, float *save_mean, float *save_in
                                        BnAffine rb, const float *gamma, const float *beta, int M, int C,
                                        float momentum, float eps, int relu, uint8_t *relu_mask, float *work,
                                        CtDtype dt, ct_stream_t stream);
-// BN backward reductions in the data-gradient epilogue (engine v2, bf16, stride 1 or 2): for a conv
+// BN backward reductions in the data-gradient epilogue (engine v2, or wgmma with v2's bits; bf16,
+// stride 1 or 2): for a conv
 // whose input was y = relu(bn(x)), conv2d_backward_data_bn_gpu writes din = the gradient masked by
 // the ReLU it recomputes from x, gamma, beta, mean and invstd (y is not read), and per tile of 128
 // GEMM rows and channel {sum g, sum g (x - mean)}: conv2d_gpu_dgrad_bn_tiles(s) tiles of 2 * C
 // floats. At stride 1 the tiles are the input's 128-row tiles; at stride 2 the data gradient runs
 // once per stride phase (ph, pw) in row-major order, each over its pixels (image, row, column of
 // the phase grid), and each phase's rows are cut into tiles of their own. It returns 0 and runs
-// nothing where the shape, dtype or CTRAIN_CONV_ENGINE send it elsewhere. batchnorm_backward_tiles_gpu
-// is then the BN backward without its reduction pass (the tiles at the start of work, ntiles of
+// nothing where the shape, dtype or algo (CtConvAlgo: v2 and wgmma run it) send it elsewhere.
+// batchnorm_backward_tiles_gpu is then the BN backward without its reduction pass (the tiles at the start of work, ntiles of
 // them; dy the masked din). CPU twins: nn/layers.h batchnorm_relu_grad_tiles (on the rows in that
 // order), batchnorm_backward_tiles.
 #define CONV_BN_MAX_PHASES 4
 int conv2d_gpu_dgrad_bn_tiles(const ConvShape *s);
 int conv2d_backward_data_bn_gpu(const ConvShape *s, void *din, float *tiles, const void *dout, const void *w,
                                 const void *x, const float *gamma, const float *beta, const float *mean,
-                                const float *invstd, CtDtype dt, ct_stream_t st);
+                                const float *invstd, CtDtype dt, ct_stream_t st, int algo);
 // The same for a conv whose input is a residual block's output y = relu(bn(x) + res) (the block
 // tail), as the last contribution to its gradient: din = round(din + the gradient) (acc) or the
 // gradient, masked by y > 0 (y = the conv's input, read in the epilogue), and the tiles of the tail
@@ -185,7 +188,7 @@ int conv2d_backward_data_bn_gpu(const ConvShape *s, void *din, float *tiles, con
 // mask (may be NULL): the tail forward's relu_mask, read instead of y (1 bit per element, not 16).
 int conv2d_backward_data_tail_gpu(const ConvShape *s, void *din, int acc, float *tiles, const void *dout,
                                   const void *w, const void *y, const uint8_t *mask, const void *x, const float *mean,
-                                  CtDtype dt, ct_stream_t st);
+                                  CtDtype dt, ct_stream_t st, int algo);
 void batchnorm_backward_tiles_gpu(void *dx, float *dgamma, float *dbeta, const void *dy, const void *x,
                                   const float *tiles, int ntiles, const float *gamma, const float *save_mean,
                                   const float *save_invstd, int M, int C, float *work, CtDtype dt,
@@ -218,11 +221,13 @@ void convert_act_gpu(void *out, CtDtype dt_out, const void *in, CtDtype dt_in, s
                      ct_stream_t stream);
 
 // Pooling. Max pool: padding never wins, ties go to the first element in window order;
-// backward is the gather form (one thread per input element, no atomics).
+// backward is the gather form (one thread per input element, no atomics). vec: 16-byte vectors of
+// channels where C and the pointers allow (the GPU executor passes ExecOptions.maxpool_vector), 0:
+// one element per thread everywhere (the same results; a comparison).
 void maxpool_forward_gpu(void *out, const void *in, int N, int H, int W, int C, int k, int stride,
-                         int pad, int P, int Q, CtDtype dt, ct_stream_t stream);
+                         int pad, int P, int Q, int vec, CtDtype dt, ct_stream_t stream);
 void maxpool_backward_gpu(void *din, const void *dout, const void *in, int N, int H, int W, int C,
-                          int k, int stride, int pad, int P, int Q, CtDtype dt, ct_stream_t stream);
+                          int k, int stride, int pad, int P, int Q, int vec, CtDtype dt, ct_stream_t stream);
 // The max pool after y = relu(bn(x)) (the stem) with that BN folded in. maxpool_forward_bn_gpu
 // pools y computed on the fly from x and bn's {mean, invstd, gamma, beta} (the BN's apply pass's
 // operations and rounding: the same bits as pooling the stored y, which is never written).
@@ -232,9 +237,9 @@ void maxpool_backward_gpu(void *din, const void *dout, const void *in, int N, in
 // returns 0, having run nothing, unless C and the pointers allow 16-byte vectors; without, it always
 // runs. CPU twins: the BN's forward, maxpool_*, then batchnorm_tail_grad_tiles.
 void maxpool_forward_bn_gpu(void *out, const void *x, BnAffine bn, int N, int H, int W, int C, int k, int stride,
-                            int pad, int P, int Q, CtDtype dt, ct_stream_t stream);
+                            int pad, int P, int Q, int vec, CtDtype dt, ct_stream_t stream);
 int maxpool_backward_bn_gpu(void *din, float *tiles, const void *dout, const void *in, const void *x, BnAffine bn,
-                            int N, int H, int W, int C, int k, int stride, int pad, int P, int Q, CtDtype dt,
+                            int N, int H, int W, int C, int k, int stride, int pad, int P, int Q, int vec, CtDtype dt,
                             ct_stream_t stream);
 void avgpool_forward_gpu(void *out, const void *in, int N, int HW, int C, CtDtype dt, ct_stream_t stream);
 void avgpool_backward_gpu(void *din, const void *dout, int N, int HW, int C, CtDtype dt,

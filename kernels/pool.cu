@@ -184,23 +184,18 @@ __global__ void __launch_bounds__(POOL_THREADS)
     }
 }
 
-// Vectors of 16 bytes when C and the pointers allow, else V = 1; CTRAIN_MAXPOOL_SCALAR=1 always
-// takes V = 1 (a comparison on a GPU).
-static int pool_vec(int C, int V, const void *a, const void *b, const void *c) {
-    static int scalar = -1;
-    if (scalar < 0) {
-        const char *e = getenv("CTRAIN_MAXPOOL_SCALAR");
-        scalar = e && !strcmp(e, "1");
-    }
-    return !scalar && C % V == 0 && ct_aligned(16, a, b, c);
+// Vectors of 16 bytes when vec (the caller's choice: ExecOptions.maxpool_vector, nn/exec_options.h),
+// C and the pointers allow, else V = 1 (vec = 0 keeps V = 1 everywhere: a comparison on a GPU).
+static int pool_vec(int vec, int C, int V, const void *a, const void *b, const void *c) {
+    return vec && C % V == 0 && ct_aligned(16, a, b, c);
 }
 
 static void maxpool_forward(void *out, const void *in, BnAffine bn, int N, int H, int W, int C, int k, int stride,
-                            int pad, int P, int Q, CtDtype dt, ct_stream_t stream) {
+                            int pad, int P, int Q, int vec, CtDtype dt, ct_stream_t stream) {
     size_t total = (size_t)N * P * Q * C;
     if (!total) return;
     CT_DISPATCH(dt, T, {
-        if (pool_vec(C, CT_VEC(T), out, in, NULL))
+        if (pool_vec(vec, C, CT_VEC(T), out, in, NULL))
             CT_LAUNCH((maxpool_fwd_v_k<CT_VEC(T), T>), ct_grid_for(total / CT_VEC(T), POOL_THREADS), POOL_THREADS, 0,
                       stream, (T *)out, (const T *)in, bn, N, H, W, C, k, stride, pad, P, Q);
         else
@@ -210,21 +205,21 @@ static void maxpool_forward(void *out, const void *in, BnAffine bn, int N, int H
     CT_CHECK_LAUNCH("maxpool_forward_gpu");
 }
 extern "C" void maxpool_forward_gpu(void *out, const void *in, int N, int H, int W, int C, int k,
-                                    int stride, int pad, int P, int Q, CtDtype dt, ct_stream_t stream) {
-    maxpool_forward(out, in, BnAffine{}, N, H, W, C, k, stride, pad, P, Q, dt, stream);
+                                    int stride, int pad, int P, int Q, int vec, CtDtype dt, ct_stream_t stream) {
+    maxpool_forward(out, in, BnAffine{}, N, H, W, C, k, stride, pad, P, Q, vec, dt, stream);
 }
 extern "C" void maxpool_forward_bn_gpu(void *out, const void *x, BnAffine bn, int N, int H, int W, int C, int k,
-                                       int stride, int pad, int P, int Q, CtDtype dt, ct_stream_t stream) {
+                                       int stride, int pad, int P, int Q, int vec, CtDtype dt, ct_stream_t stream) {
     if (!bn.mean || !bn.invstd || !bn.gamma || !bn.beta) ct_die("maxpool_forward_bn_gpu: no BN statistics");
-    maxpool_forward(out, x, bn, N, H, W, C, k, stride, pad, P, Q, dt, stream);
+    maxpool_forward(out, x, bn, N, H, W, C, k, stride, pad, P, Q, vec, dt, stream);
 }
 extern "C" void maxpool_backward_gpu(void *din, const void *dout, const void *in, int N, int H, int W,
-                                     int C, int k, int stride, int pad, int P, int Q, CtDtype dt,
+                                     int C, int k, int stride, int pad, int P, int Q, int vec, CtDtype dt,
                                      ct_stream_t stream) {
     size_t total = (size_t)N * H * W * C;
     if (!total) return;
     CT_DISPATCH(dt, T, {
-        if (pool_vec(C, CT_VEC(T), din, dout, in))
+        if (pool_vec(vec, C, CT_VEC(T), din, dout, in))
             CT_LAUNCH((maxpool_bwd_v_k<CT_VEC(T), T>), ct_grid_for(total / CT_VEC(T), POOL_THREADS), POOL_THREADS, 0,
                       stream, (T *)din, (const T *)dout, (const T *)in, N, H, W, C, k, stride, pad, P, Q);
         else
@@ -236,13 +231,13 @@ extern "C" void maxpool_backward_gpu(void *din, const void *dout, const void *in
 
 extern "C" int maxpool_backward_bn_gpu(void *din, float *tiles, const void *dout, const void *in, const void *x,
                                        BnAffine bn, int N, int H, int W, int C, int k, int stride, int pad, int P,
-                                       int Q, CtDtype dt, ct_stream_t stream) {
+                                       int Q, int vec, CtDtype dt, ct_stream_t stream) {
     int M = N * H * W;
     if (!bn.mean || (!in && (!bn.invstd || !bn.gamma || !bn.beta))) ct_die("maxpool_backward_bn_gpu: no BN statistics");
     if (M < 1 || C < 1 || P < 1 || Q < 1 || !ct_aligned(8, tiles)) return 0;
     CT_DISPATCH(dt, T, {
         // Without y (in == NULL) nothing else can run this backward: the scalar form then.
-        int v = pool_vec(C, CT_VEC(T), din, dout, in) && ct_aligned(16, x);
+        int v = pool_vec(vec, C, CT_VEC(T), din, dout, in) && ct_aligned(16, x);
         if (!v && in) return 0;
         if (v) {
             dim3 grid((M + POOL_BN_ROWS - 1) / POOL_BN_ROWS, (C / CT_VEC(T) + POOL_BN_LANES - 1) / POOL_BN_LANES);

@@ -339,38 +339,29 @@ static void direct_backward_weight(const ConvShape *s, float *dw, const float *d
 // (winograd_weights_flipped), without a flipped copy. Their weight gradients run as 16 GEMMs
 // in the Winograd domain on every map size (no weight transform there) from 32x32 channels on
 // (at 16 the per-tile transforms cost what the products save: the direct kernel stays). The choice depends on the
-// shape only (never on the batch or thread count). On by default; CTRAIN_CPU_WINOGRAD=0 keeps the
-// direct/GEMM route. Per layer it is as close to float64 as the direct kernels
+// shape only (never on the batch or thread count). On by default; --no-cpu-winograd
+// (ExecOptions.cpu_winograd) keeps the direct/GEMM route. Per layer it is as close to float64 as the direct kernels
 // (tests/test_layers.c); its different roundings make different ReLU branch choices where a
 // pre-activation lies within float32 rounding of zero, which is why tests/test_parity.sh holds it
 // against float64 replayed on those branches (docs/BENCHMARKS.md).
-// A route switch: on unless the variable is "0", read once per process.
-static int route_on(const char *name, int *cached) {
-    if (*cached < 0) {
-        const char *v = getenv(name);
-        *cached = !(v && !strcmp(v, "0"));
-    }
-    return *cached;
+// o NULL: the defaults (every route on).
+static int winograd_enabled(const ConvShape *s, const ExecOptions *o) {
+    return (!o || o->cpu_winograd) && winograd_ok_k16(s);
 }
-static int winograd_enabled(const ConvShape *s) {
-    static int on = -1;
-    return route_on("CTRAIN_CPU_WINOGRAD", &on) && winograd_ok_k16(s);
+// The small-map route (nn/conv_small.c), --no-cpu-small (ExecOptions.cpu_small) turns it off (README).
+static int small_enabled(const ConvShape *s, const ExecOptions *o) { return (!o || o->cpu_small) && conv_small_ok(s); }
+static int winograd_train_ok(const ConvShape *s, const ExecOptions *o) {
+    return s->P * s->Q >= 16 && winograd_enabled(s, o);
 }
-// The small-map route (nn/conv_small.c), CTRAIN_CPU_SMALL=0 turns it off (README).
-static int small_enabled(const ConvShape *s) {
-    static int on = -1;
-    return route_on("CTRAIN_CPU_SMALL", &on) && conv_small_ok(s);
-}
-static int winograd_train_ok(const ConvShape *s) { return s->P * s->Q >= 16 && winograd_enabled(s); }
 
-void conv2d_forward(const ConvShape *s, float *out, const float *in, const float *w) {
+void conv2d_forward_ex(const ConvShape *s, float *out, const float *in, const float *w, const ExecOptions *o) {
     const size_t npq = (size_t)s->N * s->P * s->Q;
     const int rsc = s->R * s->S * s->C;
-    if (small_enabled(s)) {
+    if (small_enabled(s, o)) {
         conv_small_forward(s, out, in, w);
         return;
     }
-    if (winograd_train_ok(s)) {
+    if (winograd_train_ok(s, o)) {
         float *u = ct_alloc((size_t)16 * s->C * s->K * sizeof(float));
         winograd_weights(u, w, s->K, s->C);
         conv3x3_winograd_ep(s, out, in, u, NULL, NULL, 0);
@@ -404,21 +395,21 @@ void conv2d_forward_ep(const ConvShape *s, float *out, const float *in, const fl
     sgemm_view_ep((int)((size_t)s->N * s->P * s->Q), s->K, s->R * s->S * s->C, &a, &b, out, s->K, &ep);
 }
 
-void conv2d_backward_data(const ConvShape *s, float *din, const float *dout, const float *w) {
+void conv2d_backward_data_ex(const ConvShape *s, float *din, const float *dout, const float *w, const ExecOptions *o) {
     const size_t npq = (size_t)s->N * s->P * s->Q;
     const int rsc = s->R * s->S * s->C;
     if (is_pointwise(s)) {
         sgemm((int)npq, s->C, s->K, dout, s->K, 1, w, s->C, 1, din, s->C, 0);
         return;
     }
-    if (small_enabled(s)) {
+    if (small_enabled(s, o)) {
         conv_small_backward_data(s, din, dout, w);
         return;
     }
     // Stride 1 on Winograd: the flipped kernel's filters are transformed straight from w.
     if (s->R == 3 && s->S == 3 && s->stride == 1 && s->pad == 1) {
         const ConvShape ts = conv_shape(s->N, s->P, s->Q, s->K, s->C, 3, 3, 1, 1);
-        if (winograd_train_ok(&ts)) {
+        if (winograd_train_ok(&ts, o)) {
             float *u = ct_alloc((size_t)16 * s->C * s->K * sizeof(float));
             winograd_weights_flipped(u, w, s->K, s->C);
             conv3x3_winograd_ep(&ts, din, dout, u, NULL, NULL, 0);
@@ -440,7 +431,7 @@ void conv2d_backward_data(const ConvShape *s, float *din, const float *dout, con
                         wt[(((size_t)c * R + r) * S + t) * K + k] =
                             w[(((size_t)k * R + (R - 1 - r)) * S + (S - 1 - t)) * C + c];
         ConvShape ts = conv_shape(s->N, s->P, s->Q, K, C, R, S, 1, R - 1 - s->pad);
-        conv2d_forward(&ts, din, dout, wt);
+        conv2d_forward_ex(&ts, din, dout, wt, o);
         free(wt);
         return;
     }
@@ -458,11 +449,11 @@ void conv2d_backward_data(const ConvShape *s, float *din, const float *dout, con
 // dw[K, RSC] = dout^T[K, NPQ] im2col(in)[NPQ, RSC]. The sum over NPQ is long and the output small,
 // so it is cut into a fixed number of row chunks (from the shape alone), each chunk's partial dw
 // computed by one thread, the partials then added in chunk order.
-void conv2d_backward_weight(const ConvShape *s, float *dw, const float *dout, const float *in) {
+void conv2d_backward_weight_ex(const ConvShape *s, float *dw, const float *dout, const float *in, const ExecOptions *o) {
     const size_t npq = (size_t)s->N * s->P * s->Q;
     const int rsc = s->R * s->S * s->C, K = s->K;
     const size_t nw = (size_t)K * rsc;
-    if (winograd_enabled(s) && K * s->C >= 32 * 32) {
+    if (winograd_enabled(s, o) && K * s->C >= 32 * 32) {
         conv3x3_winograd_backward_weight(s, dw, dout, in);
         return;
     }
@@ -506,4 +497,14 @@ void conv2d_pack_weights(const ConvShape *s, float *dst, const float *wt) {
     if (!conv2d_packed_weights_size(s)) ct_die("conv2d_pack_weights: this convolution does not take packed weights");
     const GemmView b = {wt, s->K, 1, NULL, 0, 0, NULL};
     sgemm_pack_b(dst, &b, s->R * s->S * s->C, s->K);
+}
+
+void conv2d_forward(const ConvShape *s, float *out, const float *in, const float *w) {
+    conv2d_forward_ex(s, out, in, w, NULL);
+}
+void conv2d_backward_data(const ConvShape *s, float *din, const float *dout, const float *w) {
+    conv2d_backward_data_ex(s, din, dout, w, NULL);
+}
+void conv2d_backward_weight(const ConvShape *s, float *dw, const float *dout, const float *in) {
+    conv2d_backward_weight_ex(s, dw, dout, in, NULL);
 }

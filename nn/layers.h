@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "kernels/kernels.h"  // ConvShape
+#include "nn/exec_options.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -33,8 +34,8 @@ void conv2d_forward(const ConvShape *s, float *out, const float *in, const float
 // each output tile finished while it is in cache. The weights come transposed, wt[R,S,C,K] (RSCK,
 // what the kernels read, made once when folding), or with packed = 1 as conv2d_pack_weights made
 // them. bias [K] and res [N,P,Q,K] may be NULL. Bit-identical to conv2d_forward (KRSC w) on its
-// direct/GEMM route (CTRAIN_CPU_WINOGRAD=0 CTRAIN_CPU_SMALL=0: the training step's Winograd and
-// small-map routes round differently) followed by those additions in that order.
+// direct/GEMM route (conv2d_forward_ex with cpu_winograd and cpu_small off: the training step's
+// Winograd and small-map routes round differently) followed by those additions in that order.
 void conv2d_forward_ep(const ConvShape *s, float *out, const float *in, const float *wt, int packed,
                        const float *bias, const float *res, int relu);
 // Floats of s's weights packed once into GEMM panels (the GEMM route would otherwise pack them at
@@ -46,6 +47,13 @@ void conv2d_pack_weights(const ConvShape *s, float *dst, const float *wt);
 void conv2d_backward_data(const ConvShape *s, float *din, const float *dout, const float *w);
 // dw[K,R,S,C] = gradient wrt the weights, given dout[N,P,Q,K] and the forward input
 void conv2d_backward_weight(const ConvShape *s, float *dw, const float *dout, const float *in);
+// The same three on the routes o allows (ExecOptions.cpu_winograd, cpu_small: the Winograd and
+// small-map routes round differently from the direct/GEMM one); the plain forms above take every
+// route (o NULL).
+void conv2d_forward_ex(const ConvShape *s, float *out, const float *in, const float *w, const ExecOptions *o);
+void conv2d_backward_data_ex(const ConvShape *s, float *din, const float *dout, const float *w, const ExecOptions *o);
+void conv2d_backward_weight_ex(const ConvShape *s, float *dw, const float *dout, const float *in,
+                               const ExecOptions *o);
 
 // ---------------------------------------------------------------------------------------------
 // Batch norm over M = N*H*W rows of C channels (NHWC makes this a [M, C] matrix).

@@ -50,13 +50,15 @@ struct CpuExec {
     int bf16;
     float *wq;
     size_t wq_cap;
+    ExecOptions opt;  // the routes and fusions it takes (cpu_exec_create_opts)
 };
 
 CpuExec *cpu_exec_create(const ResNet *m) { return cpu_exec_create_opts(m, NULL); }
 
 CpuExec *cpu_exec_create_opts(const ResNet *m, const ExecOptions *opts) {
     CpuExec *e = ct_zalloc(sizeof *e);
-    e->plan = plan_build(m, opts);
+    e->opt = opts ? *opts : exec_options_default();
+    e->plan = plan_build(m, &e->opt);
     e->n_ops = m->n_ops;
     e->n_tensors = m->n_tensors;
     e->dims = ct_zalloc(m->n_tensors * sizeof(TensorDim));
@@ -288,7 +290,7 @@ static void forward_ops(CpuExec *e, ResNet *m, int N, int train) {
         switch (op->kind) {
         case OP_CONV: {
             ConvShape s = conv_shape(N, din.H, din.W, din.C, op->K, op->R, op->S, op->stride, op->pad);
-            conv2d_forward(&s, y, x, weight(e, m, op->w));
+            conv2d_forward_ex(&s, y, x, weight(e, m, op->w), &e->opt);
             break;
         }
         case OP_BN: {
@@ -386,8 +388,8 @@ void cpu_backward(CpuExec *e, const ResNet *m, const float *dlogits, float *grad
         switch (op->kind) {
         case OP_CONV: {
             ConvShape s = conv_shape(N, din.H, din.W, din.C, op->K, op->R, op->S, op->stride, op->pad);
-            conv2d_backward_weight(&s, grads + m->entries[op->w].offset, dy, x);
-            if (dx) conv2d_backward_data(&s, dx, dy, weight(e, m, op->w));
+            conv2d_backward_weight_ex(&s, grads + m->entries[op->w].offset, dy, x, &e->opt);
+            if (dx) conv2d_backward_data_ex(&s, dx, dy, weight(e, m, op->w), &e->opt);
             break;
         }
         case OP_BN: {

@@ -56,11 +56,17 @@ static void call_hook(GpuExec *e, int k, const PlanStep *ps, int N) {
 GpuExec *gpu_exec_create_opts(const ResNet *m, CtDtype dt, const ExecOptions *opts) {
     GpuExec *e = (GpuExec *)ct_zalloc(sizeof(GpuExec));
     e->dt = dt;
+    e->opt = opts ? *opts : exec_options_default();
+    // fp32 takes the generic engine; a tensor-core engine named for it would be an error.
+    e->conv_algo = dt != CT_BF16                              ? CT_CONV_AUTO
+                   : e->opt.conv_engine == EXEC_CONV_V1    ? CT_CONV_TC
+                   : e->opt.conv_engine == EXEC_CONV_WGMMA ? CT_CONV_WGMMA
+                                                           : CT_CONV_TC2;
     e->esz = dt == CT_BF16 ? 2 : 4;
     e->graph = m;
     e->decay_mode = -1;
     e->lamb_mode = -1;
-    e->plan = plan_build(m, opts);
+    e->plan = plan_build(m, &e->opt);
     CK(cudaStreamCreateWithFlags(&e->st, cudaStreamNonBlocking));
     CK(cudaStreamCreateWithFlags(&e->cp, cudaStreamNonBlocking));
     for (int i = 0; i < 2; i++) {
@@ -153,11 +159,11 @@ static void forward_ops(GpuExec *e, const ResNet *m, int N, int train) {
                 x = e->xpad;
                 w = e->wpad;
             }
-            if (ps->fwd_stats >= 0 && fused && conv2d_forward_stats_gpu(&s, out, e->work, x, w, dt, st)) {
+            if (ps->fwd_stats >= 0 && fused && conv2d_forward_stats_gpu(&s, out, e->work, x, w, dt, st, e->conv_algo)) {
                 stats_op = ps->fwd_stats;
                 break;
             }
-            conv2d_forward_gpu(&s, out, x, w, dt, st);
+            conv2d_forward_gpu_ex(&s, out, x, w, dt, st, e->conv_algo);
             break;
         }
         case PLAN_BN_STATS: {  // applied by the step it feeds; eval: into the scratch, which that step reads
@@ -212,11 +218,11 @@ static void forward_ops(GpuExec *e, const ResNet *m, int N, int train) {
             if (ps->pool_bn >= 0 && fused) {  // relu(bn(x)) on the fly
                 const Op *bn = &m->ops[ps->pool_bn];
                 maxpool_forward_bn_gpu(out, e->act[bn->in], bn_affine(e, m, ps->pool_bn), N, di->H, di->W, di->C,
-                                       op->R, op->stride, op->pad, dout->H, dout->W, dt, st);
+                                       op->R, op->stride, op->pad, dout->H, dout->W, e->opt.maxpool_vector, dt, st);
                 break;
             }
             maxpool_forward_gpu(out, ps->pool_bn >= 0 ? e->scratch : in, N, di->H, di->W, di->C, op->R, op->stride,
-                                op->pad, dout->H, dout->W, dt, st);
+                                op->pad, dout->H, dout->W, e->opt.maxpool_vector, dt, st);
             break;
         case PLAN_ADD:
             add_forward_gpu(out, in, e->act[ps->res], n_in, ps->relu, dt, st);
@@ -447,10 +453,10 @@ static void backward_ops(GpuExec *e, const ResNet *m, GradReadyFn ready, void *c
         case PLAN_CONV: {
             ConvShape s = op_conv_shape(e, op, N);
             if (stem_padded(e, op)) {  // slot 0 needs no data gradient
-                conv2d_backward_weight_gpu(&s, e->dwpad, gout, e->xpad, e->work, dt, st);
+                conv2d_backward_weight_gpu_ex(&s, e->dwpad, gout, e->xpad, e->work, dt, st, e->conv_algo);
                 conv_unpad_channels_gpu(pgrad(e, m, op->w), e->dwpad, (size_t)op->K * op->R * op->S, e->cpad, di->C, st);
             } else {
-                conv2d_backward_weight_gpu(&s, pgrad(e, m, op->w), gout, in, e->work, dt, st);
+                conv2d_backward_weight_gpu_ex(&s, pgrad(e, m, op->w), gout, in, e->work, dt, st, e->conv_algo);
             }
             prof_mark(e, i, PROF_BWD_DATA);
             if (!need_din) break;
@@ -461,20 +467,20 @@ static void backward_ops(GpuExec *e, const ResNet *m, GradReadyFn ready, void *c
             if (tb >= 0 && conv2d_backward_data_tail_gpu(&s, e->grad[ps->in], init[ps->in], e->work, gout, w, in,
                                                          e->mask_ok[tb] ? e->relu_mask[tb] : NULL,
                                                          e->act[m->ops[tb].in], e->bnstat + e->bnstat_off[tb], dt,
-                                                         st)) {
+                                                         st, e->conv_algo)) {
                 tiles_op = tb;
                 tiles_n = conv2d_gpu_dgrad_bn_tiles(&s);
             } else if (bb >= 0 && !init[ps->in] &&
                        conv2d_backward_data_bn_gpu(&s, e->grad[ps->in], e->work, gout, w, e->act[m->ops[bb].in],
                                                    pparam(e, m, m->ops[bb].w), pparam(e, m, m->ops[bb].b),
                                                    e->bnstat + e->bnstat_off[bb],
-                                                   e->bnstat + e->bnstat_off[bb] + m->ops[bb].C, dt, st)) {
+                                                   e->bnstat + e->bnstat_off[bb] + m->ops[bb].C, dt, st, e->conv_algo)) {
                 tiles_op = bb;
                 tiles_n = conv2d_gpu_dgrad_bn_tiles(&s);
             } else if (init[ps->in]) {
-                conv2d_backward_data_acc_gpu(&s, e->grad[ps->in], gout, w, dt, st);
+                conv2d_backward_data_acc_gpu_ex(&s, e->grad[ps->in], gout, w, dt, st, e->conv_algo);
             } else {
-                conv2d_backward_data_gpu(&s, e->grad[ps->in], gout, w, dt, st);
+                conv2d_backward_data_gpu_ex(&s, e->grad[ps->in], gout, w, dt, st, e->conv_algo);
             }
             init[ps->in] = 1;
             break;
@@ -520,7 +526,7 @@ static void backward_ops(GpuExec *e, const ResNet *m, GradReadyFn ready, void *c
             if (bb >= 0 && !init[ps->in] &&
                 maxpool_backward_bn_gpu(e->grad[ps->in], e->work, gout, ps->pool_bn >= 0 ? NULL : in,
                                         e->act[m->ops[bb].in], bn_affine(e, m, bb), N, di->H, di->W, di->C, op->R,
-                                        op->stride, op->pad, dout->H, dout->W, dt, st)) {
+                                        op->stride, op->pad, dout->H, dout->W, e->opt.maxpool_vector, dt, st)) {
                 tiles_op = bb;
                 tiles_n = (int)((n_in / di->C + 127) / 128);  // the pool's 128-row tiles
                 init[ps->in] = 1;
@@ -528,7 +534,7 @@ static void backward_ops(GpuExec *e, const ResNet *m, GradReadyFn ready, void *c
             }
             if (ps->pool_bn >= 0) ct_die("gpu: op %d (%s): the fused stem's backward did not run", i, op->name);
             maxpool_backward_gpu(grad_target(e, ps->in, init), gout, in, N, di->H, di->W, di->C, op->R,
-                                 op->stride, op->pad, dout->H, dout->W, dt, st);
+                                 op->stride, op->pad, dout->H, dout->W, e->opt.maxpool_vector, dt, st);
             finish_grad(e, ps->in, init, n_in);
             break;
         }

@@ -78,6 +78,8 @@ struct GpuExec {
     size_t dev_bytes;     // device memory held
     const ResNet *graph;  // the model this executor was made for (shape checks)
     ExecPlan *plan;       // the steps the passes walk, fusions included (nn/plan.h), built at create
+    ExecOptions opt;      // its execution options (gpu_exec_create_opts), copied at creation
+    int conv_algo;        // the CtConvAlgo every convolution takes: opt's engine on bf16, CT_CONV_AUTO on fp32
 
     // Model and optimizer state on the device (nn/model_cuda_state.cu).
     float *params, *grads, *mom, *bufs;

@@ -376,26 +376,20 @@ static void test_conv_bn_stats(int N, int H, int W, int C, int K, int R, int S, 
     void *o1 = dev_alloc_poisoned(nout * 2), *o2 = dev_alloc_poisoned(nout * 2), *yb = dev_alloc_poisoned(nout * 2);
     float *work = (float *)dev_alloc_poisoned(nwork * 4), *tiles2 = (float *)dev_alloc_poisoned(nst * 4);
     conv2d_forward_gpu(&s, o1, d_in, d_w, dt, stream);
-    int ran = conv2d_forward_stats_gpu(&s, o2, work, d_in, d_w, dt, stream);
+    int ran = conv2d_forward_stats_gpu(&s, o2, work, d_in, d_w, dt, stream, CT_CONV_AUTO);
     sync();
     CHECK(ran == 1, "%s: conv2d_forward_stats_gpu did not take the shape", what);
     if (ran != 1) return;
     CHECK(dev_equal(o1, o2, nout * 2), "%s: output differs from conv2d_forward_gpu's", what);
     poison(o2, nout * 2);
-    conv2d_forward_stats_gpu(&s, o2, tiles2, d_in, d_w, dt, stream);
+    conv2d_forward_stats_gpu(&s, o2, tiles2, d_in, d_w, dt, stream, CT_CONV_AUTO);
     sync();
     CHECK(dev_equal(work, tiles2, nst * 4), "%s: statistics not bit-identical on a rerun", what);
     if (engines_wg()) {  // the wgmma engine's twin of the epilogue: v2's order, so v2's bits under emulation
-        const char *prev = getenv("CTRAIN_CONV_ENGINE");
-        char saved[32] = "";
-        if (prev) snprintf(saved, sizeof saved, "%s", prev);
-        setenv("CTRAIN_CONV_ENGINE", "wgmma", 1);
         poison(o2, nout * 2);
         poison(tiles2, nst * 4);
-        int ran2 = conv2d_forward_stats_gpu(&s, o2, tiles2, d_in, d_w, dt, stream);
+        int ran2 = conv2d_forward_stats_gpu(&s, o2, tiles2, d_in, d_w, dt, stream, CT_CONV_WGMMA);
         sync();
-        if (prev) setenv("CTRAIN_CONV_ENGINE", saved, 1);
-        else unsetenv("CTRAIN_CONV_ENGINE");
         CHECK(ran2 == 1, "%s: wgmma: conv2d_forward_stats_gpu did not take the shape", what);
 #ifdef CTRAIN_EMU
         CHECK(dev_equal(o1, o2, nout * 2), "%s: wgmma's output differs from v2's", what);
@@ -535,31 +529,27 @@ static void test_dgrad_bn(int N, int H, int W, int C, int K, int R, int S, int s
     if (cudaMalloc((void **)&d_mask, nin / 8 + 1) != cudaSuccess) ct_die("cudaMalloc");
     cudaMemcpy(d_mask, hmask, nin / 8 + 1, cudaMemcpyHostToDevice);
     int ran = tail ? conv2d_backward_data_tail_gpu(&s, d_g, 1, work, d_dout, d_w, tail == 2 ? NULL : d_y,
-                                                   tail == 2 ? d_mask : NULL, d_x, d_p + 2 * C, CT_BF16, stream)
+                                                   tail == 2 ? d_mask : NULL, d_x, d_p + 2 * C, CT_BF16, stream,
+                                                   CT_CONV_AUTO)
                    : conv2d_backward_data_bn_gpu(&s, d_g, work, d_dout, d_w, d_x, d_p, d_p + C, d_p + 2 * C, d_p + 3 * C,
-                                                 CT_BF16, stream);
+                                                 CT_BF16, stream, CT_CONV_AUTO);
     if (tail) conv2d_backward_data_acc_gpu_ex(&s, d_plain, d_dout, d_w, CT_BF16, stream, CT_CONV_TC2);
     else conv2d_backward_data_gpu_ex(&s, d_plain, d_dout, d_w, CT_BF16, stream, CT_CONV_TC2);
     sync();
     CHECK(ran == want, "%s: ran %d, expected %d", what, ran, want);
-    // The same on the wgmma engine (CTRAIN_CONV_ENGINE=wgmma). Under emulation both engines' GEMMs
+    // The same on the wgmma engine (CT_CONV_WGMMA). Under emulation both engines' GEMMs
     // add the same products in the same order, so the masked gradient and the tiles must have
     // engine v2's bits (the shared masking, the tile sums in v2's order); on a GPU the tensor cores
     // of the two add differently: within bf16 noise of v2's.
     if (ran && engines_wg()) {
-        const char *prev = getenv("CTRAIN_CONV_ENGINE");
-        char saved[32] = "";
-        if (prev) snprintf(saved, sizeof saved, "%s", prev);
-        setenv("CTRAIN_CONV_ENGINE", "wgmma", 1);
         void *d_g2 = tail ? dev_upload(g0, nin, CT_BF16) : dev_alloc_poisoned(nin * 2);
         float *work2 = (float *)dev_alloc_poisoned(nwork * 4);
         int ran2 = tail ? conv2d_backward_data_tail_gpu(&s, d_g2, 1, work2, d_dout, d_w, tail == 2 ? NULL : d_y,
-                                                        tail == 2 ? d_mask : NULL, d_x, d_p + 2 * C, CT_BF16, stream)
+                                                        tail == 2 ? d_mask : NULL, d_x, d_p + 2 * C, CT_BF16, stream,
+                                                        CT_CONV_WGMMA)
                         : conv2d_backward_data_bn_gpu(&s, d_g2, work2, d_dout, d_w, d_x, d_p, d_p + C, d_p + 2 * C,
-                                                      d_p + 3 * C, CT_BF16, stream);
+                                                      d_p + 3 * C, CT_BF16, stream, CT_CONV_WGMMA);
         sync();
-        if (prev) setenv("CTRAIN_CONV_ENGINE", saved, 1);
-        else unsetenv("CTRAIN_CONV_ENGINE");
         CHECK(ran2 == 1, "%s: wgmma: ran %d", what, ran2);
 #ifdef CTRAIN_EMU
         CHECK(dev_equal(d_g2, d_g, nin * 2), "%s: wgmma's masked gradient differs from v2's", what);

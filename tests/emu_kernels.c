@@ -298,7 +298,7 @@ static void test_maxpool(int N, int H, int W, int C, int k, int stride, int pad,
     float *out = (float *)ct_alloc(nout * 4);
     maxpool_forward(out, x, N, H, W, C, k, stride, pad, P, Q);
     void *dxin = dev_act(x, nin, dt), *dout = dev_act(NULL, nout, dt);
-    maxpool_forward_gpu(dout, dxin, N, H, W, C, k, stride, pad, P, Q, dt, 0);
+    maxpool_forward_gpu(dout, dxin, N, H, W, C, k, stride, pad, P, Q, 1, dt, 0);
     float *got = host_act(dout, nout, dt);
     snprintf(what, sizeof what, "maxpool fwd %dx%dx%dx%d k%d s%d p%d ties=%d", N, H, W, C, k, stride, pad, ties);
     expect_close(what, got, out, nout, 0.0, dt);  // a max is exact
@@ -307,7 +307,7 @@ static void test_maxpool(int N, int H, int W, int C, int k, int stride, int pad,
     float *din = (float *)ct_alloc(nin * 4);
     maxpool_backward(din, g, x, N, H, W, C, k, stride, pad, P, Q);
     void *dg = dev_act(g, nout, dt), *ddin = dev_act(NULL, nin, dt);
-    maxpool_backward_gpu(ddin, dg, dxin, N, H, W, C, k, stride, pad, P, Q, dt, 0);
+    maxpool_backward_gpu(ddin, dg, dxin, N, H, W, C, k, stride, pad, P, Q, 1, dt, 0);
     float *gdin = host_act(ddin, nin, dt);
     snprintf(what, sizeof what, "maxpool bwd %dx%dx%dx%d k%d s%d p%d ties=%d", N, H, W, C, k, stride, pad, ties);
     expect_close(what, gdin, din, nin, dt == CT_BF16 ? 1e-2 : 1e-6, dt);
@@ -336,13 +336,13 @@ static void test_maxpool(int N, int H, int W, int C, int k, int stride, int pad,
     float *dtiles2 = dev_f32(NULL, (size_t)ntile * C * 2);
     BnAffine db = {dbp, dbp + 3 * C, dbp + 2 * C, dbp + C};
     snprintf(what, sizeof what, "maxpool+bn %dx%dx%dx%d k%d s%d p%d", N, H, W, C, k, stride, pad);
-    maxpool_forward_gpu(dpo, dyb, N, H, W, C, k, stride, pad, P, Q, dt, 0);
-    maxpool_forward_bn_gpu(dpo2, dxb, db, N, H, W, C, k, stride, pad, P, Q, dt, 0);
+    maxpool_forward_gpu(dpo, dyb, N, H, W, C, k, stride, pad, P, Q, 1, dt, 0);
+    maxpool_forward_bn_gpu(dpo2, dxb, db, N, H, W, C, k, stride, pad, P, Q, 1, dt, 0);
     float *po = host_act(dpo, nout, dt), *po2 = host_act(dpo2, nout, dt);
     CHECK(memcmp(po, po2, nout * 4) == 0, "%s: forward on the fly differs from pooling the stored y", what);
-    maxpool_backward_gpu(dpl, dg, dyb, N, H, W, C, k, stride, pad, P, Q, dt, 0);
-    int ran = maxpool_backward_bn_gpu(dbn, dtiles, dg, dyb, dxb, db, N, H, W, C, k, stride, pad, P, Q, dt, 0);
-    int ran2 = maxpool_backward_bn_gpu(dbn2, dtiles2, dg, NULL, dxb, db, N, H, W, C, k, stride, pad, P, Q, dt, 0);
+    maxpool_backward_gpu(dpl, dg, dyb, N, H, W, C, k, stride, pad, P, Q, 1, dt, 0);
+    int ran = maxpool_backward_bn_gpu(dbn, dtiles, dg, dyb, dxb, db, N, H, W, C, k, stride, pad, P, Q, 1, dt, 0);
+    int ran2 = maxpool_backward_bn_gpu(dbn2, dtiles2, dg, NULL, dxb, db, N, H, W, C, k, stride, pad, P, Q, 1, dt, 0);
     CHECK(ran == (C % (dt == CT_BF16 ? 8 : 4) == 0) && ran2, "%s: ran %d %d", what, ran, ran2);
     float *gpl = host_act(dpl, nin, dt), *gbn2 = host_act(dbn2, nin, dt);
     float *tiles2 = host_f32(dtiles2, (size_t)ntile * C * 2);

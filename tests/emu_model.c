@@ -27,6 +27,12 @@
 #include "util/common.h"
 #include "util/crc32c.h"
 #include "util/rng.h"
+#include "tools/exec_env.h"
+
+// The execution options every executor of a case takes (both twins: the CPU's BN + ADD fusion
+// follows them too): the defaults, or the old variables' (tools/gpu_session.sh runs this program
+// with CTRAIN_CONV_ENGINE=wgmma), changed by main for its cases.
+static ExecOptions g_opt;
 
 // An arch name, or one with "+blurpool" appended: the same network with BlurPool's blurs.
 static ResNet *model_create(const char *spec, int cin, int classes) {
@@ -39,10 +45,6 @@ static ResNet *model_create(const char *spec, int cin, int classes) {
     if (!m) ct_die("emu_model: unknown model '%s'", spec);
     return m;
 }
-
-// The execution options of both executors in the cases below (the fusion cases change them): the
-// two walk the plan these give (nn/plan.h).
-static ExecOptions opts_;
 
 static const char *dtname(CtDtype dt) { return dt == CT_BF16 ? "bf16" : "fp32"; }
 
@@ -101,12 +103,12 @@ static StepSum run_case(const char *arch, int N, int H, int W, CtDtype dt, int f
     for (int i = 0; i < N; i++) labels[i] = (int32_t)rng_below(&r, classes);
 
     // One training step on each backend.
-    CpuExec *ce = cpu_exec_create_opts(mc, &opts_);
+    CpuExec *ce = cpu_exec_create_opts(mc, &g_opt);
     cpu_exec_set_bf16(ce, dt == CT_BF16);
     float *gc = (float *)ct_alloc(mc->n_params * sizeof(float)), *gg = (float *)ct_alloc(mc->n_params * sizeof(float));
     int hc = -1, hg = -1;
     float lc = cpu_train_step(ce, mc, x, labels, N, H, W, 0.1f, gc, &hc);
-    GpuExec *ge = gpu_exec_create_opts(mg, dt, &opts_);
+    GpuExec *ge = gpu_exec_create_opts(mg, dt, &g_opt);
     float lg = gpu_train_step(ge, mg, x, labels, N, H, W, 0.1f, gg, &hg);
     const StepSum sum = {lg, crc32c(0, gg, mg->n_params * sizeof(float))};
     double lerr = fabs((double)lg - lc) / fabs((double)lc);
@@ -131,7 +133,7 @@ static StepSum run_case(const char *arch, int N, int H, int W, CtDtype dt, int f
         ResNet *mr = model_create(arch, cin, classes);
         memcpy(mr->params, mg->params, mc->n_params * sizeof(float));  // mg->params: untouched host copy
         float *gr = (float *)ct_alloc(mc->n_params * sizeof(float));
-        CpuExec *ce2 = cpu_exec_create_opts(mr, &opts_);
+        CpuExec *ce2 = cpu_exec_create_opts(mr, &g_opt);
         cpu_train_step(ce2, mr, x, labels, N, H, W, 0.1f, gr, NULL);
         double noise = rel_err_norm(gr, gc, mc->n_params), all = rel_err_norm(gg, gc, mc->n_params);
 #ifdef CTRAIN_EMU
@@ -178,7 +180,7 @@ static StepSum run_case(const char *arch, int N, int H, int W, CtDtype dt, int f
     if (full) {
         ResNet *m2 = model_create(arch, cin, classes);
         memcpy(m2->params, mg->params, mg->n_params * sizeof(float));
-        GpuExec *g2 = gpu_exec_create_opts(m2, dt, &opts_);
+        GpuExec *g2 = gpu_exec_create_opts(m2, dt, &g_opt);
         float *gg2 = (float *)ct_alloc(mc->n_params * sizeof(float));
         float l2 = gpu_train_step(g2, m2, x, labels, N, H, W, 0.1f, gg2, NULL);
         CHECK(l2 == lg && !memcmp(gg2, gg, mc->n_params * sizeof(float)), "%s %s: rerun not bit-identical", arch,
@@ -269,7 +271,7 @@ static StepSum run_case(const char *arch, int N, int H, int W, CtDtype dt, int f
         SgdState s3;
         sgd_init(&s3, m3->n_params);
         gpu_download_state(ge, m3, &s3);
-        GpuExec *g3 = gpu_exec_create_opts(m3, dt, &opts_);
+        GpuExec *g3 = gpu_exec_create_opts(m3, dt, &g_opt);
         gpu_upload_state(g3, m3, &s3);
         const float *z3 = gpu_forward_u8(g3, m3, xu, N, H, W, mean, std, 0);
         CHECK(!memcmp(z3, z1, (size_t)N * classes * sizeof(float)), "%s %s: state round trip changed the logits",
@@ -380,7 +382,7 @@ static void graph_case(const char *arch, int N, int H, int W, CtDtype dt, int pr
     ResNet *ma = model_create(arch, cin, classes), *mb = model_create(arch, cin, classes);
     resnet_init(ma, 7, 0);
     resnet_init(mb, 7, 0);
-    GpuExec *ea = gpu_exec_create(ma, dt), *eb = gpu_exec_create(mb, dt);
+    GpuExec *ea = gpu_exec_create_opts(ma, dt, &g_opt), *eb = gpu_exec_create_opts(mb, dt, &g_opt);
     gpu_exec_use_graphs(eb, 1);
     SgdConfig cfg = {0.9f, 5e-4f, 1, 1, 0, 0};
     SgdState sa, sb;
@@ -438,8 +440,8 @@ static void graph_case(const char *arch, int N, int H, int W, CtDtype dt, int pr
 }
 
 int main(void) {
+    g_opt = tool_exec_options();
     setvbuf(stdout, NULL, _IOLBF, 0);
-    opts_ = exec_options_default();
     // EMU_MODEL_CASE="arch,N,H,W,fp32|bf16" runs one case with every check (measurements).
     const char *one = getenv("EMU_MODEL_CASE");
     if (one && *one) {
@@ -450,8 +452,8 @@ int main(void) {
         run_case(arch, N, H, W, strcmp(dts, "bf16") ? CT_F32 : CT_BF16, 1);
         return test_summary("emu_model");
     }
-    const char *q = getenv("EMU_MODEL_QUICK"), *engine = getenv("CTRAIN_CONV_ENGINE");
-    const int on_v2 = !engine || !strcmp(engine, "v2");  // the plain cases below run on v2 (the default)
+    const char *q = getenv("EMU_MODEL_QUICK");
+    const int on_v2 = g_opt.conv_engine == EXEC_CONV_V2;  // the plain cases below run on v2 (the default)
     run_case("resnet20", 2, 8, 8, CT_F32, 1);
     graph_case("resnet20", 2, 8, 8, CT_BF16, 0);
     graph_case("resnet20", 2, 6, 6, CT_BF16, 1);
@@ -460,10 +462,10 @@ int main(void) {
     run_case("resnet20+blurpool", 2, 9, 9, CT_F32, 1);
     if (q && *q == '1') return test_summary("emu_model");
     const StepSum v2_r20 = run_case("resnet20", 2, 8, 8, CT_BF16, 0);
-    // The same step with the convolutions on the Hopper engine (CTRAIN_CONV_ENGINE=wgmma: forward
+    // The same step with the convolutions on the Hopper engine (--conv-engine wgmma: forward
     // with its BN statistics, data gradients with their BN backward epilogues, weight gradients; on
     // a GPU other than compute 9.0 it falls back to v2 and this repeats the case above), then with
-    // fuse_bn_bwd off (the unfused data gradients), then resnet18 (1x1 projections at stride 2,
+    // --no-fuse-bn-bwd (the unfused data gradients), then resnet18 (1x1 projections at stride 2,
     // the 7x7 stem padded to 8 channels). Under emulation both engines add the same products in
     // the same order and the epilogues share v2's code (kernels/conv_bn_epi.cuh): the step must
     // have v2's bits, loss and every gradient, where the weight gradients' split-K plans agree
@@ -476,19 +478,16 @@ int main(void) {
     const char *engines = getenv("EMU_ENGINES");
     const int with_wg = !engines || strcmp(engines, "v2");
     if (with_wg) {
-        const char *prev = getenv("CTRAIN_CONV_ENGINE");
-        char saved[32] = "";
-        if (prev) snprintf(saved, sizeof saved, "%s", prev);
-        setenv("CTRAIN_CONV_ENGINE", "wgmma", 1);
+        const ExecOptions saved = g_opt;
+        g_opt.conv_engine = EXEC_CONV_WGMMA;
         wg_r20 = run_case("resnet20", 2, 8, 8, CT_BF16, 0);
-        opts_.fuse_bn_bwd = 0;
-        printf("wgmma, fuse_bn_bwd off:\n");
+        g_opt.fuse_bn_bwd = 0;
+        printf("wgmma, --no-fuse-bn-bwd:\n");
         run_case("resnet20", 2, 8, 8, CT_BF16, 0);
-        opts_ = exec_options_default();
+        g_opt.fuse_bn_bwd = saved.fuse_bn_bwd;
         printf("wgmma:\n");
         wg_r18 = run_case("resnet18", 2, 36, 36, CT_BF16, 0);
-        if (prev) setenv("CTRAIN_CONV_ENGINE", saved, 1);
-        else unsetenv("CTRAIN_CONV_ENGINE");
+        g_opt = saved;
     }
     run_case("resnet20+blurpool", 2, 9, 9, CT_BF16, 0);
     graph_case("resnet20+blurpool", 2, 9, 9, CT_BF16, 0);
@@ -507,14 +506,14 @@ int main(void) {
 #else
     (void)wg_r20, (void)wg_r18, (void)v2_r20, (void)v2_r18, (void)on_v2, (void)with_wg;
 #endif
-    // Every batch-norm fusion off (the execution options of the plan, nn/plan.h): the unfused passes
-    // each fusion replaces, wired as the executor runs them when an option is 0.
+    // Every batch-norm fusion off (the fusion options, nn/exec_options.h): the unfused passes each
+    // fusion replaces, wired as the executor runs them when an option is off.
     {
-        opts_.fuse_bn_add = opts_.fuse_bn_stats = opts_.fuse_bn_bwd = opts_.fuse_bn_pool =
-            opts_.fuse_bn_res = 0;
+        const ExecOptions saved = g_opt;
+        g_opt.fuse_bn_add = g_opt.fuse_bn_stats = g_opt.fuse_bn_bwd = g_opt.fuse_bn_pool = g_opt.fuse_bn_res = 0;
         printf("every batch-norm fusion off:\n");
         run_case("resnet18", 2, 36, 36, CT_BF16, 0);
-        opts_ = exec_options_default();
+        g_opt = saved;
     }
     // ~2 minutes under emulation: tests/gpu.sh sets EMU_MODEL_ALL=1 (seconds on a GPU).
     const char *all = getenv("EMU_MODEL_ALL");

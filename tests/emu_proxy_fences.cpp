@@ -44,8 +44,7 @@ static int child(const char *which) {
         ConvShape s = conv_shape(1, 6, 6, 16, 16, 3, 3, 1, 1);
         uint16_t *in = dev_fill<uint16_t>(6 * 6 * 16, one), *w = dev_fill<uint16_t>(16 * 9 * 16, one);
         uint16_t *out = dev_fill<uint16_t>(6 * 6 * 16, 0);
-        setenv("CTRAIN_CONV_ENGINE", "wgmma", 1);
-        int used = conv2d_forward_gpu_ex(&s, out, in, w, CT_BF16, 0, CT_CONV_AUTO);
+        int used = conv2d_forward_gpu_ex(&s, out, in, w, CT_BF16, 0, CT_CONV_WGMMA);
         CT_CUDA_CHECK(cudaDeviceSynchronize());
         fprintf(stderr, "engine %d ran\n", used);
     }

@@ -13,6 +13,7 @@
 #include "nn/safetensors.h"
 #include "nn/sgd.h"
 #include "util/common.h"
+#include "tools/exec_env.h"
 
 static StFile ref;
 static int failures;
@@ -149,7 +150,9 @@ int main(int argc, char **argv) {
         labels[i] = (int32_t)v;
     }
     size_t nk = (size_t)N * classes;
-    CpuExec *e = cpu_exec_create(m);
+    // The CPU routes as the old variables say (tests/test_parity.sh sets CTRAIN_CPU_WINOGRAD per route).
+    ExecOptions opt = tool_exec_options();
+    CpuExec *e = cpu_exec_create_opts(m, &opt);
 
     // Eval mode first: the running statistics are still the initial ones.
     double t0 = ct_now();

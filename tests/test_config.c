@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "tests/test.h"
+#include "trainer/args.h"
 #include "trainer/config.h"
 
 static void parse(Config *c, ConfigGiven *g, const char **args) {

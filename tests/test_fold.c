@@ -16,6 +16,11 @@
 #include "util/common.h"
 #include "util/rng.h"
 
+// The references here are the direct/GEMM convolutions: the training executor's Winograd and
+// small-map routes (nn/conv.c) stay off, so Winograd is compared against something else and
+// conv2d_forward_ep against the route it must match bit for bit.
+static const ExecOptions DIRECT = {EXEC_CONV_V2, 1, 1, 1, 1, 1, 1, 0, 0};
+
 // conv2d_forward_ep must equal conv2d_forward followed by + bias, + res, ReLU, bit for bit: the
 // direct kernels (small C and K, AVX-512) and the GEMM (pointwise, im2col, depth over one K block).
 static void test_conv_ep(void) {
@@ -40,7 +45,7 @@ static void test_conv_ep(void) {
             for (size_t j = 0; j < rsc; j++) wt[j * s.K + k] = w[k * rsc + j];
         for (int mode = 0; mode < 4; mode++) {
             const int use_res = mode & 1, relu = mode >> 1;
-            conv2d_forward(&s, ref, x, w);
+            conv2d_forward_ex(&s, ref, x, w, &DIRECT);
             for (size_t i = 0; i < nout; i++) {
                 float v = ref[i] + bias[i % s.K];
                 if (use_res) v += res[i];
@@ -92,7 +97,7 @@ static void test_winograd(void) {
         winograd_weights(u, w, s.K, s.C);
         for (int mode = 0; mode < 3; mode++) {
             const float *b = mode ? bias : NULL, *r = mode == 2 ? res : NULL;
-            conv2d_forward(&s, ref, x, w);
+            conv2d_forward_ex(&s, ref, x, w, &DIRECT);
             for (size_t i = 0; i < nout; i++) {
                 float v = ref[i] + (b ? b[i % s.K] : 0.0f) + (r ? r[i] : 0.0f);
                 ref[i] = mode == 2 && !(v > 0) ? 0.0f : v;
@@ -147,7 +152,7 @@ static void test_arch(const char *arch, int in_ch, int classes, int N, int H, in
     normalize_u8(x, xu, (size_t)N * H * W, in_ch, mean, std);
     const size_t nl = (size_t)N * classes;
 
-    CpuExec *e = cpu_exec_create(m);
+    CpuExec *e = cpu_exec_create_opts(m, &DIRECT);
     float *ref = ct_alloc(nl * sizeof(float));
     memcpy(ref, cpu_forward(e, m, x, N, H, W, 0), nl * sizeof(float));
     FoldNet *f = fold_create(m);
@@ -215,11 +220,6 @@ static void test_unfoldable(void) {
 }
 
 int main(void) {
-    // The references here are the direct/GEMM convolutions: the training executor's Winograd and
-    // small-map routes (conv2d_forward, nn/conv.c) stay off, so Winograd is compared against
-    // something else and conv2d_forward_ep against the route it must match bit for bit.
-    setenv("CTRAIN_CPU_WINOGRAD", "0", 1);
-    setenv("CTRAIN_CPU_SMALL", "0", 1);
     test_rng = rng_make(41, 0, 0);
     test_conv_ep();
     test_winograd();

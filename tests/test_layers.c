@@ -822,7 +822,6 @@ static void test_winograd_weights_bits(void) {
 }
 
 int main(void) {
-    setenv("CTRAIN_CPU_WINOGRAD", "1", 1);  // the training step's Winograd route (nn/conv.c), the default
     test_rng = rng_make(1234, 0, 0);
     const char *kernels[] = {"avx512", "avx2", "generic"};
     const char *dflt = sgemm_kernel_name();

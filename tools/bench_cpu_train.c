@@ -17,6 +17,7 @@
 #include "nn/sgd.h"
 #include "util/common.h"
 #include "util/rng.h"
+#include "tools/exec_env.h"
 
 static double cpu_seconds(void) {
     struct timespec ts;
@@ -47,7 +48,8 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < npix; i++) x[i] = rng_normal(&r);
     for (int i = 0; i < N; i++) labels[i] = (int32_t)rng_below(&r, (uint32_t)classes);
 
-    CpuExec *e = cpu_exec_create(m);
+    ExecOptions eo = tool_exec_options();  // CTRAIN_CPU_WINOGRAD=0, CTRAIN_FUSE_BN_ADD=0, ...
+    CpuExec *e = cpu_exec_create_opts(m, &eo);
     float *grads = ct_alloc(m->n_params * sizeof(float));
     SgdState st;
     sgd_init(&st, m->n_params);

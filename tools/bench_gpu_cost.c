@@ -47,6 +47,7 @@
 #include "nn/sgd.h"
 #include "util/common.h"
 #include "util/rng.h"
+#include "tools/exec_env.h"
 
 // H100 SXM peaks the roofline model assumes (dense, no sparsity).
 #define PEAK_WGMMA 989e12   // bf16 tensor FLOP/s with wgmma (NVIDIA's datasheet figure)
@@ -408,7 +409,7 @@ int main(int argc, char **argv) {
     resnet_free(m);
     m = resnet_create_ex(arch, 3, classes, blurpool);
     resnet_init(m, 1, 0);
-    opts_ = exec_options_default();
+    opts_ = tool_exec_options();  // the tool's run and its plan under the same options
     plan_ = plan_build(m, &opts_);
     TensorDim *dims = ct_alloc((size_t)m->n_tensors * sizeof(TensorDim));
     if (resnet_shapes(m, S, S, dims)) ct_die("bench_gpu_cost: %s cannot take %dx%d images", arch, S, S);

@@ -30,6 +30,7 @@
 #include "nn/sgd.h"
 #include "util/common.h"
 #include "util/rng.h"
+#include "tools/exec_env.h"
 
 // Declared here rather than through <cuda_runtime_api.h> so this stays plain C with no CUDA include
 // path, like the trainer: the real runtime and the emulator (kernels/emu/runtime.cpp) both export these
@@ -119,7 +120,8 @@ int main(int argc, char **argv) {
     for (int i = 0; i < N; i++) labels[i] = (int32_t)rng_below(&r, (uint32_t)classes);
     static const float mean[3] = {0.485f, 0.456f, 0.406f}, std[3] = {0.229f, 0.224f, 0.225f};
 
-    GpuExec *e = gpu_exec_create(m, !strcmp(precision, "bf16") ? CT_BF16 : CT_F32);
+    ExecOptions eo = tool_exec_options();  // CTRAIN_CONV_ENGINE=... (tools/gpu_session.sh's variants)
+    GpuExec *e = gpu_exec_create_opts(m, !strcmp(precision, "bf16") ? CT_BF16 : CT_F32, &eo);
     gpu_exec_use_graphs(e, use_graphs);  // train's default is on
     if (profile) gpu_exec_profile(e, m, 1);
     SgdState st;

@@ -12,6 +12,7 @@
 #include "nn/layers.h"
 #include "util/common.h"
 #include "util/rng.h"
+#include "tools/exec_env.h"
 
 #include <omp.h>
 
@@ -54,6 +55,9 @@ static double now_cost(void) {
         }                                                  \
     } while (0)
 
+// The CPU routes the convolutions take (CTRAIN_CPU_WINOGRAD=0, CTRAIN_CPU_SMALL=0 turn them off).
+static ExecOptions g_opt;
+
 static void bench_conv(const char *model, int N, int H, int C, int K, int R, int stride, int count) {
     const int pad = R / 2;
     ConvShape s = conv_shape(N, H, H, C, K, R, R, stride, pad);
@@ -63,13 +67,13 @@ static void bench_conv(const char *model, int N, int H, int C, int K, int R, int
     char name[64];
     snprintf(name, sizeof name, "conv %dx%d s%d %d->%d @%d", R, R, stride, C, K, H);
     double t;
-    TIME_BEST(t, conv2d_forward(&s, out, in, w));
+    TIME_BEST(t, conv2d_forward_ex(&s, out, in, w, &g_opt));
     row(model, name, "fwd", t, flops, count);
     if (C > 3) {  // the stem's input gradient is never needed
-        TIME_BEST(t, conv2d_backward_data(&s, din, out, w));
+        TIME_BEST(t, conv2d_backward_data_ex(&s, din, out, w, &g_opt));
         row(model, name, "bwd-data", t, flops, count);
     }
-    TIME_BEST(t, conv2d_backward_weight(&s, dw, out, in));
+    TIME_BEST(t, conv2d_backward_weight_ex(&s, dw, out, in, &g_opt));
     row(model, name, "bwd-wgt", t, flops, count);
     free(in), free(w), free(out), free(din), free(dw);
 }
@@ -106,6 +110,7 @@ static void bench_add(const char *model, size_t n, int count) {
 static int want(const char *filter, const char *model) { return !filter || strstr(model, filter); }
 
 int main(int argc, char **argv) {
+    g_opt = tool_exec_options();
     if (argc > 1) g_reps = atoi(argv[1]);
     if (g_reps < 1) ct_die("bench_layers: reps must be >= 1 (got '%s')", argv[1]);
     const char *filter = argc > 2 ? argv[2] : NULL;

@@ -36,9 +36,9 @@ const char *backend_name(BackendKind kind) { return kind == BACKEND_CUDA ? "cuda
 void backend_loader_memory(BackendKind kind, LoaderConfig *lc) { ops_of(kind)->loader_memory(lc); }
 void backend_pin_shard(BackendKind kind, const Shard *sh) { ops_of(kind)->pin_shard(sh); }
 
-Backend *backend_create(BackendKind kind, ResNet *m, int bf16, int device, int graphs) {
+Backend *backend_create(BackendKind kind, ResNet *m, int bf16, int device, int graphs, const ExecOptions *eo) {
     const BackendOps *ops = ops_of(kind);
-    Backend *b = ops->create(m, bf16, device, graphs);
+    Backend *b = ops->create(m, bf16, device, graphs, eo);
     b->ops = ops;
     b->kind = kind;
     b->m = m;

@@ -16,6 +16,7 @@
 #include "loader/loader.h"
 #include "loader/shard.h"
 #include "nn/resnet.h"
+#include "nn/exec_options.h"
 #include "nn/optim.h"
 
 typedef enum { BACKEND_CPU = 0, BACKEND_CUDA = 1 } BackendKind;
@@ -35,7 +36,8 @@ typedef struct Backend Backend;
 
 // bf16: round where the GPU stores bf16 (the CPU's bf16 mode is the oracle of the GPU's).
 // device: this node's GPU for the rank (ignored on the CPU). graphs: CUDA graphs (GPU only).
-Backend *backend_create(BackendKind kind, ResNet *m, int bf16, int device, int graphs);
+// eo: the execution options (config_exec_options; NULL: the defaults), copied.
+Backend *backend_create(BackendKind kind, ResNet *m, int bf16, int device, int graphs, const ExecOptions *eo);
 void backend_free(Backend *b);
 BackendKind backend_kind(const Backend *b);
 // Binds the calling thread to the backend's device (each rank's thread calls it once).

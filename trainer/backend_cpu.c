@@ -34,10 +34,10 @@ static BackendGroup *cpu_backend_group_create(const char *comm_flag, int local, 
     return NULL;
 }
 
-static Backend *cpu_backend_create(ResNet *m, int bf16, int device, int graphs) {
+static Backend *cpu_backend_create(ResNet *m, int bf16, int device, int graphs, const ExecOptions *eo) {
     (void)device, (void)graphs;
     CpuBackend *b = ct_zalloc(sizeof *b);
-    b->exec = cpu_exec_create(m);
+    b->exec = cpu_exec_create_opts(m, eo);
     cpu_exec_set_bf16(b->exec, bf16);
     return &b->base;
 }

@@ -76,11 +76,11 @@ static BackendGroup *cuda_backend_group_create(const char *comm_flag, int local,
     return g;
 }
 
-static Backend *cuda_backend_create(ResNet *m, int bf16, int device, int graphs) {
+static Backend *cuda_backend_create(ResNet *m, int bf16, int device, int graphs, const ExecOptions *eo) {
     CudaBackend *b = ct_zalloc(sizeof *b);
     b->device = device;
     gpu_select_device(device);  // one GPU per rank of this node
-    b->exec = gpu_exec_create(m, bf16 ? CT_BF16 : CT_F32);  // uploads m's state
+    b->exec = gpu_exec_create_opts(m, bf16 ? CT_BF16 : CT_F32, eo);  // uploads m's state
     gpu_exec_use_graphs(b->exec, graphs);
     return &b->base;
 }

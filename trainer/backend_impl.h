@@ -12,7 +12,7 @@ typedef struct {
     void (*pin_shard)(const Shard *sh);
     BackendGroup *(*group_create)(const char *comm_flag, int local, int offset, int world, NodeNet *net);
     // Per model.
-    Backend *(*create)(ResNet *m, int bf16, int device, int graphs);
+    Backend *(*create)(ResNet *m, int bf16, int device, int graphs, const ExecOptions *eo);
     void (*free)(Backend *b);
     void (*bind_thread)(const Backend *b);
     const float *(*forward)(Backend *b, const uint8_t *x, int N, int hw, const float *mean, const float *std, int train);

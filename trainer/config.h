@@ -84,6 +84,9 @@ typedef struct {
     double timeout;
     int bucket_mb;
     const char *dump_batches;
+    // Execution options (nn/exec_options.h; config_exec_options): how the same model is computed.
+    const char *conv_engine;
+    int maxpool_vector, fuse_bn_add, fuse_bn_stats, fuse_bn_bwd, fuse_bn_pool, fuse_bn_res, cpu_winograd, cpu_small;
     const char *shards;  // positional
     // Not flags: argv[0] as typed (the commands printed for the user start with it), and which
     // flags were auto before config_from_args/job_create resolved them (recorded, so a resume
@@ -118,6 +121,7 @@ typedef struct {
     int config_line[CONFIG_MAX_FLAGS];       // the file's line that set each flag, 0: not the file
     unsigned char demo[CONFIG_MAX_FLAGS];    // set by --demo's recipe
     unsigned char resumed[CONFIG_MAX_FLAGS]; // taken from --resume's recorded settings
+    const char *env[CONFIG_MAX_FLAGS];       // the old variable that set it (an alias, config_env_aliases)
     const char *resumed_from;                // that checkpoint, when it had a record
 } ConfigGiven;
 
@@ -128,21 +132,15 @@ int config_given(const ConfigGiven *g, const char *name);
 void config_usage(FILE *f);
 // Sets one flag from its text; dies naming the flag when the value does not parse.
 void config_set_flag(Config *c, const Flag *fl, const char *v);
-// Defaults, argv (exits 0 after --help), the demo recipe, --gpus, the environment, validation.
-// Dies with a message naming the flag or variable at fault. argv's strings are kept, not copied.
-void config_from_args(Config *c, ConfigGiven *given, int argc, char **argv);
-// The pieces of config_from_args, for tests.
+// The pieces of config_from_args (trainer/args.h), also for tests.
 void config_defaults(Config *c);
 void config_parse_args(Config *c, ConfigGiven *given, int argc, char **argv);
 void config_env_defaults(Config *c, ConfigGiven *given);
 void config_validate(const Config *c, const ConfigGiven *given);
-// --config FILE over c: sets the flags the file names, except those given (the command line's),
-// and marks them given with their line. Dies naming FILE:LINE on an unknown flag or a bad value;
-// config_from_args names the line of a flag whose value the validator refuses.
-void config_read_file(Config *c, ConfigGiven *given, const char *path);
-// After config_read_file: errors until ct_set_error_context(NULL) name the FILE:LINE of the flag
-// they are about (trainer/config_file.c).
-void config_file_blame(const ConfigGiven *given);
+// The demo recipe fills every flag not given (given->demo marks them); SHARDS is the demo's.
+void config_apply_demo(Config *c, ConfigGiven *given, const char *argv0);
+// --gpus N is --device cuda --ranks N (dies when --ranks or --device given disagree).
+void config_apply_gpus(Config *c, const ConfigGiven *given);
 // The flag whose long name is name[0, len), or NULL; the bytes a flag's value takes in Config.
 const Flag *config_flag_named(const char *name, size_t len);
 size_t config_flag_size(const Flag *fl);
@@ -160,6 +158,15 @@ void config_res_schedule(const Config *c, ResSchedule *s);
 // --no-wd-bn, --lars-eta, --betas, --eps and --lamb-max-grad-norm; dies naming the flag at fault.
 #include "nn/optim.h"
 void config_optimizer(const Config *c, OptConfig *o);
+// The execution options (nn/exec_options.h) from --conv-engine, --maxpool-vector, --fuse-bn-add,
+// --fuse-bn-stats, --fuse-bn-bwd, --fuse-bn-pool, --fuse-bn-res, --cpu-winograd and --cpu-small
+// (the flags carry the options' names); dies naming the flag at fault.
+#include "nn/exec_options.h"
+void config_exec_options(const Config *c, ExecOptions *o);
+// The old environment variables of those options (CTRAIN_CONV_ENGINE, CTRAIN_FUSE_BN_ADD, ...;
+// EXEC_ALIASES) set the flags neither the command line nor --config gave, count as given (a resume
+// compares them) and are noted on stderr; given->env names the variable. Part of config_from_args.
+void config_env_aliases(Config *c, ConfigGiven *given);
 // "E0,E1" of --res-ramp into two epochs; 0 on success, -1 when it is not two integers.
 int config_parse_ramp(const char *s, int *e0, int *e1);
 

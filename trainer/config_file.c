@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "trainer/config.h"
+#include "trainer/config_file.h"
 #include "util/common.h"
 
 // --config FILE: where each value came from, so that a message printed by the flag parser or the

@@ -57,7 +57,8 @@ void dryrun_lr_note(const Config *c, const ConfigGiven *given, int global_batch,
 // Where flag i's value came from.
 static void source_of(const Config *c, const ConfigGiven *g, int i, char *buf, size_t n) {
     const Flag *fl = &CONFIG_FLAGS[i];
-    if (g->flag[i] && g->config_line[i]) snprintf(buf, n, "recipe %s:%d", g->config_file, g->config_line[i]);
+    if (g->env[i]) snprintf(buf, n, "environment $%s (alias)", g->env[i]);
+    else if (g->flag[i] && g->config_line[i]) snprintf(buf, n, "recipe %s:%d", g->config_file, g->config_line[i]);
     else if (g->flag[i]) snprintf(buf, n, "command line");
     else if (g->resumed[i]) snprintf(buf, n, "recorded in %s", g->resumed_from ? g->resumed_from : c->resume[0] ? c->resume : c->weights);
     else if (g->demo[i]) snprintf(buf, n, "--demo");

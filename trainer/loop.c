@@ -6,9 +6,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "trainer/ranks.h"
 #include "trainer/settings.h"
 #include "util/common.h"
+#include "util/crc32c.h"
 
 static volatile sig_atomic_t g_stop_signal;
 
@@ -101,13 +101,34 @@ static int account_step(Run *r, const StepResult *sr, double lr, int64_t step, i
     return consecutive_bad;
 }
 
+// Every replica must hold exactly rank 0's weights and optimizer state (and average); dies naming
+// the rank that differs. The same averaged gradients and the same update keep the replicas
+// identical; a rank whose checksum differs has silently diverged (a misconfigured or
+// non-deterministic replica). Kept here, not in trainer/ranks.c, which runs this loop.
+static void check_replicas(Run *r, int epochs_done) {
+    const ResNet *m = r->model.net;
+    backend_download(r->model.backend, &r->model.opt);
+    uint32_t crc = crc32c(0, m->params, m->n_params * sizeof(float));
+    for (int i = 0; i < optim_saved_state(&r->model.optim); i++)
+        crc = crc32c(crc, r->model.opt.state[i], m->n_params * sizeof(float));
+    if (ema_on(r)) {  // the average of identical weights is identical too (its BN statistics are each rank's)
+        ema_to_host(r);
+        crc = crc32c(crc, r->model.ema.params, m->n_params * sizeof(float));
+    }
+    uint32_t crc0 = crc;
+    comm_broadcast(r->rank.comm, &crc0, sizeof crc0, 0);
+    if (crc != crc0)
+        ct_die("rank %d's weights differ from rank 0's after epoch %d (checksum %08x vs %08x): the replicas have "
+               "diverged, so their gradients were not the same average", r->rank.rank, epochs_done, crc, crc0);
+}
+
 // End of an epoch: evaluation, records, the replica check and checkpoints.
 static EvalResult finish_epoch(Run *r, double train_time, double train_wait, int64_t seen_at_start) {
     const Config *c = r->cfg;
     Position *p = &r->pos;
     int64_t step = (int64_t)(p->epoch + 1) * r->loaders.steps_per_epoch;
     // Replicas are compared before anything is saved: a checkpoint never holds diverged ones.
-    if (r->rank.world > 1) ranks_check_replicas(r, p->epoch + 1);
+    if (r->rank.world > 1) check_replicas(r, p->epoch + 1);
     // The epoch's training is saved before evaluating it: an evaluation that dies (a val record
     // that fails to decode) then costs the evaluation, not the epoch. The position says "all
     // batches done, evaluation pending"; --resume from it goes straight to the evaluation.

@@ -259,7 +259,7 @@ int predict_main(int argc, char **argv) {
     if (resnet_shapes(m, S, S, dims) != 0) ct_die("--crop-size %d: too small for %s", S, m->arch);
     free(dims);
     BackendKind kind = backend_resolve(device, 1);
-    Backend *be = backend_create(kind, m, 0, 0, 0);
+    Backend *be = backend_create(kind, m, 0, 0, 0, NULL);  // fp32, the default routes
     backend_upload(be, NULL);
     if (batch > inputs.n) batch = inputs.n;
     size_t img = (size_t)S * S * C;

@@ -7,7 +7,6 @@
 
 #include "trainer/loop.h"
 #include "util/common.h"
-#include "util/crc32c.h"
 
 // What every node must agree on besides the settings: the dataset as this node sees it.
 static uint64_t node_fingerprint(const Config *c, const Dataset *d) {
@@ -85,23 +84,4 @@ int ranks_run(Ranks *rs, int evaluate_only, EvalResult *eval0) {
     free(t);
     free(th);
     return rc;
-}
-
-// The same averaged gradients and the same update keep the replicas identical; a rank whose
-// checksum differs has silently diverged (a misconfigured or non-deterministic replica).
-void ranks_check_replicas(Run *r, int epochs_done) {
-    const ResNet *m = r->model.net;
-    backend_download(r->model.backend, &r->model.opt);
-    uint32_t crc = crc32c(0, m->params, m->n_params * sizeof(float));
-    for (int i = 0; i < optim_saved_state(&r->model.optim); i++)
-        crc = crc32c(crc, r->model.opt.state[i], m->n_params * sizeof(float));
-    if (ema_on(r)) {  // the average of identical weights is identical too (its BN statistics are each rank's)
-        ema_to_host(r);
-        crc = crc32c(crc, r->model.ema.params, m->n_params * sizeof(float));
-    }
-    uint32_t crc0 = crc;
-    comm_broadcast(r->rank.comm, &crc0, sizeof crc0, 0);
-    if (crc != crc0)
-        ct_die("rank %d's weights differ from rank 0's after epoch %d (checksum %08x vs %08x): the replicas have "
-               "diverged, so their gradients were not the same average", r->rank.rank, epochs_done, crc, crc0);
 }

@@ -31,5 +31,3 @@ int ranks_lead(const Ranks *rs);
 // 0's status (trainer/loop.h) and its evaluation.
 int ranks_run(Ranks *rs, int evaluate_only, EvalResult *eval0);
 
-// Every replica must hold exactly rank 0's weights and momentum; dies naming the rank that differs.
-void ranks_check_replicas(Run *r, int epochs_done);

@@ -64,7 +64,9 @@ static void setup_training(Run *r, BackendKind kind, int bf16) {
     if (c->resume[0]) state_load_checkpoint(r, "--resume", c->resume, 1);
     backend_upload(mo->backend, &mo->opt);
     if (!c->resume[0]) ema_start(r, NULL, NULL, NULL);  // a resume starts it from the checkpoint
-    if (mo->teacher) mo->teacher_backend = backend_create(kind, mo->teacher, bf16, r->rank.local_rank, 0);
+    ExecOptions eo;
+    config_exec_options(c, &eo);
+    if (mo->teacher) mo->teacher_backend = backend_create(kind, mo->teacher, bf16, r->rank.local_rank, 0, &eo);
     if (r->pos.epoch >= c->epochs && r->pos.step_in_epoch == 0) {
         char cont[8192], *copy = ct_strdup(c->resume);
         settings_resume_command(c, dirname(copy), cont, sizeof cont);
@@ -87,7 +89,9 @@ void run_setup(Run *r, const Config *c, const Dataset *d, BackendKind kind, int 
     if (c->weights[0]) state_load_weights(r, c->weights, c->reset_head);
     r->model.eval_dlogits = ct_alloc(sizeof(float) * (size_t)c->batch * d->classes);
     loaders_create(&r->loaders, d, c, kind, rank, world);
-    r->model.backend = backend_create(kind, r->model.net, bf16, local_rank, !strcmp(c->cuda_graphs, "on"));
+    ExecOptions eo;
+    config_exec_options(c, &eo);
+    r->model.backend = backend_create(kind, r->model.net, bf16, local_rank, !strcmp(c->cuda_graphs, "on"), &eo);
     if (c->evaluate) {
         if (c->resume[0]) state_load_checkpoint(r, "--resume", c->resume, 0);
         backend_upload(r->model.backend, NULL);

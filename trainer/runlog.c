@@ -163,8 +163,18 @@ void runlog_write_config(RunLog *log, const Run *r, int argc, char **argv) {
     json_object_set_new(machine, "omp_threads", json_integer(omp_get_max_threads()));
     json_object_set_new(machine, "device", json_string(c->device));
 
+    // The execution options as the executors receive them (nn/exec_options.h), with the resolved
+    // precision: everything besides the model and the data that decides the bits of a step.
+    json_t *exec = json_object();
+    ExecOptions eo;
+    config_exec_options(c, &eo);
+    json_object_set_new(exec, "precision", json_string(c->precision));
+    for (int i = 0; i < EXEC_N_OPTIONS; i++)
+        json_object_set_new(exec, EXEC_OPTION_NAMES[i], json_string(exec_option_text(&eo, i)));
+
     json_t *doc = json_object();
     json_object_set_new(doc, "settings", settings_json(c));
+    json_object_set_new(doc, "exec_options", exec);
     json_object_set_new(doc, "derived", derived);
     json_object_set_new(doc, "command", command);    // this process's
     json_object_set_new(doc, "commands", commands);  // every one that ran the run
@@ -205,6 +215,18 @@ void runlog_banner(const Run *r) {
             cuda && !strcmp(c->cuda_graphs, "on") ? ", CUDA graphs" : "", omp_get_max_threads(), c->workers,
             world > 1 ? " per rank" : "", c->workers_auto ? ", auto" : "", c->lr,
             c->lr_schedule, c->epochs, r->log->out, c->resume[0] ? " (resumed)" : "");
+    // Execution options away from their defaults (config.json's exec_options has them all).
+    ExecOptions eo, def = exec_options_default();
+    config_exec_options(c, &eo);
+    char away[512] = "";
+    for (int i = 0; i < EXEC_N_OPTIONS; i++) {
+        const char *v = exec_option_text(&eo, i);
+        if (!strcmp(v, exec_option_text(&def, i))) continue;
+        size_t k = strlen(away);
+        if (!strcmp(v, "off")) snprintf(away + k, sizeof away - k, "%s--no-%s", k ? ", " : "", EXEC_OPTION_NAMES[i]);
+        else snprintf(away + k, sizeof away - k, "%s--%s %s", k ? ", " : "", EXEC_OPTION_NAMES[i], v);
+    }
+    if (away[0]) fprintf(stderr, "train: execution options: %s (not the defaults: other bits)\n", away);
     if (r->model.teacher)
         fprintf(stderr, "train: teacher %s (%zu parameters) from %s\n", r->model.teacher->arch, resnet_param_count(r->model.teacher),
                 strchr(c->teacher, ':') + 1);

@@ -241,8 +241,10 @@ static int apply_record(Config *c, ConfigGiven *given, json_t *doc, Config *rec,
                 continue;
             }
             size_t k = strlen(diff);
-            snprintf(diff + k, diff_cap - k, "\n  --%s: the run has %s, this command gives %s%s", fl->name, old, now,
-                     given->config_line[i] ? " (from --config)" : "");
+            char from[96] = "";
+            if (given->config_line[i]) snprintf(from, sizeof from, " (from --config)");
+            else if (given->env[i]) snprintf(from, sizeof from, " (from the environment's %s)", given->env[i]);
+            snprintf(diff + k, diff_cap - k, "\n  --%s: the run has %s, this command gives %s%s", fl->name, old, now, from);
             ndiff++;
             continue;
         }
