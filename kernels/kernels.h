@@ -49,6 +49,9 @@ static inline int conv_groups(const ConvShape *s) { return s->groups > 1 ? s->gr
 // with 16-byte aligned pointers, v1 (kernels/conv_tc1.cu, 128x64; cp.async where the channels allow,
 // element gathers otherwise) for the rest, the linear layer, and every conv when the environment
 // says CTRAIN_CONV_ENGINE=v1. The linear backward always takes the generic engine (fp32 dout).
+// Grouped convolutions (groups > 1) take the generic engine whatever engine is asked (every
+// group in one launch; the _ex entry points return CT_CONV_GENERIC), and the fused BN epilogues
+// (conv2d_forward_stats_gpu, conv2d_backward_data_bn_gpu, _tail_gpu) decline them: docs/GROUPED.md.
 // Determinism: no atomics; the weight gradient's reduction over N*P*Q is split in a number of
 // parts fixed by the shape, partials are summed in order: bit-identical reruns on any GPU.
 
