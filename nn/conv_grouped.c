@@ -9,8 +9,8 @@
 // over all groups of one output pixel (forward), one input pixel (data gradient) or one group
 // and kernel row (weight gradient), its innermost loop over the contiguous channels of a group,
 // so no per-group call or packing overhead exists: the cost is the multiply-adds themselves.
-// The grouped 3x3s are about 8% of resnext50_32x4d's multiply-adds (the 1x1s, dense, take the
-// GEMM route), so this is where the straightforward form pays enough.
+// The grouped 3x3s are 5.4% of resnext50_32x4d's multiply-adds at 224 (231M of 4.26G per image;
+// the 1x1s, dense, take the GEMM route), so this is where the straightforward form pays enough.
 //
 // Determinism: every output element is summed by one thread in a fixed (r, s, c / j) order, and
 // the work is cut by the shape alone (rows, groups), so the bits do not depend on the thread count.
