@@ -63,6 +63,7 @@ static int conv_tc_engine(int algo) { return algo == CT_CONV_AUTO ? CT_CONV_TC2 
 static int tc_wgrad_bm(int M) { return M <= 64 ? 64 : TC_BM; }
 
 extern "C" size_t conv2d_gpu_work_floats(const ConvShape *s) {
+    if (conv_groups(s) > 1) return ct_conv_grouped_work_floats(s);  // grouped: generic engine only
     int M = s->K, N = s->R * s->S * s->C, K = s->N * s->P * s->Q;
     if (M <= 0 || N <= 0 || K <= 0) return 0;
     SplitPlan a = split_plan(M, N, K, GN_BM, GN_BN, GN_BK);
@@ -139,6 +140,8 @@ static GemmArgs fwd_args(const ConvShape *s, void *out, const void *in, const vo
 static int conv_forward(const ConvShape *s, void *out, float *stats, const void *in, const void *w, CtDtype dt,
                         ct_stream_t st, int algo) {
     if (conv_empty(s)) return stats ? CT_CONV_AUTO : CT_CONV_GENERIC;
+    if (conv_groups(s) > 1)  // grouped: the generic engine, no BN-statistics epilogue
+        return stats ? CT_CONV_AUTO : ct_conv_grouped_run(GEMM_FWD, s, out, in, w, 0, NULL, dt, (cudaStream_t)st);
     GemmArgs g = fwd_args(s, out, in, w, dt);
     algo = g.tc_ok ? conv_tc_engine(algo) : algo;
     if (stats) {
@@ -217,12 +220,14 @@ static int conv_dgrad(const ConvShape *s, void *din, const void *dout, const voi
                s->H <= 0 || s->W <= 0 || s->C <= 0 || !ct_aligned(8, bn->tiles) || !ct_aligned(4, bn->x) ||
                !ct_aligned(4, bn->y)))
         return CT_CONV_AUTO;
+    if (bn && conv_groups(s) > 1) return CT_CONV_AUTO;  // grouped: no BN backward epilogue
     if (s->N <= 0 || s->H <= 0 || s->W <= 0 || s->C <= 0) return CT_CONV_GENERIC;
     if (conv_empty(s)) {  // no output pixel sees the input: the gradient is zero
         if (!acc)
             CT_CUDA_CHECK(cudaMemsetAsync(din, 0, (size_t)s->N * s->H * s->W * s->C * (dt == CT_F32 ? 4 : 2), (cudaStream_t)st));
         return CT_CONV_GENERIC;
     }
+    if (conv_groups(s) > 1) return ct_conv_grouped_run(GEMM_DGRAD, s, din, dout, w, acc, NULL, dt, (cudaStream_t)st);
     GemmArgs g = {};
     g.s = *s;
     g.a = dout;
@@ -326,9 +331,10 @@ extern "C" int conv2d_backward_weight_gpu_ex(const ConvShape *s, float *dw, cons
                                              int algo) {
     if (s->K <= 0 || s->C <= 0 || s->R <= 0 || s->S <= 0) return CT_CONV_GENERIC;
     if (conv_empty(s)) {
-        CT_CUDA_CHECK(cudaMemsetAsync(dw, 0, (size_t)s->K * s->R * s->S * s->C * 4, (cudaStream_t)st));
+        CT_CUDA_CHECK(cudaMemsetAsync(dw, 0, (size_t)s->K * s->R * s->S * (s->C / conv_groups(s)) * 4, (cudaStream_t)st));
         return CT_CONV_GENERIC;
     }
+    if (conv_groups(s) > 1) return ct_conv_grouped_run(GEMM_WGRAD, s, dw, dout, in, 0, work, dt, (cudaStream_t)st);
     GemmArgs g = {};
     g.s = *s;
     g.a = dout;

@@ -85,6 +85,12 @@ extern "C" void ct_gemm_tc1_launch(int mode, GemmArgs g, int c_f32, int mi, dim3
 // Split-K (kernels/conv_split.cu). The weight gradient's plan for bm x bn x bk tiles: a function of
 // the shape only.
 extern "C" void ct_split_plan(int M, int N, int K, int bm, int bn, int bk, int *splits, int *k_split);
+// Grouped convolutions (kernels/conv_generic.cu): every pass of a groups > 1 convolution on the
+// generic engine, all groups in one launch (acc: DGRAD adds into c); the work buffer floats its
+// weight gradient's split-K needs (0: none).
+extern "C" int ct_conv_grouped_run(int mode, const ConvShape *s, void *c, const void *a, const void *b, int acc,
+                                   float *work, CtDtype dt, cudaStream_t st);
+extern "C" size_t ct_conv_grouped_work_floats(const ConvShape *s);
 // An engine's launch arguments for the plan: g->k_split (= k_end unless a WGRAD splits),
 // g->c_split_stride and, when it splits, g->c = work (the partials, ct_conv_reduce_splits' input);
 // returns the split count (1: no split).

@@ -21,15 +21,20 @@ extern "C" {
 typedef struct CUstream_st *ct_stream_t;  // == cudaStream_t
 typedef enum { CT_F32 = 0, CT_BF16 = 1 } CtDtype;
 
-// A convolution's dimensions (groups = 1, no bias, dilation 1), shared with the CPU layers of
-// nn/layers.h; it lives here because kernels include nothing above them. nn/layers.h's
-// conv_shape() builds one with its dimensions checked.
+// A convolution's dimensions (no bias, dilation 1), shared with the CPU layers of nn/layers.h; it
+// lives here because kernels include nothing above them. nn/layers.h's conv_shape() and
+// conv_shape_g() build one with its dimensions checked.
+// Groups (ResNeXt's 3x3): input channel block g (C/groups channels) feeds only output block g
+// (K/groups channels); the weights are then [K, R, S, C/groups] (KRSC with C/groups), torch's
+// [K, C/groups, R, S] in files. groups 0 (a positional initializer that stops before it) means 1.
 typedef struct {
     int N, H, W, C;  // input
     int K, R, S;     // output channels, kernel rows, kernel columns
     int stride, pad; // same in both dimensions
     int P, Q;        // output rows, columns: (H + 2*pad - R) / stride + 1, likewise Q
+    int groups;      // 1 (or 0): a dense convolution; C and K are multiples of it
 } ConvShape;
+static inline int conv_groups(const ConvShape *s) { return s->groups > 1 ? s->groups : 1; }
 
 // ---------------------------------------------------------------------------------------------
 // Convolution and linear as implicit GEMM (kernels/conv.cu, kernels/linear.cu).
@@ -45,6 +50,9 @@ typedef struct {
 // element gathers otherwise) for the rest, the linear layer, and every conv when the caller names
 // v1 (CT_CONV_TC; the GPU executor passes its ExecOptions' conv engine). The linear backward always
 // takes the generic engine (fp32 dout). Kernels never read the environment.
+// Grouped convolutions (groups > 1) take the generic engine whatever engine is asked (every
+// group in one launch; the _ex entry points return CT_CONV_GENERIC), and the fused BN epilogues
+// (conv2d_forward_stats_gpu, conv2d_backward_data_bn_gpu, _tail_gpu) decline them: docs/GROUPED.md.
 // Determinism: no atomics; the weight gradient's reduction over N*P*Q is split in a number of
 // parts fixed by the shape, partials are summed in order: bit-identical reruns on any GPU.
 

@@ -22,11 +22,19 @@ ConvShape conv_shape(int N, int H, int W, int C, int K, int R, int S, int stride
     if (N <= 0 || H <= 0 || W <= 0 || C <= 0 || K <= 0 || R <= 0 || S <= 0 || stride <= 0 || pad < 0)
         ct_die("conv_shape: bad dimensions N=%d H=%d W=%d C=%d K=%d R=%d S=%d stride=%d pad=%d", N, H, W, C,
                K, R, S, stride, pad);
-    ConvShape s = {N, H, W, C, K, R, S, stride, pad, 0, 0};
+    ConvShape s = {N, H, W, C, K, R, S, stride, pad, 0, 0, 1};
     s.P = (H + 2 * pad - R) / stride + 1;
     s.Q = (W + 2 * pad - S) / stride + 1;
     if (H + 2 * pad < R || W + 2 * pad < S)
         ct_die("conv_shape: kernel %dx%d larger than the padded input %dx%d (pad %d)", R, S, H, W, pad);
+    return s;
+}
+
+ConvShape conv_shape_g(int N, int H, int W, int C, int K, int R, int S, int stride, int pad, int groups) {
+    if (groups < 1 || C % groups || K % groups)
+        ct_die("conv_shape: %d groups do not divide C=%d and K=%d", groups, C, K);
+    ConvShape s = conv_shape(N, H, W, C, K, R, S, stride, pad);
+    s.groups = groups;
     return s;
 }
 
@@ -355,6 +363,10 @@ static int winograd_train_ok(const ConvShape *s, const ExecOptions *o) {
 }
 
 void conv2d_forward_ex(const ConvShape *s, float *out, const float *in, const float *w, const ExecOptions *o) {
+    if (conv_groups(s) > 1) {
+        conv2d_grouped_forward(s, out, in, w, NULL, NULL, 0);
+        return;
+    }
     const size_t npq = (size_t)s->N * s->P * s->Q;
     const int rsc = s->R * s->S * s->C;
     if (small_enabled(s, o)) {
@@ -384,6 +396,7 @@ void conv2d_forward_ex(const ConvShape *s, float *out, const float *in, const fl
 // kernels read them as they are, so nothing is transposed per call.
 void conv2d_forward_ep(const ConvShape *s, float *out, const float *in, const float *wt, int packed,
                        const float *bias, const float *res, int relu) {
+    if (conv_groups(s) > 1) ct_die("conv2d_forward_ep: a grouped convolution takes conv2d_grouped_forward (KRSC weights)");
     const GemmEpilogue ep = {bias, res, s->K, relu};
     if (direct_ok(s)) {
         if (packed) ct_die("conv2d_forward_ep: packed weights for a direct convolution");
@@ -396,6 +409,10 @@ void conv2d_forward_ep(const ConvShape *s, float *out, const float *in, const fl
 }
 
 void conv2d_backward_data_ex(const ConvShape *s, float *din, const float *dout, const float *w, const ExecOptions *o) {
+    if (conv_groups(s) > 1) {
+        conv2d_grouped_backward_data(s, din, dout, w);
+        return;
+    }
     const size_t npq = (size_t)s->N * s->P * s->Q;
     const int rsc = s->R * s->S * s->C;
     if (is_pointwise(s)) {
@@ -450,6 +467,10 @@ void conv2d_backward_data_ex(const ConvShape *s, float *din, const float *dout, 
 // so it is cut into a fixed number of row chunks (from the shape alone), each chunk's partial dw
 // computed by one thread, the partials then added in chunk order.
 void conv2d_backward_weight_ex(const ConvShape *s, float *dw, const float *dout, const float *in, const ExecOptions *o) {
+    if (conv_groups(s) > 1) {
+        conv2d_grouped_backward_weight(s, dw, dout, in);
+        return;
+    }
     const size_t npq = (size_t)s->N * s->P * s->Q;
     const int rsc = s->R * s->S * s->C, K = s->K;
     const size_t nw = (size_t)K * rsc;
@@ -489,6 +510,7 @@ void conv2d_backward_weight_ex(const ConvShape *s, float *dw, const float *dout,
 }
 
 size_t conv2d_packed_weights_size(const ConvShape *s) {
+    if (conv_groups(s) > 1) return 0;
     if (direct_ok(s) || !sgemm_packs_b()) return 0;
     return sgemm_packed_b_size(s->R * s->S * s->C, s->K);
 }

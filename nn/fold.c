@@ -24,6 +24,7 @@ typedef struct {
     int in, in2, out;   // slots; in2: OP_ADD's second operand or a conv's residual, else -1
     int relu;
     int C, K, R, S, stride, pad;
+    int groups;         // OP_CONV: > 1 runs conv2d_grouped_forward on KRSC weights (no Winograd, no packing)
     int wino;           // OP_CONV through conv3x3_winograd_ep (weights in its u[16][C][K] form)
     int packed;         // OP_CONV weights packed once into GEMM panels (conv2d_pack_weights)
     size_t w_off, b_off;       // into FoldNet.weights (OP_CONV, OP_FC)
@@ -32,7 +33,7 @@ typedef struct {
 } FOp;
 
 struct FoldNet {
-    char arch[16];
+    char arch[32];
     int in_channels, num_classes, n_tensors, blurpool;
     size_t n_params, n_bufs;
     int n_ops;
@@ -73,7 +74,7 @@ FoldNet *fold_create_ex(const ResNet *m, int winograd) {
         const Op *op = &m->ops[i];
         FOp *f = &ops[n];
         *f = (FOp){.kind = op->kind, .in = op->in, .in2 = op->in2, .out = op->out, .relu = op->relu, .C = op->C,
-                   .K = op->K, .R = op->R, .S = op->S, .stride = op->stride, .pad = op->pad, .e_w = -1, .e_g = -1,
+                   .K = op->K, .R = op->R, .S = op->S, .stride = op->stride, .pad = op->pad, .groups = op->groups > 1 ? op->groups : 1, .e_w = -1, .e_g = -1,
                    .e_b = -1, .e_rm = -1, .e_rv = -1, .e_fcb = -1};
         snprintf(f->name, sizeof f->name, "%s", op->name);
         switch (op->kind) {
@@ -82,9 +83,9 @@ FoldNet *fold_create_ex(const ResNet *m, int winograd) {
             if (!bn || bn->kind != OP_BN || bn->in != op->out || consumers(m, op->out) != 1) goto unfoldable;
             f->e_w = op->w, f->e_g = bn->w, f->e_b = bn->b, f->e_rm = bn->rm, f->e_rv = bn->rv;
             f->out = bn->out, f->relu = bn->relu;
-            const ConvShape probe = {1, 3, 3, op->C, op->K, op->R, op->S, op->stride, op->pad, 3, 3};
-            f->wino = winograd && winograd_ok(&probe);
-            const size_t packed = f->wino ? 0 : conv2d_packed_weights_size(&probe);
+            const ConvShape probe = {1, 3, 3, op->C, op->K, op->R, op->S, op->stride, op->pad, 3, 3, 1};
+            f->wino = winograd && f->groups == 1 && winograd_ok(&probe);
+            const size_t packed = f->wino || f->groups > 1 ? 0 : conv2d_packed_weights_size(&probe);
             f->packed = packed > 0;
             f->w_off = nw, nw += f->wino ? (size_t)16 * op->C * op->K : f->packed ? packed : m->entries[op->w].count;
             f->b_off = nw, nw += op->K;
@@ -177,7 +178,7 @@ void fold_refresh(FoldNet *f, const ResNet *m) {
         const float *w = m->params + m->entries[op->e_w].offset;
         const float *gamma = m->params + m->entries[op->e_g].offset, *beta = m->params + m->entries[op->e_b].offset;
         const float *rm = m->bufs + m->entries[op->e_rm].offset, *rv = m->bufs + m->entries[op->e_rv].offset;
-        const size_t rsc = (size_t)op->R * op->S * op->C;
+        const size_t rsc = (size_t)op->R * op->S * op->C / op->groups;
         float *wf = op->wino || op->packed ? f->tmp : f->weights + op->w_off, *bias = f->weights + op->b_off;
         // The scale and shift in double, each rounded once to float. Direct convs keep the weights
         // RSCK (conv2d_forward_ep) or pack them from RSCK; Winograd's transform reads them KRSC.
@@ -187,7 +188,10 @@ void fold_refresh(FoldNet *f, const ResNet *m) {
             sc[k] = gamma[k] / sqrt((double)rv[k] + BN_EPS);
             bias[k] = (float)(beta[k] - rm[k] * sc[k]);
         }
-        if (op->wino) {
+        if (op->groups > 1) {  // grouped: the weights stay KRSC (conv2d_grouped_forward's layout)
+            for (int k = 0; k < K; k++)
+                for (size_t j = 0; j < rsc; j++) wf[k * rsc + j] = (float)(w[k * rsc + j] * sc[k]);
+        } else if (op->wino) {
 #pragma omp parallel for schedule(static)
             for (int k = 0; k < K; k++)
                 for (size_t j = 0; j < rsc; j++) wf[k * rsc + j] = (float)(w[k * rsc + j] * sc[k]);
@@ -200,7 +204,7 @@ void fold_refresh(FoldNet *f, const ResNet *m) {
                 for (int k = 0; k < K; k++)
                     for (size_t j = j0; j < CT_MIN(j0 + 16, rsc); j++) wf[j * K + k] = (float)(w[k * rsc + j] * sc[k]);
             if (op->packed) {
-                const ConvShape probe = {1, 3, 3, op->C, K, op->R, op->S, op->stride, op->pad, 3, 3};
+                const ConvShape probe = {1, 3, 3, op->C, K, op->R, op->S, op->stride, op->pad, 3, 3, 1};
                 conv2d_pack_weights(&probe, f->weights + op->w_off, wf);
             }
         }
@@ -308,9 +312,11 @@ static const float *run(FoldNet *f, int N) {
         float *y = slot(f, op->out);
         switch (op->kind) {
         case OP_CONV: {
-            ConvShape s = conv_shape(N, din.H, din.W, din.C, op->K, op->R, op->S, op->stride, op->pad);
+            ConvShape s = conv_shape_g(N, din.H, din.W, din.C, op->K, op->R, op->S, op->stride, op->pad, op->groups);
             const float *res = op->in2 >= 0 ? slot(f, op->in2) : NULL;
-            if (op->wino) conv3x3_winograd_ep(&s, y, x, f->weights + op->w_off, f->weights + op->b_off, res, op->relu);
+            if (op->groups > 1)
+                conv2d_grouped_forward(&s, y, x, f->weights + op->w_off, f->weights + op->b_off, res, op->relu);
+            else if (op->wino) conv3x3_winograd_ep(&s, y, x, f->weights + op->w_off, f->weights + op->b_off, res, op->relu);
             else conv2d_forward_ep(&s, y, x, f->weights + op->w_off, op->packed, f->weights + op->b_off, res, op->relu);
             break;
         }

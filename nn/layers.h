@@ -23,10 +23,13 @@ extern "C" {
 #endif
 
 // ---------------------------------------------------------------------------------------------
-// Convolution (groups = 1, no bias, dilation 1). ConvShape is defined in kernels/kernels.h: the
-// GPU twins take it too, and kernels may not include nn/. conv_shape checks the dimensions and
-// fills in P and Q.
+// Convolution (no bias, dilation 1). ConvShape is defined in kernels/kernels.h: the GPU twins take
+// it too, and kernels may not include nn/. conv_shape checks the dimensions and fills in P and Q;
+// conv_shape_g the same with `groups` (C and K multiples of it). Grouped convolutions (groups > 1)
+// take every entry point below but conv2d_pack_weights: each sends them to nn/conv_grouped.c
+// (its own kernels; the Winograd, small-map, direct and GEMM routes are for dense convolutions).
 ConvShape conv_shape(int N, int H, int W, int C, int K, int R, int S, int stride, int pad);
+ConvShape conv_shape_g(int N, int H, int W, int C, int K, int R, int S, int stride, int pad, int groups);
 
 // out[N,P,Q,K] = conv(in[N,H,W,C], w[K,R,S,C])
 void conv2d_forward(const ConvShape *s, float *out, const float *in, const float *w);
@@ -43,6 +46,13 @@ void conv2d_forward_ep(const ConvShape *s, float *out, const float *in, const fl
 // image size do not matter. conv2d_pack_weights packs RSCK wt into dst.
 size_t conv2d_packed_weights_size(const ConvShape *s);
 void conv2d_pack_weights(const ConvShape *s, float *dst, const float *wt);
+// Grouped convolutions (nn/conv_grouped.c), what the entry points above call when groups > 1.
+// w is KRSC with C/groups channels; bias [K] and res [N,P,Q,K] may be NULL (the inference
+// epilogue, in conv2d_forward_ep's order: + bias, + res, ReLU).
+void conv2d_grouped_forward(const ConvShape *s, float *out, const float *in, const float *w, const float *bias,
+                            const float *res, int relu);
+void conv2d_grouped_backward_data(const ConvShape *s, float *din, const float *dout, const float *w);
+void conv2d_grouped_backward_weight(const ConvShape *s, float *dw, const float *dout, const float *in);
 // din[N,H,W,C] = gradient wrt the input, given dout[N,P,Q,K]
 void conv2d_backward_data(const ConvShape *s, float *din, const float *dout, const float *w);
 // dw[K,R,S,C] = gradient wrt the weights, given dout[N,P,Q,K] and the forward input

@@ -289,7 +289,7 @@ static void forward_ops(CpuExec *e, ResNet *m, int N, int train) {
         const float *res = add ? act(e, ps->res) : NULL;
         switch (op->kind) {
         case OP_CONV: {
-            ConvShape s = conv_shape(N, din.H, din.W, din.C, op->K, op->R, op->S, op->stride, op->pad);
+            ConvShape s = conv_shape_g(N, din.H, din.W, din.C, op->K, op->R, op->S, op->stride, op->pad, op->groups);
             conv2d_forward_ex(&s, y, x, weight(e, m, op->w), &e->opt);
             break;
         }
@@ -387,7 +387,7 @@ void cpu_backward(CpuExec *e, const ResNet *m, const float *dlogits, float *grad
         float *dx = m->freeze_backbone && op->kind == OP_FC ? NULL : grad_dest(e, op->in);
         switch (op->kind) {
         case OP_CONV: {
-            ConvShape s = conv_shape(N, din.H, din.W, din.C, op->K, op->R, op->S, op->stride, op->pad);
+            ConvShape s = conv_shape_g(N, din.H, din.W, din.C, op->K, op->R, op->S, op->stride, op->pad, op->groups);
             conv2d_backward_weight_ex(&s, grads + m->entries[op->w].offset, dy, x, &e->opt);
             if (dx) conv2d_backward_data_ex(&s, dx, dy, weight(e, m, op->w), &e->opt);
             break;

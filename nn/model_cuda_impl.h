@@ -172,7 +172,7 @@ static inline int stem_padded(const GpuExec *e, const Op *op) { return e->cpad &
 
 static inline ConvShape op_conv_shape(const GpuExec *e, const Op *op, int N) {
     const TensorDim *d = &e->dims[op->in];
-    ConvShape s = conv_shape(N, d->H, d->W, d->C, op->K, op->R, op->S, op->stride, op->pad);
+    ConvShape s = conv_shape_g(N, d->H, d->W, d->C, op->K, op->R, op->S, op->stride, op->pad, op->groups);
     if (stem_padded(e, op)) s.C = e->cpad;
     return s;
 }

@@ -139,7 +139,7 @@ static void module_of(const ResNet *m, int entry, char *out, size_t len) {
 // Conv weight [K, C, R, S] (OIHW) and bias [K] with the BatchNorm bn folded in.
 static void fold_conv_bn(const ResNet *m, const Op *conv, const Op *bn, float *w_oihw, float *bias) {
     const StateEntry *we = &m->entries[conv->w];
-    int K = conv->K, C = conv->C, R = conv->R, S = conv->S;
+    int K = conv->K, C = conv->C / (conv->groups > 1 ? conv->groups : 1), R = conv->R, S = conv->S;  // C per group
     krsc_to_oihw(w_oihw, m->params + we->offset, K, C, R, S);
     const float *gamma = m->params + m->entries[bn->w].offset;
     const float *beta = m->params + m->entries[bn->b].offset;
@@ -184,10 +184,11 @@ uint8_t *onnx_encode_resnet(const ResNet *m, int H, int W, const char *producer_
                 module_of(m, op->w, pre, sizeof pre);
                 snprintf(wname, sizeof wname, "%s.weight", pre);
                 snprintf(bname, sizeof bname, "%s.bias", pre);
-                float *w = ct_alloc(sizeof(float) * (size_t)op->K * op->C * op->R * op->S);
+                const int groups = op->groups > 1 ? op->groups : 1;  // ONNX Conv's group: weights [K, C/group, R, S]
+                float *w = ct_alloc(sizeof(float) * (size_t)op->K * (op->C / groups) * op->R * op->S);
                 float *b = ct_alloc(sizeof(float) * (size_t)op->K);
                 fold_conv_bn(m, op, bn, w, b);
-                int64_t wd[4] = {op->K, op->C, op->R, op->S}, bd[1] = {op->K};
+                int64_t wd[4] = {op->K, op->C / groups, op->R, op->S}, bd[1] = {op->K};
                 initializer(&g, wname, wd, 4, w);
                 initializer(&g, bname, bd, 1, b);
                 free(w);
@@ -206,7 +207,7 @@ uint8_t *onnx_encode_resnet(const ResNet *m, int H, int W, const char *producer_
                 attr_ints(&n, "strides", st, 2);
                 attr_ints(&n, "pads", pads, 4);
                 attr_ints(&n, "dilations", dil, 2);
-                attr_int(&n, "group", 1);
+                attr_int(&n, "group", groups);
                 end_node(&g, &n);
                 if (bn->relu) {
                     char rname[96];

@@ -12,14 +12,20 @@ typedef struct {
     const char *name;
     int depth, cifar, bottleneck;
     int blocks[4];  // blocks per stage (CIFAR: 3 stages)
+    int groups, width_per_group;  // torchvision's Bottleneck arguments (1, 64 for plain ResNets)
 } ArchSpec;
 
 static const ArchSpec ARCHS[] = {
-    {"resnet18", 18, 0, 0, {2, 2, 2, 2}},   {"resnet34", 34, 0, 0, {3, 4, 6, 3}},
-    {"resnet50", 50, 0, 1, {3, 4, 6, 3}},   {"resnet101", 101, 0, 1, {3, 4, 23, 3}},
-    {"resnet152", 152, 0, 1, {3, 8, 36, 3}}, {"resnet20", 20, 1, 0, {3, 3, 3, 0}},
-    {"resnet32", 32, 1, 0, {5, 5, 5, 0}},   {"resnet44", 44, 1, 0, {7, 7, 7, 0}},
-    {"resnet56", 56, 1, 0, {9, 9, 9, 0}},   {"resnet110", 110, 1, 0, {18, 18, 18, 0}},
+    {"resnet18", 18, 0, 0, {2, 2, 2, 2}, 1, 64},    {"resnet34", 34, 0, 0, {3, 4, 6, 3}, 1, 64},
+    {"resnet50", 50, 0, 1, {3, 4, 6, 3}, 1, 64},    {"resnet101", 101, 0, 1, {3, 4, 23, 3}, 1, 64},
+    {"resnet152", 152, 0, 1, {3, 8, 36, 3}, 1, 64}, {"resnet20", 20, 1, 0, {3, 3, 3, 0}, 1, 64},
+    {"resnet32", 32, 1, 0, {5, 5, 5, 0}, 1, 64},    {"resnet44", 44, 1, 0, {7, 7, 7, 0}, 1, 64},
+    {"resnet56", 56, 1, 0, {9, 9, 9, 0}, 1, 64},    {"resnet110", 110, 1, 0, {18, 18, 18, 0}, 1, 64},
+    {"resnext50_32x4d", 50, 0, 1, {3, 4, 6, 3}, 32, 4},
+    {"resnext101_32x8d", 101, 0, 1, {3, 4, 23, 3}, 32, 8},
+    {"resnext101_64x4d", 101, 0, 1, {3, 4, 23, 3}, 64, 4},
+    {"wide_resnet50_2", 50, 0, 1, {3, 4, 6, 3}, 1, 128},
+    {"wide_resnet101_2", 101, 0, 1, {3, 4, 23, 3}, 1, 128},
 };
 
 static const ArchSpec *find_arch(const char *arch) {
@@ -46,7 +52,8 @@ const char *resnet_op_kind_name(int kind) {
 }
 
 const char *resnet_arch_list(void) {
-    return "resnet18, resnet34, resnet50, resnet101, resnet152, resnet20, resnet32, resnet44, resnet56, resnet110";
+    return "resnet18, resnet34, resnet50, resnet101, resnet152, resnext50_32x4d, resnext101_32x8d, resnext101_64x4d, "
+           "wide_resnet50_2, wide_resnet101_2, resnet20, resnet32, resnet44, resnet56, resnet110";
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -101,6 +108,7 @@ static Op *new_op(Builder *b, int kind, const char *name) {
     memset(op, 0, sizeof *op);
     op->kind = kind;
     op->in = op->in2 = op->out = -1;
+    op->groups = 1;
     op->w = op->b = op->rm = op->rv = op->nbt = -1;
     snprintf(op->name, sizeof op->name, "%s", name);
     return op;
@@ -153,10 +161,10 @@ static int blur_input(Builder *b, const char *conv_name, int in) {
     return op->out;
 }
 
-static int add_conv(Builder *b, const char *name, int in, int K, int R, int stride, int pad) {
+static int add_conv_g(Builder *b, const char *name, int in, int K, int R, int stride, int pad, int groups) {
     int C = b->m->tensors[in].C;
     if (b->m->blurpool && stride > 1 && C >= 16) in = blur_input(b, name, in);
-    int64_t shape[4] = {K, C, R, R};
+    int64_t shape[4] = {K, C / groups, R, R};
     int w = new_entry(b, name, "weight", ENTRY_PARAM, 4, shape, 1, 0);
     Op *op = new_op(b, OP_CONV, name);
     op->in = in;
@@ -165,9 +173,14 @@ static int add_conv(Builder *b, const char *name, int in, int K, int R, int stri
     op->R = op->S = R;
     op->stride = stride;
     op->pad = pad;
+    op->groups = groups;
     op->w = w;
     op->out = new_slot(b, K);
     return op->out;
+}
+
+static int add_conv(Builder *b, const char *name, int in, int K, int R, int stride, int pad) {
+    return add_conv_g(b, name, in, K, R, stride, pad, 1);
 }
 
 static int add_bn(Builder *b, const char *name, int in, int relu) {
@@ -223,16 +236,18 @@ static int basic_block(Builder *b, const char *prefix, int x, int planes, int st
     return add_add(b, prefix, t, sc, 1);
 }
 
-// Bottleneck (expansion 4, torchvision v1.5: the stride sits on the 3x3).
+// Bottleneck (expansion 4, torchvision v1.5: the stride sits on the 3x3), with torchvision's
+// width = int(planes * width_per_group / 64) * groups for conv1/conv2 and conv2 in `groups`.
 static int bottleneck_block(Builder *b, const char *prefix, int x, int planes, int stride) {
     char n[48];
     int inplanes = b->m->tensors[x].C;
+    const int groups = b->m->groups, width = planes * b->m->width_per_group / 64 * groups;
     snprintf(n, sizeof n, "%s.conv1", prefix);
-    int t = add_conv(b, n, x, planes, 1, 1, 0);
+    int t = add_conv(b, n, x, width, 1, 1, 0);
     snprintf(n, sizeof n, "%s.bn1", prefix);
     t = add_bn(b, n, t, 1);
     snprintf(n, sizeof n, "%s.conv2", prefix);
-    t = add_conv(b, n, t, planes, 3, stride, 1);
+    t = add_conv_g(b, n, t, width, 3, stride, 1, groups);
     snprintf(n, sizeof n, "%s.bn2", prefix);
     t = add_bn(b, n, t, 1);
     snprintf(n, sizeof n, "%s.conv3", prefix);
@@ -261,6 +276,8 @@ ResNet *resnet_create_ex(const char *arch, int in_channels, int num_classes, int
     m->depth = a->depth;
     m->cifar = a->cifar;
     m->bottleneck = a->bottleneck;
+    m->groups = a->groups;
+    m->width_per_group = a->width_per_group;
     m->in_channels = in_channels;
     m->num_classes = num_classes;
     m->blurpool = blurpool != 0;
@@ -505,8 +522,8 @@ void resnet_print(const ResNet *m, FILE *f) {
             m->n_bufs);
     for (int i = 0; i < m->n_ops; i++) {
         const Op *o = &m->ops[i];
-        fprintf(f, "  %3d %-8s %-24s in %d in2 %d out %d C %d K %d R %d stride %d pad %d relu %d grad_done %zu\n", i,
-                kinds[o->kind], o->name, o->in, o->in2, o->out, o->C,
-                o->K, o->R, o->stride, o->pad, o->relu, o->grad_done);
+        fprintf(f, "  %3d %-8s %-24s in %d in2 %d out %d C %d K %d R %d stride %d pad %d groups %d relu %d grad_done %zu\n",
+                i, kinds[o->kind], o->name, o->in, o->in2, o->out, o->C, o->K, o->R, o->stride, o->pad,
+                o->groups ? o->groups : 1, o->relu, o->grad_done);
     }
 }

@@ -8,6 +8,11 @@
 // Architectures (torchvision-exact names and init):
 //   resnet18/34  BasicBlock [2,2,2,2] / [3,4,6,3], 7x7/2 stem + 3x3/2 maxpool, 64..512 channels
 //   resnet50/101/152  Bottleneck (expansion 4, v1.5: stride on the 3x3) [3,4,6,3]/[3,4,23,3]/[3,8,36,3]
+//   resnext50_32x4d, resnext101_32x8d, resnext101_64x4d  the Bottleneck with a grouped 3x3:
+//     groups G and width_per_group D give conv1/conv2 width = int(planes * D / 64) * G
+//     (resnext50_32x4d's layer1: 128 channels in 32 groups of 4), conv3 still planes * 4
+//   wide_resnet50_2, wide_resnet101_2  the Bottleneck with width_per_group 128: twice resnet50/101's
+//     conv1/conv2 width (groups 1)
 //   resnet20/32/44/56/110  CIFAR style: 3x3/1 stem conv of 16 channels, no maxpool, three stages of
 //     16/32/64 channels with n = (depth-2)/6 BasicBlocks each, first block of stages 2 and 3 has
 //     stride 2; a projection shortcut (1x1 conv + BN, named downsample.0/.1 like torchvision)
@@ -40,7 +45,7 @@ extern "C" {
 enum { RESNET_PARAM_ALIGN = 8 };  // elements; see "Memory layouts" above
 
 typedef enum {
-    OP_CONV = 0,  // out = conv(in, w)                          (no bias, groups 1)
+    OP_CONV = 0,  // out = conv(in, w)                          (no bias; Op.groups channel groups)
     OP_BN,        // out = bn(in) [+ relu]                       (training: batch stats)
     OP_RELU,      // out = max(0, in)                           (not emitted: ReLUs are fused into BN/ADD)
     OP_MAXPOOL,   // out = maxpool(in, k, stride, pad)
@@ -57,6 +62,7 @@ typedef struct {
     int relu;      // OP_BN / OP_ADD: ReLU fused on the output
     // OP_CONV: C -> K channels, R x S kernel. OP_MAXPOOL: R = S = kernel size. stride/pad for both.
     int C, K, R, S, stride, pad;
+    int groups;    // OP_CONV: channel groups (1: dense; ResNeXt's conv2: 32 or 64), weights [K, R, S, C/groups]
     // State entries (indices into ResNet.entries), -1 when unused:
     //   OP_CONV: weight = w. OP_BN: weight = w, bias = b, running_mean = rm, running_var = rv,
     //   num_batches_tracked = nbt. OP_FC: weight = w, bias = b.
@@ -88,10 +94,12 @@ typedef struct {
 } TensorSlot;
 
 typedef struct {
-    char arch[16];     // "resnet18", "resnet20", ...
+    char arch[32];     // "resnet18", "resnet20", "resnext101_32x8d", ...
     int depth;
     int cifar;         // 1: CIFAR-style family (3x3 stem, no maxpool)
-    int bottleneck;    // 1: Bottleneck blocks (resnet50/101/152)
+    int bottleneck;    // 1: Bottleneck blocks (resnet50/101/152, ResNeXt, Wide ResNet)
+    int groups;        // the Bottleneck's 3x3 groups (ResNeXt: 32 or 64; else 1)
+    int width_per_group; // torchvision's base width (64; ResNeXt 4 or 8; Wide ResNet 128)
     int in_channels;   // input image channels (1 or 3, any >= 1 works)
     int num_classes;
 
@@ -125,7 +133,7 @@ typedef struct {
 // Parameters the optimizer updates: the fc prefix when the backbone is frozen, else n_params.
 size_t resnet_trainable(const ResNet *m);
 
-// Build the graph and the tables for arch ("resnet18" ... "resnet152", "resnet20" ... "resnet110")
+// Build the graph and the tables for arch (a name of resnet_arch_list())
 // and allocate the host state (params zero, running_var 1, running_mean 0, counts 0).
 // Returns NULL if the name is not one of those (callers name the flag in their error).
 ResNet *resnet_create(const char *arch, int in_channels, int num_classes);

@@ -67,8 +67,9 @@ PY
 compare "$TMP/r20.onnx" resnet20 3 10 "$TMP/run/model.safetensors" 16 3
 ok "resnet20 (model.safetensors of a run)"
 
-# 2. torchvision-named files without metadata: -a names the architecture.
-for spec in "resnet18 3 7 64 2" "resnet50 3 11 64 2"; do
+# 2. torchvision-named files without metadata: -a names the architecture (resnext50_32x4d: its grouped
+#    3x3s are Conv nodes with group 32, weights [K, C/32, 3, 3]).
+for spec in "resnet18 3 7 64 2" "resnet50 3 11 64 2" "resnext50_32x4d 3 5 32 2"; do
   set -- $spec
   arch=$1 inch=$2 classes=$3 size=$4 n=$5
   "$H" save "$arch" "$inch" "$classes" 11 "$TMP/$arch.safetensors"

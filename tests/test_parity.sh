@@ -65,6 +65,12 @@ run direct r18 "${R18[@]}"
 run winograd r18w "${R18[@]}" --flip 10:3492
 # resnet50, 64x64, batch 2 (Bottleneck, v1.5 strides), Nesterov with decay exclusion.
 run direct r50 --arch resnet50 --batch 2 --size 64 --classes 10 --nesterov 1 --wd-exclude 1 --fp32-floor -- --floor 3
+# resnext50_32x4d (grouped 3x3s, 32 groups of 4 to 32 channels: nn/conv_grouped.c), 32x32, batch 4
+# (batch 2 would leave layer4's BN 2 values per channel: xhat = +-1, its gradient pure cancellation),
+# under the same floor rule as resnet50: measured eval logits 2.6e-7, worst gradient at 0.33 of its
+# tolerance. wide_resnet50_2 is dense (twice resnet50's 3x3 width): its torch reference alone takes
+# 270 s here, so the suite holds its layout and eval logits (test_safetensors_py.sh) instead.
+run direct rx50 --arch resnext50_32x4d --batch 4 --size 32 --classes 10 --nesterov 1 --wd-exclude 1 --fp32-floor -- --floor 3
 # BlurPool (FFCV's rule: a [1,2,1]x[1,2,1]/16 depthwise blur on the input of every conv with stride
 # > 1 and >= 16 input channels; torch_ref.py applies it with F.conv2d(groups=C)): resnet20 at an
 # odd size (33 -> 17 -> 9, the blur's borders on both sides) and resnet18 (layers 2-4's conv1 and

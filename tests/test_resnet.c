@@ -139,6 +139,41 @@ static void check_blurpool(const char *arch, int cin, int n_blur, const char *wa
     resnet_free(p), resnet_free(b);
 }
 
+// ResNeXt and Wide ResNet: torchvision's widths and groups on the Bottleneck's 3x3 (torch's
+// state_dict shapes: resnext50_32x4d layer1.0.conv2 [128, 4, 3, 3], layer4.2.conv2 [1024, 32, 3, 3];
+// resnext101_64x4d layer1.0.conv2 [256, 4, 3, 3]; wide_resnet50_2 layer1.0.conv2 [128, 128, 3, 3]).
+static void check_grouped(void) {
+    const struct {
+        const char *arch, *entry;
+        int64_t shape[4];
+        int groups;
+    } want[] = {
+        {"resnext50_32x4d", "layer1.0.conv2.weight", {128, 4, 3, 3}, 32},
+        {"resnext50_32x4d", "layer4.2.conv2.weight", {1024, 32, 3, 3}, 32},
+        {"resnext50_32x4d", "layer1.0.conv3.weight", {256, 128, 1, 1}, 1},
+        {"resnext101_32x8d", "layer1.0.conv2.weight", {256, 8, 3, 3}, 32},
+        {"resnext101_64x4d", "layer1.0.conv2.weight", {256, 4, 3, 3}, 64},
+        {"resnext101_64x4d", "layer4.2.conv2.weight", {2048, 32, 3, 3}, 64},
+        {"wide_resnet50_2", "layer1.0.conv2.weight", {128, 128, 3, 3}, 1},
+        {"wide_resnet101_2", "layer4.2.conv1.weight", {1024, 2048, 1, 1}, 1},
+    };
+    for (size_t i = 0; i < CT_ARRAY_LEN(want); i++) {
+        ResNet *m = resnet_create(want[i].arch, 3, 10);
+        int e = m ? resnet_find_entry(m, want[i].entry) : -1;
+        CHECK(e >= 0 && !memcmp(m->entries[e].shape, want[i].shape, sizeof want[i].shape), "%s %s: shape", want[i].arch,
+              want[i].entry);
+        char op[48];
+        snprintf(op, sizeof op, "%.*s", (int)(strlen(want[i].entry) - 7), want[i].entry);  // less ".weight"
+        int groups = -1;
+        for (int j = 0; m && j < m->n_ops; j++)
+            if (m->ops[j].kind == OP_CONV && !strcmp(m->ops[j].name, op)) groups = m->ops[j].groups;
+        CHECK(groups == want[i].groups, "%s %s: groups %d, torchvision has %d", want[i].arch, op, groups, want[i].groups);
+        resnet_free(m);
+    }
+    CHECK(strstr(resnet_arch_list(), "resnext101_64x4d") && strstr(resnet_arch_list(), "wide_resnet101_2"),
+          "resnet_arch_list lacks the ResNeXt / Wide ResNet names");
+}
+
 int main(void) {
     // torchvision (1000 classes, 3 channels): sum(p.numel() for p in model.parameters()).
     check_count("resnet18", 3, 1000, 11689512);
@@ -146,16 +181,23 @@ int main(void) {
     check_count("resnet50", 3, 1000, 25557032);
     check_count("resnet101", 3, 1000, 44549160);
     check_count("resnet152", 3, 1000, 60192808);
+    check_count("resnext50_32x4d", 3, 1000, 25028904);
+    check_count("resnext101_32x8d", 3, 1000, 88791336);
+    check_count("resnext101_64x4d", 3, 1000, 83455272);
+    check_count("wide_resnet50_2", 3, 1000, 68883240);
+    check_count("wide_resnet101_2", 3, 1000, 126886696);
+    check_count("resnext50_32x4d", 3, 10, 23000394);
+    check_grouped();
     // CIFAR resnet20 with projection shortcuts: 269,722 (He et al., option A) + 2 projections
     // (16*32 + 2*32 and 32*64 + 2*64) = 272,474.
     check_count("resnet20", 3, 10, 272474);
     check_count("resnet18", 3, 10, 11181642);
     check_unpack();
     const char *archs[] = {"resnet18", "resnet34", "resnet50", "resnet101", "resnet152", "resnet20", "resnet32",
-                           "resnet44", "resnet56", "resnet110"};
+                           "resnet44", "resnet56", "resnet110", "resnext50_32x4d", "resnext101_64x4d", "wide_resnet50_2"};
     const int classes[] = {10, 1000, 7, 1};
-    for (int a = 0; a < 10; a++)  // (initialising the large ones would take minutes)
-        for (int k = 0; k < 4; k++) check_aligned(archs[a], k == 3 ? 1 : 3, classes[k], a == 0 || a >= 5);
+    for (int a = 0; a < (int)CT_ARRAY_LEN(archs); a++)  // (initialising the large ones would take minutes)
+        for (int k = 0; k < 4; k++) check_aligned(archs[a], k == 3 ? 1 : 3, classes[k], a == 0 || (a >= 5 && a < 10));
     CHECK(resnet_create("resnet19", 3, 10) == NULL, "unknown arch accepted");
     CHECK(!resnet_arch_valid("resnet") && resnet_arch_valid("resnet110"), "arch_valid");
     // A block's conv1 and downsample.0 read the same tensor and share its blur (BasicBlock); in a

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Safetensors interchange with the real readers/writers:
-#  1. ctrain writes resnet18 (1 channel, 5 classes) and resnet20 files; PyPI's `safetensors`
+#  1. ctrain writes resnet18 (1 channel, 5 classes), resnet20, resnext50_32x4d and wide_resnet50_2 files; PyPI's `safetensors`
 #     ($PIPPY) reads them (header, dtypes, metadata) and hands the arrays to torchvision
 #     ($TORCH_PY), which loads them with load_state_dict(strict=True); torch's eval-mode logits on
 #     a fixed input must match ctrain's own eval logits of the same file (1e-5).
@@ -20,7 +20,8 @@ T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 cd "$T"
 
-for spec in "resnet18 1 5" "resnet20 3 10"; do
+# resnext50_32x4d (grouped 3x3s: torch [K, C/32, 3, 3]) and wide_resnet50_2 (twice the 3x3 width) too.
+for spec in "resnet18 1 5" "resnext50_32x4d 3 5" "wide_resnet50_2 2 3" "resnet20 3 10"; do  # resnet20 last: the refusal below uses its file
   set -- $spec
   arch=$1 inch=$2 classes=$3
   echo "== $arch in_ch=$inch classes=$classes"

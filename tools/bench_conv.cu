@@ -95,7 +95,7 @@ int main(int argc, char **argv) {
     double tot[5] = {0, 0, 0, 0, 0};
     for (size_t li = 0; li < sizeof layers / sizeof layers[0]; li++) {
         const Layer *L = &layers[li];
-        ConvShape s = {B, L->H, L->H, L->C, L->K, L->R, L->R, L->stride, L->R / 2, 0, 0};
+        ConvShape s = {B, L->H, L->H, L->C, L->K, L->R, L->R, L->stride, L->R / 2, 0, 0, 1};
         s.P = s.Q = (L->H + 2 * s.pad - L->R) / L->stride + 1;
         size_t nin = (size_t)B * L->H * L->H * L->C, nout = (size_t)B * s.P * s.Q * L->K;
         size_t nw = (size_t)L->K * L->R * L->R * L->C;

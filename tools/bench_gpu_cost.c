@@ -517,10 +517,15 @@ int main(int argc, char **argv) {
                "counted = mma x 4096):\n  %-22s %-6s %14s %14s %14s %7s\n", "op", "pass", "analytic", "padded",
                "counted", "ratio");
     int all_ge = 1, fwd_exact = 1;
+    double grouped = 0;  // grouped convs (ResNeXt's 3x3s) run on the generic engine: CUDA-core FLOPs, no mma
     for (int i = 0; i < m->n_ops; i++) {
         const Op *op = &m->ops[i];
         if (op->kind != OP_CONV && op->kind != OP_FC) continue;
         const TensorDim *dout = &dims[op->out];
+        if (op->kind == OP_CONV && op->groups > 1) {
+            grouped += (op->in > 0 ? 3.0 : 2.0) * 2.0 * N * dout->H * dout->W * op->K * op->R * op->S * (op->C / op->groups);
+            continue;
+        }
         double f = op->kind == OP_CONV ? 2.0 * N * dout->H * dout->W * op->K * op->R * op->S * op->C
                                        : 2.0 * N * dims[op->in].C * dout->C;
         double gm = (double)N * dout->H * dout->W, gn = dout->C;
@@ -547,6 +552,9 @@ int main(int argc, char **argv) {
     printf("tensor FLOPs: counted %.0f, analytic %.0f (ratio %.4f; every GEMM counted >= analytic: %s; "
            "every forward GEMM == its tile-padded FLOPs: %s)\n",
            tot.mma * 4096, analytic, tot.mma * 4096 / analytic, all_ge ? "yes" : "NO", fwd_exact ? "yes" : "NO");
+    if (grouped > 0)
+        printf("grouped convolutions (generic engine, fp32 FMA on CUDA cores, not in the tensor FLOPs): %.0f FLOPs, "
+               "%.3f GFLOP per image (docs/GROUPED.md)\n", grouped, grouped / N / GF);
 
     const double comp = tot.rdu + tot.wru, req = tot.rd + tot.wr;
     printf("\nper image: compulsory %.3f MB, requested %.3f MB (counted paths), tensor %.3f GFLOP, %.1f launches\n",

@@ -18,7 +18,7 @@
 
 #define OFF(f) offsetof(Config, f)
 const Flag CONFIG_FLAGS[] = {
-    {"arch", 'a', F_STR, OFF(arch), "resnet18", "ARCH", "model architecture (resnet18/34/50/101/152; CIFAR-style resnet20/32/44/56/110)", 0},
+    {"arch", 'a', F_STR, OFF(arch), "resnet18", "ARCH", "model architecture (resnet18/34/50/101/152, resnext50_32x4d, resnext101_32x8d, resnext101_64x4d, wide_resnet50_2, wide_resnet101_2; CIFAR-style resnet20/32/44/56/110)", 0},
     {"epochs", 0, F_INT, OFF(epochs), "90", "N", "number of epochs to train (a resumed run continues up to N)", 0},
     {"batch-size", 'b', F_INT, OFF(batch), "256", "N", "batch size per device (the global batch is printed)", 0},
     {"lr", 0, F_DBL, OFF(lr), "0.1", "LR", "peak learning rate (after warmup)", 0},

@@ -1,0 +1,165 @@
+// Grouped convolutions on the GPU (kernels/conv_generic.cu's ct_conv_grouped_run, through
+// kernels/conv.cu's entry points) under emulation, against the CPU oracle (nn/conv_grouped.c):
+// - forward, data gradient (written and accumulated in place) and weight gradient, fp32 and bf16
+//   storage, on awkward shapes: groups 2-64, 1-32 channels per group, Cg != Kg, stride 2, odd maps,
+//   a weight gradient long enough to split its reduction (the partials' work buffer);
+// - whatever engine is asked (generic, v1, v2, wgmma, auto), a grouped shape runs on the generic
+//   engine and says so; the fused BN epilogues (statistics in the forward, BN backward in the data
+//   gradient) decline grouped shapes, running nothing, so the executor takes the plain passes;
+// - outputs are poisoned with NaN first (an element left unwritten fails), and a second run gives
+//   the same bits.
+// bf16 runs take bf16-rounded operands and the CPU sees the same values: an fp32 output (the
+// weight gradient) may differ by summation order only (1e-5), a bf16 output by its rounding (1e-2).
+#include <math.h>
+#include <string.h>
+
+#include "kernels/kernels.h"
+#include "nn/layers.h"
+#include "tests/test.h"
+#include "util/bf16.h"
+#include "util/common.h"
+#include "util/rng.h"
+
+static cudaStream_t stream;
+static size_t esize(CtDtype dt) { return dt == CT_BF16 ? 2 : 4; }
+
+static float *host_random(size_t n, uint64_t key, CtDtype dt) {
+    float *h = (float *)ct_alloc(n * sizeof(float) + 4);
+    Rng r = rng_make(20261127, key, n);
+    for (size_t i = 0; i < n; i++) {
+        h[i] = 2.0f * rng_uniform(&r) - 1.0f;
+        if (dt == CT_BF16) h[i] = ct_round_bf16(h[i]);
+    }
+    return h;
+}
+static void *dev_upload(const float *h, size_t n, CtDtype dt) {
+    void *d = NULL;
+    if (cudaMalloc(&d, n * esize(dt) + 16) != cudaSuccess) ct_die("cudaMalloc");
+    if (dt == CT_BF16) {
+        uint16_t *t = (uint16_t *)ct_alloc(n * 2 + 2);
+        for (size_t i = 0; i < n; i++) t[i] = ct_f32_to_bf16(h[i]);
+        cudaMemcpy(d, t, n * 2, cudaMemcpyHostToDevice);
+        free(t);
+    } else {
+        cudaMemcpy(d, h, n * 4, cudaMemcpyHostToDevice);
+    }
+    return d;
+}
+static void *dev_poisoned(size_t bytes) {
+    void *d = NULL;
+    if (cudaMalloc(&d, bytes + 16) != cudaSuccess) ct_die("cudaMalloc");
+    cudaMemset(d, 0xff, bytes + 16);  // NaN in fp32 and bf16
+    return d;
+}
+static void dev_download(float *h, const void *d, size_t n, CtDtype dt) {
+    if (dt == CT_BF16) {
+        uint16_t *t = (uint16_t *)ct_alloc(n * 2 + 2);
+        cudaMemcpy(t, d, n * 2, cudaMemcpyDeviceToHost);
+        for (size_t i = 0; i < n; i++) h[i] = ct_bf16_to_f32(t[i]);
+        free(t);
+    } else {
+        cudaMemcpy(h, d, n * 4, cudaMemcpyDeviceToHost);
+    }
+}
+static void sync(void) {
+    cudaError_t e = cudaStreamSynchronize(stream);
+    if (e != cudaSuccess) ct_die("cuda: %s", cudaGetErrorString(e));
+}
+
+static const int ALGOS[] = {CT_CONV_GENERIC, CT_CONV_TC, CT_CONV_TC2, CT_CONV_WGMMA, CT_CONV_AUTO};
+
+static void test_shape(int N, int H, int W, int C, int K, int R, int stride, int pad, int G, CtDtype dt, int algo) {
+    const ConvShape s = conv_shape_g(N, H, W, C, K, R, R, stride, pad, G);
+    const size_t ni = (size_t)N * H * W * C, no = (size_t)N * s.P * s.Q * K, nw = (size_t)K * R * R * (C / G);
+    const uint64_t key = ((uint64_t)G << 32) ^ ((uint64_t)C << 16) ^ (uint64_t)(K * 131 + H * 7 + stride);
+    float *in = host_random(ni, key, dt), *w = host_random(nw, key + 1, dt), *dout = host_random(no, key + 2, dt);
+    float *prior = host_random(ni, key + 3, dt);  // what the accumulating data gradient adds to
+    float *ro = (float *)ct_alloc(no * 4), *rd = (float *)ct_alloc(ni * 4), *rw = (float *)ct_alloc(nw * 4);
+    conv2d_forward(&s, ro, in, w);
+    conv2d_backward_data(&s, rd, dout, w);
+    conv2d_backward_weight(&s, rw, dout, in);
+    float *racc = (float *)ct_alloc(ni * 4);
+    for (size_t i = 0; i < ni; i++) racc[i] = prior[i] + rd[i];
+
+    void *din_ = dev_upload(in, ni, dt), *dw_ = dev_upload(w, nw, dt), *ddo = dev_upload(dout, no, dt);
+    void *dout_ = dev_poisoned(no * esize(dt)), *dd = dev_poisoned(ni * esize(dt)), *dacc = dev_upload(prior, ni, dt);
+    float *dgw = (float *)dev_poisoned(nw * 4), *dgw2 = (float *)dev_poisoned(nw * 4);
+    const size_t work_n = conv2d_gpu_work_floats(&s);
+    float *work = NULL;
+    if (work_n) cudaMalloc((void **)&work, work_n * 4);
+    int e1 = conv2d_forward_gpu_ex(&s, dout_, din_, dw_, dt, (ct_stream_t)stream, algo);
+    int e2 = conv2d_backward_data_gpu_ex(&s, dd, ddo, dw_, dt, (ct_stream_t)stream, algo);
+    int e3 = conv2d_backward_data_acc_gpu_ex(&s, dacc, ddo, dw_, dt, (ct_stream_t)stream, algo);
+    int e4 = conv2d_backward_weight_gpu_ex(&s, dgw, ddo, din_, work, dt, (ct_stream_t)stream, algo);
+    conv2d_backward_weight_gpu_ex(&s, dgw2, ddo, din_, work, dt, (ct_stream_t)stream, algo);
+    sync();
+    CHECK(e1 == CT_CONV_GENERIC && e2 == CT_CONV_GENERIC && e3 == CT_CONV_GENERIC && e4 == CT_CONV_GENERIC,
+          "grouped conv g%d asked engine %d: ran %d %d %d %d, not the generic engine", G, algo, e1, e2, e3, e4);
+    float *go = (float *)ct_alloc(no * 4), *gd = (float *)ct_alloc(ni * 4), *ga = (float *)ct_alloc(ni * 4);
+    float *gw = (float *)ct_alloc(nw * 4), *gw2 = (float *)ct_alloc(nw * 4);
+    dev_download(go, dout_, no, dt);
+    dev_download(gd, dd, ni, dt);
+    dev_download(ga, dacc, ni, dt);
+    dev_download(gw, dgw, nw, CT_F32);
+    dev_download(gw2, dgw2, nw, CT_F32);
+    const double tol = dt == CT_BF16 ? 1e-2 : 1e-5;
+    const double x1 = rel_err_norm(go, ro, no), x2 = rel_err_norm(gd, rd, ni), x3 = rel_err_norm(ga, racc, ni);
+    const double x4 = rel_err_norm(gw, rw, nw);
+    printf("  %-4s engine %d  N%d %dx%d C%d K%d R%d st%d g%d (work %zu): fwd %.2g dgrad %.2g acc %.2g wgrad %.2g\n",
+           dt == CT_BF16 ? "bf16" : "fp32", algo, N, H, W, C, K, R, stride, G, work_n, x1, x2, x3, x4);
+    CHECK(x1 <= tol && x2 <= tol && x3 <= tol && x4 <= 1e-5,
+          "grouped conv %s N%d %dx%d C%d K%d R%d st%d g%d: fwd %.3g dgrad %.3g acc %.3g wgrad %.3g vs the CPU",
+          dt == CT_BF16 ? "bf16" : "fp32", N, H, W, C, K, R, stride, G, x1, x2, x3, x4);
+    CHECK(!memcmp(gw, gw2, nw * 4), "grouped conv g%d: the weight gradient differs between two runs", G);
+
+    if (dt == CT_BF16 && algo == CT_CONV_AUTO) {  // the fused epilogues decline grouped shapes
+        float *tiles = (float *)dev_poisoned((size_t)2 * K * ((no / K + 127) / 128 + 8) * 4);
+        float *stats_dev = (float *)dev_poisoned((size_t)4 * C * 4);
+        int st_ran = conv2d_forward_stats_gpu(&s, dout_, tiles, din_, dw_, dt, (ct_stream_t)stream);
+        int bn_ran = conv2d_backward_data_bn_gpu(&s, dd, tiles, ddo, dw_, din_, stats_dev, stats_dev, stats_dev,
+                                                 stats_dev, dt, (ct_stream_t)stream);
+        sync();
+        CHECK(!st_ran && !bn_ran, "grouped conv g%d: a fused BN epilogue took it (stats %d, bn backward %d)", G, st_ran,
+              bn_ran);
+        cudaFree(tiles), cudaFree(stats_dev);
+    }
+    cudaFree(din_), cudaFree(dw_), cudaFree(ddo), cudaFree(dout_), cudaFree(dd), cudaFree(dacc), cudaFree(dgw);
+    cudaFree(dgw2);
+    if (work) cudaFree(work);
+    free(in), free(w), free(dout), free(prior), free(ro), free(rd), free(rw), free(racc);
+    free(go), free(gd), free(ga), free(gw), free(gw2);
+}
+
+int main(void) {
+    cudaStreamCreate(&stream);
+    // N, H, W, C, K, R, stride, pad, groups
+    const int shapes[][9] = {
+        {2, 5, 7, 8, 8, 3, 1, 1, 2},       // 4 per group, odd map
+        {1, 7, 5, 64, 64, 3, 2, 1, 32},    // resnext50's first stage, stride 2
+        {1, 4, 5, 32, 32, 3, 1, 1, 32},    // 1 channel per group (depthwise)
+        {1, 4, 4, 128, 128, 3, 1, 1, 4},   // 32 per group
+        {1, 5, 5, 24, 48, 3, 2, 1, 3},     // Cg 8 != Kg 16
+        {2, 3, 3, 128, 128, 3, 2, 1, 64},  // 64 groups of 2
+        {2, 16, 16, 8, 8, 3, 1, 1, 2},     // 512 output pixels: a split weight gradient
+    };
+    const int nshapes = (int)CT_ARRAY_LEN(shapes);
+    for (int i = 0; i < nshapes; i++) {
+        const int *f = shapes[i];
+        for (int d = 0; d < 2; d++) {
+            const CtDtype dt = d ? CT_BF16 : CT_F32;
+            // Every engine on the first shapes; the rest with the default (auto) only: each one
+            // resolves to the same generic launch, and the emulator runs a host thread per CUDA thread.
+            const int na = i < 2 && dt == CT_BF16 ? (int)CT_ARRAY_LEN(ALGOS) : 1;
+            for (int a = 0; a < na; a++) {
+                const int algo = na == 1 ? (dt == CT_BF16 ? CT_CONV_AUTO : CT_CONV_GENERIC) : ALGOS[a];
+                test_shape(f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8], dt, algo);
+            }
+        }
+    }
+    {  // the last shape must have split its weight gradient, or the work-buffer path went untested
+        const ConvShape s = conv_shape_g(2, 16, 16, 8, 8, 3, 3, 1, 1, 2);
+        CHECK(conv2d_gpu_work_floats(&s) > 0, "the split weight-gradient shape did not split");
+    }
+    cudaStreamDestroy(stream);
+    return test_summary("emu_conv_grouped");
+}
