@@ -115,9 +115,9 @@ static void test_shape(int N, int H, int W, int C, int K, int R, int stride, int
     if (dt == CT_BF16 && algo == CT_CONV_AUTO) {  // the fused epilogues decline grouped shapes
         float *tiles = (float *)dev_poisoned((size_t)2 * K * ((no / K + 127) / 128 + 8) * 4);
         float *stats_dev = (float *)dev_poisoned((size_t)4 * C * 4);
-        int st_ran = conv2d_forward_stats_gpu(&s, dout_, tiles, din_, dw_, dt, (ct_stream_t)stream);
+        int st_ran = conv2d_forward_stats_gpu(&s, dout_, tiles, din_, dw_, dt, (ct_stream_t)stream, CT_CONV_AUTO);
         int bn_ran = conv2d_backward_data_bn_gpu(&s, dd, tiles, ddo, dw_, din_, stats_dev, stats_dev, stats_dev,
-                                                 stats_dev, dt, (ct_stream_t)stream);
+                                                 stats_dev, dt, (ct_stream_t)stream, CT_CONV_AUTO);
         sync();
         CHECK(!st_ran && !bn_ran, "grouped conv g%d: a fused BN epilogue took it (stats %d, bn backward %d)", G, st_ran,
               bn_ran);
