@@ -20,8 +20,9 @@
 #include "util/common.h"
 
 #define NET_MAGIC 0x4e525443u  // "CTRN"
-#define NET_VERSION 1
-enum { K_HELLO = 100, K_WELCOME, K_REFUSED, K_ALLREDUCE, K_BCAST, K_ERROR };
+#define NET_VERSION 2  // 2: the hello is followed by the settings' text (K_SETTINGS)
+#define NET_MAX_SETTINGS (1u << 20)
+enum { K_HELLO = 100, K_WELCOME, K_REFUSED, K_ALLREDUCE, K_BCAST, K_ERROR, K_SETTINGS };
 
 typedef struct {
     uint32_t magic, kind;
@@ -32,12 +33,12 @@ typedef struct {
     uint32_t magic, version;
     int32_t nodes, node, local_ranks;
     uint32_t float_check;  // 1.0f's bits: same float format and byte order
-    uint64_t fingerprint;
+    uint64_t fingerprint;  // FNV-1a of the settings' text that follows
 } Hello;
 
 typedef struct {
     int32_t rank_offset, world;
-    char msg[256];
+    char msg[1024];
 } Welcome;
 
 struct NodeNet {
@@ -138,7 +139,60 @@ static int connect_to(const char *host, int port, double deadline, char *err, si
     return ct_fail(err, errlen, "cannot reach node 0 at %s:%d within the timeout (%s)", host, port, strerror(last));
 }
 
-NodeNet *net_connect(int nodes, int node, const char *host, int port, uint64_t fingerprint, int local_ranks,
+static uint64_t fnv1a(const char *s, size_t n) {
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)s[i]) * 1099511628211ull;
+    return h;
+}
+
+// The value of the line `key` (key<TAB>value) in text: its start and length, or NULL.
+static const char *setting_value(const char *text, const char *key, size_t keylen, size_t *len) {
+    for (const char *l = text; *l;) {
+        const char *nl = strchr(l, '\n');
+        size_t ll = nl ? (size_t)(nl - l) : strlen(l);
+        if (ll > keylen && l[keylen] == '\t' && !memcmp(l, key, keylen)) {
+            *len = ll - keylen - 1;
+            return l + keylen + 1;
+        }
+        l += ll + (nl != NULL);
+    }
+    return NULL;
+}
+
+// Names what differs between node 0's settings (mine) and node k's (theirs), at most three
+// settings and a count of the rest, into msg.
+static void settings_diff(int k, const char *mine, const char *theirs, char *msg, size_t cap) {
+    size_t u = (size_t)snprintf(msg, cap, "node %d's settings differ from node 0's:", k);
+    int shown = 0, more = 0;
+    for (int pass = 0; pass < 2; pass++) {  // node 0's keys, then the keys only node k has
+        const char *a = pass ? theirs : mine, *b = pass ? mine : theirs;
+        for (const char *l = a; *l;) {
+            const char *nl = strchr(l, '\n');
+            size_t ll = nl ? (size_t)(nl - l) : strlen(l);
+            const char *tab = memchr(l, '\t', ll);
+            if (tab) {
+                size_t kl = (size_t)(tab - l), vl = ll - kl - 1, ol = 0;
+                const char *o = setting_value(b, l, kl, &ol);
+                int differs = pass ? o == NULL : (o == NULL || ol != vl || memcmp(o, tab + 1, vl));
+                if (differs && shown < 3 && u < cap) {
+                    const char *mv = pass ? "(none)" : tab + 1, *tv = pass ? tab + 1 : o ? o : "(none)";
+                    int ml = pass ? 6 : (int)vl, tl = pass ? (int)vl : o ? (int)ol : 6;
+                    u += (size_t)snprintf(msg + u, cap - u, "%s %.*s: node %d has %.*s, node 0 has %.*s", shown ? ";" : "",
+                                          (int)kl, l, k, tl, tv, ml, mv);
+                    shown++;
+                } else if (differs) {
+                    more++;
+                }
+            }
+            l += ll + (nl != NULL);
+        }
+    }
+    if (more && u < cap) u += (size_t)snprintf(msg + u, cap - u, " (and %d more)", more);
+    if (!shown && u < cap) u += (size_t)snprintf(msg + u, cap - u, " (the same text, another hash)");
+    if (u < cap) snprintf(msg + u, cap - u, "; every node must run the same command");
+}
+
+NodeNet *net_connect(int nodes, int node, const char *host, int port, const char *settings, int local_ranks,
                      double timeout_s, char *err, size_t errlen) {
     if (nodes < 2 || node < 0 || node >= nodes) {
         ct_fail(err, errlen, "node %d of %d nodes", node, nodes);
@@ -152,6 +206,13 @@ NodeNet *net_connect(int nodes, int node, const char *host, int port, uint64_t f
     for (int k = 0; k < nodes; k++) n->fd[k] = -1;
     const double dl = ct_now() + timeout_s;
     float one = 1.0f;
+    const size_t settings_len = strlen(settings);
+    if (settings_len >= NET_MAX_SETTINGS) {
+        ct_fail(err, errlen, "the settings to compare at the rendezvous are %zu bytes, more than %u", settings_len,
+                NET_MAX_SETTINGS);
+        return NULL;
+    }
+    const uint64_t fingerprint = fnv1a(settings, settings_len);
     Hello me = {NET_MAGIC, NET_VERSION, nodes, node, local_ranks, 0, fingerprint};
     memcpy(&me.float_check, &one, 4);
     if (node == 0) {
@@ -185,18 +246,33 @@ NodeNet *net_connect(int nodes, int node, const char *host, int port, uint64_t f
             }
             Welcome w;
             memset(&w, 0, sizeof w);
+            char *theirs = NULL;
+            if (hi.version == NET_VERSION) {  // its settings follow the hello
+                Header hs;
+                if (recv_header(fd, &hs, dl, "a connecting node", tmp, sizeof tmp) || hs.kind != K_SETTINGS ||
+                    hs.bytes >= NET_MAX_SETTINGS) {
+                    close(fd);
+                    continue;
+                }
+                theirs = ct_alloc(hs.bytes + 1);
+                if (io_full(fd, theirs, hs.bytes, 0, dl, "a connecting node", tmp, sizeof tmp)) {
+                    free(theirs);
+                    close(fd);
+                    continue;
+                }
+                theirs[hs.bytes] = 0;
+            }
             if (hi.version != NET_VERSION || hi.float_check != me.float_check)
                 snprintf(w.msg, sizeof w.msg, "node %d runs another ctrain version or architecture", hi.node);
             else if (hi.nodes != nodes)
                 snprintf(w.msg, sizeof w.msg, "node %d was started with --nodes %d, node 0 with --nodes %d", hi.node, hi.nodes, nodes);
             else if (hi.node < 1 || hi.node >= nodes || n->fd[hi.node] >= 0)
                 snprintf(w.msg, sizeof w.msg, "a second node claims --node-rank %d", hi.node);
-            else if (hi.fingerprint != fingerprint)
-                snprintf(w.msg, sizeof w.msg, "node %d's settings differ from node 0's (flags, dataset or model: fingerprint "
-                         "%016llx vs %016llx); every node must run the same command", hi.node,
-                         (unsigned long long)hi.fingerprint, (unsigned long long)fingerprint);
+            else if (hi.fingerprint != fingerprint || strcmp(theirs, settings))
+                settings_diff(hi.node, settings, theirs, w.msg, sizeof w.msg);
             else if (hi.local_ranks != local_ranks)
                 snprintf(w.msg, sizeof w.msg, "node %d has %d ranks, node 0 has %d", hi.node, hi.local_ranks, local_ranks);
+            free(theirs);
             if (w.msg[0]) {
                 send_msg(fd, K_REFUSED, 0, &w, sizeof w, ct_now() + 2, "node", tmp, sizeof tmp);
                 close(fd);
@@ -233,6 +309,7 @@ NodeNet *net_connect(int nodes, int node, const char *host, int port, uint64_t f
         Header h;
         Welcome w;
         if (send_msg(fd, K_HELLO, 0, &me, sizeof me, dl, "node 0", err, errlen) ||
+            send_msg(fd, K_SETTINGS, 0, settings, settings_len, dl, "node 0", err, errlen) ||
             recv_header(fd, &h, dl, "node 0", err, errlen) || h.bytes != sizeof w ||
             io_full(fd, &w, sizeof w, 0, dl, "node 0", err, errlen))
             goto fail;

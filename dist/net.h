@@ -1,10 +1,10 @@
 // Nodes of a multi-node run over TCP: one process per node, node 0 listening on --master's port.
 //
 // The rendezvous: every node connects to node 0 (retrying until the timeout: nodes start in any
-// order), says who it is (node number, node count, ranks on it, a fingerprint of the settings that
-// must agree), and node 0 answers when all have come. A node with other settings, a duplicate or
-// out-of-range node number, or another node count is refused with an error naming it, on both
-// sides. After that, collectives between the nodes go through node 0 (star): a node sends its
+// order), says who it is (node number, node count, ranks on it) and sends the settings that must
+// agree, as text, and node 0 answers when all have come. A node with other settings (each one that
+// differs named, with both values), a duplicate or out-of-range node number, or another node count
+// is refused with an error naming it, on both sides. After that, collectives between the nodes go through node 0 (star): a node sends its
 // buffer, node 0 combines in node order and sends the result back, so every node gets the same
 // bits. Every message carries the collective's kind, sequence number and size, so nodes that
 // disagree (a misconfiguration) fail with both calls named; a node that dies or stalls ends the
@@ -19,8 +19,10 @@ extern "C" {
 
 typedef struct NodeNet NodeNet;
 
-// host:port of node 0 (node 0 binds port on all interfaces). Returns NULL with err on failure.
-NodeNet *net_connect(int nodes, int node, const char *host, int port, uint64_t fingerprint, int local_ranks,
+// host:port of node 0 (node 0 binds port on all interfaces). settings: what every node must agree
+// on, one "name<TAB>value" line each (compared as text; the names appear in a refusal). Returns
+// NULL with err on failure.
+NodeNet *net_connect(int nodes, int node, const char *host, int port, const char *settings, int local_ranks,
                      double timeout_s, char *err, size_t errlen);
 void net_close(NodeNet *n);
 int net_node(const NodeNet *n);

@@ -1,8 +1,8 @@
 // Execution options: every choice of how a model is computed that can change a bit of the result
 // without changing the model (which conv engine, which fusions, which CPU routes). They are settings
 // of a run like the learning rate: trainer/config fills them from flags of the same names
-// (--conv-engine, --no-fuse-bn-add, ...), config.json, the checkpoint and the nodes' settings
-// fingerprint record them, and the executors receive them as an argument (gpu_exec_create_opts,
+// (--conv-engine, --no-fuse-bn-add, ...), config.json, the checkpoint and the settings
+// the nodes compare record them, and the executors receive them as an argument (gpu_exec_create_opts,
 // cpu_exec_create_opts, the kernels an engine or vector choice). Nothing below trainer/ reads them
 // from the environment: the old variables (CTRAIN_CONV_ENGINE, ...) are aliases that a program's
 // top level reads through exec_options_from_env, passing its getenv.

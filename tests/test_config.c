@@ -1,6 +1,6 @@
 // trainer/config: flags parse by name in every spelling, the demo recipe yields to flags given,
 // --gpus expands, the launchers' environment fills only what flags left open and records where
-// each value came from, and the nodes' fingerprint ignores exactly the node-local flags.
+// each value came from, and the settings nodes compare leave out exactly the node-local flags.
 // (Bad values die; tests/test_cli.sh checks those messages end to end.)
 #include <dirent.h>
 #include <stdio.h>
@@ -11,6 +11,7 @@
 #include "tests/test.h"
 #include "trainer/args.h"
 #include "trainer/config.h"
+#include "trainer/settings.h"
 
 static void parse(Config *c, ConfigGiven *g, const char **args) {
     int n = 0;
@@ -105,17 +106,19 @@ int main(void) {
     CHECK(c.nodes == 2 && c.node_rank == 1 && !strcmp(c.master, "gpu07:29500"), "slurm env: %s", c.master);
     clear_env();
 
-    // The fingerprint: node-local flags do not change it, anything else does, and so does the data.
-    uint64_t data = 42;
+    // What nodes compare: node-local flags are not in it, anything else is, by name.
     parse(&c, &g, (const char *[]){"s/", NULL});
-    uint64_t h0 = config_fingerprint(&c, &data, sizeof data);
+    char *t0 = settings_node_text(&c);
+    CHECK(strstr(t0, "--lr\t0.1\n") && strstr(t0, "--conv-engine\tv2\n") && strstr(t0, "--cpu-winograd\ton\n"),
+          "settings text: %.200s", t0);
     parse(&c, &g, (const char *[]){"-j", "7", "--out", "elsewhere", "-p", "3", "--node-rank", "1", "--cuda-graphs", "off", "s/", NULL});
-    CHECK(config_fingerprint(&c, &data, sizeof data) == h0, "node-local flags changed the fingerprint");
-    parse(&c, &g, (const char *[]){"--lr", "0.2", "s/", NULL});
-    CHECK(config_fingerprint(&c, &data, sizeof data) != h0, "--lr did not change the fingerprint");
-    parse(&c, &g, (const char *[]){"s/", NULL});
-    data = 43;
-    CHECK(config_fingerprint(&c, &data, sizeof data) != h0, "the data did not change the fingerprint");
+    char *t1 = settings_node_text(&c);
+    CHECK(!strcmp(t0, t1), "node-local flags changed the settings text");
+    CHECK(!strstr(t1, "--out\t") && !strstr(t1, "--workers\t"), "node-local flags listed");
+    parse(&c, &g, (const char *[]){"--lr", "0.2", "--teacher", "a\tb\nc", "s/", NULL});
+    char *t2 = settings_node_text(&c);
+    CHECK(strstr(t2, "--lr\t0.2\n") && strstr(t2, "--teacher\ta\\tb\\nc\n"), "--lr / escapes: %.300s", t2);
+    free(t0), free(t1), free(t2);
 
     // --workers: "auto" (stored as 0 until the backend is known) or a count.
     parse(&c, &g, (const char *[]){"s/", NULL});

@@ -4,7 +4,7 @@
 #     executors received, from a flag or from an old variable (an alias), and the banner says so;
 #   - a resume with another value of an option is refused naming it, with both values (and the
 #     variable, when an alias set it);
-#   - a node started with another value is refused at the rendezvous (the settings fingerprint);
+#   - a node started with another value is refused at the rendezvous, naming the option and both values;
 #   - an option changes the bits where it applies: --no-cpu-winograd on resnet20 (3x3 stride-1
 #     layers with 16 channels on 8x8 maps: the Winograd route runs by default) trains other weights;
 #     --conv-engine v1 on the emulated GPU names the engine it ran;
@@ -78,8 +78,11 @@ p1=$!
 rc0=0; "$TRAIN" "$TMP/d" "${A[@]}" --device cpu --nodes 2 --node-rank 0 --master 127.0.0.1:$PORT --out "$TMP/n0" 2>"$TMP/n0.log" || rc0=$?
 rc1=0; wait $p1 || rc1=$?
 [ $rc0 = 1 ] && [ $rc1 = 1 ] || { cat "$TMP/n0.log" "$TMP/n1.log"; fail "nodes with different --fuse-bn-add: exit $rc0/$rc1"; }
-grep -q "node 1's settings differ from node 0's" "$TMP/n0.log" || { cat "$TMP/n0.log"; fail "node 0 did not refuse node 1"; }
-ok "a node with another execution option is refused at the rendezvous"
+grep -q "node 1's settings differ from node 0's: --fuse-bn-add: node 1 has off, node 0 has on;" "$TMP/n0.log" \
+  || { cat "$TMP/n0.log"; fail "node 0 did not refuse node 1 naming --fuse-bn-add"; }
+grep -q "node 0 refused this node: node 1's settings differ from node 0's: --fuse-bn-add" "$TMP/n1.log" \
+  || { cat "$TMP/n1.log"; fail "node 1 not told which option"; }
+ok "a node with another execution option is refused at the rendezvous, naming it on both sides"
 
 # 5. The defaults compute what they did before the options were settings (emulated GPU, bf16).
 [ -x "$EMU" ] || { echo "no $EMU (./build.sh test builds it when nvcc exists)"; exit 1; }

@@ -25,12 +25,19 @@ static void fill(float *f, double *d, int64_t *q, size_t n, int node, int round)
 
 // Child body: connect as `node`, run the scenario, exit 0 when everything matched.
 static int node_main(int nodes, int node, int scenario) {
-    char err[600];
-    NodeNet *net = net_connect(nodes, node, "127.0.0.1", g_port, scenario == 2 && node == 1 ? 99 : 42, 1, 10, err, sizeof err);
-    if (scenario == 2) {  // node 1 has another fingerprint: both sides fail, naming it
+    const char *same = "--lr\t0.1\n--arch\tresnet18\nrecords\t100\n";
+    const char *other = "--lr\t0.07\n--arch\tresnet18\nrecords\t100\n--extra\tx y\n";
+    char err[1400];
+    NodeNet *net = net_connect(nodes, node, "127.0.0.1", g_port, scenario == 2 && node == 1 ? other : same, 1, 10, err, sizeof err);
+    if (scenario == 2) {  // node 1 has other settings: both sides fail, naming each that differs
         if (net) return 10;
-        if (node == 0) return strstr(err, "node 1's settings differ from node 0's") ? 0 : 11;
-        return strstr(err, "node 0 refused this node") ? 0 : 12;
+        const char *want = "node 1's settings differ from node 0's: --lr: node 1 has 0.07, node 0 has 0.1; "
+                           "--extra: node 1 has x y, node 0 has (none); every node must run the same command";
+        if (!strstr(err, want)) {
+            fprintf(stderr, "node %d: '%s'\n", node, err);
+            return 11;
+        }
+        return node == 0 || strstr(err, "node 0 refused this node") ? 0 : 12;
     }
     if (!net) {
         fprintf(stderr, "node %d: %s\n", node, err);

@@ -67,12 +67,14 @@ PORT=$((PORT + 1))
 cmp -s "$TMP/one/model.safetensors" "$TMP/slurm/model.safetensors" || fail "SLURM launch trained other bits"
 ok "SLURM_NNODES/SLURM_NODEID/SLURM_JOB_NODELIST launch the same run"
 
-# Other settings on node 1: both nodes stop at the rendezvous, naming the problem.
+# Other settings on node 1: both nodes stop at the rendezvous, naming the flag and both values
+# (an execution option: tests/test_exec_options.sh).
 NODE1_EXTRA="--lr 0.07" nodes2 "$TMP/mis"
 [ $rc0 = 1 ] && [ $rc1 = 1 ] || fail "mismatched settings: exit $rc0/$rc1"
-grep -q "node 1's settings differ from node 0's" "$TMP/mis.log" || { cat "$TMP/mis.log"; fail "node 0 did not name node 1"; }
-grep -q "node 0 refused this node: node 1's settings differ" "$TMP/mis.node1.log" || { cat "$TMP/mis.node1.log"; fail "node 1 not told why"; }
-ok "a node with other settings is refused at the rendezvous, on both sides"
+grep -q "node 1's settings differ from node 0's: --lr: node 1 has 0.07, node 0 has 0.05;" "$TMP/mis.log" || { cat "$TMP/mis.log"; fail "node 0 did not name node 1 and --lr"; }
+grep -q "node 0 refused this node: node 1's settings differ from node 0's: --lr: node 1 has 0.07" "$TMP/mis.node1.log" || { cat "$TMP/mis.node1.log"; fail "node 1 not told why"; }
+ok "a node with other settings is refused at the rendezvous, on both sides, naming --lr and both values"
+
 
 # A node that dies mid-run: node 0 stops with an error naming it.
 "$TRAIN" "${F[@]}" "$TMP/d" --epochs 50 --nodes 2 --node-rank 1 --master 127.0.0.1:$PORT --timeout 20 --out "$TMP/k1" 2>/dev/null &

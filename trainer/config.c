@@ -639,26 +639,14 @@ void config_parse_floats(const char *flag, const char *s, float *out, int n) {
     else if (k != n) ct_die("--%s: '%s' has %d values, the data has %d channels", flag, s, k, n);
 }
 
-uint64_t config_fingerprint(const Config *c, const void *data, size_t data_bytes) {
+int config_flag_node_local(const Flag *fl) {
+    // What one node does with the run, not the run itself: these may differ between nodes.
     static const char *local_flags[] = {"out",     "workers",      "print-freq",  "node-rank", "master",
                                         "timeout", "dump-batches", "cuda-graphs", "overwrite",
-                                        "config"};  // the path: the values it set are hashed
-    uint64_t h = 1469598103934665603ull;  // FNV-1a
-#define FP_MIX(p, n)                                                       \
-    for (size_t i_ = 0; i_ < (n); i_++) h = (h ^ ((const uint8_t *)(p))[i_]) * 1099511628211ull
-    for (int i = 0; i < CONFIG_N_FLAGS; i++) {
-        const Flag *fl = &CONFIG_FLAGS[i];
-        int skip = 0;
-        for (size_t j = 0; j < CT_ARRAY_LEN(local_flags); j++) skip |= !strcmp(fl->name, local_flags[j]);
-        if (skip) continue;
-        const void *p = (const char *)c + fl->offset;
-        FP_MIX(fl->name, strlen(fl->name));
-        if (fl->type == F_STR) FP_MIX(*(const char *const *)p, strlen(*(const char *const *)p) + 1);
-        else FP_MIX(p, config_flag_size(fl));
-    }
-    FP_MIX(data, data_bytes);
-#undef FP_MIX
-    return h;
+                                        "config"};  // the path: the values it set are compared
+    for (size_t j = 0; j < CT_ARRAY_LEN(local_flags); j++)
+        if (!strcmp(fl->name, local_flags[j])) return 1;
+    return 0;
 }
 
 void config_optimizer(const Config *c, OptConfig *o) {

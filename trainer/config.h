@@ -1,6 +1,6 @@
 // The settings of a run: the flag table (names, defaults, help), parsing of argv, the --demo
-// recipe, the launchers' environment (torchrun, SLURM), validation of values, and the settings
-// fingerprint that every node of a multi-node run must share.
+// recipe, the launchers' environment (torchrun, SLURM), validation of values, and which
+// flags are node-local (the rest every node of a multi-node run must share).
 //
 // Order of precedence: defaults < --demo's recipe < environment (multi-node only) < --config
 // FILE < flags on the command line (a file's flags count as given: they beat the demo and the
@@ -177,8 +177,7 @@ void config_parse_floats(const char *flag, const char *s, float *out, int n);
 // HOST:PORT of --master; dies naming where the address came from when the port is not 1..65535.
 void config_master(const Config *c, const ConfigGiven *given, char *host, size_t hostlen, int *port);
 
-// Hash of every flag that all nodes must agree on (all but the node-local ones: output
-// directory, loader workers, print frequency, node number, rendezvous address, timeout, batch
-// dump, CUDA graphs, --overwrite), and data_bytes of the caller's description of the data as this node sees
-// it (record counts, class table).
-uint64_t config_fingerprint(const Config *c, const void *data, size_t data_bytes);
+// 1 for the flags that may differ between the nodes of a run because they do not change what is
+// computed: output directory, loader workers, print frequency, node number, rendezvous address,
+// timeout, batch dump, CUDA graphs, --overwrite, --config's path (the values it set are compared).
+int config_flag_node_local(const Flag *fl);

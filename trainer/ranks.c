@@ -6,12 +6,19 @@
 #include <string.h>
 
 #include "trainer/loop.h"
+#include "trainer/settings.h"
 #include "util/common.h"
 
-// What every node must agree on besides the settings: the dataset as this node sees it.
-static uint64_t node_fingerprint(const Config *c, const Dataset *d) {
-    uint64_t data[3] = {d->class_hash, d->train.n_records, d->val.n_records};
-    return config_fingerprint(c, data, sizeof data);
+// What every node must agree on: the settings, and the dataset as this node sees it.
+static char *node_settings(const Config *c, const Dataset *d) {
+    char *flags = settings_node_text(c);
+    size_t n = strlen(flags);
+    char *t = ct_alloc(n + 200);
+    snprintf(t, n + 200, "%sthe dataset's class table (hash)\t%016llx\nthe train shard's records\t%llu\n"
+             "the val shard's records\t%llu\n", flags, (unsigned long long)d->class_hash,
+             (unsigned long long)d->train.n_records, (unsigned long long)d->val.n_records);
+    free(flags);
+    return t;
 }
 
 void ranks_create(Ranks *rs, const Config *c, const ConfigGiven *given, const Dataset *d, BackendKind kind) {
@@ -20,11 +27,13 @@ void ranks_create(Ranks *rs, const Config *c, const ConfigGiven *given, const Da
     rs->world = rs->local;
     if (rs->local > 1 || c->nodes > 1) rs->group = comm_group_create(rs->local, c->timeout);
     if (c->nodes > 1) {
-        char host[256], err[800];
+        char host[256], err[1400];
         int port;
         config_master(c, given, host, sizeof host, &port);
         if (c->node_rank == 0) fprintf(stderr, "train: node 0 of %d waiting on port %d for the other nodes\n", c->nodes, port);
-        rs->net = net_connect(c->nodes, c->node_rank, host, port, node_fingerprint(c, d), rs->local, c->timeout, err, sizeof err);
+        char *settings = node_settings(c, d);
+        rs->net = net_connect(c->nodes, c->node_rank, host, port, settings, rs->local, c->timeout, err, sizeof err);
+        free(settings);
         if (!rs->net) ct_die("--nodes %d, node %d: %s", c->nodes, c->node_rank, err);
         comm_group_set_net(rs->group, rs->net);
         rs->offset = net_rank_offset(rs->net);

@@ -93,6 +93,32 @@ void settings_flag_text(const Config *c, const Flag *fl, char *buf, size_t n) {
     }
 }
 
+char *settings_node_text(const Config *c) {
+    size_t cap = 4096, n = 0;
+    char *t = ct_alloc(cap);
+    t[0] = 0;
+    for (int i = 0; i < CONFIG_N_FLAGS; i++) {
+        const Flag *fl = &CONFIG_FLAGS[i];
+        if (config_flag_node_local(fl)) continue;
+        char v[4200];  // a path's length at most
+        settings_flag_text(c, fl, v, sizeof v);
+        size_t need = n + strlen(fl->name) + 2 * strlen(v) + 8;
+        if (need > cap) {
+            while (need > cap) cap *= 2;
+            t = ct_realloc(t, cap);
+        }
+        n += (size_t)sprintf(t + n, "--%s\t", fl->name);
+        for (const char *q = v; *q; q++) {
+            if (*q == '\n') t[n++] = '\\', t[n++] = 'n';
+            else if (*q == '\t') t[n++] = '\\', t[n++] = 't';
+            else t[n++] = *q;
+        }
+        t[n++] = '\n';
+        t[n] = 0;
+    }
+    return t;
+}
+
 void settings_append_arg(char *buf, size_t n, const char *s) {
     size_t k = strlen(buf);
     if (k >= n) return;

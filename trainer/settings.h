@@ -17,6 +17,10 @@
 json_t *settings_json(const Config *c);
 // The value of one flag as it would be typed ("auto" for an automatic count still unresolved).
 void settings_flag_text(const Config *c, const Flag *fl, char *buf, size_t n);
+// What the nodes of a run must agree on, as text for the rendezvous to compare and name: one line
+// "--flag<TAB>value" for every flag but the node-local ones (config_flag_node_local), newlines and
+// tabs in a value written as \n and \t. Allocated; the caller frees it.
+char *settings_node_text(const Config *c);
 // s quoted for a POSIX shell when it needs it, appended to buf (of capacity n).
 void settings_append_arg(char *buf, size_t n, const char *s);
 
