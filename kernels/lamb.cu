@@ -6,6 +6,7 @@
 // operations are written unfused because the CPU's are.
 #include "kernels/common.cuh"
 #include "kernels/act.cuh"
+#include "kernels/chunks.cuh"
 #include "kernels/kernels.h"
 
 #define LAMB_UPDATE_BLOCKS 16
@@ -13,8 +14,8 @@
 __global__ void lamb_gnorm_k(const float *g, const CtLarsTensor *tensors, double *norms) {
     __shared__ double sg[CT_LARS_CHUNKS];
     const CtLarsTensor t = tensors[blockIdx.x];
-    size_t len = (t.count + CT_LARS_CHUNKS - 1) / CT_LARS_CHUNKS;
-    size_t a = threadIdx.x * len, b = a + len < t.count ? a + len : t.count;
+    size_t a, b;
+    chunk_range(t.count, &a, &b);
     double s = 0;
     for (size_t i = a; i < b; i++) {
         double y = g[t.offset + i];
@@ -22,11 +23,7 @@ __global__ void lamb_gnorm_k(const float *g, const CtLarsTensor *tensors, double
     }
     sg[threadIdx.x] = s;
     __syncthreads();
-    if (threadIdx.x == 0) {
-        double G = 0;
-        for (int j = 0; j < CT_LARS_CHUNKS; j++) G = __dadd_rn(G, sg[j]);
-        norms[3 * blockIdx.x] = G;
-    }
+    if (threadIdx.x == 0) norms[3 * blockIdx.x] = chunks_sum(sg);
 }
 
 // The clip divisor of nn/lamb.c: max(sqrt(sum of the tensors' squared norms in order) / max, 1).
@@ -53,8 +50,8 @@ __global__ void lamb_moments_k(const float *p, const float *g, float *m, float *
     __syncthreads();
     const CtLarsTensor t = tensors[blockIdx.x];
     const bool adapt = !t.skip && a.wd != 0.0f;
-    size_t len = (t.count + CT_LARS_CHUNKS - 1) / CT_LARS_CHUNKS;
-    size_t lo = threadIdx.x * len, hi = lo + len < t.count ? lo + len : t.count;
+    size_t lo, hi;
+    chunk_range(t.count, &lo, &hi);
     double w2 = 0, u2 = 0;
     for (size_t i = lo; i < hi; i++) {
         size_t k = t.offset + i;
@@ -71,10 +68,8 @@ __global__ void lamb_moments_k(const float *p, const float *g, float *m, float *
     su[threadIdx.x] = u2;
     __syncthreads();
     if (threadIdx.x == 0) {
-        double W = 0, U = 0;
-        for (int j = 0; j < CT_LARS_CHUNKS; j++) W = __dadd_rn(W, sw[j]), U = __dadd_rn(U, su[j]);
-        norms[3 * blockIdx.x + 1] = sqrt(W);
-        norms[3 * blockIdx.x + 2] = sqrt(U);
+        norms[3 * blockIdx.x + 1] = sqrt(chunks_sum(sw));
+        norms[3 * blockIdx.x + 2] = sqrt(chunks_sum(su));
     }
 }
 

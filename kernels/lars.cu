@@ -4,6 +4,7 @@
 // written unfused (__dadd_rn, __fmul_rn, ...) because the CPU's are.
 #include "kernels/common.cuh"
 #include "kernels/act.cuh"
+#include "kernels/chunks.cuh"
 #include "kernels/kernels.h"
 
 #define LARS_UPDATE_BLOCKS 16
@@ -11,8 +12,8 @@
 __global__ void lars_norms_k(const float *p, const float *g, const CtLarsTensor *tensors, double *norms) {
     __shared__ double sw[CT_LARS_CHUNKS], sg[CT_LARS_CHUNKS];
     const CtLarsTensor t = tensors[blockIdx.x];
-    size_t len = (t.count + CT_LARS_CHUNKS - 1) / CT_LARS_CHUNKS;
-    size_t a = threadIdx.x * len, b = a + len < t.count ? a + len : t.count;
+    size_t a, b;
+    chunk_range(t.count, &a, &b);
     double w = 0, gg = 0;
     for (size_t i = a; i < b; i++) {
         double x = p[t.offset + i], y = g[t.offset + i];
@@ -23,10 +24,8 @@ __global__ void lars_norms_k(const float *p, const float *g, const CtLarsTensor 
     sg[threadIdx.x] = gg;
     __syncthreads();
     if (threadIdx.x == 0) {
-        double W = 0, G = 0;
-        for (int j = 0; j < CT_LARS_CHUNKS; j++) W = __dadd_rn(W, sw[j]), G = __dadd_rn(G, sg[j]);
-        norms[2 * blockIdx.x] = sqrt(W);
-        norms[2 * blockIdx.x + 1] = sqrt(G);
+        norms[2 * blockIdx.x] = sqrt(chunks_sum(sw));
+        norms[2 * blockIdx.x + 1] = sqrt(chunks_sum(sg));
     }
 }
 

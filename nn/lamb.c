@@ -15,6 +15,7 @@
 // this, not bit-equal.
 #include <math.h>
 
+#include "nn/lars.h"  // the chunk order
 #include "nn/optim.h"
 
 static inline float lamb_u(float w, float mm, float vv, int decays, const CtAdamArgs *a) {
@@ -25,17 +26,15 @@ static inline float lamb_u(float w, float mm, float vv, int decays, const CtAdam
 
 static double gnorm2(const float *g, size_t n) {
     double c[CT_LARS_CHUNKS];
-    size_t len = (n + CT_LARS_CHUNKS - 1) / CT_LARS_CHUNKS;
 #pragma omp parallel for schedule(static)
     for (int j = 0; j < CT_LARS_CHUNKS; j++) {
-        size_t a = (size_t)j * len, b = a + len < n ? a + len : n;
+        size_t a, b;
+        lars_chunk(n, j, &a, &b);
         double s = 0;
         for (size_t i = a; i < b; i++) s += (double)g[i] * g[i];
         c[j] = s;
     }
-    double G = 0;
-    for (int j = 0; j < CT_LARS_CHUNKS; j++) G += c[j];
-    return G;
+    return lars_chunks_sum(c);
 }
 
 void lamb_update(const CtLarsTensor *t, int n_tensors, float *params, const float *grads, float *exp_avg,
@@ -54,10 +53,10 @@ void lamb_update(const CtLarsTensor *t, int n_tensors, float *params, const floa
         const size_t n = t[i].count;
         const int adapt = !t[i].skip && a->wd != 0.0f;
         double cw[CT_LARS_CHUNKS], cu[CT_LARS_CHUNKS];
-        size_t len = (n + CT_LARS_CHUNKS - 1) / CT_LARS_CHUNKS;
 #pragma omp parallel for schedule(static)
         for (int j = 0; j < CT_LARS_CHUNKS; j++) {
-            size_t lo = (size_t)j * len, hi = lo + len < n ? lo + len : n;
+            size_t lo, hi;
+            lars_chunk(n, j, &lo, &hi);
             double sw = 0, su = 0;
             for (size_t k = lo; k < hi; k++) {
                 float gg = g[k] / clip;
@@ -71,10 +70,8 @@ void lamb_update(const CtLarsTensor *t, int n_tensors, float *params, const floa
             }
             cw[j] = sw, cu[j] = su;
         }
-        double W = 0, U = 0;
-        for (int j = 0; j < CT_LARS_CHUNKS; j++) W += cw[j], U += cu[j];
-        norms[3 * i + 1] = sqrt(W);
-        norms[3 * i + 2] = sqrt(U);
+        norms[3 * i + 1] = sqrt(lars_chunks_sum(cw));
+        norms[3 * i + 2] = sqrt(lars_chunks_sum(cu));
         float trust = 1.0f;
         if (adapt && norms[3 * i + 1] > 0 && norms[3 * i + 2] > 0) trust = (float)(norms[3 * i + 1] / norms[3 * i + 2]);
         const float neg_lr = -a->lr;

@@ -14,10 +14,10 @@ double lars_trust(double w_norm, double g_norm, double eta, double wd) {
 // norms, and with them the steps, are the same bits on both.
 static void norms(const float *w, const float *g, size_t n, double *wn, double *gn) {
     double cw[CT_LARS_CHUNKS], cg[CT_LARS_CHUNKS];
-    size_t len = (n + CT_LARS_CHUNKS - 1) / CT_LARS_CHUNKS;
 #pragma omp parallel for schedule(static)
     for (int j = 0; j < CT_LARS_CHUNKS; j++) {
-        size_t a = (size_t)j * len, b = a + len < n ? a + len : n;
+        size_t a, b;
+        lars_chunk(n, j, &a, &b);
         double sw = 0, sg = 0;
         for (size_t i = a; i < b; i++) {
             sw += (double)w[i] * w[i];
@@ -25,10 +25,8 @@ static void norms(const float *w, const float *g, size_t n, double *wn, double *
         }
         cw[j] = sw, cg[j] = sg;
     }
-    double W = 0, G = 0;
-    for (int j = 0; j < CT_LARS_CHUNKS; j++) W += cw[j], G += cg[j];
-    *wn = sqrt(W);
-    *gn = sqrt(G);
+    *wn = sqrt(lars_chunks_sum(cw));
+    *gn = sqrt(lars_chunks_sum(cg));
 }
 
 void lars_update(const CtLarsTensor *t, int n_tensors, float *params, const float *grads, float *buf, float lr,

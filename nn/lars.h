@@ -20,6 +20,21 @@
 extern "C" {
 #endif
 
+// Chunk j of a tensor of n elements, [*lo, *hi): the chunk order of kernels.h that every chunked
+// norm follows (LARS's, LAMB's) on both backends.
+static inline void lars_chunk(size_t n, int j, size_t *lo, size_t *hi) {
+    size_t len = (n + CT_LARS_CHUNKS - 1) / CT_LARS_CHUNKS;
+    *lo = (size_t)j * len;
+    *hi = *lo + len < n ? *lo + len : n;
+    if (*lo > n) *lo = n;
+}
+// The chunks' partial sums added in chunk order.
+static inline double lars_chunks_sum(const double *c) {
+    double s = 0;
+    for (int j = 0; j < CT_LARS_CHUNKS; j++) s += c[j];
+    return s;
+}
+
 // The trust ratio of one tensor from its norms (the rule above, exposed for tests).
 double lars_trust(double w_norm, double g_norm, double eta, double wd);
 
