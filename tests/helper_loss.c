@@ -1,4 +1,4 @@
-// The CPU losses on given inputs, for comparisons with PyTorch (tests/test_mix_torch.sh):
+// The CPU losses on given inputs, for comparisons with PyTorch (tests/test_loss_torch.sh):
 //   helper_loss IN OUT [bce THRESHOLD SUM_CLASSES]
 // IN: int32 N, K; float32 smoothing, lam; float32 logits[N*K]; int32 labels[N], labels_b[N].
 // OUT: float32 loss, then float32 dlogits[N*K] of softmax_xent_mix (or, with bce, of bce_mix;
