@@ -405,26 +405,30 @@ static const char *env_nonempty(const char *name) {
 // Each integer is checked here, naming its variable, so a bad WORLD_SIZE is not reported as a
 // problem with --nodes.
 void config_env_defaults(Config *c, ConfigGiven *given) {
-    static const char *nodes_vars[] = {"WORLD_SIZE", "SLURM_NNODES"};
-    static const char *rank_vars[] = {"NODE_RANK", "RANK", "SLURM_NODEID"};
+    // Each integer flag and the variables that stand for it, first found wins.
+    const struct {
+        const char *flag;
+        int *value;
+        const char **from;
+        int lo, hi;
+        const char *vars[4];
+    } ints[] = {
+        {"nodes", &c->nodes, &given->nodes_from, 1, 4096, {"WORLD_SIZE", "SLURM_NNODES"}},
+        {"node-rank", &c->node_rank, &given->node_rank_from, 0, 4095, {"NODE_RANK", "RANK", "SLURM_NODEID"}},
+    };
     given->nodes_from = "--nodes";
     given->node_rank_from = "--node-rank";
     given->master_from = "--master";
     const char *v;
-    if (!config_given(given, "nodes"))
-        for (size_t i = 0; i < CT_ARRAY_LEN(nodes_vars); i++)
-            if ((v = env_nonempty(nodes_vars[i]))) {
-                c->nodes = ct_parse_int(nodes_vars[i], v, 1, 4096);
-                given->nodes_from = nodes_vars[i];
+    for (size_t k = 0; k < CT_ARRAY_LEN(ints); k++) {
+        if (config_given(given, ints[k].flag)) continue;
+        for (const char *const *var = ints[k].vars; *var; var++)
+            if ((v = env_nonempty(*var))) {
+                *ints[k].value = ct_parse_int(*var, v, ints[k].lo, ints[k].hi);
+                *ints[k].from = *var;
                 break;
             }
-    if (!config_given(given, "node-rank"))
-        for (size_t i = 0; i < CT_ARRAY_LEN(rank_vars); i++)
-            if ((v = env_nonempty(rank_vars[i]))) {
-                c->node_rank = ct_parse_int(rank_vars[i], v, 0, 4095);
-                given->node_rank_from = rank_vars[i];
-                break;
-            }
+    }
     if (!config_given(given, "master")) {
         const char *port = env_nonempty("MASTER_PORT");
         // The address outlives every copy of the Config, and the environment is read once a process.
