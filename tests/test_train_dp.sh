@@ -53,17 +53,23 @@ done
 [ "$tref" != "$ref" ] || fail "--tta flip --val-crop-size 12 evaluated exactly like the plain eval: '$tref'"
 ok "distributed eval with --tta flip --val-crop-size 12: every val image exactly once with 1 and 3 ranks ($tref)"
 
-# SIGTERM mid-epoch, then resume: the same final model as without the interruption.
-F2=("${FL[@]}" --epochs 2 -p 1)
-"$TRAIN" "${F2[@]}" --out "$TMP/full" "$TMP/d" 2>/dev/null || fail "uninterrupted run failed"
+# SIGTERM mid-epoch, then resume: the same final model as without the interruption, with the SOTA
+# recipes' per-sample and per-batch draws on (RandAugment with magnitude noise, RandomErasing,
+# repeated augmentation across the ranks, Mixup/CutMix, BCE), and other worker counts before and
+# after the interruption.
+F2=("${FL[@]}" --epochs 2 -p 1 --auto-augment rand-m7-mstd0.5-inc1 --random-erase 0.25 --ra-repeats 2
+    --mixup 0.2 --cutmix 1.0 --bce)
+"$TRAIN" "${F2[@]}" --workers 2 --out "$TMP/full" "$TMP/d" 2>/dev/null || fail "uninterrupted run failed"
 # The loader delay (timing only, not the bits) keeps the run alive until the signal lands.
-CTRAIN_FAULT_LOADER_DELAY_MS=40 "$TRAIN" "${F2[@]}" --out "$TMP/part" "$TMP/d" 2>"$TMP/part.log" &
+CTRAIN_FAULT_LOADER_DELAY_MS=40 "$TRAIN" "${F2[@]}" --workers 1 --out "$TMP/part" "$TMP/d" 2>"$TMP/part.log" &
 signal_after_steps TERM $! "$TMP/part" 10
 [ $rc = 143 ] || { cat "$TMP/part.log"; fail "SIGTERM with 2 ranks: exit $rc, expected 143"; }
 grep -q "SIGTERM: checkpoint saved" "$TMP/part.log" || { cat "$TMP/part.log"; fail "no checkpoint message"; }
-"$TRAIN" "${F2[@]}" --resume "$TMP/part/last.ckpt" --out "$TMP/part" "$TMP/d" 2>"$TMP/resume.log" || { cat "$TMP/resume.log"; fail "resume with 2 ranks failed"; }
+"$TRAIN" "${F2[@]}" --workers 2 --resume "$TMP/part/last.ckpt" --out "$TMP/part" "$TMP/d" 2>"$TMP/resume.log" || { cat "$TMP/resume.log"; fail "resume with 2 ranks failed"; }
 cmp -s "$TMP/full/model.safetensors" "$TMP/part/model.safetensors" || fail "interrupted + resumed run differs from the uninterrupted one"
-ok "SIGTERM stops every rank at one step; the resumed run ends bit for bit like the uninterrupted one"
+cmp -s <(strip_timing "$TMP/full/metrics.jsonl") <(strip_timing "$TMP/part/metrics.jsonl") \
+  || { diff <(strip_timing "$TMP/full/metrics.jsonl") <(strip_timing "$TMP/part/metrics.jsonl") | head; fail "interrupted + resumed run logged other metrics"; }
+ok "SIGTERM stops every rank at one step; the resumed run (recipe draws on, workers 1 then 2) ends bit for bit like the uninterrupted one"
 
 # A hung rank: the others give up after --timeout, naming it; exit status 1, no hang.
 t0=$SECONDS
