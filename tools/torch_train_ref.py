@@ -21,7 +21,13 @@
   make-weights a torchvision (or CIFAR ResNet) state_dict with random weights AND random BN statistics,
                so that evaluating it exercises every tensor (an untouched BN would hide mix-ups).
 
-Batch files: per batch "BTCH" | i32 n, h, w, c, epoch | i64 step | f32 lr | i32 labels[n] | u8 NHWC pixels.
+               The loss is ctrain's for the run's flags: the cross-entropy with --smoothing, against
+               the batch's Mixup/CutMix soft target lam * y(a) + (1 - lam) * y(b) when it was mixed
+               (the dump carries lam and the partners' labels; the pixels are already mixed), or with
+               --bce timm's BinaryCrossEntropy (--bce-target-thresh, --bce-sum) on the same target.
+
+Batch files: per batch "BTC2" | i32 n, h, w, c, epoch | i64 step | f32 lr | f32 lam | i32 labels[n]
+| i32 labels_b[n] | u8 NHWC pixels (trainer/faults.h).
 Models and the safetensors writer come from tools/torch_ref.py (the CPU executor's parity reference).
 """
 import argparse
@@ -63,17 +69,20 @@ def read_batches(path):
         data = f.read()
     off, out = 0, []
     while off < len(data):
-        if data[off:off + 4] != b"BTCH":
-            raise SystemExit("%s: bad batch record at byte %d" % (path, off))
+        if data[off:off + 4] != b"BTC2":
+            raise SystemExit("%s: bad batch record at byte %d (dumped by another ctrain version?)" % (path, off))
         n, h, w, c, epoch = struct.unpack_from("<5i", data, off + 4)
         (step,) = struct.unpack_from("<q", data, off + 24)
-        (lr,) = struct.unpack_from("<f", data, off + 32)
-        off += 36
+        lr, lam = struct.unpack_from("<2f", data, off + 32)
+        off += 40
         labels = np.frombuffer(data, np.int32, n, off).astype(np.int64)
+        off += 4 * n
+        labels_b = np.frombuffer(data, np.int32, n, off).astype(np.int64)
         off += 4 * n
         px = np.frombuffer(data, np.uint8, n * h * w * c, off).reshape(n, h, w, c)
         off += n * h * w * c
-        out.append({"n": n, "epoch": epoch, "step": step, "lr": lr, "labels": torch.from_numpy(labels), "px": px})
+        out.append({"n": n, "epoch": epoch, "step": step, "lr": lr, "lam": lam, "labels": torch.from_numpy(labels),
+                    "labels_b": torch.from_numpy(labels_b), "px": px})
     return out
 
 
@@ -138,7 +147,28 @@ def batch_files(a, kind):
     return [read_batches(os.path.join(a.dump, "%s.rank%d.bin" % (kind, r))) for r in range(a.ranks)]
 
 
-def ddp_step(model, opt, per_rank, mean, std, smoothing):
+def train_loss(a, logits, b):
+    """ctrain's training loss of one batch (trainer flags --label-smoothing, --bce*): on the soft
+    target lam * y(labels) + (1 - lam) * y(labels_b), y the smoothed one-hot (timm's mixup_target)."""
+    K, lam = logits.shape[1], float(b["lam"])
+    if not a.bce:
+        if lam >= 1.0:
+            return F.cross_entropy(logits, b["labels"], label_smoothing=a.smoothing)
+        t = lam * F.one_hot(b["labels"], K).to(logits.dtype) + (1 - lam) * F.one_hot(b["labels_b"], K).to(logits.dtype)
+        return F.cross_entropy(logits, t, label_smoothing=a.smoothing)
+    off = a.smoothing / K
+    on = 1.0 - a.smoothing + off
+    def onehot(y):
+        return torch.full((len(y), K), off, dtype=logits.dtype).scatter_(1, y.view(-1, 1), on)
+    t = onehot(b["labels"]) * lam + onehot(b["labels_b"]) * (1.0 - lam)
+    if a.bce_target_thresh >= 0:
+        t = t.gt(a.bce_target_thresh).to(logits.dtype)
+    if a.bce_sum:
+        return F.binary_cross_entropy_with_logits(logits, t, reduction="none").sum(-1).mean()
+    return F.binary_cross_entropy_with_logits(logits, t)
+
+
+def ddp_step(model, opt, per_rank, mean, std, a):
     """One DDP step in one process: the same result as R processes, by construction."""
     params = [p for p in model.parameters()]
     buffers0 = [b.clone() for b in model.buffers()]
@@ -148,7 +178,7 @@ def ddp_step(model, opt, per_rank, mean, std, smoothing):
             for buf, b0 in zip(model.buffers(), buffers0):
                 buf.copy_(b0)
         opt.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(model(to_input(b["px"], mean, std)), b["labels"], label_smoothing=smoothing)
+        loss = train_loss(a, model(to_input(b["px"], mean, std)), b)
         loss.backward()
         g = [p.grad.detach().clone() for p in params]
         grads = g if grads is None else [x + y for x, y in zip(grads, g)]  # rank order, like ctrain
@@ -200,12 +230,12 @@ def cmd_train(a):
             g["lr"] = b["lr"]
         if a.ranks == 1:
             opt.zero_grad(set_to_none=True)
-            loss = F.cross_entropy(model(to_input(b["px"], mean, std)), b["labels"], label_smoothing=a.smoothing)
+            loss = train_loss(a, model(to_input(b["px"], mean, std)), b)
             loss.backward()
             opt.step()
             losses.append(loss.item())
         else:
-            losses.append(ddp_step(model, opt, per_rank, mean, std, a.smoothing))
+            losses.append(ddp_step(model, opt, per_rank, mean, std, a))
         steps.append(b["step"])
         if ema is not None:
             ema.after_step(model, b["step"])
@@ -287,6 +317,9 @@ def main():
     t.add_argument("--nesterov", type=int, default=0)
     t.add_argument("--wd-exclude", type=int, default=0)
     t.add_argument("--smoothing", type=float, default=0.0)
+    t.add_argument("--bce", action="store_true", help="timm's BinaryCrossEntropy (train --bce)")
+    t.add_argument("--bce-target-thresh", type=float, default=-1.0)
+    t.add_argument("--bce-sum", action="store_true")
     t.add_argument("--ranks", type=int, default=1, help="replay a --ranks R run with DDP semantics")
     t.add_argument("--tta", choices=["none", "flip"], default="none", help="evaluations average the logits with the mirror image's")
     t.add_argument("--out", required=True, help="JSON with per-step losses and the final val result")

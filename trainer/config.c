@@ -555,8 +555,6 @@ void config_validate(const Config *c, const ConfigGiven *given) {
     if ((c->bce_target_thresh >= 0 || c->bce_sum) && !c->bce)
         ct_die("--bce-target-thresh/--bce-sum: only with --bce");
     if (c->ra_repeats < 1 || c->ra_repeats > 64) ct_die("--ra-repeats: must be in 1..64 (got %d)", c->ra_repeats);
-    if (c->dump_batches[0] && (c->mixup > 0 || c->cutmix > 0))  // the dump records hard labels only
-        ct_die("--dump-batches: not with --mixup/--cutmix (the PyTorch comparison replays hard labels)");
     if (strcmp(c->precision, "auto") && strcmp(c->precision, "bf16") && strcmp(c->precision, "fp32"))
         ct_die("--precision: '%s' is not one of auto, bf16, fp32", c->precision);
     if (c->max_nonfinite < 1) ct_die("--max-nonfinite: must be >= 1 (got %d)", c->max_nonfinite);

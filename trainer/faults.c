@@ -70,11 +70,15 @@ static void dump_write(FILE *f, const char *dir, const void *p, size_t size, siz
 
 void dump_batch(FILE *f, const char *dir, const LoaderBatch *b, int hw, int c, int epoch, int64_t step, float lr) {
     int32_t hdr[5] = {b->count, hw, hw, c, epoch};
-    dump_write(f, dir, "BTCH", 1, 4);
+    const int mixed = b->labels_b && b->mix_lam < 1.0f;
+    const float lam = mixed ? b->mix_lam : 1.0f;
+    dump_write(f, dir, "BTC2", 1, 4);
     dump_write(f, dir, hdr, 4, 5);
     dump_write(f, dir, &step, 8, 1);
     dump_write(f, dir, &lr, 4, 1);
+    dump_write(f, dir, &lam, 4, 1);
     dump_write(f, dir, b->labels, 4, (size_t)b->count);
+    dump_write(f, dir, mixed ? b->labels_b : b->labels, 4, (size_t)b->count);
     dump_write(f, dir, b->images, 1, (size_t)b->count * hw * hw * c);
 }
 

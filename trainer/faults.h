@@ -35,6 +35,9 @@ void faults_maybe_stall(const Faults *f, int rank, int64_t step);
 
 // --dump-batches: DIR/NAME.bin, or DIR/NAME.rankK.bin for each rank of a data-parallel run.
 FILE *dump_open(const char *dir, const char *name, int rank, int world);
-//   per batch: "BTCH" | i32 n, h, w, c | i32 epoch | i64 global step | f32 lr | i32 labels[n] | u8 pixels[n*h*w*c]
+//   per batch: "BTC2" | i32 n, h, w, c | i32 epoch | i64 global step | f32 lr | f32 lam | i32 labels[n]
+//   | i32 labels_b[n] | u8 pixels[n*h*w*c]; lam and labels_b: the Mixup/CutMix soft target
+//   lam * y(labels) + (1 - lam) * y(labels_b) (lam 1, labels_b = labels: not mixed); the pixels are
+//   the batch as the model saw it (cropped, augmented, erased, mixed), before normalisation.
 void dump_batch(FILE *f, const char *dir, const LoaderBatch *b, int hw, int c, int epoch, int64_t step, float lr);
 void dump_close(FILE *f, const char *dir);
