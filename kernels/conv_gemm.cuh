@@ -6,7 +6,7 @@
 
 #include "kernels/kernels.h"
 
-enum { GEMM_FWD = 0, GEMM_DGRAD = 1, GEMM_WGRAD = 2 };
+enum { GEMM_FWD = CT_CONV_FWD, GEMM_DGRAD = CT_CONV_DGRAD, GEMM_WGRAD = CT_CONV_WGRAD };  // kernels.h's CtConvPass
 // Rows per tile of the BN epilogues' per-tile sums (engine v2's CTA rows, T2_BM).
 #define CONV_BN_TILE_ROWS 128
 #define CONV_MAX_SPLITS 64
@@ -40,6 +40,7 @@ typedef struct {
     int k_end;              // == K (the reduction runs over [0, k_end))
     int k_split;            // reduction length per blockIdx.z (set by ct_gemm_run)
     size_t c_split_stride;  // elements between split partial buffers (set by ct_gemm_run)
+    CtDtype dt;             // storage of the operands (set by ct_gemm_tc_setup)
     int tc_ok;              // the tensor-core engine may run this GEMM (bf16 operands)
     int vec_a, vec_b;       // operand chunks of 8 are contiguous and 16-byte aligned (cp.async)
     int c_pairs;            // C may be stored two neighbours at a time (set by ct_gemm_run)
@@ -56,7 +57,7 @@ typedef struct {
     ConvBnEpilogue bn;
 } GemmArgs;
 
-// Sets tc_ok, vec_a, vec_b for operands g->a, g->b of dtype dt.
+// Sets dt, tc_ok, vec_a, vec_b for operands g->a, g->b of dtype dt.
 void ct_gemm_tc_setup(GemmArgs *g, int mode, CtDtype dt);
 
 // Runs the GEMM on stream st with the engine `algo` allows (CtConvAlgo); returns the engine used.
@@ -99,7 +100,8 @@ extern "C" int ct_conv_split_args(int mode, GemmArgs *g, float *work, int bm, in
 extern "C" void ct_conv_reduce_splits(float *dst, const float *part, int splits, size_t n, cudaStream_t st);
 
 // Engine v2 (kernels/conv_tc2.cu): 128x128 tiles, 4 stages, gather tables; bf16 only.
-// eligible: operands vectorisable, N a multiple of 8, tables within shared memory.
+// eligible: operands vectorisable, N a multiple of 8, tables within shared memory. run: g as
+// conv.cu's dispatcher cleans it up (no other pass's epilogue or accumulation).
 extern "C" int ct_conv_tc2_eligible(int mode, const GemmArgs *g);
 extern "C" void ct_conv_tc2_split(int M, int N, int K, int *splits, int *k_split);
 extern "C" void ct_conv_tc2_run(int mode, GemmArgs g, float *work, float *final_out, cudaStream_t st);

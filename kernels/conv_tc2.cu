@@ -540,11 +540,6 @@ extern "C" void ct_conv_tc2_split(int M, int N, int K, int *splits, int *k_split
 }
 
 extern "C" void ct_conv_tc2_run(int mode, GemmArgs g, float *work, float *final_out, cudaStream_t st) {
-    if (mode != GEMM_FWD) g.stats = NULL;
-    if (mode != GEMM_DGRAD) {
-        g.c_acc = 0;
-        g.bn.tiles = NULL;
-    }
     int splits = ct_conv_split_args(mode, &g, work, T2_BM, T2_BN, T2_BK);
     int tiles_m = (g.M + T2_BM - 1) / T2_BM, tiles_n = (g.N + T2_BN - 1) / T2_BN;
     long long ctas = (long long)tiles_m * tiles_n;

@@ -436,11 +436,6 @@ extern "C" void ct_conv_wgmma_split(int M, int N, int K, int *splits, int *k_spl
 }
 
 extern "C" void ct_conv_wgmma_run(int mode, GemmArgs g, float *work, float *final_out, cudaStream_t st) {
-    if (mode != GEMM_FWD) g.stats = NULL;
-    if (mode != GEMM_DGRAD) {
-        g.c_acc = 0;
-        g.bn.tiles = NULL;
-    }
     int splits = ct_conv_split_args(mode, &g, work, WG_BM, WG_BN, WG_BK);
     long long tiles_m = (g.M + WG_BM - 1) / WG_BM, tiles_n = (g.N + WG_BN - 1) / WG_BN;
     if (tiles_m > 0x7fffffff || tiles_n > 65535 || splits > 65535)

@@ -43,16 +43,19 @@ static inline int conv_groups(const ConvShape *s) { return s->groups > 1 ? s->gr
 // gradients (dw, db) are ALWAYS fp32 (they feed the fp32 master weights); the linear layer's
 // output (logits) and its incoming gradient dout are fp32 too (the losses take fp32 logits),
 // and its bias b is fp32. Backward functions overwrite their outputs, like the CPU ones.
-// Engines: a generic tiled implicit GEMM (any shape, fp32 or bf16, fp32 math; the fp32 path) and
-// two bf16 tensor-core ones (mma.sync) that CT_CONV_AUTO uses for every bf16 call: v2
-// (kernels/conv_tc2.cu, 128x128 tiles) for convolutions whose channel counts are multiples of 8
-// with 16-byte aligned pointers, v1 (kernels/conv_tc1.cu, 128x64; cp.async where the channels allow,
-// element gathers otherwise) for the rest, the linear layer, and every conv when the caller names
-// v1 (CT_CONV_TC; the GPU executor passes its ExecOptions' conv engine). The linear backward always
-// takes the generic engine (fp32 dout). Kernels never read the environment.
-// Grouped convolutions (groups > 1) take the generic engine whatever engine is asked (every
-// group in one launch; the _ex entry points return CT_CONV_GENERIC), and the fused BN epilogues
-// (conv2d_forward_stats_gpu, conv2d_backward_data_bn_gpu, _tail_gpu) decline them: docs/GROUPED.md.
+// Engines (kernels/conv.cu's table, in fallback order; docs/HACKING.md "Conv engines"): wgmma
+// (Hopper, compute 9.0; bf16, the shapes v2 takes, both BN epilogues in v2's order), v2 (mma.sync,
+// 128x128 tiles: bf16 with channel counts multiples of 8 and 16-byte aligned pointers, both BN
+// epilogues; the default, CT_CONV_AUTO, for bf16), v1 (mma.sync, 128x64 tiles: any bf16 dense
+// convolution, cp.async where the channels allow, element gathers otherwise; also the linear
+// forward) and generic (fp32 math over fp32 or bf16 storage, any shape, grouped ones included; the
+// linear backward, whose dout is fp32). Each says what it takes; a call runs the engine it names
+// (the GPU executor passes its ExecOptions' conv engine) where that engine takes the GEMM, else the
+// first engine after it in the table that does: grouped convolutions (groups > 1) and fp32 reach
+// the generic engine whatever is asked (the _ex entry points say which ran), and the fused BN
+// epilogues (conv2d_forward_stats_gpu, conv2d_backward_data_bn_gpu, _tail_gpu) run nothing where
+// neither v2 nor wgmma is reached (grouped shapes: docs/GROUPED.md). Kernels never read the
+// environment.
 // Determinism: no atomics; the weight gradient's reduction over N*P*Q is split in a number of
 // parts fixed by the shape, partials are summed in order: bit-identical reruns on any GPU.
 
@@ -77,14 +80,11 @@ void linear_forward_gpu(float *out, const void *in, const void *w, const float *
 void linear_backward_gpu(void *din, float *dw, float *db, const float *dout, const void *in,
                          const void *w, int N, int I, int O, CtDtype dt, ct_stream_t stream);
 
-// Tests and benchmarks: the same with an explicit engine. CT_CONV_TC with dt == CT_F32 is a fatal
-// error. Returns the engine that ran.
-// CT_CONV_TC2: engine v2 (kernels/conv_tc2.cu) where it takes the shape, v1 otherwise (the
-// return value says which ran). CT_CONV_AUTO on bf16 is CT_CONV_TC2.
-// CT_CONV_WGMMA: the Hopper engine (kernels/conv_wgmma.cu) for the convolutions v2 takes (forward
-// with its BN statistics epilogue, data gradients with their BN backward epilogues, weight
-// gradients), on compute 9.0; everything else as CT_CONV_TC2 (the default stays v2 until silicon
-// has measured it).
+// Tests and benchmarks: the same with an explicit engine (CtConvAlgo), which runs where it takes
+// the GEMM, else the next engine in the fallback order wgmma -> v2 -> v1 -> generic. Returns the
+// engine that ran (the data gradient: the one furthest down the order that ran a stride phase).
+// CT_CONV_AUTO is v2 (the default stays v2 until silicon has measured wgmma and v1: docs/HACKING.md).
+// CT_CONV_TC (v1) with dt == CT_F32 is a fatal error; v2 and wgmma asked on fp32 reach generic.
 typedef enum { CT_CONV_AUTO = 0, CT_CONV_GENERIC = 1, CT_CONV_TC = 2, CT_CONV_TC2 = 3, CT_CONV_WGMMA = 4 } CtConvAlgo;
 int conv2d_forward_gpu_ex(const ConvShape *s, void *out, const void *in, const void *w, CtDtype dt,
                           ct_stream_t stream, int algo);
@@ -94,6 +94,20 @@ int conv2d_backward_data_acc_gpu_ex(const ConvShape *s, void *din, const void *d
                                     CtDtype dt, ct_stream_t stream, int algo);
 int conv2d_backward_weight_gpu_ex(const ConvShape *s, float *dw, const void *dout, const void *in,
                                   float *work, CtDtype dt, ct_stream_t stream, int algo);
+// The engine table, observable (tests/emu_conv_engines.c): engine i of conv_engine_count() in fallback order, its name (as --conv-engine spells it; "generic") and
+// CtConvAlgo; conv_engine_supports: engine i's own verdict on a pass (CtConvPass) of s in dtype dt,
+// with its BN epilogue (epilogue != 0: the forward's statistics, the data gradient's BN backward)
+// or without, for 16-byte aligned operands; conv_engine_for: the name of the engine the entry
+// points run for that pass when `algo` is asked (what they return), NULL where an epilogue is asked
+// and nothing would run. Planned by the dispatcher itself, launching nothing (on the current
+// device: v2's tables and wgmma depend on it).
+typedef enum { CT_CONV_FWD = 0, CT_CONV_DGRAD = 1, CT_CONV_WGRAD = 2 } CtConvPass;
+int conv_engine_count(void);
+const char *conv_engine_name(int i);
+int conv_engine_algo(int i);
+const char *conv_engine_algo_name(int algo);  // NULL for CT_CONV_AUTO or an unknown value
+int conv_engine_supports(int i, int pass, const ConvShape *s, CtDtype dt, int epilogue);
+const char *conv_engine_for(int pass, const ConvShape *s, CtDtype dt, int algo, int epilogue);
 // Channel padding (kernels/conv_pad.cu; CPU twins nn/pad.h): out[r, c] = in[r, c] for c < C, 0 for
 // C <= c < Cpad, over `rows` rows; and back (the first C of Cpad channels, fp32 gradients).
 void conv_pad_channels_gpu(void *out, const void *in, size_t rows, int C, int Cpad, CtDtype dt,
@@ -365,8 +379,8 @@ size_t ct_cost_count(void);
 int ct_cost_get(size_t i, CtCostLaunch *out);  // 0 when i is out of range
 // Plans that change with the batch, so the cost tool can price their workspace traffic at a batch
 // it did not run: BN's row chunks of partial sums for M rows (kernels/batchnorm.cu), and the
-// split count of a bf16 weight-gradient GEMM on engine algo, CT_CONV_TC, CT_CONV_TC2 or
-// CT_CONV_WGMMA (conv.cu).
+// split count of a weight-gradient GEMM on engine algo (CtConvAlgo; CT_CONV_AUTO: the default)
+// (conv.cu's table).
 int batchnorm_gpu_chunks(int M);
 int conv2d_gpu_wgrad_splits(int algo, int M, int N, int K);
 

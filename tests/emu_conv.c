@@ -9,13 +9,17 @@
 //     call runs twice: the two results must be bit-identical.
 // - BN statistics in engine v2's forward epilogue (conv2d_forward_stats_gpu) against their CPU
 //   twins (nn/layers.h batchnorm_tile_stats, batchnorm_add_forward_train_tiles).
-// Shapes stay small: the emulator runs one host thread per CUDA thread.
+// Shapes stay small (the emulator runs one host thread per CUDA thread) and come from the shared
+// table tests/conv_cases.h (its flags say which of these checks a case takes part in), plus random
+// ones drawn here.
 #include <math.h>
 #include <string.h>
 
 #include "kernels/kernels.h"
 #include "nn/layers.h"
 #include "nn/pad.h"
+#include "tests/conv_cases.h"
+#include "tests/emu_util.h"
 #include "tests/test.h"
 #include "util/bf16.h"
 #include "util/common.h"
@@ -29,45 +33,16 @@
 
 static size_t esize(CtDtype dt) { return dt == CT_BF16 ? 2 : 4; }
 
+// Uniform in [-1, 1) from the file's own stream, rounded to what a dt buffer holds (the CPU
+// reference sees what the GPU sees).
 static float *host_random(size_t n, uint64_t key, CtDtype dt) {
     float *h = (float *)ct_alloc(n * sizeof(float) + 4);
     Rng r = rng_make(20261122, key, n);
-    for (size_t i = 0; i < n; i++) {
-        h[i] = 2.0f * rng_uniform(&r) - 1.0f;
-        if (dt == CT_BF16) h[i] = ct_round_bf16(h[i]);  // the reference sees what the GPU sees
-    }
+    for (size_t i = 0; i < n; i++) h[i] = 2.0f * rng_uniform(&r) - 1.0f;
+    round_to(h, n, dt);
     return h;
 }
-static void *dev_upload(const float *h, size_t n, CtDtype dt) {
-    void *d = NULL;
-    if (cudaMalloc(&d, n * esize(dt) + 16) != cudaSuccess) ct_die("cudaMalloc");
-    if (dt == CT_BF16) {
-        uint16_t *t = (uint16_t *)ct_alloc(n * 2 + 2);
-        for (size_t i = 0; i < n; i++) t[i] = ct_f32_to_bf16(h[i]);
-        cudaMemcpy(d, t, n * 2, cudaMemcpyHostToDevice);
-        free(t);
-    } else {
-        cudaMemcpy(d, h, n * 4, cudaMemcpyHostToDevice);
-    }
-    return d;
-}
-static void *dev_alloc_poisoned(size_t bytes) {
-    void *d = NULL;
-    if (cudaMalloc(&d, bytes + 16) != cudaSuccess) ct_die("cudaMalloc");
-    cudaMemset(d, 0xff, bytes + 16);  // NaN in fp32 and in bf16
-    return d;
-}
-static void poison(void *d, size_t bytes) { cudaMemset(d, 0xff, bytes); }
-static void dev_download(float *h, const void *d, size_t n, CtDtype dt) {
-    if (dt == CT_BF16) {
-        uint16_t *t = (uint16_t *)ct_alloc(n * 2 + 2);
-        cudaMemcpy(t, d, n * 2, cudaMemcpyDeviceToHost);
-        for (size_t i = 0; i < n; i++) h[i] = ct_bf16_to_f32(t[i]);
-        free(t);
-    } else {
-        cudaMemcpy(h, d, n * 4, cudaMemcpyDeviceToHost);
-    }
-}
+static void poison(void *d, size_t bytes) { CT_CUDA_CHECK(cudaMemset(d, 0xff, bytes)); }
 static int dev_equal(const void *a, const void *b, size_t bytes) {
     unsigned char *x = (unsigned char *)ct_alloc(bytes + 1), *y = (unsigned char *)ct_alloc(bytes + 1);
     cudaMemcpy(x, a, bytes, cudaMemcpyDeviceToHost);
@@ -124,7 +99,7 @@ static void test_conv(int N, int H, int W, int C, int K, int R, int S, int strid
     size_t nin = (size_t)N * H * W * C, nout = (size_t)N * s.P * s.Q * K, nw = (size_t)K * R * S * C;
     size_t nwork = conv2d_gpu_work_floats(&s);
     double t0 = ct_now();
-    float *work = nwork ? (float *)dev_alloc_poisoned(nwork * 4) : NULL;
+    float *work = nwork ? (float *)dev_poisoned(nwork * 4) : NULL;
     float *ref = (float *)ct_alloc((nin > nout ? nin : nout) * 4 + (nw + 1) * 4);
     float *got = (float *)ct_alloc((nin > nout ? nin : nout) * 4 + (nw + 1) * 4);
     for (int dti = 0; dti < 2; dti++) {
@@ -134,10 +109,10 @@ static void test_conv(int N, int H, int W, int C, int K, int R, int S, int strid
         float *in = host_random(nin, key * 4 + 0, dt);
         float *w = host_random(nw, key * 4 + 1, dt);
         float *dout = host_random(nout, key * 4 + 2, dt);
-        void *d_in = dev_upload(in, nin, dt), *d_w = dev_upload(w, nw, dt), *d_dout = dev_upload(dout, nout, dt);
-        void *o1 = dev_alloc_poisoned(nout * esize(dt)), *o2 = dev_alloc_poisoned(nout * esize(dt));
-        void *di1 = dev_alloc_poisoned(nin * esize(dt)), *di2 = dev_alloc_poisoned(nin * esize(dt));
-        float *dw1 = (float *)dev_alloc_poisoned(nw * 4), *dw2 = (float *)dev_alloc_poisoned(nw * 4);
+        void *d_in = dev_act(in, nin, dt), *d_w = dev_act(w, nw, dt), *d_dout = dev_act(dout, nout, dt);
+        void *o1 = dev_poisoned(nout * esize(dt)), *o2 = dev_poisoned(nout * esize(dt));
+        void *di1 = dev_poisoned(nin * esize(dt)), *di2 = dev_poisoned(nin * esize(dt));
+        float *dw1 = (float *)dev_poisoned(nw * 4), *dw2 = (float *)dev_poisoned(nw * 4);
         for (int algo = CT_CONV_GENERIC; algo <= CT_CONV_WGMMA; algo++) {
             if (algo >= CT_CONV_TC && dt != CT_BF16) continue;
             if (skip_algo(algo)) continue;
@@ -157,7 +132,7 @@ static void test_conv(int N, int H, int W, int C, int K, int R, int S, int strid
             sync();
             CHECK(used == want_fwd, "fwd %s: engine %d ran, %d expected", what, used, want_fwd);
             conv2d_forward(&s, ref, in, w);
-            dev_download(got, o1, nout, dt);
+            host_act_to(got, o1, nout, dt);
             record(K_FWD, e, rel_err_norm(got, ref, nout), tol_act, what);
             if (rerun) CHECK(dev_equal(o1, o2, nout * esize(dt)), "fwd %s %s: reruns differ", ename[e], what);
 
@@ -167,19 +142,19 @@ static void test_conv(int N, int H, int W, int C, int K, int R, int S, int strid
             sync();
             CHECK(used == want, "dgrad %s: engine %d ran, %d expected", what, used, want);
             conv2d_backward_data(&s, ref, dout, w);
-            dev_download(got, di1, nin, dt);
+            host_act_to(got, di1, nin, dt);
             record(K_DGRAD, e, rel_err_norm(got, ref, nin), tol_act, what);
             if (rerun) CHECK(dev_equal(di1, di2, nin * esize(dt)), "dgrad %s %s: reruns differ", ename[e], what);
 
             // Accumulated in place onto random values (a second gradient contribution): every
             // element must be old + gradient, so an overwrite or a skipped phase is an O(1) error.
             float *old = host_random(nin, key * 4 + 3, dt);
-            void *d_acc = dev_upload(old, nin, dt);
+            void *d_acc = dev_act(old, nin, dt);
             used = conv2d_backward_data_acc_gpu_ex(&s, d_acc, d_dout, d_w, dt, stream, algo);
             sync();
             CHECK(used == want, "dgrad acc %s: engine %d ran, %d expected", what, used, want);
             for (size_t i = 0; i < nin; i++) ref[i] += old[i];
-            dev_download(got, d_acc, nin, dt);
+            host_act_to(got, d_acc, nin, dt);
             record(K_DGRAD_ACC, e, rel_err_norm(got, ref, nin), tol_act, what);
             cudaFree(d_acc);
             free(old);
@@ -191,7 +166,7 @@ static void test_conv(int N, int H, int W, int C, int K, int R, int S, int strid
             sync();
             CHECK(used == want, "wgrad %s: engine %d ran, %d expected", what, used, want);
             conv2d_backward_weight(&s, ref, dout, in);
-            dev_download(got, dw1, nw, CT_F32);
+            host_act_to(got, dw1, nw, CT_F32);
             // fp32 output from exactly representable products: only the summation order differs.
             record(K_WGRAD, e, rel_err_norm(got, ref, nw), fp32_out_tol(e), what);
             CHECK(dev_equal(dw1, dw2, nw * 4), "wgrad %s %s: reruns differ", ename[e], what);
@@ -237,38 +212,38 @@ static void test_stem_pad(int N, int H, int W, int C, int K, int R, int S, int s
     float *ref = (float *)ct_alloc((rows * CP + nout + wrows * CP) * 4), *got = (float *)ct_alloc((rows * CP + nout + wrows * CP) * 4);
     for (int dti = 0; dti < 2; dti++) {  // the pad kernel in both dtypes against its twin
         CtDtype dt = dti ? CT_BF16 : CT_F32;
-        void *d_in = dev_upload(in, rows * C, dt), *d_p = dev_alloc_poisoned(rows * CP * esize(dt));
+        void *d_in = dev_act(in, rows * C, dt), *d_p = dev_poisoned(rows * CP * esize(dt));
         conv_pad_channels_gpu(d_p, d_in, rows, C, CP, dt, stream);
         sync();
-        dev_download(got, d_p, rows * CP, dt);
+        host_act_to(got, d_p, rows * CP, dt);
         pad_channels(ref, in, rows, C, CP);
         CHECK(memcmp(got, ref, rows * CP * 4) == 0, "%s: pad_channels %s differs from its twin", what, dti ? "bf16" : "fp32");
         cudaFree(d_in);
         cudaFree(d_p);
     }
-    void *d_in = dev_upload(in, rows * C, CT_BF16), *d_w = dev_upload(w, wrows * C, CT_BF16);
-    void *d_dout = dev_upload(dout, nout, CT_BF16);
-    void *d_inp = dev_alloc_poisoned(rows * CP * 2), *d_wp = dev_alloc_poisoned(wrows * CP * 2);
-    void *d_out = dev_alloc_poisoned(nout * 2);
-    float *d_dwp = (float *)dev_alloc_poisoned(wrows * CP * 4), *d_dw = (float *)dev_alloc_poisoned(wrows * C * 4);
+    void *d_in = dev_act(in, rows * C, CT_BF16), *d_w = dev_act(w, wrows * C, CT_BF16);
+    void *d_dout = dev_act(dout, nout, CT_BF16);
+    void *d_inp = dev_poisoned(rows * CP * 2), *d_wp = dev_poisoned(wrows * CP * 2);
+    void *d_out = dev_poisoned(nout * 2);
+    float *d_dwp = (float *)dev_poisoned(wrows * CP * 4), *d_dw = (float *)dev_poisoned(wrows * C * 4);
     size_t nwork = conv2d_gpu_work_floats(&sp);
-    float *work = nwork ? (float *)dev_alloc_poisoned(nwork * 4) : NULL;
+    float *work = nwork ? (float *)dev_poisoned(nwork * 4) : NULL;
     conv_pad_channels_gpu(d_inp, d_in, rows, C, CP, CT_BF16, stream);
     conv_pad_channels_gpu(d_wp, d_w, wrows, C, CP, CT_BF16, stream);
     int used = conv2d_forward_gpu_ex(&sp, d_out, d_inp, d_wp, CT_BF16, stream, CT_CONV_TC2);
     sync();
     CHECK(used == CT_CONV_TC2, "%s: forward ran on engine %d, not v2", what, used);
     conv2d_forward(&s, ref, in, w);
-    dev_download(got, d_out, nout, CT_BF16);
+    host_act_to(got, d_out, nout, CT_BF16);
     record(K_FWD, E_TC2, rel_err_norm(got, ref, nout), 1e-2, what);
     used = conv2d_backward_weight_gpu_ex(&sp, d_dwp, d_dout, d_inp, work, CT_BF16, stream, CT_CONV_TC2);
     conv_unpad_channels_gpu(d_dw, d_dwp, wrows, CP, C, stream);
     sync();
     CHECK(used == CT_CONV_TC2, "%s: weight gradient ran on engine %d, not v2", what, used);
     float *dwp = (float *)ct_alloc(wrows * CP * 4);
-    dev_download(dwp, d_dwp, wrows * CP, CT_F32);
+    host_act_to(dwp, d_dwp, wrows * CP, CT_F32);
     unpad_channels(ref, dwp, wrows, CP, C);
-    dev_download(got, d_dw, wrows * C, CT_F32);
+    host_act_to(got, d_dw, wrows * C, CT_F32);
     CHECK(memcmp(got, ref, wrows * C * 4) == 0, "%s: unpad_channels differs from its twin", what);
     conv2d_backward_weight(&s, ref, dout, in);
     record(K_WGRAD, E_TC2, rel_err_norm(got, ref, wrows * C), fp32_out_tol(E_TC2), what);
@@ -292,12 +267,12 @@ static void test_linear(int N, int I, int O, int bias) {
         uint64_t key = 7000000 + (uint64_t)N * 10007 + I * 101 + O;
         float *in = host_random(nin, key * 4, dt), *w = host_random(nw, key * 4 + 1, dt);
         float *b = host_random(O, key * 4 + 2, CT_F32), *dout = host_random(nout, key * 4 + 3, CT_F32);
-        void *d_in = dev_upload(in, nin, dt), *d_w = dev_upload(w, nw, dt);
-        float *d_b = (float *)dev_upload(b, O, CT_F32), *d_dout = (float *)dev_upload(dout, nout, CT_F32);
-        float *o1 = (float *)dev_alloc_poisoned(nout * 4), *o2 = (float *)dev_alloc_poisoned(nout * 4);
-        void *di1 = dev_alloc_poisoned(nin * esize(dt)), *di2 = dev_alloc_poisoned(nin * esize(dt));
-        float *dw1 = (float *)dev_alloc_poisoned(nw * 4), *dw2 = (float *)dev_alloc_poisoned(nw * 4);
-        float *db1 = (float *)dev_alloc_poisoned(O * 4), *db2 = (float *)dev_alloc_poisoned(O * 4);
+        void *d_in = dev_act(in, nin, dt), *d_w = dev_act(w, nw, dt);
+        float *d_b = (float *)dev_act(b, O, CT_F32), *d_dout = (float *)dev_act(dout, nout, CT_F32);
+        float *o1 = (float *)dev_poisoned(nout * 4), *o2 = (float *)dev_poisoned(nout * 4);
+        void *di1 = dev_poisoned(nin * esize(dt)), *di2 = dev_poisoned(nin * esize(dt));
+        float *dw1 = (float *)dev_poisoned(nw * 4), *dw2 = (float *)dev_poisoned(nw * 4);
+        float *db1 = (float *)dev_poisoned(O * 4), *db2 = (float *)dev_poisoned(O * 4);
         size_t big = nin > nw ? nin : nw;
         if (nout > big) big = nout;
         float *ref = (float *)ct_alloc(big * 4 + 4), *ref2 = (float *)ct_alloc(big * 4 + 4);
@@ -312,7 +287,7 @@ static void test_linear(int N, int I, int O, int bias) {
             sync();
             CHECK(used == algo, "linear fwd %s: engine %d ran, %d asked", what, used, algo);
             linear_forward(ref, in, w, bias ? b : NULL, N, I, O);
-            dev_download(got, o1, nout, CT_F32);
+            host_act_to(got, o1, nout, CT_F32);
             record(K_LIN_FWD, e, rel_err_norm(got, ref, nout), fp32_out_tol(e), what);
             CHECK(dev_equal(o1, o2, nout * 4), "linear fwd %s: reruns differ", what);
             poison(o1, nout * 4);
@@ -324,14 +299,14 @@ static void test_linear(int N, int I, int O, int bias) {
                                 N, I, O, dt, stream);
         sync();
         linear_backward(ref, ref2, bias ? ref3 : NULL, dout, in, w, N, I, O);
-        dev_download(got, di1, nin, dt);
+        host_act_to(got, di1, nin, dt);
         record(K_LIN_DIN, e, rel_err_norm(got, ref, nin), dt == CT_BF16 ? 1e-2 : 1e-5, what);
-        dev_download(got, dw1, nw, CT_F32);
+        host_act_to(got, dw1, nw, CT_F32);
         record(K_LIN_DW, e, rel_err_norm(got, ref2, nw), 1e-5, what);
         CHECK(dev_equal(di1, di2, nin * esize(dt)) && dev_equal(dw1, dw2, nw * 4), "linear bwd %s: reruns differ",
               what);
         if (bias) {
-            dev_download(got, db1, O, CT_F32);
+            host_act_to(got, db1, O, CT_F32);
             record(K_LIN_DB, e, rel_err_norm(got, ref3, O), 1e-5, what);
             CHECK(dev_equal(db1, db2, O * 4), "linear db %s: reruns differ", what);
         }
@@ -372,9 +347,9 @@ static void test_conv_bn_stats(int N, int H, int W, int C, int K, int R, int S, 
     size_t nst = conv2d_gpu_stats_floats(M, K), nwork = batchnorm_gpu_work_floats(M, K);
     CHECK(nst == (size_t)2 * nt * K && nst + 3 * (size_t)K <= nwork, "%s: stats %zu floats, work %zu", what, nst, nwork);
     float *in = host_random(nin, 77 + nin, dt), *w = host_random(nw, 78 + nw, dt);
-    void *d_in = dev_upload(in, nin, dt), *d_w = dev_upload(w, nw, dt);
-    void *o1 = dev_alloc_poisoned(nout * 2), *o2 = dev_alloc_poisoned(nout * 2), *yb = dev_alloc_poisoned(nout * 2);
-    float *work = (float *)dev_alloc_poisoned(nwork * 4), *tiles2 = (float *)dev_alloc_poisoned(nst * 4);
+    void *d_in = dev_act(in, nin, dt), *d_w = dev_act(w, nw, dt);
+    void *o1 = dev_poisoned(nout * 2), *o2 = dev_poisoned(nout * 2), *yb = dev_poisoned(nout * 2);
+    float *work = (float *)dev_poisoned(nwork * 4), *tiles2 = (float *)dev_poisoned(nst * 4);
     conv2d_forward_gpu(&s, o1, d_in, d_w, dt, stream);
     int ran = conv2d_forward_stats_gpu(&s, o2, work, d_in, d_w, dt, stream, CT_CONV_AUTO);
     sync();
@@ -396,16 +371,16 @@ static void test_conv_bn_stats(int N, int H, int W, int C, int K, int R, int S, 
         CHECK(dev_equal(work, tiles2, nst * 4), "%s: wgmma's statistics differ from v2's", what);
 #else
         float *s1 = (float *)ct_alloc(nst * 4), *s2 = (float *)ct_alloc(nst * 4);
-        dev_download(s1, work, nst, CT_F32);
-        dev_download(s2, tiles2, nst, CT_F32);
+        host_act_to(s1, work, nst, CT_F32);
+        host_act_to(s2, tiles2, nst, CT_F32);
         double es = rel_err_norm(s2, s1, nst);
         CHECK(es <= 1e-2, "%s: wgmma's statistics off v2's by %.3g", what, es);
         free(s1), free(s2);
 #endif
     }
     float *y = (float *)ct_alloc(nout * 4), *got = (float *)ct_alloc(nst * 4), *want = (float *)ct_alloc(nst * 4);
-    dev_download(y, o1, nout, dt);
-    dev_download(got, work, nst, CT_F32);
+    host_act_to(y, o1, nout, dt);
+    host_act_to(got, work, nst, CT_F32);
     batchnorm_tile_stats(want, y, M, K);
     double e_sum = 0, e_m2 = 0;
     for (int t = 0; t < nt; t++)
@@ -424,16 +399,16 @@ static void test_conv_bn_stats(int N, int H, int W, int C, int K, int R, int S, 
     // The BN forward from the GPU's tiles against the CPU twin fed the same tiles.
     float *gamma = host_random(K, 79, CT_F32), *beta = host_random(K, 80, CT_F32), *rs = host_random(2 * K, 81, CT_F32);
     for (int c = 0; c < K; c++) rs[K + c] = 1.0f + 0.5f * rs[K + c];  // a positive running variance
-    float *d_gamma = (float *)dev_upload(gamma, K, CT_F32), *d_beta = (float *)dev_upload(beta, K, CT_F32);
-    float *d_rs = (float *)dev_upload(rs, 2 * K, CT_F32), *d_ms = (float *)dev_alloc_poisoned(2 * K * 4);
+    float *d_gamma = (float *)dev_act(gamma, K, CT_F32), *d_beta = (float *)dev_act(beta, K, CT_F32);
+    float *d_rs = (float *)dev_act(rs, 2 * K, CT_F32), *d_ms = (float *)dev_poisoned(2 * K * 4);
     batchnorm_add_forward_train_tiles_gpu(yb, d_ms, d_ms + K, d_rs, d_rs + K, o1, NULL, work, d_gamma, d_beta, M, K,
                                           0.1f, 1e-5f, 1, NULL, work, dt, stream);
     sync();
     float *gy = (float *)ct_alloc(nout * 4), *gms = (float *)ct_alloc(4 * K * 4), *cy = (float *)ct_alloc(nout * 4);
     float *cms = (float *)ct_alloc(4 * K * 4), *oy = (float *)ct_alloc(nout * 4), *oms = (float *)ct_alloc(4 * K * 4);
-    dev_download(gy, yb, nout, dt);
-    dev_download(gms, d_ms, 2 * K, CT_F32);
-    dev_download(gms + 2 * K, d_rs, 2 * K, CT_F32);
+    host_act_to(gy, yb, nout, dt);
+    host_act_to(gms, d_ms, 2 * K, CT_F32);
+    host_act_to(gms + 2 * K, d_rs, 2 * K, CT_F32);
     memcpy(cms + 2 * K, rs, 2 * K * 4);
     batchnorm_add_forward_train_tiles(cy, cms, cms + K, cms + 2 * K, cms + 3 * K, y, NULL, got, gamma, beta, M, K,
                                       0.1f, 1e-5f, 1);
@@ -514,14 +489,14 @@ static void test_dgrad_bn(int N, int H, int W, int C, int K, int R, int S, int s
     }
     int nt = conv2d_gpu_dgrad_bn_tiles(&s);
     size_t nwork = batchnorm_gpu_work_floats(M, C), ntile = (size_t)nt * 2 * C;
-    void *d_x = dev_upload(x, nin, CT_BF16), *d_w = dev_upload(w, nw, CT_BF16), *d_dout = dev_upload(dout, nout, CT_BF16);
-    void *d_y = dev_upload(y, nin, CT_BF16);
-    float *d_p = (float *)dev_upload(pv, 4 * (size_t)C, CT_F32);
+    void *d_x = dev_act(x, nin, CT_BF16), *d_w = dev_act(w, nw, CT_BF16), *d_dout = dev_act(dout, nout, CT_BF16);
+    void *d_y = dev_act(y, nin, CT_BF16);
+    float *d_p = (float *)dev_act(pv, 4 * (size_t)C, CT_F32);
     // tail: both gradients start with the residual path's contribution g0 and accumulate
-    void *d_plain = tail ? dev_upload(g0, nin, CT_BF16) : dev_alloc_poisoned(nin * 2);
-    void *d_g = tail ? dev_upload(g0, nin, CT_BF16) : dev_alloc_poisoned(nin * 2), *d_dx = dev_alloc_poisoned(nin * 2);
-    void *d_dres = dev_alloc_poisoned(nin * 2);
-    float *work = (float *)dev_alloc_poisoned(nwork * 4), *d_db = (float *)dev_alloc_poisoned(4 * (size_t)C * 4);
+    void *d_plain = tail ? dev_act(g0, nin, CT_BF16) : dev_poisoned(nin * 2);
+    void *d_g = tail ? dev_act(g0, nin, CT_BF16) : dev_poisoned(nin * 2), *d_dx = dev_poisoned(nin * 2);
+    void *d_dres = dev_poisoned(nin * 2);
+    float *work = (float *)dev_poisoned(nwork * 4), *d_db = (float *)dev_poisoned(4 * (size_t)C * 4);
     int want = stride <= 2 && C % 8 == 0 && K % 8 == 0;
     // tail 2: the mask bits of y (the tail forward's relu_mask) instead of y
     uint8_t *hmask = (uint8_t *)ct_zalloc(nin / 8 + 1), *d_mask = NULL;
@@ -542,8 +517,8 @@ static void test_dgrad_bn(int N, int H, int W, int C, int K, int R, int S, int s
     // engine v2's bits (the shared masking, the tile sums in v2's order); on a GPU the tensor cores
     // of the two add differently: within bf16 noise of v2's.
     if (ran && engines_wg()) {
-        void *d_g2 = tail ? dev_upload(g0, nin, CT_BF16) : dev_alloc_poisoned(nin * 2);
-        float *work2 = (float *)dev_alloc_poisoned(nwork * 4);
+        void *d_g2 = tail ? dev_act(g0, nin, CT_BF16) : dev_poisoned(nin * 2);
+        float *work2 = (float *)dev_poisoned(nwork * 4);
         int ran2 = tail ? conv2d_backward_data_tail_gpu(&s, d_g2, 1, work2, d_dout, d_w, tail == 2 ? NULL : d_y,
                                                         tail == 2 ? d_mask : NULL, d_x, d_p + 2 * C, CT_BF16, stream,
                                                         CT_CONV_WGMMA)
@@ -556,10 +531,10 @@ static void test_dgrad_bn(int N, int H, int W, int C, int K, int R, int S, int s
         CHECK(dev_equal(work2, work, ntile * 4), "%s: wgmma's tiles differ from v2's", what);
 #else
         float *a1 = (float *)ct_alloc(nin * 4 + ntile * 4), *a2 = (float *)ct_alloc(nin * 4 + ntile * 4);
-        dev_download(a1, d_g, nin, CT_BF16);
-        dev_download(a2, d_g2, nin, CT_BF16);
-        dev_download(a1 + nin, work, ntile, CT_F32);
-        dev_download(a2 + nin, work2, ntile, CT_F32);
+        host_act_to(a1, d_g, nin, CT_BF16);
+        host_act_to(a2, d_g2, nin, CT_BF16);
+        host_act_to(a1 + nin, work, ntile, CT_F32);
+        host_act_to(a2 + nin, work2, ntile, CT_F32);
         double eg = rel_err_norm(a2, a1, nin), et = rel_err_norm(a2 + nin, a1 + nin, ntile);
         CHECK(eg <= 1e-2 && et <= 1e-2, "%s: wgmma off v2: masked gradient %.3g, tiles %.3g", what, eg, et);
         free(a1), free(a2);
@@ -570,9 +545,9 @@ static void test_dgrad_bn(int N, int H, int W, int C, int K, int R, int S, int s
     if (ran) {
         float *plain = (float *)ct_alloc(nin * 4), *g = (float *)ct_alloc(nin * 4), *gref = (float *)ct_alloc(nin * 4);
         float *tiles = (float *)ct_alloc(ntile * 4), *tref = (float *)ct_alloc(ntile * 4);
-        dev_download(plain, d_plain, nin, CT_BF16);
-        dev_download(g, d_g, nin, CT_BF16);
-        dev_download(tiles, work, ntile, CT_F32);
+        host_act_to(plain, d_plain, nin, CT_BF16);
+        host_act_to(g, d_g, nin, CT_BF16);
+        host_act_to(tiles, work, ntile, CT_F32);
         // The twins on the rows in the phases' order (M rows as they are at stride 1).
         int *order = (int *)ct_alloc(((size_t)M + 4 * 128) * sizeof(int)), np = phase_rows(order, N, H, W, stride);
         CHECK(np == nt * 128, "%s: %d tiles, the phases make %d rows", what, nt, np);
@@ -593,21 +568,21 @@ static void test_dgrad_bn(int N, int H, int W, int C, int K, int R, int S, int s
         float *dx = (float *)ct_alloc(nin * 4), *dxref = (float *)ct_alloc(nin * 4), *db = (float *)ct_alloc(8 * (size_t)C);
         float *dbref = (float *)ct_alloc(8 * (size_t)C);
         sync();
-        dev_download(dx, d_dx, nin, CT_BF16);
-        dev_download(db, d_db, 2 * (size_t)C, CT_F32);
+        host_act_to(dx, d_dx, nin, CT_BF16);
+        host_act_to(db, d_db, 2 * (size_t)C, CT_F32);
         batchnorm_backward_tiles(dxref, dbref, dbref + C, g, x, tiles, nt, gamma, mean, invstd, M, C);
         CHECK(memcmp(db, dbref, 8 * (size_t)C) == 0, "%s: dgamma/dbeta differ from the twin's", what);
         double e1 = rel_err_norm(dx, dxref, nin);
         batchnorm_add_backward_gpu(d_dx, tail ? d_dres : NULL, 0, d_db + 2 * C, d_db + 3 * C, d_plain, d_x, d_y, d_p,
                                    d_p + 2 * C, d_p + 3 * C, M, C, work, CT_BF16, stream);
         sync();
-        dev_download(dxref, d_dx, nin, CT_BF16);
-        dev_download(dbref, d_db + 2 * C, 2 * (size_t)C, CT_F32);
+        host_act_to(dxref, d_dx, nin, CT_BF16);
+        host_act_to(dbref, d_db + 2 * C, 2 * (size_t)C, CT_F32);
         double e2 = rel_err_norm(dx, dxref, nin), e3 = rel_err_norm(db, dbref, 2 * (size_t)C);
         printf("  %-40s dx vs twin %.3g, vs unfused %.3g; dgamma/dbeta vs unfused %.3g\n", what, e1, e2, e3);
         CHECK(e1 <= 1e-2 && e2 <= 1e-2 && e3 <= 1e-5, "%s: BN backward from tiles off (%.3g %.3g %.3g)", what, e1, e2, e3);
         if (tail) {  // the unfused tail's residual gradient is the fused path's masked gradient
-            dev_download(dxref, d_dres, nin, CT_BF16);
+            host_act_to(dxref, d_dres, nin, CT_BF16);
             CHECK(memcmp(dxref, g, nin * 4) == 0, "%s: residual gradient differs from the masked gradient", what);
         }
         free(plain), free(g), free(gref), free(tiles), free(tref), free(dx), free(dxref), free(db), free(dbref);
@@ -686,9 +661,9 @@ static void test_split_plan(void) {
     float *in = host_random(nin, 901, CT_BF16), *dout = host_random(nout, 902, CT_BF16);
     float *ref = (float *)ct_alloc(nw * 4), *got = (float *)ct_alloc(nw * 4);
     conv2d_backward_weight(&s, ref, dout, in);
-    void *d_in = dev_upload(in, nin, CT_BF16), *d_dout = dev_upload(dout, nout, CT_BF16);
-    float *work = (float *)dev_alloc_poisoned(nwork * 4);
-    float *dw1 = (float *)dev_alloc_poisoned(nw * 4), *dw2 = (float *)dev_alloc_poisoned(nw * 4);
+    void *d_in = dev_act(in, nin, CT_BF16), *d_dout = dev_act(dout, nout, CT_BF16);
+    float *work = (float *)dev_poisoned(nwork * 4);
+    float *dw1 = (float *)dev_poisoned(nw * 4), *dw2 = (float *)dev_poisoned(nw * 4);
     for (int algo = CT_CONV_TC; algo <= CT_CONV_WGMMA; algo++) {
         if (skip_algo(algo) && algo != CT_CONV_TC2) continue;
         int e = algo == CT_CONV_WGMMA ? E_WG : algo == CT_CONV_TC2 ? E_TC2 : E_TC;
@@ -698,7 +673,7 @@ static void test_split_plan(void) {
             CHECK(used == algo, "split plan shape: engine %d ran, %d expected", used, algo);
         }
         sync();
-        dev_download(got, dw1, nw, CT_F32);
+        host_act_to(got, dw1, nw, CT_F32);
         record(K_WGRAD, e, rel_err_norm(got, ref, nw), fp32_out_tol(e), "split plan shape");
         CHECK(dev_equal(dw1, dw2, nw * 4), "split plan shape %s: reruns differ", ename[e]);
     }
@@ -717,14 +692,14 @@ static void test_dgrad_wide(int K, int want) {
     size_t nin = 8, nout = (size_t)K, nw = (size_t)K * 9 * 8;
     float *w = host_random(nw, 77 + K, CT_BF16), *dout = host_random(nout, 78 + K, CT_BF16);
     float ref[8], got[8];
-    void *d_w = dev_upload(w, nw, CT_BF16), *d_dout = dev_upload(dout, nout, CT_BF16), *di = dev_alloc_poisoned(nin * 2);
+    void *d_w = dev_act(w, nw, CT_BF16), *d_dout = dev_act(dout, nout, CT_BF16), *di = dev_poisoned(nin * 2);
     int used = conv2d_backward_data_gpu_ex(&s, di, d_dout, d_w, CT_BF16, stream, CT_CONV_AUTO);
     sync();
     int dev = 0;
     cudaGetDevice(&dev);
     CHECK(used == want, "dgrad 3x3 K %d on device %d: engine %d ran, %d expected", K, dev, used, want);
     conv2d_backward_data(&s, ref, dout, w);
-    dev_download(got, di, nin, CT_BF16);
+    host_act_to(got, di, nin, CT_BF16);
     char what[64];
     snprintf(what, sizeof what, "dgrad 3x3 K %d, device %d", K, dev);
     record(K_DGRAD, used == CT_CONV_TC2 ? E_TC2 : E_TC, rel_err_norm(got, ref, nin), 1e-2, what);
@@ -735,9 +710,10 @@ static void test_dgrad_wide(int K, int want) {
 #ifdef CTRAIN_EMU
 // The engines on the other emulated devices (kernels/emu/device.cpp), device d of
 // CTRAIN_EMU_DEVICE=h100,a100,l4: an A100 (sm_80: opt-in shared memory 163 KiB, no wgmma) and an
-// L4 (sm_89: 99 KiB). Every engine on a share of the fixed shapes (CT_CONV_WGMMA must fall back to
-// v2 there), and the wide data gradients above.
-static void sweep_device(int d, const int (*shapes)[9], int nshapes, int wide704, int wide2048) {
+// L4 (sm_89: 99 KiB). Every engine on the shared cases marked CC_DEVICES (3x3 k tails, stride 2,
+// 1x1, the 7x7 stem, wgmma's k-tiles; CT_CONV_WGMMA must fall back to v2 there), and the wide data
+// gradients above.
+static void sweep_device(int d, int wide704, int wide2048) {
     CUDA_OK(cudaSetDevice(d));
     cudaDeviceProp p;
     CUDA_OK(cudaGetDeviceProperties(&p, d));
@@ -746,9 +722,9 @@ static void sweep_device(int d, const int (*shapes)[9], int nshapes, int wide704
     g_dev_wgmma = p.major == 9 && p.minor == 0;
     cudaStream_t keep = stream;
     CUDA_OK(cudaStreamCreate(&stream));
-    for (int i = 0; i < nshapes; i++) {
-        const int *f = shapes[i];
-        test_conv(f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8], 0);
+    for (int i = 0; i < CONV_CASES_N; i++) {  // the cases marked CC_DEVICES
+        const ConvCase *c = &CONV_CASES[i];
+        if (c->flags & CC_DEVICES) test_conv(c->N, c->H, c->W, c->C, c->K, c->R, c->S, c->stride, c->pad, 0);
     }
     test_dgrad_wide(704, wide704);
     test_dgrad_wide(2048, wide2048);
@@ -769,42 +745,11 @@ int main(void) {
     }
 #endif
     if (cudaStreamCreate(&stream) != cudaSuccess) ct_die("cudaStreamCreate");
-    // N, H, W, C, K, R, S, stride, pad
-    static const int fixed[][9] = {
-        {1, 5, 5, 3, 4, 3, 3, 1, 1},     // batch 1, 3 channels
-        {2, 7, 6, 5, 7, 3, 3, 2, 1},     // odd sizes, stride 2, non-square
-        {2, 6, 6, 6, 5, 1, 1, 1, 0},     // 1x1
-        {2, 7, 7, 6, 10, 1, 1, 2, 0},    // 1x1 stride 2 (projection shortcut)
-        {1, 13, 11, 3, 8, 7, 7, 2, 3},   // 7x7/2 stem
-        {2, 4, 4, 8, 8, 5, 5, 2, 2},     // 5x5
-        {2, 8, 8, 16, 16, 3, 3, 1, 1},   // tensor cores: 3x3
-        {2, 9, 9, 16, 32, 3, 3, 2, 1},   // tensor cores: 3x3/2, odd input
-        {1, 6, 5, 24, 8, 1, 1, 1, 0},    // tensor cores: 1x1, C = 24 (k chunks straddle taps)
-        {2, 7, 7, 16, 24, 1, 1, 2, 0},   // tensor cores: 1x1/2
-        {2, 9, 9, 16, 72, 1, 1, 1, 0},   // tensor cores: several tiles in M and N
-        {2, 16, 16, 8, 8, 3, 3, 1, 1},   // N*P*Q = 512: split weight gradient on both engines
-        {2, 16, 16, 8, 72, 1, 1, 1, 0},  // split weight gradient with 128-row tensor-core tiles (K > 64)
-        {3, 5, 7, 32, 24, 3, 3, 1, 0},   // pad 0
-        {1, 11, 11, 8, 8, 7, 7, 2, 3},   // tensor cores: 7x7/2 stem with C padded to 8
-        {1, 1, 1, 16, 16, 3, 3, 1, 1},   // 1x1 image, 3x3 kernel: mostly padding
-        // Engine v2 (128x128x32 tiles): several tiles in M and N with ragged edges, k tails
-        // (K = 9*24 = 216, 1x1 with C = 40), a rasterisation group boundary (9 row tiles, 2
-        // column tiles), stride-2 data-gradient phases, split weight gradients.
-        {2, 9, 9, 24, 136, 3, 3, 1, 1},
-        {1, 12, 11, 40, 16, 3, 3, 2, 1},
-        {2, 24, 24, 8, 136, 1, 1, 1, 0},
-        {3, 16, 16, 16, 8, 3, 3, 1, 1},
-        {2, 10, 10, 16, 24, 5, 5, 2, 2},
-        // The wgmma engine (128x128x64 tiles, 4-stage ring): more k-tiles than stages in the data
-        // gradient (K = 9*48 = 432: 7 tiles, the last partial) and a stride-2 one; a weight
-        // gradient over 2*13*13 = 338 pixels (6 k-tiles) with two ragged column tiles (N = 9*24).
-        {1, 6, 6, 64, 48, 3, 3, 1, 1},
-        {2, 9, 9, 24, 56, 3, 3, 2, 1},
-        {2, 13, 13, 24, 136, 3, 3, 1, 1},
-    };
-    for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++) {
-        const int *f = fixed[i];
-        test_conv(f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8], i % 3 == 0 || i == 11 || i == 12);
+    // The shared cases (tests/conv_cases.h), every engine and pass.
+    for (int i = 0; i < CONV_CASES_N; i++) {
+        const ConvCase *c = &CONV_CASES[i];
+        if (c->flags & CC_ENGINES)
+            test_conv(c->N, c->H, c->W, c->C, c->K, c->R, c->S, c->stride, c->pad, (c->flags & CC_RERUN) != 0);
     }
     // Random shapes; every other one with C and K multiples of 8 for the tensor cores.
     Rng r = rng_make(5, 0, 0);
@@ -823,27 +768,15 @@ int main(void) {
     test_stem_pad(2, 13, 11, 3, 16, 7, 7, 2, 3);  // ResNet's 7x7/2 stem
     test_stem_pad(1, 9, 9, 3, 8, 3, 3, 1, 1);     // CIFAR ResNet's 3x3 stem
     test_stem_pad(2, 6, 7, 1, 8, 3, 3, 2, 1);     // one channel (grey input)
-    // N, H, W, C, K, R, S, stride, pad: ragged last row tile (M = 2*9*9 = 162), two column
-    // tiles with a ragged edge (K = 136), one partial tile (M = 30), 1x1 stride 2, 7x7 stem-like.
-    test_conv_bn_stats(2, 9, 9, 24, 136, 3, 3, 1, 1);
-    test_conv_bn_stats(1, 6, 5, 16, 8, 1, 1, 1, 0);
-    test_conv_bn_stats(3, 13, 11, 8, 24, 1, 1, 2, 0);
-    test_conv_bn_stats(1, 21, 19, 8, 16, 7, 7, 2, 3);
-    // Ragged row tiles (M = 198, 105), two column tiles with a ragged edge (C = 136), one partial
-    // tile; stride 2 and C = 12 are not taken (0 returned, nothing run).
-    // Stride 2: four phases of uneven sizes (odd H, W), several tiles in the largest; a 1x1 stride-2
-    // conv, whose odd phases get no tap (K = 0: zeros, masked and summed all the same); stride 3
-    // is not taken.
-    for (int tail = 0; tail < 3; tail++) {  // relu(bn(x)); a block tail, mask from y; from its mask bits
-        test_dgrad_bn(2, 9, 11, 24, 16, 3, 3, 1, 1, tail);
-        test_dgrad_bn(1, 16, 9, 136, 8, 1, 1, 1, 0, tail);
-        test_dgrad_bn(3, 7, 5, 8, 40, 3, 3, 1, 1, tail);
-        test_dgrad_bn(2, 8, 8, 16, 16, 3, 3, 2, 1, tail);
-        test_dgrad_bn(3, 21, 19, 16, 24, 3, 3, 2, 1, tail);
-        test_dgrad_bn(2, 11, 9, 8, 16, 1, 1, 2, 0, tail);
-        test_dgrad_bn(1, 9, 9, 8, 8, 3, 3, 3, 1, tail);
-        test_dgrad_bn(1, 6, 6, 12, 16, 3, 3, 1, 1, tail);
+    for (int i = 0; i < CONV_CASES_N; i++) {
+        const ConvCase *c = &CONV_CASES[i];
+        if (c->flags & CC_BN_STATS) test_conv_bn_stats(c->N, c->H, c->W, c->C, c->K, c->R, c->S, c->stride, c->pad);
     }
+    for (int tail = 0; tail < 3; tail++)  // relu(bn(x)); a block tail, mask from y; from its mask bits
+        for (int i = 0; i < CONV_CASES_N; i++) {
+            const ConvCase *c = &CONV_CASES[i];
+            if (c->flags & CC_BN_DGRAD) test_dgrad_bn(c->N, c->H, c->W, c->C, c->K, c->R, c->S, c->stride, c->pad, tail);
+        }
     test_split_plan();
 #ifdef CTRAIN_EMU
     {
@@ -855,19 +788,12 @@ int main(void) {
             test_dgrad_wide(704, CT_CONV_TC2);
             test_dgrad_wide(2048, CT_CONV_TC2);
         }
-        // A share of the fixed shapes (3x3 k tails, stride 2, 1x1, the 7x7 stem, wgmma's
-        // k-tiles) on each further device.
-        static const int other[][9] = {
-            {1, 5, 5, 3, 4, 3, 3, 1, 1},  {2, 8, 8, 16, 16, 3, 3, 1, 1},   {2, 9, 9, 16, 32, 3, 3, 2, 1},
-            {2, 7, 7, 16, 24, 1, 1, 2, 0}, {1, 11, 11, 8, 8, 7, 7, 2, 3},  {1, 6, 6, 64, 48, 3, 3, 1, 1},
-        };
-        int nother = (int)(sizeof other / sizeof other[0]);
         for (int d = 1; d < ndev; d++) {
             cudaDeviceProp p;
             CUDA_OK(cudaGetDeviceProperties(&p, d));
             // Engine v2 needs 64 KiB + 192 bytes per 32 of k_end (FWD/DGRAD tables).
             size_t v704 = 65536 + (size_t)(9 * 704 / 32) * 192, v2048 = 65536 + (size_t)(9 * 2048 / 32) * 192;
-            sweep_device(d, other, nother, v704 <= p.sharedMemPerBlockOptin ? CT_CONV_TC2 : CT_CONV_TC,
+            sweep_device(d, v704 <= p.sharedMemPerBlockOptin ? CT_CONV_TC2 : CT_CONV_TC,
                          v2048 <= p.sharedMemPerBlockOptin ? CT_CONV_TC2 : CT_CONV_TC);
         }
     }

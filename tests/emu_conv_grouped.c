@@ -15,6 +15,8 @@
 
 #include "kernels/kernels.h"
 #include "nn/layers.h"
+#include "tests/conv_cases.h"
+#include "tests/emu_util.h"
 #include "tests/test.h"
 #include "util/bf16.h"
 #include "util/common.h"
@@ -23,43 +25,14 @@
 static cudaStream_t stream;
 static size_t esize(CtDtype dt) { return dt == CT_BF16 ? 2 : 4; }
 
+// Uniform in [-1, 1) from the file's own stream, rounded to what a dt buffer holds (the CPU
+// reference sees what the GPU sees).
 static float *host_random(size_t n, uint64_t key, CtDtype dt) {
     float *h = (float *)ct_alloc(n * sizeof(float) + 4);
     Rng r = rng_make(20261127, key, n);
-    for (size_t i = 0; i < n; i++) {
-        h[i] = 2.0f * rng_uniform(&r) - 1.0f;
-        if (dt == CT_BF16) h[i] = ct_round_bf16(h[i]);
-    }
+    for (size_t i = 0; i < n; i++) h[i] = 2.0f * rng_uniform(&r) - 1.0f;
+    round_to(h, n, dt);
     return h;
-}
-static void *dev_upload(const float *h, size_t n, CtDtype dt) {
-    void *d = NULL;
-    if (cudaMalloc(&d, n * esize(dt) + 16) != cudaSuccess) ct_die("cudaMalloc");
-    if (dt == CT_BF16) {
-        uint16_t *t = (uint16_t *)ct_alloc(n * 2 + 2);
-        for (size_t i = 0; i < n; i++) t[i] = ct_f32_to_bf16(h[i]);
-        cudaMemcpy(d, t, n * 2, cudaMemcpyHostToDevice);
-        free(t);
-    } else {
-        cudaMemcpy(d, h, n * 4, cudaMemcpyHostToDevice);
-    }
-    return d;
-}
-static void *dev_poisoned(size_t bytes) {
-    void *d = NULL;
-    if (cudaMalloc(&d, bytes + 16) != cudaSuccess) ct_die("cudaMalloc");
-    cudaMemset(d, 0xff, bytes + 16);  // NaN in fp32 and bf16
-    return d;
-}
-static void dev_download(float *h, const void *d, size_t n, CtDtype dt) {
-    if (dt == CT_BF16) {
-        uint16_t *t = (uint16_t *)ct_alloc(n * 2 + 2);
-        cudaMemcpy(t, d, n * 2, cudaMemcpyDeviceToHost);
-        for (size_t i = 0; i < n; i++) h[i] = ct_bf16_to_f32(t[i]);
-        free(t);
-    } else {
-        cudaMemcpy(h, d, n * 4, cudaMemcpyDeviceToHost);
-    }
 }
 static void sync(void) {
     cudaError_t e = cudaStreamSynchronize(stream);
@@ -81,8 +54,8 @@ static void test_shape(int N, int H, int W, int C, int K, int R, int stride, int
     float *racc = (float *)ct_alloc(ni * 4);
     for (size_t i = 0; i < ni; i++) racc[i] = prior[i] + rd[i];
 
-    void *din_ = dev_upload(in, ni, dt), *dw_ = dev_upload(w, nw, dt), *ddo = dev_upload(dout, no, dt);
-    void *dout_ = dev_poisoned(no * esize(dt)), *dd = dev_poisoned(ni * esize(dt)), *dacc = dev_upload(prior, ni, dt);
+    void *din_ = dev_act(in, ni, dt), *dw_ = dev_act(w, nw, dt), *ddo = dev_act(dout, no, dt);
+    void *dout_ = dev_poisoned(no * esize(dt)), *dd = dev_poisoned(ni * esize(dt)), *dacc = dev_act(prior, ni, dt);
     float *dgw = (float *)dev_poisoned(nw * 4), *dgw2 = (float *)dev_poisoned(nw * 4);
     const size_t work_n = conv2d_gpu_work_floats(&s);
     float *work = NULL;
@@ -97,11 +70,11 @@ static void test_shape(int N, int H, int W, int C, int K, int R, int stride, int
           "grouped conv g%d asked engine %d: ran %d %d %d %d, not the generic engine", G, algo, e1, e2, e3, e4);
     float *go = (float *)ct_alloc(no * 4), *gd = (float *)ct_alloc(ni * 4), *ga = (float *)ct_alloc(ni * 4);
     float *gw = (float *)ct_alloc(nw * 4), *gw2 = (float *)ct_alloc(nw * 4);
-    dev_download(go, dout_, no, dt);
-    dev_download(gd, dd, ni, dt);
-    dev_download(ga, dacc, ni, dt);
-    dev_download(gw, dgw, nw, CT_F32);
-    dev_download(gw2, dgw2, nw, CT_F32);
+    host_act_to(go, dout_, no, dt);
+    host_act_to(gd, dd, ni, dt);
+    host_act_to(ga, dacc, ni, dt);
+    host_act_to(gw, dgw, nw, CT_F32);
+    host_act_to(gw2, dgw2, nw, CT_F32);
     const double tol = dt == CT_BF16 ? 1e-2 : 1e-5;
     const double x1 = rel_err_norm(go, ro, no), x2 = rel_err_norm(gd, rd, ni), x3 = rel_err_norm(ga, racc, ni);
     const double x4 = rel_err_norm(gw, rw, nw);
@@ -132,30 +105,25 @@ static void test_shape(int N, int H, int W, int C, int K, int R, int stride, int
 
 int main(void) {
     cudaStreamCreate(&stream);
-    // N, H, W, C, K, R, stride, pad, groups
-    const int shapes[][9] = {
-        {2, 5, 7, 8, 8, 3, 1, 1, 2},       // 4 per group, odd map
-        {1, 7, 5, 64, 64, 3, 2, 1, 32},    // resnext50's first stage, stride 2
-        {1, 4, 5, 32, 32, 3, 1, 1, 32},    // 1 channel per group (depthwise)
-        {1, 4, 4, 128, 128, 3, 1, 1, 4},   // 32 per group
-        {1, 5, 5, 24, 48, 3, 2, 1, 3},     // Cg 8 != Kg 16
-        {2, 3, 3, 128, 128, 3, 2, 1, 64},  // 64 groups of 2
-        {2, 16, 16, 8, 8, 3, 1, 1, 2},     // 512 output pixels: a split weight gradient
-    };
-    const int nshapes = (int)CT_ARRAY_LEN(shapes);
-    for (int i = 0; i < nshapes; i++) {
-        const int *f = shapes[i];
+    // The grouped cases of tests/conv_cases.h (square kernels).
+    int ngrouped = 0;
+    for (int i = 0; i < CONV_CASES_N; i++) {
+        const ConvCase *f = &CONV_CASES[i];
+        if (f->groups <= 1) continue;
+        ngrouped++;
         for (int d = 0; d < 2; d++) {
             const CtDtype dt = d ? CT_BF16 : CT_F32;
-            // Every engine on the first shapes; the rest with the default (auto) only: each one
-            // resolves to the same generic launch, and the emulator runs a host thread per CUDA thread.
-            const int na = i < 2 && dt == CT_BF16 ? (int)CT_ARRAY_LEN(ALGOS) : 1;
+            // Every engine on the cases marked CC_GROUPED_ALL; the rest with the default (auto) only:
+            // each one resolves to the same generic launch, and the emulator runs a host thread per
+            // CUDA thread.
+            const int na = (f->flags & CC_GROUPED_ALL) && dt == CT_BF16 ? (int)CT_ARRAY_LEN(ALGOS) : 1;
             for (int a = 0; a < na; a++) {
                 const int algo = na == 1 ? (dt == CT_BF16 ? CT_CONV_AUTO : CT_CONV_GENERIC) : ALGOS[a];
-                test_shape(f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8], dt, algo);
+                test_shape(f->N, f->H, f->W, f->C, f->K, f->R, f->stride, f->pad, f->groups, dt, algo);
             }
         }
     }
+    CHECK(ngrouped >= 7, "only %d grouped cases in tests/conv_cases.h", ngrouped);
     {  // the last shape must have split its weight gradient, or the work-buffer path went untested
         const ConvShape s = conv_shape_g(2, 16, 16, 8, 8, 3, 3, 1, 1, 2);
         CHECK(conv2d_gpu_work_floats(&s) > 0, "the split weight-gradient shape did not split");

@@ -58,9 +58,17 @@ static inline void *dev_act(const float *x, size_t n, CtDtype dt) {
 }
 static inline float *dev_f32(const float *x, size_t n) { return (float *)dev_act(x, n, CT_F32); }
 
-// n dt elements of d (after the device finished its work) as host floats, in a fresh ct_alloc buffer.
-static inline float *host_act(const void *d, size_t n, CtDtype dt) {
-    float *x = (float *)ct_alloc((n ? n : 1) * sizeof(float));
+// A fresh device buffer of `bytes` bytes (exactly: the red zone follows) filled with 0xff bytes:
+// NaN in fp32 and in bf16, so an element a kernel leaves unwritten fails the comparison.
+static inline void *dev_poisoned(size_t bytes) {
+    void *d = NULL;
+    CT_CUDA_CHECK(cudaMalloc(&d, bytes ? bytes : 1));
+    CT_CUDA_CHECK(cudaMemset(d, 0xff, bytes));
+    return d;
+}
+
+// n dt elements of d (after the device finished its work) as host floats into x.
+static inline void host_act_to(float *x, const void *d, size_t n, CtDtype dt) {
     CT_CUDA_CHECK(cudaDeviceSynchronize());
     if (dt == CT_BF16) {
         uint16_t *h = (uint16_t *)ct_alloc((n ? n : 1) * 2);
@@ -70,6 +78,11 @@ static inline float *host_act(const void *d, size_t n, CtDtype dt) {
     } else {
         CT_CUDA_CHECK(cudaMemcpy(x, d, n * 4, cudaMemcpyDeviceToHost));
     }
+}
+// The same in a fresh ct_alloc buffer.
+static inline float *host_act(const void *d, size_t n, CtDtype dt) {
+    float *x = (float *)ct_alloc((n ? n : 1) * sizeof(float));
+    host_act_to(x, d, n, dt);
     return x;
 }
 static inline float *host_f32(const void *d, size_t n) { return host_act(d, n, CT_F32); }

@@ -1,10 +1,13 @@
-// GPU benchmark of the convolution engines on ResNet-50 layer shapes: the generic implicit GEMM
+// GPU benchmark of the convolution engines on the shared conv cases (tests/conv_cases.h: ResNet-50's
+// layers at the given batch by default; --cases: the awkward small ones the emulated tests run, a
+// correctness sweep on silicon): the generic implicit GEMM
 // (fp32 and bf16) and the bf16 tensor-core engines (v1; v2 where it takes the shape, a '*'
 // marks a v1 fallback; the Hopper wgmma engine on compute 9.0 for the forward, the data gradient
 // and the weight gradient, a '*' marks a v2/v1 fallback), side by side, in ms and TFLOP/s, plus the relative difference of each
 // tensor-core result to the generic bf16 one (a correctness check on real hardware, where the
 // emulated tests cannot go). Needs a GPU; build and run with
-//   tools/bench_gpu.sh [batch] [iters]
+//   tools/bench_gpu.sh [batch] [iters] [--cases]
+// (grouped cases run on the generic engine whatever is asked: their tensor-core columns are starred)
 // (build.sh does not build .cu tools).
 #include <math.h>
 #include <stdio.h>
@@ -14,6 +17,7 @@
 #include <cuda_runtime.h>
 
 #include "kernels/kernels.h"
+#include "tests/conv_cases.h"
 #include "util/bf16.h"
 #include "util/common.h"
 
@@ -22,21 +26,6 @@
         cudaError_t e_ = (x);                                                                   \
         if (e_ != cudaSuccess) ct_die("%s:%d: %s: %s", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
     } while (0)
-
-// The conv shapes of a torchvision ResNet-50 at 224x224 (v1.5: stride on the 3x3).
-typedef struct {
-    const char *name;
-    int H, C, K, R, stride;
-} Layer;
-static const Layer layers[] = {
-    {"stem 7x7/2", 224, 3, 64, 7, 2},     {"l1 1x1 64-64", 56, 64, 64, 1, 1},
-    {"l1 3x3 64-64", 56, 64, 64, 3, 1},   {"l1 1x1 64-256", 56, 64, 256, 1, 1},
-    {"l1 1x1 256-64", 56, 256, 64, 1, 1}, {"l2 3x3/2 128", 56, 128, 128, 3, 2},
-    {"l2 3x3 128", 28, 128, 128, 3, 1},   {"l2 1x1 512-128", 28, 512, 128, 1, 1},
-    {"l2 ds 1x1/2", 56, 256, 512, 1, 2},  {"l3 3x3 256", 14, 256, 256, 3, 1},
-    {"l3 1x1 1024-256", 14, 1024, 256, 1, 1}, {"l3 1x1 256-1024", 14, 256, 1024, 1, 1},
-    {"l4 3x3 512", 7, 512, 512, 3, 1},    {"l4 1x1 2048-512", 7, 2048, 512, 1, 1},
-};
 
 static void fill(void *d, size_t n, CtDtype dt, unsigned seed) {
     size_t es = dt == CT_BF16 ? 2 : 4;
@@ -80,7 +69,15 @@ static double rel_diff(const void *a, const void *b, size_t n, int bf16) {
 }
 
 int main(int argc, char **argv) {
-    int B = argc > 1 ? atoi(argv[1]) : 64, iters = argc > 2 ? atoi(argv[2]) : 10;
+    int B = 64, iters = 10, small = 0, npos = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--cases")) small = 1;
+        else if (npos++ == 0) B = atoi(argv[i]);
+        else iters = atoi(argv[i]);
+    }
+    if (B <= 0 || iters <= 0) ct_die("usage: bench_conv [batch] [iters] [--cases] (batch and iters > 0)");
+    const ConvCase *cases = small ? CONV_CASES : CONV_BENCH_CASES;
+    const int ncases = small ? CONV_CASES_N : CONV_BENCH_CASES_N;
     cudaStream_t st;
     CK(cudaStreamCreate(&st));
     cudaEvent_t e0, e1;
@@ -88,18 +85,19 @@ int main(int argc, char **argv) {
     CK(cudaEventCreate(&e1));
     cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
-    printf("device %s, batch %d, %d iterations per timing\n", prop.name, B, iters);
+    printf("device %s, %s, %d iterations per timing\n", prop.name, small ? "the small conv cases (their own batch)" : "ResNet-50 cases", iters);
+    if (!small) printf("batch %d\n", B);
     printf("%-18s %-6s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s %10s %10s %10s\n", "layer", "pass", "f32 ms",
            "f32 TF/s", "bf16 ms", "bf16 TF/s", "tc ms", "tc TF/s", "tc2 ms", "tc2 TF/s", "wg ms", "wg TF/s",
            "tc-vs-bf16", "tc2-vs-bf16", "wg-vs-bf16");
     double tot[5] = {0, 0, 0, 0, 0};
-    for (size_t li = 0; li < sizeof layers / sizeof layers[0]; li++) {
-        const Layer *L = &layers[li];
-        ConvShape s = {B, L->H, L->H, L->C, L->K, L->R, L->R, L->stride, L->R / 2, 0, 0, 1};
-        s.P = s.Q = (L->H + 2 * s.pad - L->R) / L->stride + 1;
-        size_t nin = (size_t)B * L->H * L->H * L->C, nout = (size_t)B * s.P * s.Q * L->K;
-        size_t nw = (size_t)L->K * L->R * L->R * L->C;
-        double flops = 2.0 * nout * L->R * L->R * L->C;
+    for (int li = 0; li < ncases; li++) {
+        const ConvCase *L = &cases[li];
+        const ConvShape s = conv_case_shape(L, B);
+        const int cg = s.C / (s.groups > 1 ? s.groups : 1);
+        size_t nin = (size_t)s.N * s.H * s.W * s.C, nout = (size_t)s.N * s.P * s.Q * s.K;
+        size_t nw = (size_t)s.K * s.R * s.S * cg;
+        double flops = 2.0 * nout * s.R * s.S * cg;
         void *in[2], *w[2], *dout[2], *out[5], *din[5];
         float *dw[5], *work = NULL;
         size_t nwork = conv2d_gpu_work_floats(&s);
@@ -150,7 +148,7 @@ int main(int argc, char **argv) {
                 else diff[v] = rel_diff(dw[v], dw[1], nw, 0);
             }
             static const char *pn[3] = {"fwd", "dgrad", "wgrad"};
-            printf("%-18s %-6s", L->name, pn[pass]);
+            printf("%-18.18s %-6s", L->name, pn[pass]);
             for (int v = 0; v < 5; v++) {
                 int star = (v == 3 && fell_back) || (v == 4 && wg_fell_back);
                 if (ms[v] < 0) printf(" %9s %9s", "-", "-");

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds and runs the GPU convolution benchmark (tools/bench_conv.cu) on a machine with a GPU.
-#   tools/bench_gpu.sh [batch] [iterations]      (defaults 64 10)
+#   tools/bench_gpu.sh [batch] [iterations] [--cases]   (defaults 64 10; --cases: tests/conv_cases.h's small cases)
 # Needs only nvcc and gcc: the conv kernels and util/common.c are compiled here, nothing else.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,4 +23,4 @@ if [ -z "${CTRAIN_PREBUILT:-}" ] || [ ! -x "$OUT/bench_conv" ]; then
     kernels/conv_tc2.cu kernels/conv_wgmma.cu kernels/linear.cu "$OUT/common.o"
 fi
 [ -n "${BENCH_BUILD_ONLY:-}" ] && exit 0
-"$OUT/bench_conv" "${1:-64}" "${2:-10}"
+"$OUT/bench_conv" "${1:-64}" "${2:-10}" "${@:3}"
