@@ -78,7 +78,7 @@ typedef struct {
     float *mom2;       // its second (adamw, lamb: exp_avg_sq), on first use
     float *bufs_snap;  // gpu_bufs_snapshot's copy of bufs
     uint16_t *wbf;     // bf16 copy of params (dt == CT_BF16), refreshed by every optimizer step
-    float *ema_params, *ema_bufs;  // --ema's average of params and bufs (gpu_ema_*), NULL without
+    float *ema;        // --ema's state tensor [n_params + n_bufs] (nn/ema.h; gpu_upload_ema), NULL without
 } DevState;
 
 // The optimizer steps' device scratch (nn/model_cuda_state.cu), built on a step's first use for

@@ -61,8 +61,7 @@ void dev_state_free(GpuExec *e) {
     dfree(d->bufs);
     dfree(d->bufs_snap);
     dfree(d->wbf);
-    dfree(d->ema_params);
-    dfree(d->ema_bufs);
+    dfree(d->ema);
     dfree(o->decay);
     dfree(o->lars_t);
     dfree(o->lars_norms);
@@ -205,36 +204,39 @@ size_t gpu_exec_device_bytes(const GpuExec *e) { return e->dev_bytes; }
 
 // EMA of the weights (nn/model_cuda.h): the average stays on the device beside the live state and
 // is updated on the compute stream after each optimizer step, with no host traffic.
-void gpu_ema_set(GpuExec *e, const float *params, const float *bufs) {
+void gpu_upload_ema(GpuExec *e, const float *ema) {
     const ResNet *m = e->graph;
-    if (!e->dev.ema_params) {
-        e->dev.ema_params = (float *)dmalloc(e, m->n_params * sizeof(float));
-        e->dev.ema_bufs = (float *)dmalloc(e, (m->n_bufs + 1) * sizeof(float));
+    size_t n = m->n_params + m->n_bufs;
+    if (!e->dev.ema) e->dev.ema = (float *)dmalloc(e, n * sizeof(float));
+    CK(cudaMemcpyAsync(e->dev.ema, ema, n * sizeof(float), cudaMemcpyHostToDevice, e->st));
+    CK(cudaStreamSynchronize(e->st));
+}
+
+void gpu_download_ema(GpuExec *e, float *ema) {
+    const ResNet *m = e->graph;
+    if (!e->dev.ema) ct_die("internal: gpu_download_ema before gpu_upload_ema");
+    CK(cudaMemcpyAsync(ema, e->dev.ema, (m->n_params + m->n_bufs) * sizeof(float), cudaMemcpyDeviceToHost, e->st));
+    CK(cudaStreamSynchronize(e->st));
+}
+
+// nn/ema.h's ema_apply on the device: the same ranges, the kernels its twins.
+void gpu_ema(GpuExec *e, EmaOp op, float decay) {
+    const ResNet *m = e->graph;
+    DevState *d = &e->dev;
+    if (!d->ema) ct_die("internal: gpu_ema before gpu_upload_ema");
+    float *ema_bufs = d->ema + m->n_params;
+    switch (op) {
+    case EMA_UPDATE:
+        ema_update_gpu(d->ema, d->params, m->n_params, decay, e->st);
+        ema_update_gpu(ema_bufs, d->bufs, m->n_bufs, decay, e->st);
+        return;
+    case EMA_SWAP:  // the bf16 operand copy follows the params it now holds
+        ema_swap_gpu(d->params, d->ema, m->n_params, d->wbf, e->st);
+        ema_swap_gpu(d->bufs, ema_bufs, m->n_bufs, NULL, e->st);
+        CK(cudaStreamSynchronize(e->st));
+        return;
     }
-    CK(cudaMemcpyAsync(e->dev.ema_params, params, m->n_params * sizeof(float), cudaMemcpyHostToDevice, e->st));
-    CK(cudaMemcpyAsync(e->dev.ema_bufs, bufs, m->n_bufs * sizeof(float), cudaMemcpyHostToDevice, e->st));
-    CK(cudaStreamSynchronize(e->st));
-}
-
-void gpu_ema_get(GpuExec *e, float *params, float *bufs) {
-    const ResNet *m = e->graph;
-    if (!e->dev.ema_params) ct_die("internal: gpu_ema_get without gpu_ema_set");
-    CK(cudaMemcpyAsync(params, e->dev.ema_params, m->n_params * sizeof(float), cudaMemcpyDeviceToHost, e->st));
-    CK(cudaMemcpyAsync(bufs, e->dev.ema_bufs, m->n_bufs * sizeof(float), cudaMemcpyDeviceToHost, e->st));
-    CK(cudaStreamSynchronize(e->st));
-}
-
-void gpu_ema_update(GpuExec *e, float decay) {
-    ema_update_gpu(e->dev.ema_params, e->dev.params, e->graph->n_params, decay, e->st);
-    ema_update_gpu(e->dev.ema_bufs, e->dev.bufs, e->graph->n_bufs, decay, e->st);
-}
-
-// The bf16 operand copy follows the params it now holds, so an eval forward runs the average.
-void gpu_ema_swap(GpuExec *e) {
-    if (!e->dev.ema_params) ct_die("internal: gpu_ema_swap without gpu_ema_set");
-    ema_swap_gpu(e->dev.params, e->dev.ema_params, e->graph->n_params, e->dev.wbf, e->st);
-    ema_swap_gpu(e->dev.bufs, e->dev.ema_bufs, e->graph->n_bufs, NULL, e->st);
-    CK(cudaStreamSynchronize(e->st));
+    ct_die("internal: EMA op %d", (int)op);
 }
 
 // The optimizer table's GPU steps (nn/optim.h), each the twin of its CPU step.
