@@ -1,6 +1,8 @@
 // EMA of the weights on the CPU (nn/ema.h).
 #include "nn/ema.h"
 
+#include "util/common.h"
+
 void ema_update(float *ema, const float *w, size_t n, float decay) {
     const float a = 1.0f - decay;
     // -std=c11 keeps the products unfused (no FMA contraction), as the kernel writes them.
@@ -19,4 +21,18 @@ void ema_swap(float *a, float *b, size_t n) {
         a[i] = b[i];
         b[i] = t;
     }
+}
+
+void ema_apply(EmaOp op, float decay, float *params, size_t n_params, float *bufs, size_t n_bufs, float *ema) {
+    switch (op) {
+    case EMA_UPDATE:
+        ema_update(ema, params, n_params, decay);
+        ema_update(ema + n_params, bufs, n_bufs, decay);
+        return;
+    case EMA_SWAP:
+        ema_swap(params, ema, n_params);
+        ema_swap(bufs, ema + n_params, n_bufs);
+        return;
+    }
+    ct_die("internal: EMA op %d", (int)op);
 }

@@ -1,9 +1,9 @@
 // GPU executor of a ResNet graph: walks nn/resnet.h's op list with the kernels of
 // kernels/kernels.h. API and conventions in nn/model_cuda.h. This file owns the executor's life
-// (create/free), the forward and backward passes and their CUDA graphs; the losses are
-// nn/model_cuda_loss.cu's, the memory plan nn/model_cuda_plan.cu's, the state copies and
-// optimizer steps nn/model_cuda_state.cu's, the profiler nn/model_cuda_prof.cu's (the struct they
-// share: nn/model_cuda_impl.h).
+// (create/free), the forward and backward passes, input staging and their CUDA graphs; the losses
+// are nn/model_cuda_loss.cu's, the memory plan (MemPlan) nn/model_cuda_plan.cu's, the device state
+// (DevState), its copies and the optimizer steps nn/model_cuda_state.cu's, the profiler
+// nn/model_cuda_prof.cu's (the structs they share: nn/model_cuda_impl.h).
 //
 // The second contribution to a gradient slot (a block input feeds both the residual add and a
 // conv or the shortcut) is accumulated in place where the kernel can: a convolution's data
@@ -33,7 +33,7 @@ void gpu_exec_set_step_hook(GpuExec *e, PlanStepHook fn, void *ctx) {
 // The hook's view of step k's output: synchronise, copy the slot to the host as floats.
 static void call_hook(GpuExec *e, int k, const PlanStep *ps, int N) {
     const ResNet *m = e->graph;
-    if (!e->act[ps->out]) {
+    if (!e->mem.act[ps->out]) {
         e->hook.fn(e->hook.ctx, k, NULL, 0);
         return;
     }
@@ -45,7 +45,7 @@ static void call_hook(GpuExec *e, int k, const PlanStep *ps, int N) {
         e->hook.cap = n;
     }
     CK(cudaStreamSynchronize(e->st));
-    CK(cudaMemcpy(e->hook.buf, e->act[ps->out], n * esz, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(e->hook.buf, e->mem.act[ps->out], n * esz, cudaMemcpyDeviceToHost));
     if (esz == 2) {  // widen in place, from the end
         const uint16_t *h = (const uint16_t *)e->hook.buf;
         for (size_t j = n; j-- > 0;) e->hook.buf[j] = ct_bf16_to_f32(h[j]);
@@ -64,8 +64,6 @@ GpuExec *gpu_exec_create_opts(const ResNet *m, CtDtype dt, const ExecOptions *op
                                                            : CT_CONV_TC2;
     e->esz = dt == CT_BF16 ? 2 : 4;
     e->graph = m;
-    e->decay_mode = -1;
-    e->lamb_mode = -1;
     e->plan = plan_build(m, &e->opt);
     CK(cudaStreamCreateWithFlags(&e->st, cudaStreamNonBlocking));
     CK(cudaStreamCreateWithFlags(&e->cp, cudaStreamNonBlocking));
@@ -73,19 +71,12 @@ GpuExec *gpu_exec_create_opts(const ResNet *m, CtDtype dt, const ExecOptions *op
         CK(cudaEventCreateWithFlags(&e->in.stage[i].copied, cudaEventDisableTiming));
         CK(cudaEventCreateWithFlags(&e->in.stage[i].consumed, cudaEventDisableTiming));
     }
-    e->params = (float *)dmalloc(e, m->n_params * sizeof(float));
-    e->grads = (float *)dmalloc(e, m->n_params * sizeof(float));
-    e->mom = (float *)dmalloc(e, m->n_params * sizeof(float));
-    e->bufs = (float *)dmalloc(e, m->n_bufs * sizeof(float));
-    e->bufs_snap = (float *)dmalloc(e, m->n_bufs * sizeof(float));
-    if (dt == CT_BF16) e->wbf = (uint16_t *)dmalloc(e, m->n_params * sizeof(uint16_t));
+    dev_state_create(e, m);
     e->scalars = (float *)dmalloc(e, 4 * sizeof(float));
     CK(cudaMallocHost((void **)&e->h_scalars, 4 * sizeof(float)));
     int cin = m->in_channels;
     e->in.meanstd = (float *)dmalloc(e, 2 * (size_t)cin * sizeof(float));
     e->in.h_meanstd = (float *)ct_zalloc(2 * (size_t)cin * sizeof(float));
-    CK(cudaMemsetAsync(e->grads, 0, m->n_params * sizeof(float), e->st));
-    CK(cudaMemsetAsync(e->mom, 0, m->n_params * sizeof(float), e->st));
     gpu_upload_state(e, m, NULL);
     return e;
 }
@@ -101,19 +92,7 @@ void gpu_exec_free(GpuExec *e) {
     prof_free(e->prof);
     exec_free_plan(e, e->graph);
     plan_free(e->plan);
-    dfree(e->params);
-    dfree(e->grads);
-    dfree(e->mom);
-    dfree(e->mom2);
-    dfree(e->lamb_t);
-    dfree(e->bufs);
-    dfree(e->bufs_snap);
-    dfree(e->wbf);
-    dfree(e->ema_params);
-    dfree(e->ema_bufs);
-    dfree(e->decay);
-    dfree(e->lars_t);
-    dfree(e->lars_norms);
+    dev_state_free(e);
     dfree(e->scalars);
     dfree(e->in.meanstd);
     dfree(e->in.xf);
@@ -139,14 +118,14 @@ static void forward_ops(GpuExec *e, const ResNet *m, int N, int train) {
     cudaStream_t st = e->st;
     const ExecPlan *p = e->plan;
     const int fused = train && !m->freeze_backbone;
-    int stats_op = -1;  // the BN whose statistics the previous conv's epilogue left in e->work
+    int stats_op = -1;  // the BN whose statistics the previous conv's epilogue left in e->mem.work
     for (int k = 0; k < p->n_steps; k++) {
         const PlanStep *ps = &p->steps[k];
         const int i = ps->op;
         const Op *op = &m->ops[i];
-        const TensorDim *di = &e->dims[ps->in], *dout = &e->dims[ps->out];
-        void *out = e->act[ps->out];
-        const void *in = e->act[ps->in];
+        const TensorDim *di = &e->mem.dims[ps->in], *dout = &e->mem.dims[ps->out];
+        void *out = e->mem.act[ps->out];
+        const void *in = e->mem.act[ps->in];
         size_t n_in = slot_elems(e, ps->in, N);
         prof_mark(e, i, PROF_FWD);
         switch (ps->kind) {
@@ -154,12 +133,12 @@ static void forward_ops(GpuExec *e, const ResNet *m, int N, int train) {
             ConvShape s = op_conv_shape(e, op, N);
             const void *x = in, *w = wop(e, m, op->w);
             if (stem_padded(e, op)) {
-                conv_pad_channels_gpu(e->xpad, in, (size_t)N * di->H * di->W, di->C, e->cpad, dt, st);
-                conv_pad_channels_gpu(e->wpad, w, (size_t)op->K * op->R * op->S, di->C, e->cpad, dt, st);
-                x = e->xpad;
-                w = e->wpad;
+                conv_pad_channels_gpu(e->mem.xpad, in, (size_t)N * di->H * di->W, di->C, e->mem.cpad, dt, st);
+                conv_pad_channels_gpu(e->mem.wpad, w, (size_t)op->K * op->R * op->S, di->C, e->mem.cpad, dt, st);
+                x = e->mem.xpad;
+                w = e->mem.wpad;
             }
-            if (ps->fwd_stats >= 0 && fused && conv2d_forward_stats_gpu(&s, out, e->work, x, w, dt, st, e->conv_algo)) {
+            if (ps->fwd_stats >= 0 && fused && conv2d_forward_stats_gpu(&s, out, e->mem.work, x, w, dt, st, e->conv_algo)) {
                 stats_op = ps->fwd_stats;
                 break;
             }
@@ -169,13 +148,13 @@ static void forward_ops(GpuExec *e, const ResNet *m, int N, int train) {
         case PLAN_BN_STATS: {  // applied by the step it feeds; eval: into the scratch, which that step reads
             int M = N * di->H * di->W, C = di->C;
             float *gamma = pparam(e, m, op->w), *beta = pparam(e, m, op->b);
-            float *rm = e->bufs + entry(m, op->rm)->offset, *rv = e->bufs + entry(m, op->rv)->offset;
+            float *rm = e->dev.bufs + entry(m, op->rm)->offset, *rv = e->dev.bufs + entry(m, op->rv)->offset;
             if (fused)
-                batchnorm_stats_train_gpu(e->bnstat + e->bnstat_off[i], e->bnstat + e->bnstat_off[i] + C, rm, rv, in,
-                                          stats_op == i ? e->work : NULL, gamma, M, C, BN_MOMENTUM, BN_EPS, e->work,
+                batchnorm_stats_train_gpu(e->mem.bnstat + e->mem.bnstat_off[i], e->mem.bnstat + e->mem.bnstat_off[i] + C, rm, rv, in,
+                                          stats_op == i ? e->mem.work : NULL, gamma, M, C, BN_MOMENTUM, BN_EPS, e->mem.work,
                                           dt, st);
             else
-                batchnorm_add_forward_eval_gpu(e->scratch, in, NULL, gamma, beta, rm, rv, M, C, BN_EPS, op->relu, dt,
+                batchnorm_add_forward_eval_gpu(e->mem.scratch, in, NULL, gamma, beta, rm, rv, M, C, BN_EPS, op->relu, dt,
                                                st);
             break;
         }
@@ -183,28 +162,28 @@ static void forward_ops(GpuExec *e, const ResNet *m, int N, int train) {
         case PLAN_BN_ADD: {  // bn(in) [+ res] [relu] into the step's output
             int M = N * di->H * di->W, C = di->C;
             float *gamma = pparam(e, m, op->w), *beta = pparam(e, m, op->b);
-            float *rm = e->bufs + entry(m, op->rm)->offset, *rv = e->bufs + entry(m, op->rv)->offset;
+            float *rm = e->dev.bufs + entry(m, op->rm)->offset, *rv = e->dev.bufs + entry(m, op->rv)->offset;
             const void *res = NULL;  // tests/emu_plan.c deletes the residual (mutant) and sees it fail
-            if (ps->res >= 0) CT_MUTABLE("plan-tail-residual") res = e->act[ps->res];
+            if (ps->res >= 0) CT_MUTABLE("plan-tail-residual") res = e->mem.act[ps->res];
             const Op *rbn = ps->residual_bn >= 0 ? &m->ops[ps->residual_bn] : NULL;
-            if (rbn) res = e->scratch;  // eval: where the residual's PLAN_BN_STATS step put it
-            const float *tiles = stats_op == i ? e->work : NULL;
+            if (rbn) res = e->mem.scratch;  // eval: where the residual's PLAN_BN_STATS step put it
+            const float *tiles = stats_op == i ? e->mem.work : NULL;
             if (fused) {
-                float *mean = e->bnstat + e->bnstat_off[i], *invstd = mean + C;
-                uint8_t *mask = e->relu_mask[i];  // for the tail's backward in the next conv's epilogue
+                float *mean = e->mem.bnstat + e->mem.bnstat_off[i], *invstd = mean + C;
+                uint8_t *mask = e->mem.relu_mask[i];  // for the tail's backward in the next conv's epilogue
                 if (rbn) {
                     BnAffine rb = bn_affine(e, m, ps->residual_bn);
-                    e->mask_ok[i] = (uint8_t)batchnorm_add_bn_forward_train_gpu(
-                        out, mean, invstd, rm, rv, in, tiles, e->act[rbn->in], rb, gamma, beta, M, C, BN_MOMENTUM,
-                        BN_EPS, ps->relu, mask, e->work, dt, st);
+                    e->mem.mask_ok[i] = (uint8_t)batchnorm_add_bn_forward_train_gpu(
+                        out, mean, invstd, rm, rv, in, tiles, e->mem.act[rbn->in], rb, gamma, beta, M, C, BN_MOMENTUM,
+                        BN_EPS, ps->relu, mask, e->mem.work, dt, st);
                 } else if (tiles) {
-                    e->mask_ok[i] = (uint8_t)batchnorm_add_forward_train_tiles_gpu(
-                        out, mean, invstd, rm, rv, in, res, e->work, gamma, beta, M, C, BN_MOMENTUM, BN_EPS, ps->relu,
-                        mask, e->work, dt, st);
+                    e->mem.mask_ok[i] = (uint8_t)batchnorm_add_forward_train_tiles_gpu(
+                        out, mean, invstd, rm, rv, in, res, e->mem.work, gamma, beta, M, C, BN_MOMENTUM, BN_EPS, ps->relu,
+                        mask, e->mem.work, dt, st);
                 } else {
-                    e->mask_ok[i] = (uint8_t)batchnorm_add_forward_train_gpu(out, mean, invstd, rm, rv, in, res, gamma,
+                    e->mem.mask_ok[i] = (uint8_t)batchnorm_add_forward_train_gpu(out, mean, invstd, rm, rv, in, res, gamma,
                                                                              beta, M, C, BN_MOMENTUM, BN_EPS, ps->relu,
-                                                                             mask, e->work, dt, st);
+                                                                             mask, e->mem.work, dt, st);
                 }
             } else {
                 batchnorm_add_forward_eval_gpu(out, in, res, gamma, beta, rm, rv, M, C, BN_EPS, ps->relu, dt, st);
@@ -217,15 +196,15 @@ static void forward_ops(GpuExec *e, const ResNet *m, int N, int train) {
         case PLAN_MAXPOOL:
             if (ps->pool_bn >= 0 && fused) {  // relu(bn(x)) on the fly
                 const Op *bn = &m->ops[ps->pool_bn];
-                maxpool_forward_bn_gpu(out, e->act[bn->in], bn_affine(e, m, ps->pool_bn), N, di->H, di->W, di->C,
+                maxpool_forward_bn_gpu(out, e->mem.act[bn->in], bn_affine(e, m, ps->pool_bn), N, di->H, di->W, di->C,
                                        op->R, op->stride, op->pad, dout->H, dout->W, e->opt.maxpool_vector, dt, st);
                 break;
             }
-            maxpool_forward_gpu(out, ps->pool_bn >= 0 ? e->scratch : in, N, di->H, di->W, di->C, op->R, op->stride,
+            maxpool_forward_gpu(out, ps->pool_bn >= 0 ? e->mem.scratch : in, N, di->H, di->W, di->C, op->R, op->stride,
                                 op->pad, dout->H, dout->W, e->opt.maxpool_vector, dt, st);
             break;
         case PLAN_ADD:
-            add_forward_gpu(out, in, e->act[ps->res], n_in, ps->relu, dt, st);
+            add_forward_gpu(out, in, e->mem.act[ps->res], n_in, ps->relu, dt, st);
             break;
         case PLAN_AVGPOOL:
             avgpool_forward_gpu(out, in, N, di->H * di->W, di->C, dt, st);
@@ -250,10 +229,10 @@ static void forward_ops(GpuExec *e, const ResNet *m, int N, int train) {
 typedef void (*PassFn)(GpuExec *e, const ResNet *m, int N);
 static int graph_run(GpuExec *e, StepGraph *g, const ResNet *m, int N, PassFn enqueue) {
     if (e->cg.on <= 0) return 0;
-    if (g->N != N || g->gen != e->plan_gen) {
+    if (g->N != N || g->gen != e->mem.gen) {
         graph_drop(g);
         g->N = N;
-        g->gen = e->plan_gen;
+        g->gen = e->mem.gen;
         return 0;  // first meeting: eagerly, which also does any lazy set-up outside the capture
     }
     if (!g->exec) {
@@ -312,7 +291,7 @@ static void check_batch(GpuExec *e, const ResNet *m, int N, int H, int W) {
 static void input_from_float(GpuExec *e, const ResNet *m, const float *x, int N, int H, int W) {
     size_t n = (size_t)N * H * W * m->in_channels;
     if (e->dt == CT_F32) {
-        CK(cudaMemcpyAsync(e->act[0], x, n * sizeof(float), cudaMemcpyHostToDevice, e->st));
+        CK(cudaMemcpyAsync(e->mem.act[0], x, n * sizeof(float), cudaMemcpyHostToDevice, e->st));
         return;
     }
     if (e->in.xf_cap < n) {
@@ -321,7 +300,7 @@ static void input_from_float(GpuExec *e, const ResNet *m, const float *x, int N,
         e->in.xf_cap = n;
     }
     CK(cudaMemcpyAsync(e->in.xf, x, n * sizeof(float), cudaMemcpyHostToDevice, e->st));
-    f32_to_bf16_gpu((uint16_t *)e->act[0], e->in.xf, n, e->st);
+    f32_to_bf16_gpu((uint16_t *)e->mem.act[0], e->in.xf, n, e->st);
 }
 
 static Stage *stage_batch(GpuExec *e, const ResNet *m, const uint8_t *x, int N, int H, int W) {
@@ -380,16 +359,16 @@ static void input_from_u8(GpuExec *e, const ResNet *m, const uint8_t *x, int N, 
     }
     if (!sg) sg = stage_batch(e, m, x, N, H, W);
     CT_MUTABLE("copied") CK(cudaStreamWaitEvent(e->st, sg->copied, 0));
-    normalize_u8_gpu(e->act[0], sg->d, (size_t)N * H * W, C, e->in.meanstd, e->in.meanstd + C, e->dt, e->st);
+    normalize_u8_gpu(e->mem.act[0], sg->d, (size_t)N * H * W, C, e->in.meanstd, e->in.meanstd + C, e->dt, e->st);
     CK(cudaEventRecord(sg->consumed, e->st));
     sg->src = NULL;
 }
 
 static const float *logits_to_host(GpuExec *e, const ResNet *m, int N) {
     size_t bytes = (size_t)N * m->num_classes * sizeof(float);
-    CK(cudaMemcpyAsync(e->h_logits, e->logits, bytes, cudaMemcpyDeviceToHost, e->st));
+    CK(cudaMemcpyAsync(e->mem.h_logits, e->mem.logits, bytes, cudaMemcpyDeviceToHost, e->st));
     CK(cudaStreamSynchronize(e->st));
-    return e->h_logits;
+    return e->mem.h_logits;
 }
 
 const float *gpu_forward(GpuExec *e, ResNet *m, const float *x, int N, int H, int W, int train) {
@@ -414,20 +393,20 @@ void gpu_forward_u8_dev(GpuExec *e, ResNet *m, const uint8_t *x, int N, int H, i
     run_forward(e, m, N, train);
 }
 
-float *gpu_exec_logits(GpuExec *e) { return e->logits; }
+float *gpu_exec_logits(GpuExec *e) { return e->mem.logits; }
 void gpu_exec_sync(GpuExec *e) { CK(cudaStreamSynchronize(e->st)); }
 
 // Gradient target of slot s: its own buffer for the first contribution, else the scratch (the
 // caller then adds it with finish_grad).
 static void *grad_target(GpuExec *e, int s, uint8_t *init) {
-    return init[s] ? e->scratch : e->grad[s];
+    return init[s] ? e->mem.scratch : e->mem.grad[s];
 }
 static void finish_grad(GpuExec *e, int s, uint8_t *init, size_t n) {
-    if (init[s]) add_inplace_gpu(e->grad[s], e->scratch, n, e->dt, e->st);
+    if (init[s]) add_inplace_gpu(e->mem.grad[s], e->mem.scratch, n, e->dt, e->st);
     init[s] = 1;
 }
 
-// Backward from e->dlogits (device, written) over the plan's steps in reverse.
+// Backward from e->mem.dlogits (device, written) over the plan's steps in reverse.
 static void backward_ops(GpuExec *e, const ResNet *m, GradReadyFn ready, void *ctx) {
     int N = e->fwd_train_N;
     if (!N) ct_die("gpu: backward without a preceding training forward");
@@ -436,15 +415,15 @@ static void backward_ops(GpuExec *e, const ResNet *m, GradReadyFn ready, void *c
     const ExecPlan *p = e->plan;
     uint8_t *init = (uint8_t *)ct_zalloc((size_t)m->n_tensors);
     int last = m->n_tensors - 1;
-    int tiles_op = -1;  // the BN whose backward sums the previous conv's dgrad epilogue left in e->work
+    int tiles_op = -1;  // the BN whose backward sums the previous conv's dgrad epilogue left in e->mem.work
     int tiles_n = 0;    // how many tiles of sums it left
     for (int k = p->n_steps - 1; k >= 0; k--) {
         const PlanStep *ps = &p->steps[k];
         const int i = ps->op;
         const Op *op = &m->ops[i];
-        const TensorDim *di = &e->dims[ps->in], *dout = &e->dims[ps->out];
-        void *gout = ps->out == last ? (void *)e->dlogits : e->grad[ps->out];
-        const void *in = e->act[ps->in];
+        const TensorDim *di = &e->mem.dims[ps->in], *dout = &e->mem.dims[ps->out];
+        void *gout = ps->out == last ? (void *)e->mem.dlogits : e->mem.grad[ps->out];
+        const void *in = e->mem.act[ps->in];
         size_t n_in = slot_elems(e, ps->in, N);
         // A frozen backbone needs no gradient below fc: backward ends with fc's weight gradients.
         int need_din = ps->in > 0 && !(m->freeze_backbone && op->kind == OP_FC);
@@ -453,10 +432,10 @@ static void backward_ops(GpuExec *e, const ResNet *m, GradReadyFn ready, void *c
         case PLAN_CONV: {
             ConvShape s = op_conv_shape(e, op, N);
             if (stem_padded(e, op)) {  // slot 0 needs no data gradient
-                conv2d_backward_weight_gpu_ex(&s, e->dwpad, gout, e->xpad, e->work, dt, st, e->conv_algo);
-                conv_unpad_channels_gpu(pgrad(e, m, op->w), e->dwpad, (size_t)op->K * op->R * op->S, e->cpad, di->C, st);
+                conv2d_backward_weight_gpu_ex(&s, e->mem.dwpad, gout, e->mem.xpad, e->mem.work, dt, st, e->conv_algo);
+                conv_unpad_channels_gpu(pgrad(e, m, op->w), e->mem.dwpad, (size_t)op->K * op->R * op->S, e->mem.cpad, di->C, st);
             } else {
-                conv2d_backward_weight_gpu_ex(&s, pgrad(e, m, op->w), gout, in, e->work, dt, st, e->conv_algo);
+                conv2d_backward_weight_gpu_ex(&s, pgrad(e, m, op->w), gout, in, e->mem.work, dt, st, e->conv_algo);
             }
             prof_mark(e, i, PROF_BWD_DATA);
             if (!need_din) break;
@@ -464,23 +443,23 @@ static void backward_ops(GpuExec *e, const ResNet *m, GradReadyFn ready, void *c
             // the engine declines falls through to the plain data gradient.
             const void *w = wop(e, m, op->w);
             int tb = ps->bwd_tail, bb = ps->bwd_bn;
-            if (tb >= 0 && conv2d_backward_data_tail_gpu(&s, e->grad[ps->in], init[ps->in], e->work, gout, w, in,
-                                                         e->mask_ok[tb] ? e->relu_mask[tb] : NULL,
-                                                         e->act[m->ops[tb].in], e->bnstat + e->bnstat_off[tb], dt,
+            if (tb >= 0 && conv2d_backward_data_tail_gpu(&s, e->mem.grad[ps->in], init[ps->in], e->mem.work, gout, w, in,
+                                                         e->mem.mask_ok[tb] ? e->mem.relu_mask[tb] : NULL,
+                                                         e->mem.act[m->ops[tb].in], e->mem.bnstat + e->mem.bnstat_off[tb], dt,
                                                          st, e->conv_algo)) {
                 tiles_op = tb;
                 tiles_n = conv2d_gpu_dgrad_bn_tiles(&s);
             } else if (bb >= 0 && !init[ps->in] &&
-                       conv2d_backward_data_bn_gpu(&s, e->grad[ps->in], e->work, gout, w, e->act[m->ops[bb].in],
+                       conv2d_backward_data_bn_gpu(&s, e->mem.grad[ps->in], e->mem.work, gout, w, e->mem.act[m->ops[bb].in],
                                                    pparam(e, m, m->ops[bb].w), pparam(e, m, m->ops[bb].b),
-                                                   e->bnstat + e->bnstat_off[bb],
-                                                   e->bnstat + e->bnstat_off[bb] + m->ops[bb].C, dt, st, e->conv_algo)) {
+                                                   e->mem.bnstat + e->mem.bnstat_off[bb],
+                                                   e->mem.bnstat + e->mem.bnstat_off[bb] + m->ops[bb].C, dt, st, e->conv_algo)) {
                 tiles_op = bb;
                 tiles_n = conv2d_gpu_dgrad_bn_tiles(&s);
             } else if (init[ps->in]) {
-                conv2d_backward_data_acc_gpu_ex(&s, e->grad[ps->in], gout, w, dt, st, e->conv_algo);
+                conv2d_backward_data_acc_gpu_ex(&s, e->mem.grad[ps->in], gout, w, dt, st, e->conv_algo);
             } else {
-                conv2d_backward_data_gpu_ex(&s, e->grad[ps->in], gout, w, dt, st, e->conv_algo);
+                conv2d_backward_data_gpu_ex(&s, e->mem.grad[ps->in], gout, w, dt, st, e->conv_algo);
             }
             init[ps->in] = 1;
             break;
@@ -489,12 +468,12 @@ static void backward_ops(GpuExec *e, const ResNet *m, GradReadyFn ready, void *c
         case PLAN_BN_STATS:
         case PLAN_BN_ADD: {
             int M = N * di->H * di->W, C = di->C;
-            const float *mean = e->bnstat + e->bnstat_off[i], *invstd = mean + C;
+            const float *mean = e->mem.bnstat + e->mem.bnstat_off[i], *invstd = mean + C;
             // A tail: dy is masked by the ADD's ReLU, and the residual operand's gradient is
             // written, or accumulated in place, by the dx pass. dx may share dy's pool buffer.
             int rs = ps->kind == PLAN_BN_ADD ? ps->res : -1;
             void *dres = NULL;
-            if (rs > 0) CT_MUTABLE("plan-tail-residual-grad") dres = e->grad[rs];
+            if (rs > 0) CT_MUTABLE("plan-tail-residual-grad") dres = e->mem.grad[rs];
             if (tiles_op == i) {  // reductions done by the conv's dgrad epilogue; gout already masked
                 // A tail's masked gout is also the residual's gradient: the plan gives the two one
                 // buffer; otherwise it is passed on before dx, which may take gout's buffer.
@@ -504,28 +483,28 @@ static void backward_ops(GpuExec *e, const ResNet *m, GradReadyFn ready, void *c
                     init[rs] = 1;
                 }
                 batchnorm_backward_tiles_gpu(grad_target(e, ps->in, init), pgrad(e, m, op->w), pgrad(e, m, op->b), gout,
-                                             in, e->work, tiles_n, pparam(e, m, op->w), mean, invstd, M, C, e->work, dt,
+                                             in, e->mem.work, tiles_n, pparam(e, m, op->w), mean, invstd, M, C, e->mem.work, dt,
                                              st);
                 finish_grad(e, ps->in, init, n_in);
                 break;
             }
             batchnorm_add_backward_gpu(grad_target(e, ps->in, init), dres, dres ? init[rs] : 0, pgrad(e, m, op->w),
-                                       pgrad(e, m, op->b), gout, in, ps->relu ? e->act[ps->out] : NULL,
-                                       pparam(e, m, op->w), mean, invstd, M, C, e->work, dt, st);
+                                       pgrad(e, m, op->b), gout, in, ps->relu ? e->mem.act[ps->out] : NULL,
+                                       pparam(e, m, op->w), mean, invstd, M, C, e->mem.work, dt, st);
             if (dres) init[rs] = 1;
             finish_grad(e, ps->in, init, n_in);
             break;
         }
         case PLAN_RELU:
-            relu_backward_gpu(grad_target(e, ps->in, init), gout, e->act[ps->out], n_in, dt, st);
+            relu_backward_gpu(grad_target(e, ps->in, init), gout, e->mem.act[ps->out], n_in, dt, st);
             finish_grad(e, ps->in, init, n_in);
             break;
         case PLAN_MAXPOOL: {
             int bb = ps->bwd_bn;  // the stem's BN + ReLU, read by the pool alone
             // pool_bn: y was never stored; the kernel recomputes it (and then always runs)
             if (bb >= 0 && !init[ps->in] &&
-                maxpool_backward_bn_gpu(e->grad[ps->in], e->work, gout, ps->pool_bn >= 0 ? NULL : in,
-                                        e->act[m->ops[bb].in], bn_affine(e, m, bb), N, di->H, di->W, di->C, op->R,
+                maxpool_backward_bn_gpu(e->mem.grad[ps->in], e->mem.work, gout, ps->pool_bn >= 0 ? NULL : in,
+                                        e->mem.act[m->ops[bb].in], bn_affine(e, m, bb), N, di->H, di->W, di->C, op->R,
                                         op->stride, op->pad, dout->H, dout->W, e->opt.maxpool_vector, dt, st)) {
                 tiles_op = bb;
                 tiles_n = (int)((n_in / di->C + 127) / 128);  // the pool's 128-row tiles
@@ -540,13 +519,13 @@ static void backward_ops(GpuExec *e, const ResNet *m, GradReadyFn ready, void *c
         }
         case PLAN_ADD: {
             // The output gradient buffer is ours until this op is done: mask it in place.
-            if (ps->relu) relu_backward_gpu(gout, gout, e->act[ps->out], n_in, dt, st);
+            if (ps->relu) relu_backward_gpu(gout, gout, e->mem.act[ps->out], n_in, dt, st);
             int ins[2] = {ps->in, ps->res};
             for (int j = 0; j < 2; j++) {
                 int s = ins[j];
                 if (s <= 0) continue;
-                if (init[s]) add_inplace_gpu(e->grad[s], gout, n_in, dt, st);
-                else CK(cudaMemcpyAsync(e->grad[s], gout, n_in * e->esz, cudaMemcpyDeviceToDevice, st));
+                if (init[s]) add_inplace_gpu(e->mem.grad[s], gout, n_in, dt, st);
+                else CK(cudaMemcpyAsync(e->mem.grad[s], gout, n_in * e->esz, cudaMemcpyDeviceToDevice, st));
                 init[s] = 1;
             }
             break;
@@ -590,7 +569,7 @@ static void run_backward(GpuExec *e, const ResNet *m, GradReadyFn ready, void *c
 
 static void grads_to_host(GpuExec *e, const ResNet *m, float *grads) {
     if (grads)
-        CK(cudaMemcpyAsync(grads, e->grads, m->n_params * sizeof(float), cudaMemcpyDeviceToHost, e->st));
+        CK(cudaMemcpyAsync(grads, e->dev.grads, m->n_params * sizeof(float), cudaMemcpyDeviceToHost, e->st));
     CK(cudaStreamSynchronize(e->st));
 }
 
@@ -598,7 +577,7 @@ void gpu_backward(GpuExec *e, const ResNet *m, const float *dlogits, float *grad
                   void *ctx) {
     int N = e->fwd_train_N;
     if (!N) ct_die("gpu: backward without a preceding training forward");
-    CK(cudaMemcpyAsync(e->dlogits, dlogits, (size_t)N * m->num_classes * sizeof(float),
+    CK(cudaMemcpyAsync(e->mem.dlogits, dlogits, (size_t)N * m->num_classes * sizeof(float),
                        cudaMemcpyHostToDevice, e->st));
     run_backward(e, m, ready, ctx);
     grads_to_host(e, m, grads);

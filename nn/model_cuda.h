@@ -37,6 +37,7 @@
 #include <stdint.h>
 
 #include "kernels/kernels.h"
+#include "nn/ema.h"
 #include "nn/exec_options.h"
 #include "nn/plan.h"
 #include "nn/resnet.h"  // ResNet, GradReadyFn
@@ -153,15 +154,14 @@ void gpu_optim_step(GpuExec *e, const ResNet *m, const OptConfig *cfg, OptState 
 void gpu_upload_optim(GpuExec *e, const ResNet *m, const OptState *st);
 void gpu_download_optim(GpuExec *e, const ResNet *m, OptState *st);
 
-// EMA of the weights (the trainer's --ema; nn/ema.h): a device copy of params and BN statistics.
-// gpu_ema_set uploads it (allocating on first use), gpu_ema_get downloads it; gpu_ema_update
-// averages the live state into it (enqueued on the compute stream, after the optimizer step);
-// gpu_ema_swap exchanges it with the live state (bf16 weight copy refreshed): evaluating the
-// average is swap, forward, swap.
-void gpu_ema_set(GpuExec *e, const float *params, const float *bufs);
-void gpu_ema_get(GpuExec *e, float *params, float *bufs);
-void gpu_ema_update(GpuExec *e, float decay);
-void gpu_ema_swap(GpuExec *e);
+// EMA of the weights (the trainer's --ema; nn/ema.h): the state tensor ema[n_params + n_bufs] on the
+// device beside the live state. gpu_upload_ema / gpu_download_ema copy it like the optimizer's
+// tensors (the upload allocates it on first use); gpu_ema applies nn/ema.h's operation to it and
+// the live buffers, enqueued on the compute stream (EMA_UPDATE after the optimizer step; EMA_SWAP
+// refreshes the bf16 weight copy and waits, so an eval forward then runs the average).
+void gpu_upload_ema(GpuExec *e, const float *ema);
+void gpu_download_ema(GpuExec *e, float *ema);
+void gpu_ema(GpuExec *e, EmaOp op, float decay);
 
 // Pinned host memory for the loader's batch ring (LoaderConfig.alloc / .free take these as is),
 // so the copy stream's transfers are truly asynchronous. Dies naming the size on failure.

@@ -1,9 +1,11 @@
 // Private to the GPU executor's files (nn/model_cuda*.cu), like trainer/backend_impl.h is to the
 // backends: the executor's state (struct GpuExec and the structs it holds) and the small helpers
-// and internal calls that more than one of those files needs. The executor is split by concern:
-// nn/model_cuda.cu (create/free, forward and backward passes, CUDA graphs, losses),
-// nn/model_cuda_plan.cu (the memory plan), nn/model_cuda_state.cu (host<->device state, optimizer
-// steps, EMA, pinned memory) and nn/model_cuda_prof.cu (the per-op profiler).
+// and internal calls that more than one of those files needs. The executor is split by concern,
+// a struct and a file each: nn/model_cuda.cu (create/free, the forward and backward walks, input
+// staging `Staging`, CUDA graphs `Graphs`, the step hook), nn/model_cuda_loss.cu (the losses),
+// nn/model_cuda_plan.cu (the memory plan `MemPlan`), nn/model_cuda_state.cu (the device state
+// `DevState`: host<->device copies, the optimizer steps and their scratch `OptScratch`, EMA,
+// pinned memory) and nn/model_cuda_prof.cu (the per-op profiler `Prof`).
 #pragma once
 #include "kernels/common.cuh"
 #include "nn/layers.h"  // conv_shape
@@ -68,8 +70,60 @@ typedef struct {
     size_t cap;        // floats
 } StepHook;
 
+// The model and optimizer state on the device (nn/model_cuda_state.cu owns it): the flat arrays of
+// ResNet.params / ResNet.bufs' layout, live for the executor's life.
+typedef struct {
+    float *params, *grads, *bufs;
+    float *mom;        // the optimizer's first state tensor (sgd, lars: the momentum; adamw, lamb: exp_avg)
+    float *mom2;       // its second (adamw, lamb: exp_avg_sq), on first use
+    float *bufs_snap;  // gpu_bufs_snapshot's copy of bufs
+    uint16_t *wbf;     // bf16 copy of params (dt == CT_BF16), refreshed by every optimizer step
+    float *ema;        // --ema's state tensor [n_params + n_bufs] (nn/ema.h; gpu_upload_ema), NULL without
+} DevState;
+
+// The optimizer steps' device scratch (nn/model_cuda_state.cu), built on a step's first use for
+// the setting it was built for and rebuilt when that changes.
+typedef struct {
+    uint8_t *decay;    // weight-decay mask for the last setting seen
+    int decay_mode;    // -1: mask not built; else the wd_exclude_norm_bias it was built for
+    CtLarsTensor *lars_t;  // LARS: the parameter tensors (built on its first step)
+    double *lars_norms;    // LARS, LAMB: 3 doubles a tensor (LARS uses 2)
+    int lars_n;
+    CtLarsTensor *lamb_t;  // LAMB: the parameter tensors, skip as optim_decays says (built for lamb_mode)
+    int lamb_mode;         // -1: not built; else the wd_exclude_norm_bias it was built for
+} OptScratch;
+
+// The memory plan (nn/model_cuda_plan.cu owns it): the passes' device buffers for batches of up
+// to N images of H x W, replaced when a larger batch or another image size comes.
+typedef struct {
+    int N, H, W;       // what it covers (0: no plan yet)
+    TensorDim *dims;   // [n_tensors] slot shapes at H x W
+    void **act;        // [n_tensors] activation buffers (the logits slot points at `logits`)
+    void **grad;       // [n_tensors] gradient buffer of each slot (into gpool), NULL for slot 0
+    void **gpool;      // pooled gradient buffers
+    int n_gpool;
+    void *scratch;     // largest gradient slot, for the second contribution to a slot
+    float *work;       // reduction workspace
+    size_t work_floats;
+    float *bnstat;     // per BN op: mean[C], invstd[C]
+    size_t *bnstat_off;// [n_ops]
+    int cpad;          // bf16 stem with < 8 input channels: padded to cpad = 8 (0: not padded)
+    void *xpad;        // the input padded to cpad channels
+    uint16_t *wpad;    // the stem's weights padded to cpad channels
+    float *dwpad;      // the stem's weight gradient over cpad channels
+    uint8_t **relu_mask;  // per fused tail BN op with tail_mask: its ReLU mask bits (bf16; NULL: none)
+    uint8_t *mask_ok;     // per op: the last train forward wrote relu_mask[op]
+    float *logits, *dlogits;
+    int32_t *labels, *labels_b;  // labels_b: a mixed batch's partners
+    void *loss_work;   // loss_workspace_bytes(N): per-row losses and hits
+    float *h_logits;   // pinned host copy of the logits
+    int gen;           // bumped whenever exec_plan() (re)allocates: graphs hold its pointers
+    size_t bytes;      // device memory of the plan's buffers
+} MemPlan;
+
 // The executor, by concern: the device and the plan it walks; the model and optimizer state on the
-// device; the memory plan (buffers for one batch shape); input staging; graphs; profiler; hook.
+// device; the optimizer's scratch; the memory plan (buffers for one batch shape); input staging;
+// graphs; profiler; hook. Each concern's file touches mainly its own struct.
 struct GpuExec {
     // Device.
     CtDtype dt;
@@ -80,49 +134,13 @@ struct GpuExec {
     ExecPlan *plan;       // the steps the passes walk, fusions included (nn/plan.h), built at create
     ExecOptions opt;      // its execution options (gpu_exec_create_opts), copied at creation
     int conv_algo;        // the CtConvAlgo every convolution takes: opt's engine on bf16, CT_CONV_AUTO on fp32
+    float *scalars;       // device: loss, correct (as int bits), non-finite flag
+    float *h_scalars;     // pinned host copy of them
+    int fwd_train_N;      // N of the last training forward (0: none, backward refused)
 
-    // Model and optimizer state on the device (nn/model_cuda_state.cu).
-    float *params, *grads, *mom, *bufs;
-    float *mom2;       // the optimizer's second state tensor (adamw, lamb: exp_avg_sq; mom is exp_avg), on first use
-    float *bufs_snap;  // gpu_bufs_snapshot's copy of bufs
-    uint16_t *wbf;     // bf16 copy of params (dt == CT_BF16), refreshed by every SGD step
-    float *ema_params, *ema_bufs;  // --ema's average of params and bufs (gpu_ema_*), NULL without
-    uint8_t *decay;    // weight-decay mask for the last SgdConfig seen
-    int decay_mode;    // -1: mask not built; else cfg->wd_exclude_bn_bias it was built for
-    CtLarsTensor *lars_t;  // LARS: the parameter tensors (built on its first step)
-    double *lars_norms;    // LARS, LAMB: 3 doubles a tensor (LARS uses 2)
-    int lars_n;
-    CtLarsTensor *lamb_t;  // LAMB: the parameter tensors, skip as optim_decays says (built for lamb_mode)
-    int lamb_mode;         // -1: not built; else the wd_exclude_norm_bias it was built for
-
-    // Memory plan (nn/model_cuda_plan.cu) for batches of up to pN images of pH x pW.
-    int pN, pH, pW;
-    TensorDim *dims;
-    void **act;        // [n_tensors] activation buffers (the logits slot points at `logits`)
-    void **grad;       // [n_tensors] gradient buffer of each slot (into gpool), NULL for slot 0
-    void **gpool;      // pooled gradient buffers
-    int n_gpool;
-    void *scratch;     // largest gradient slot, for the second contribution to a slot
-    float *work;       // reduction workspace
-    size_t work_floats;
-    float *bnstat;     // per BN op: mean[C], invstd[C]
-    int cpad;          // bf16 stem with < 8 input channels: padded to cpad = 8 (0: not padded)
-    void *xpad;        // the input padded to cpad channels
-    uint16_t *wpad;    // the stem's weights padded to cpad channels
-    float *dwpad;      // the stem's weight gradient over cpad channels
-    size_t *bnstat_off;// [n_ops]
-    uint8_t **relu_mask;  // per fused tail BN op with tail_mask: its ReLU mask bits (bf16; NULL: none)
-    uint8_t *mask_ok;     // per op: the last train forward wrote relu_mask[op]
-    float *logits, *dlogits;
-    int32_t *labels, *labels_b;  // labels_b: a mixed batch's partners
-    void *loss_work;   // loss_workspace_bytes(N): per-row losses and hits
-    float *scalars;    // device: loss, correct (as int bits)
-    float *h_logits;   // pinned host copy of the logits
-    float *h_scalars;  // pinned host: loss, correct
-    int fwd_train_N;   // N of the last training forward (0: none, backward refused)
-    int plan_gen;      // bumped whenever exec_plan() (re)allocates: graphs hold its pointers
-    size_t plan_bytes; // device memory of the plan's buffers
-
+    DevState dev;      // model and optimizer state
+    OptScratch osc;    // optimizer steps' scratch
+    MemPlan mem;       // the memory plan
     Staging in;        // input staging
     Graphs cg;         // CUDA graphs of the passes
     Prof *prof;        // the profiler: NULL unless profiling (which runs every pass eagerly)
@@ -145,35 +163,35 @@ static inline void dfree(void *p) {
 }
 
 static inline const StateEntry *entry(const ResNet *m, int i) { return &m->entries[i]; }
-static inline float *pparam(GpuExec *e, const ResNet *m, int i) { return e->params + entry(m, i)->offset; }
-static inline float *pgrad(GpuExec *e, const ResNet *m, int i) { return e->grads + entry(m, i)->offset; }
+static inline float *pparam(GpuExec *e, const ResNet *m, int i) { return e->dev.params + entry(m, i)->offset; }
+static inline float *pgrad(GpuExec *e, const ResNet *m, int i) { return e->dev.grads + entry(m, i)->offset; }
 // BN op i's saved statistics (the last train forward's) and affine parameters, as the fused
 // kernels that apply or recompute it take them.
 static inline BnAffine bn_affine(GpuExec *e, const ResNet *m, int i) {
     const Op *bn = &m->ops[i];
-    const float *mean = e->bnstat + e->bnstat_off[i];
+    const float *mean = e->mem.bnstat + e->mem.bnstat_off[i];
     BnAffine a = {mean, mean + bn->C, pparam(e, m, bn->w), pparam(e, m, bn->b)};
     return a;
 }
 // Conv / linear weight operand in the activation dtype.
 static inline const void *wop(GpuExec *e, const ResNet *m, int i) {
     size_t off = entry(m, i)->offset;
-    return e->dt == CT_BF16 ? (const void *)(e->wbf + off) : (const void *)(e->params + off);
+    return e->dt == CT_BF16 ? (const void *)(e->dev.wbf + off) : (const void *)(e->dev.params + off);
 }
 
 static inline size_t slot_elems(const GpuExec *e, int s, int N) {
-    return (size_t)N * e->dims[s].H * e->dims[s].W * e->dims[s].C;
+    return (size_t)N * e->mem.dims[s].H * e->mem.dims[s].W * e->mem.dims[s].C;
 }
 
 // The stem (a conv reading the input, slot 0) in bf16 with fewer than 8 input channels runs on
 // the input and weights padded to 8 zero-extended channels (kernels/conv_pad.cu), so that the
 // tensor-core engine loads it by 16-byte copies instead of element gathers.
-static inline int stem_padded(const GpuExec *e, const Op *op) { return e->cpad && op->in == 0; }
+static inline int stem_padded(const GpuExec *e, const Op *op) { return e->mem.cpad && op->in == 0; }
 
 static inline ConvShape op_conv_shape(const GpuExec *e, const Op *op, int N) {
-    const TensorDim *d = &e->dims[op->in];
+    const TensorDim *d = &e->mem.dims[op->in];
     ConvShape s = conv_shape_g(N, d->H, d->W, d->C, op->K, op->R, op->S, op->stride, op->pad, op->groups);
-    if (stem_padded(e, op)) s.C = e->cpad;
+    if (stem_padded(e, op)) s.C = e->mem.cpad;
     return s;
 }
 
@@ -187,6 +205,11 @@ void graph_drop(StepGraph *g);
 void enqueue_xent(GpuExec *e, const ResNet *m, const int32_t *labels, const int32_t *labels_b, float lam, int N,
                   float smoothing, float grad_scale);
 float xent_result(const GpuExec *e, int *correct);
+
+// nn/model_cuda_state.cu: the device state and optimizer scratch, made at gpu_exec_create (the
+// compute stream exists) and released at gpu_exec_free.
+void dev_state_create(GpuExec *e, const ResNet *m);
+void dev_state_free(GpuExec *e);
 
 // nn/model_cuda_plan.cu: the memory plan for batches of up to N images of H x W (kept when it
 // already covers them), and its release.

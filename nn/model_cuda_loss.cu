@@ -21,15 +21,15 @@ void enqueue_xent(GpuExec *e, const ResNet *m, const int32_t *labels, const int3
                   float smoothing, float grad_scale) {
     if (N != e->fwd_train_N) ct_die("gpu: loss of %d rows after a training forward of %d", N, e->fwd_train_N);
     check_labels(m, labels, N);
-    CK(cudaMemcpyAsync(e->labels, labels, (size_t)N * sizeof(int32_t), cudaMemcpyHostToDevice, e->st));
-    const int32_t *lb_dev = e->labels;
+    CK(cudaMemcpyAsync(e->mem.labels, labels, (size_t)N * sizeof(int32_t), cudaMemcpyHostToDevice, e->st));
+    const int32_t *lb_dev = e->mem.labels;
     if (labels_b != labels) {
         check_labels(m, labels_b, N);
-        CK(cudaMemcpyAsync(e->labels_b, labels_b, (size_t)N * sizeof(int32_t), cudaMemcpyHostToDevice, e->st));
-        lb_dev = e->labels_b;
+        CK(cudaMemcpyAsync(e->mem.labels_b, labels_b, (size_t)N * sizeof(int32_t), cudaMemcpyHostToDevice, e->st));
+        lb_dev = e->mem.labels_b;
     }
-    softmax_xent_mix_gpu(e->dlogits, e->logits, e->labels, lb_dev, lam, N, m->num_classes, smoothing, grad_scale,
-                         e->loss_work, e->scalars, (int *)(e->scalars + 1), e->st);
+    softmax_xent_mix_gpu(e->mem.dlogits, e->mem.logits, e->mem.labels, lb_dev, lam, N, m->num_classes, smoothing, grad_scale,
+                         e->mem.loss_work, e->scalars, (int *)(e->scalars + 1), e->st);
     CK(cudaMemcpyAsync(e->h_scalars, e->scalars, 2 * sizeof(float), cudaMemcpyDeviceToHost, e->st));
 }
 float xent_result(const GpuExec *e, int *correct) {
@@ -56,10 +56,10 @@ float gpu_loss_bce_mix(GpuExec *e, const ResNet *m, const int32_t *labels, const
     if (N != e->fwd_train_N) ct_die("gpu: loss of %d rows after a training forward of %d", N, e->fwd_train_N);
     check_labels(m, labels, N);
     check_labels(m, labels_b, N);
-    CK(cudaMemcpyAsync(e->labels, labels, (size_t)N * sizeof(int32_t), cudaMemcpyHostToDevice, e->st));
-    CK(cudaMemcpyAsync(e->labels_b, labels_b, (size_t)N * sizeof(int32_t), cudaMemcpyHostToDevice, e->st));
-    bce_mix_gpu(e->dlogits, e->logits, e->labels, e->labels_b, lam, N, m->num_classes, smoothing, threshold,
-                sum_classes, grad_scale, e->loss_work, e->scalars, (int *)(e->scalars + 1), e->st);
+    CK(cudaMemcpyAsync(e->mem.labels, labels, (size_t)N * sizeof(int32_t), cudaMemcpyHostToDevice, e->st));
+    CK(cudaMemcpyAsync(e->mem.labels_b, labels_b, (size_t)N * sizeof(int32_t), cudaMemcpyHostToDevice, e->st));
+    bce_mix_gpu(e->mem.dlogits, e->mem.logits, e->mem.labels, e->mem.labels_b, lam, N, m->num_classes, smoothing, threshold,
+                sum_classes, grad_scale, e->mem.loss_work, e->scalars, (int *)(e->scalars + 1), e->st);
     CK(cudaMemcpyAsync(e->h_scalars, e->scalars, 2 * sizeof(float), cudaMemcpyDeviceToHost, e->st));
     CT_MUTABLE("loss-sync") CK(cudaStreamSynchronize(e->st));
     return xent_result(e, correct);
@@ -68,7 +68,7 @@ float gpu_loss_bce_mix(GpuExec *e, const ResNet *m, const int32_t *labels, const
 float gpu_loss_kd(GpuExec *e, const ResNet *m, const float *teacher_logits, int N, float temperature,
                   float grad_scale) {
     if (N != e->fwd_train_N) ct_die("gpu: loss of %d rows after a training forward of %d", N, e->fwd_train_N);
-    kd_loss_gpu(e->dlogits, e->logits, teacher_logits, N, m->num_classes, temperature, grad_scale, e->loss_work,
+    kd_loss_gpu(e->mem.dlogits, e->mem.logits, teacher_logits, N, m->num_classes, temperature, grad_scale, e->mem.loss_work,
                 e->scalars + 2, e->st);
     CK(cudaMemcpyAsync(e->h_scalars + 2, e->scalars + 2, sizeof(float), cudaMemcpyDeviceToHost, e->st));
     CK(cudaStreamSynchronize(e->st));
@@ -77,7 +77,7 @@ float gpu_loss_kd(GpuExec *e, const ResNet *m, const float *teacher_logits, int 
 
 void gpu_dlogits_poison(GpuExec *e) {
     static const float nan = NAN;
-    CK(cudaMemcpyAsync(e->dlogits, &nan, sizeof nan, cudaMemcpyHostToDevice, e->st));
+    CK(cudaMemcpyAsync(e->mem.dlogits, &nan, sizeof nan, cudaMemcpyHostToDevice, e->st));
     CK(cudaStreamSynchronize(e->st));  // &nan is pageable: the copy must be done before returning
 }
 

@@ -11,98 +11,90 @@
 //   a fused tail's residual operand takes over the tail output's gradient buffer (the residual's
 //   gradient is the masked output gradient, written in place: nn/model_cuda.cu);
 // - one fp32 scratch covers the largest reduction workspace (BN partials, conv split-K partials).
+#include <string.h>
+
 #include "nn/model_cuda_impl.h"
 
 void exec_free_plan(GpuExec *e, const ResNet *m) {
-    if (!e->dims) return;
+    MemPlan *p = &e->mem;
+    if (!p->dims) return;
     CK(cudaDeviceSynchronize());
     graph_drop(&e->cg.fwd);
     graph_drop(&e->cg.bwd);
     for (int s = 0; s < m->n_tensors; s++)
-        if (e->act[s] != (void *)e->logits) dfree(e->act[s]);
-    for (int i = 0; i < e->n_gpool; i++) dfree(e->gpool[i]);
-    dfree(e->scratch);
-    dfree(e->work);
-    dfree(e->bnstat);
-    for (int i = 0; e->relu_mask && i < m->n_ops; i++) dfree(e->relu_mask[i]);
-    free(e->relu_mask);
-    free(e->mask_ok);
-    e->relu_mask = NULL;
-    e->mask_ok = NULL;
-    dfree(e->xpad);
-    dfree(e->wpad);
-    dfree(e->dwpad);
-    e->xpad = NULL;
-    e->wpad = NULL;
-    e->dwpad = NULL;
-    dfree(e->logits);
-    dfree(e->dlogits);
-    dfree(e->labels);
-    dfree(e->labels_b);
-    dfree(e->loss_work);
-    if (e->h_logits) cudaFreeHost(e->h_logits);
-    free(e->dims);
-    free(e->act);
-    free(e->grad);
-    free(e->gpool);
-    free(e->bnstat_off);
-    e->dims = NULL;
-    e->act = e->grad = e->gpool = NULL;
-    e->n_gpool = 0;
-    e->scratch = NULL;
-    e->work = e->bnstat = e->logits = e->dlogits = e->h_logits = NULL;
-    e->labels = e->labels_b = NULL;
-    e->loss_work = NULL;
-    e->bnstat_off = NULL;
-    e->pN = e->pH = e->pW = 0;
+        if (p->act[s] != (void *)p->logits) dfree(p->act[s]);
+    for (int i = 0; i < p->n_gpool; i++) dfree(p->gpool[i]);
+    dfree(p->scratch);
+    dfree(p->work);
+    dfree(p->bnstat);
+    for (int i = 0; p->relu_mask && i < m->n_ops; i++) dfree(p->relu_mask[i]);
+    free(p->relu_mask);
+    free(p->mask_ok);
+    dfree(p->xpad);
+    dfree(p->wpad);
+    dfree(p->dwpad);
+    dfree(p->logits);
+    dfree(p->dlogits);
+    dfree(p->labels);
+    dfree(p->labels_b);
+    dfree(p->loss_work);
+    if (p->h_logits) cudaFreeHost(p->h_logits);
+    free(p->dims);
+    free(p->act);
+    free(p->grad);
+    free(p->gpool);
+    free(p->bnstat_off);
+    e->dev_bytes -= p->bytes;
+    int gen = p->gen;  // goes on counting: a graph of an earlier plan must never match a later one
+    memset(p, 0, sizeof *p);
+    p->gen = gen;
     e->fwd_train_N = 0;
-    e->dev_bytes -= e->plan_bytes;
-    e->plan_bytes = 0;
 }
 
 // Build the memory plan for batches of up to N images of H x W.
 void exec_plan(GpuExec *e, const ResNet *m, int N, int H, int W) {
-    if (e->dims && N <= e->pN && H == e->pH && W == e->pW) return;
+    MemPlan *mp = &e->mem;
+    if (mp->dims && N <= mp->N && H == mp->H && W == mp->W) return;
     exec_free_plan(e, m);
-    e->dims = (TensorDim *)ct_alloc((size_t)m->n_tensors * sizeof(TensorDim));
-    if (resnet_shapes(m, H, W, e->dims) != 0)
+    mp->dims = (TensorDim *)ct_alloc((size_t)m->n_tensors * sizeof(TensorDim));
+    if (resnet_shapes(m, H, W, mp->dims) != 0)
         ct_die("%s: input %dx%d is too small for the architecture", m->arch, H, W);
-    e->pN = N;
-    e->pH = H;
-    e->pW = W;
-    e->plan_gen++;
+    mp->N = N;
+    mp->H = H;
+    mp->W = W;
+    mp->gen++;
     size_t bytes0 = e->dev_bytes;
     int K = m->num_classes, last = m->n_tensors - 1;
-    e->logits = (float *)dmalloc(e, (size_t)N * K * sizeof(float));
-    e->dlogits = (float *)dmalloc(e, (size_t)N * K * sizeof(float));
-    e->labels = (int32_t *)dmalloc(e, (size_t)N * sizeof(int32_t));
-    e->labels_b = (int32_t *)dmalloc(e, (size_t)N * sizeof(int32_t));
-    e->loss_work = dmalloc(e, loss_workspace_bytes(N));
-    CK(cudaMallocHost((void **)&e->h_logits, (size_t)N * K * sizeof(float)));
+    mp->logits = (float *)dmalloc(e, (size_t)N * K * sizeof(float));
+    mp->dlogits = (float *)dmalloc(e, (size_t)N * K * sizeof(float));
+    mp->labels = (int32_t *)dmalloc(e, (size_t)N * sizeof(int32_t));
+    mp->labels_b = (int32_t *)dmalloc(e, (size_t)N * sizeof(int32_t));
+    mp->loss_work = dmalloc(e, loss_workspace_bytes(N));
+    CK(cudaMallocHost((void **)&mp->h_logits, (size_t)N * K * sizeof(float)));
 
-    e->act = (void **)ct_zalloc((size_t)m->n_tensors * sizeof(void *));
+    mp->act = (void **)ct_zalloc((size_t)m->n_tensors * sizeof(void *));
     // A slot no step writes (a fused BN's own output, a PLAN_BN_STATS step's) has no buffer (NULL);
     // the latter still has a gradient.
     const ExecPlan *p = e->plan;
-    for (int s = 0; s < m->n_tensors; s++) e->act[s] = s == last ? (void *)e->logits : NULL;
+    for (int s = 0; s < m->n_tensors; s++) mp->act[s] = s == last ? (void *)mp->logits : NULL;
     for (int s = 0; s < m->n_tensors; s++)
-        if (s != last && !p->no_act[s]) e->act[s] = dmalloc(e, slot_elems(e, s, N) * e->esz);
-    e->cpad = e->dt == CT_BF16 && e->dims[0].C < 8 ? 8 : 0;
-    if (e->cpad) {
+        if (s != last && !p->no_act[s]) mp->act[s] = dmalloc(e, slot_elems(e, s, N) * e->esz);
+    mp->cpad = e->dt == CT_BF16 && mp->dims[0].C < 8 ? 8 : 0;
+    if (mp->cpad) {
         size_t wmax = 0;
         for (int i = 0; i < m->n_ops; i++)
             if (m->ops[i].kind == OP_CONV && m->ops[i].in == 0) {
                 size_t w = (size_t)m->ops[i].K * m->ops[i].R * m->ops[i].S;
                 if (w > wmax) wmax = w;
             }
-        e->xpad = dmalloc(e, (size_t)N * H * W * e->cpad * e->esz);
-        e->wpad = (uint16_t *)dmalloc(e, wmax * e->cpad * sizeof(uint16_t));
-        e->dwpad = (float *)dmalloc(e, wmax * e->cpad * sizeof(float));
+        mp->xpad = dmalloc(e, (size_t)N * H * W * mp->cpad * e->esz);
+        mp->wpad = (uint16_t *)dmalloc(e, wmax * mp->cpad * sizeof(uint16_t));
+        mp->dwpad = (float *)dmalloc(e, wmax * mp->cpad * sizeof(float));
     }
 
     // Gradient pool: walk backward, take a buffer for a slot at its first consumer, give the
     // producer's output buffer back after the producer.
-    e->grad = (void **)ct_zalloc((size_t)m->n_tensors * sizeof(void *));
+    mp->grad = (void **)ct_zalloc((size_t)m->n_tensors * sizeof(void *));
     int *owner = (int *)ct_alloc((size_t)m->n_tensors * sizeof(int));  // pool index per slot
     size_t *cap = (size_t *)ct_zalloc((size_t)2 * m->n_tensors * sizeof(size_t));
     int *busy = (int *)ct_zalloc((size_t)2 * m->n_tensors * sizeof(int));
@@ -140,34 +132,34 @@ void exec_plan(GpuExec *e, const ResNet *m, int N, int H, int W) {
         }
         if (op->out != last && owner[op->out] >= 0 && !handed) busy[owner[op->out]] = 0;
     }
-    e->n_gpool = npool;
-    e->gpool = (void **)ct_zalloc((size_t)(npool ? npool : 1) * sizeof(void *));
-    for (int b = 0; b < npool; b++) e->gpool[b] = dmalloc(e, cap[b]);
+    mp->n_gpool = npool;
+    mp->gpool = (void **)ct_zalloc((size_t)(npool ? npool : 1) * sizeof(void *));
+    for (int b = 0; b < npool; b++) mp->gpool[b] = dmalloc(e, cap[b]);
     for (int s = 0; s < m->n_tensors; s++)
-        if (owner[s] >= 0) e->grad[s] = e->gpool[owner[s]];
-    e->scratch = dmalloc(e, max_slot);
+        if (owner[s] >= 0) mp->grad[s] = mp->gpool[owner[s]];
+    mp->scratch = dmalloc(e, max_slot);
     free(owner);
     free(cap);
     free(busy);
 
     // The tails' ReLU mask bits (bf16: one byte per 8 channels), for the conv whose data-gradient
     // epilogue does the tail's backward reductions (the plan's tail_mask, bwd_tail).
-    e->relu_mask = (uint8_t **)ct_zalloc((size_t)m->n_ops * sizeof(uint8_t *));
-    e->mask_ok = (uint8_t *)ct_zalloc((size_t)m->n_ops);
+    mp->relu_mask = (uint8_t **)ct_zalloc((size_t)m->n_ops * sizeof(uint8_t *));
+    mp->mask_ok = (uint8_t *)ct_zalloc((size_t)m->n_ops);
     for (int k = 0; k < p->n_steps && e->dt == CT_BF16; k++)
         if (p->steps[k].tail_mask)
-            e->relu_mask[p->steps[k].op] = (uint8_t *)dmalloc(e, (slot_elems(e, p->steps[k].out, N) + 7) / 8);
+            mp->relu_mask[p->steps[k].op] = (uint8_t *)dmalloc(e, (slot_elems(e, p->steps[k].out, N) + 7) / 8);
 
     // BN statistics and the reduction workspace.
-    e->bnstat_off = (size_t *)ct_zalloc((size_t)m->n_ops * sizeof(size_t));
+    mp->bnstat_off = (size_t *)ct_zalloc((size_t)m->n_ops * sizeof(size_t));
     size_t nstat = 0, work = 0;
     for (int i = 0; i < m->n_ops; i++) {
         const Op *op = &m->ops[i];
         if (op->kind == OP_BN) {
-            e->bnstat_off[i] = nstat;
-            int C = e->dims[op->in].C;
+            mp->bnstat_off[i] = nstat;
+            int C = mp->dims[op->in].C;
             nstat += 2 * (size_t)C;
-            size_t w = batchnorm_gpu_work_floats(N * e->dims[op->in].H * e->dims[op->in].W, C);
+            size_t w = batchnorm_gpu_work_floats(N * mp->dims[op->in].H * mp->dims[op->in].W, C);
             if (w > work) work = w;
         } else if (op->kind == OP_CONV) {
             ConvShape s = op_conv_shape(e, op, N);
@@ -175,8 +167,8 @@ void exec_plan(GpuExec *e, const ResNet *m, int N, int H, int W) {
             if (w > work) work = w;
         }
     }
-    e->bnstat = (float *)dmalloc(e, nstat * sizeof(float));
-    e->work_floats = work;
-    e->work = (float *)dmalloc(e, work * sizeof(float));
-    e->plan_bytes = e->dev_bytes - bytes0;
+    mp->bnstat = (float *)dmalloc(e, nstat * sizeof(float));
+    mp->work_floats = work;
+    mp->work = (float *)dmalloc(e, work * sizeof(float));
+    mp->bytes = e->dev_bytes - bytes0;
 }

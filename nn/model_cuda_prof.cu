@@ -77,7 +77,7 @@ void gpu_exec_profile_report(const GpuExec *e, const ResNet *m, int top, FILE *f
             continue;
         }
         const Op *op = &m->ops[w->op];
-        const TensorDim *di = &e->dims[op->in];
+        const TensorDim *di = &e->mem.dims[op->in];
         char shape[96];
         if (op->kind == OP_CONV)
             snprintf(shape, sizeof shape, "%dx%d/%d %d->%d @%dx%d", op->R, op->S, op->stride, op->C, op->K, di->H, di->W);

@@ -1,6 +1,10 @@
 // The EMA kernels (kernels/ema.cu) against their CPU twins (nn/ema.h): several updates with
 // changing weights on awkward lengths (1, odd, not a multiple of the block) must give the same
 // bits, and the swap must exchange the buffers and refresh the bf16 copy of the live weights.
+// Then the executor's operation on its state tensor (gpu_ema over ema[n_params + n_bufs], moved by
+// gpu_upload_ema/gpu_download_ema) against nn/ema.h's ema_apply on a resnet20: the same average,
+// the same swapped state, and a bf16 eval forward after the swap that computes with the average
+// (the forward of a fresh executor given the swapped weights, bit for bit).
 // Built against the emulated kernels (build/tests/emu_ema) and the real ones (tests/gpu.sh).
 // Compiled as C++.
 #include <stdio.h>
@@ -9,6 +13,8 @@
 #include "kernels/common.cuh"
 #include "kernels/kernels.h"
 #include "nn/ema.h"
+#include "nn/model_cuda.h"
+#include "nn/resnet.h"
 #include "tests/test.h"
 #include "util/bf16.h"
 #include "util/common.h"
@@ -88,6 +94,61 @@ static void test_swap(size_t n, int with_bf16) {
     free(a), free(b), free(ga), free(gb);
 }
 
+static void fill(float *x, size_t n, float lo, float hi) {
+    for (size_t i = 0; i < n; i++) x[i] = lo + (hi - lo) * rng_uniform(&rng);
+}
+
+static void test_exec(void) {
+    ResNet *m = resnet_create("resnet20", 3, 10);
+    const size_t np = m->n_params, nb = m->n_bufs, n = np + nb;
+    fill(m->bufs, nb, 0.5f, 1.5f);  // running statistics away from their initial 0 and 1
+    float *avg = (float *)ct_alloc(n * sizeof(float)), *got = (float *)ct_alloc(n * sizeof(float));
+    for (size_t i = 0; i < np; i++) avg[i] = m->params[i] * 0.5f + 0.01f;
+    fill(avg + np, nb, 0.5f, 1.5f);
+    GpuExec *e = gpu_exec_create(m, CT_BF16);
+    gpu_upload_ema(e, avg);
+    gpu_ema(e, EMA_UPDATE, 0.9f);
+    gpu_ema(e, EMA_UPDATE, 0.5f);
+    ema_apply(EMA_UPDATE, 0.9f, m->params, np, m->bufs, nb, avg);
+    ema_apply(EMA_UPDATE, 0.5f, m->params, np, m->bufs, nb, avg);
+    gpu_download_ema(e, got);
+    CHECK(!memcmp(got, avg, np * sizeof(float)), "gpu_ema update: the params' average differs from ema_apply's");
+    CHECK(!memcmp(got + np, avg + np, nb * sizeof(float)), "gpu_ema update: the bufs' average differs from ema_apply's");
+
+    float *p0 = (float *)ct_alloc(np * sizeof(float)), *b0 = (float *)ct_alloc(nb * sizeof(float));
+    memcpy(p0, m->params, np * sizeof(float));
+    memcpy(b0, m->bufs, nb * sizeof(float));
+    gpu_ema(e, EMA_SWAP, 0);
+    ema_apply(EMA_SWAP, 0, m->params, np, m->bufs, nb, avg);  // m now holds the average, avg the weights
+    ResNet *h = resnet_create("resnet20", 3, 10);
+    gpu_download_state(e, h, NULL);
+    gpu_download_ema(e, got);
+    CHECK(!memcmp(h->params, m->params, np * sizeof(float)) && !memcmp(h->bufs, m->bufs, nb * sizeof(float)),
+          "gpu_ema swap: the live state is not the average");
+    CHECK(!memcmp(got, p0, np * sizeof(float)) && !memcmp(got + np, b0, nb * sizeof(float)),
+          "gpu_ema swap: the state tensor is not the weights it replaced");
+
+    // The eval forward after the swap runs the average: bf16 weights included.
+    const int N = 2, H = 8, W = 8;
+    float *x = (float *)ct_alloc((size_t)N * H * W * 3 * sizeof(float));
+    fill(x, (size_t)N * H * W * 3, -1.f, 1.f);
+    GpuExec *f = gpu_exec_create(m, CT_BF16);
+    float a[20], b[20];
+    memcpy(a, gpu_forward(e, m, x, N, H, W, 0), sizeof a);
+    memcpy(b, gpu_forward(f, m, x, N, H, W, 0), sizeof b);
+    CHECK(!memcmp(a, b, sizeof a), "eval forward after gpu_ema swap: logits %g %g differ from the average's %g %g",
+          a[0], a[1], b[0], b[1]);
+    gpu_ema(e, EMA_SWAP, 0);
+    gpu_download_state(e, h, NULL);
+    CHECK(!memcmp(h->params, p0, np * sizeof(float)) && !memcmp(h->bufs, b0, nb * sizeof(float)),
+          "gpu_ema swap twice: the live state does not come back bit for bit");
+    gpu_exec_free(e);
+    gpu_exec_free(f);
+    resnet_free(m);
+    resnet_free(h);
+    free(avg), free(got), free(p0), free(b0), free(x);
+}
+
 int main(void) {
     rng = rng_make(20261124, 13, 0);
     test_update_values();
@@ -98,5 +159,6 @@ int main(void) {
         test_update(ns[i], 0.1f);
         test_swap(ns[i], (int)(i & 1));
     }
+    test_exec();
     return test_summary("emu_ema");
 }

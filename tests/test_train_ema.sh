@@ -9,7 +9,8 @@
 #     and PyTorch's evaluation of it, give the val figures logged for that model;
 #   - SIGINT mid-epoch + --resume is bit-identical to a straight run (metrics, model, last.ckpt);
 #   - a resume onto a checkpoint without an average starts one and says so; --ranks 2 runs it;
-#   - the GPU executor's average (emulated) is the CPU's where the arithmetic is exact;
+#   - the GPU executor's average (emulated) is the CPU's where the arithmetic is exact, and a GPU
+#     resume continues it bit for bit;
 #   - a PyTorch replay of a run (timm ModelEmaV2 semantics) evaluates its EMA model alike.
 source "$(dirname "$0")/train_lib.sh"
 make_synth "$TMP/d" 512 128 16
@@ -282,6 +283,13 @@ PY
   "$EMU" "${G[@]}" --device cuda --ema 0.75 --ema-every 4 --epochs 2 --out "$TMP/g2" 2>/dev/null || fail "emulated 2-epoch run failed"
   check_update "$TMP/g1/last.ckpt" "$TMP/g2/last.ckpt" || fail "the GPU's average is not the EMA formula's"
   ok "emulated GPU: the average evaluates like the CPU's and updates by the formula bit for bit"
+  # --resume on the GPU: the checkpoint's average goes up with the optimizer's state and continues.
+  cp -r "$TMP/g1" "$TMP/g1r"
+  "$EMU" "${G[@]}" --device cuda --ema 0.75 --ema-every 4 --epochs 2 --resume "$TMP/g1r/last.ckpt" --out "$TMP/g1r" \
+    2>"$TMP/g1r.log" || { cat "$TMP/g1r.log"; fail "emulated --resume of an --ema run failed"; }
+  same_ckpt "$TMP/g2/last.ckpt" "$TMP/g1r/last.ckpt" || fail "emulated GPU: --ema resumed after epoch 1: last.ckpt differs from the straight run's"
+  cmp -s "$TMP/g2/model.safetensors" "$TMP/g1r/model.safetensors" || fail "emulated GPU: --ema resumed: model.safetensors differs"
+  ok "emulated GPU: --ema + --resume is bit-identical to the straight run"
 else
   echo "skip: no $EMU (the GPU part needs nvcc at build time)"
 fi

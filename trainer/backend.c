@@ -86,14 +86,11 @@ void backend_bn_rollback(Backend *b) {
 void backend_bn_from_rank0(Backend *b, Comm *comm) { b->ops->bn_from_rank0(b, comm); }
 void backend_download(Backend *b, OptState *opt) { b->ops->download(b, opt); }
 void backend_upload(Backend *b, const OptState *opt) { b->ops->upload(b, opt); }
-void backend_ema_attach(Backend *b, float *params, float *bufs) {
-    b->ema_params = params;
-    b->ema_bufs = bufs;
-    b->ops->ema_attach(b, params, bufs);
+void backend_ema_attach(Backend *b, float *ema) { b->ema = ema; }
+void backend_ema(Backend *b, EmaOp op, float decay) {
+    if (!b->ema) ct_die("internal: backend_ema without backend_ema_attach");
+    b->ops->ema(b, op, decay);
 }
-void backend_ema_download(Backend *b) { b->ops->ema_download(b); }
-void backend_ema_update(Backend *b, float decay) { b->ops->ema_update(b, decay); }
-void backend_ema_swap(Backend *b) { b->ops->ema_swap(b); }
 int backend_stages_batches(const Backend *b) { return b->ops->stages_batches; }
 void backend_prefetch(Backend *b, const uint8_t *x, int N, int hw) { b->ops->prefetch(b, x, N, hw); }
 void backend_prefetch_cancel(Backend *b, const uint8_t *x) { b->ops->prefetch_cancel(b, x); }

@@ -16,6 +16,7 @@
 #include "loader/loader.h"
 #include "loader/shard.h"
 #include "nn/resnet.h"
+#include "nn/ema.h"
 #include "nn/exec_options.h"
 #include "nn/optim.h"
 
@@ -83,19 +84,19 @@ void backend_bn_rollback(Backend *b);
 // With ranks, evaluation uses rank 0's BN running statistics (DDP's broadcast_buffers).
 void backend_bn_from_rank0(Backend *b, Comm *comm);
 
-// Host <-> device: the model state, and the optimizer's state tensors when opt != NULL. No-ops on the CPU.
+// Host <-> device: the model state, the optimizer's state tensors when opt != NULL, and the EMA's
+// state tensor once attached. No-ops on the CPU.
 void backend_download(Backend *b, OptState *opt);
 void backend_upload(Backend *b, const OptState *opt);
 
-// EMA of the weights (trainer/ema.h). attach: params [n_params] and bufs [n_bufs] are host memory
-// the caller owns, holding the average to start from (the CPU averages into them in place; the GPU
-// uploads them and keeps its device copy live). download: the GPU's average into those arrays
-// (a no-op on the CPU). update: average the live state in (after an optimizer step). swap:
-// exchange the live state and the average (evaluating the average is swap, evaluate, swap).
-void backend_ema_attach(Backend *b, float *params, float *bufs);
-void backend_ema_download(Backend *b);
-void backend_ema_update(Backend *b, float decay);
-void backend_ema_swap(Backend *b);
+// EMA of the weights (trainer/ema.h) as a state tensor over the flat buffers (nn/ema.h):
+// ema[n_params + n_bufs] is host memory the caller owns, holding the average to start from. Once
+// attached (before backend_upload), the upload and download carry it like the optimizer's state
+// (the CPU averages into it in place). backend_ema applies nn/ema.h's operation: EMA_UPDATE
+// averages the live state in (after an optimizer step), EMA_SWAP exchanges the two (evaluating
+// the average is swap, evaluate, swap).
+void backend_ema_attach(Backend *b, float *ema);
+void backend_ema(Backend *b, EmaOp op, float decay);
 
 // Start copying the next batch to the device while this step computes (GPU; the CPU has nothing
 // to stage). backend_stages_batches says whether the loop should hold the next batch early.

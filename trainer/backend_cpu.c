@@ -133,18 +133,9 @@ static void cpu_backend_bn_from_rank0(Backend *base, Comm *comm) {
 // The host ResNet is the live state on the CPU.
 static void cpu_backend_download(Backend *b, OptState *opt) { (void)b, (void)opt; }
 static void cpu_backend_upload(Backend *b, const OptState *opt) { (void)b, (void)opt; }
-// The attached host arrays are the average itself.
-static void cpu_backend_ema_attach(Backend *b, float *params, float *bufs) { (void)b, (void)params, (void)bufs; }
-static void cpu_backend_ema_download(Backend *b) { (void)b; }
-
-static void cpu_backend_ema_update(Backend *b, float decay) {
-    ema_update(b->ema_params, b->m->params, b->m->n_params, decay);
-    ema_update(b->ema_bufs, b->m->bufs, b->m->n_bufs, decay);
-}
-
-static void cpu_backend_ema_swap(Backend *b) {
-    ema_swap(b->m->params, b->ema_params, b->m->n_params);
-    ema_swap(b->m->bufs, b->ema_bufs, b->m->n_bufs);
+// The attached host state tensor is the average itself.
+static void cpu_backend_ema(Backend *b, EmaOp op, float decay) {
+    ema_apply(op, decay, b->m->params, b->m->n_params, b->m->bufs, b->m->n_bufs, b->ema);
 }
 
 static void cpu_backend_prefetch(Backend *b, const uint8_t *x, int N, int hw) { (void)b, (void)x, (void)N, (void)hw; }
@@ -185,10 +176,7 @@ const BackendOps backend_cpu_ops = {
     .bn_from_rank0 = cpu_backend_bn_from_rank0,
     .download = cpu_backend_download,
     .upload = cpu_backend_upload,
-    .ema_attach = cpu_backend_ema_attach,
-    .ema_download = cpu_backend_ema_download,
-    .ema_update = cpu_backend_ema_update,
-    .ema_swap = cpu_backend_ema_swap,
+    .ema = cpu_backend_ema,
     .stages_batches = 0,
     .prefetch = cpu_backend_prefetch,
     .prefetch_cancel = cpu_backend_prefetch_cancel,

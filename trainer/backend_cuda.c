@@ -153,16 +153,15 @@ static void cuda_backend_bn_from_rank0(Backend *base, Comm *comm) {
 static void cuda_backend_download(Backend *base, OptState *opt) {
     gpu_download_state(cuda_of(base)->exec, base->m, NULL);
     if (opt) gpu_download_optim(cuda_of(base)->exec, base->m, opt);
+    if (base->ema) gpu_download_ema(cuda_of(base)->exec, base->ema);
 }
 static void cuda_backend_upload(Backend *base, const OptState *opt) {
     gpu_upload_state(cuda_of(base)->exec, base->m, NULL);
     if (opt) gpu_upload_optim(cuda_of(base)->exec, base->m, opt);
+    if (base->ema) gpu_upload_ema(cuda_of(base)->exec, base->ema);
 }
 
-static void cuda_backend_ema_attach(Backend *b, float *params, float *bufs) { gpu_ema_set(cuda_of(b)->exec, params, bufs); }
-static void cuda_backend_ema_download(Backend *b) { gpu_ema_get(cuda_of(b)->exec, b->ema_params, b->ema_bufs); }
-static void cuda_backend_ema_update(Backend *b, float decay) { gpu_ema_update(cuda_of(b)->exec, decay); }
-static void cuda_backend_ema_swap(Backend *b) { gpu_ema_swap(cuda_of(b)->exec); }
+static void cuda_backend_ema(Backend *b, EmaOp op, float decay) { gpu_ema(cuda_of(b)->exec, op, decay); }
 
 static void cuda_backend_prefetch(Backend *base, const uint8_t *x, int N, int hw) {
     gpu_prefetch_u8(cuda_of(base)->exec, x, N, hw, hw);
@@ -203,10 +202,7 @@ const BackendOps backend_cuda_ops = {
     .bn_from_rank0 = cuda_backend_bn_from_rank0,
     .download = cuda_backend_download,
     .upload = cuda_backend_upload,
-    .ema_attach = cuda_backend_ema_attach,
-    .ema_download = cuda_backend_ema_download,
-    .ema_update = cuda_backend_ema_update,
-    .ema_swap = cuda_backend_ema_swap,
+    .ema = cuda_backend_ema,
     .stages_batches = 1,
     .prefetch = cuda_backend_prefetch,
     .prefetch_cancel = cuda_backend_prefetch_cancel,

@@ -27,10 +27,7 @@ typedef struct {
     void (*bn_from_rank0)(Backend *b, Comm *comm);
     void (*download)(Backend *b, OptState *opt);
     void (*upload)(Backend *b, const OptState *opt);
-    void (*ema_attach)(Backend *b, float *params, float *bufs);
-    void (*ema_download)(Backend *b);
-    void (*ema_update)(Backend *b, float decay);
-    void (*ema_swap)(Backend *b);
+    void (*ema)(Backend *b, EmaOp op, float decay);  // on b->ema (upload/download carry it)
     int stages_batches;
     void (*prefetch)(Backend *b, const uint8_t *x, int N, int hw);
     void (*prefetch_cancel)(Backend *b, const uint8_t *x);
@@ -44,7 +41,7 @@ struct Backend {
     BackendKind kind;
     ResNet *m;
     int64_t *counts_backup;  // m->counts before a step (host state on both backends)
-    float *ema_params, *ema_bufs;  // backend_ema_attach's host arrays, NULL without --ema
+    float *ema;  // backend_ema_attach's host state tensor [n_params + n_bufs], NULL without --ema
 };
 
 extern const BackendOps backend_cpu_ops;

@@ -16,25 +16,21 @@ void ema_start(Run *r, const float *ck_params, const float *ck_bufs, const char 
     const ResNet *m = r->model.net;
     e->decay = (float)c->ema;
     e->every = c->ema_every;
-    e->params = ct_alloc(sizeof(float) * (m->n_params + 1));
-    e->bufs = ct_alloc(sizeof(float) * (m->n_bufs + 1));
-    // The host ResNet holds the state training starts from (uploaded to the GPU already).
-    memcpy(e->params, ck_params ? ck_params : m->params, m->n_params * sizeof(float));
-    memcpy(e->bufs, ck_bufs ? ck_bufs : m->bufs, m->n_bufs * sizeof(float));
+    e->state = ct_alloc(sizeof(float) * (m->n_params + m->n_bufs + 1));
+    // The host ResNet holds the state training starts from (the upload after this takes it, and
+    // the average, to the GPU).
+    memcpy(e->state, ck_params ? ck_params : m->params, m->n_params * sizeof(float));
+    memcpy(e->state + m->n_params, ck_bufs ? ck_bufs : m->bufs, m->n_bufs * sizeof(float));
     if (note && r->rank.rank == 0) fprintf(stderr, "train: %s\n", note);
-    backend_ema_attach(r->model.backend, e->params, e->bufs);
+    backend_ema_attach(r->model.backend, e->state);
 }
 
 void ema_after_step(Run *r, int64_t global_step) {
     const RunEma *e = &r->model.ema;
-    if (e->decay > 0 && global_step % e->every == 0) backend_ema_update(r->model.backend, e->decay);
+    if (e->decay > 0 && global_step % e->every == 0) backend_ema(r->model.backend, EMA_UPDATE, e->decay);
 }
 
-void ema_exchange(Run *r) { backend_ema_swap(r->model.backend); }
-
-void ema_to_host(Run *r) {
-    if (ema_on(r)) backend_ema_download(r->model.backend);
-}
+void ema_exchange(Run *r) { backend_ema(r->model.backend, EMA_SWAP, 0); }
 
 int ema_model_is_best(const Run *r) {
     const RunEma *e = &r->model.ema;
@@ -42,7 +38,6 @@ int ema_model_is_best(const Run *r) {
 }
 
 void ema_free(RunEma *e) {
-    free(e->params);
-    free(e->bufs);
-    e->params = e->bufs = NULL;
+    free(e->state);
+    e->state = NULL;
 }

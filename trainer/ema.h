@@ -6,7 +6,10 @@
 // training starts from (the initialisation, --weights, or a --resume checkpoint that has none) and
 // is updated after every K-th optimizer step (global step % K == 0; a skipped step, whose weights
 // did not change, updates nothing). Per element: ema += (1 - DECAY) * (w - ema) (nn/ema.h; the GPU
-// keeps the average on the device, kernels/ema.cu, the same bits).
+// keeps the average on the device, kernels/ema.cu, the same bits). The average is one state tensor
+// over the flat buffers, [n_params + n_bufs] (params, then bufs), which the backend moves with the
+// optimizer's state (backend_upload/backend_download) and updates or swaps in with one operation
+// (backend_ema).
 //
 // Evaluation reports both models; the best of the two by val top-1 is what best.ckpt's best_top1
 // counts (best_is_ema says which), and model.safetensors holds the EMA weights when their last val
@@ -23,14 +26,15 @@ typedef struct Run Run;  // trainer/run.h
 typedef struct {
     float decay;           // 0: off
     int every;             // update every K optimizer steps
-    float *params, *bufs;  // the average's host copy (live on the CPU; the GPU's after ema_to_host)
+    float *state;          // the average [n_params + n_bufs] (live on the CPU; the GPU's after backend_download)
     // The last evaluation of each model: which weights model.safetensors holds.
     int evaluated;
     double last_top1, last_top1_plain;
 } RunEma;
 
 // Takes ck_params/ck_bufs (a --resume checkpoint's average, may be NULL) or the current weights as
-// the start, and hands it to the backend. Called once the model and checkpoint are loaded.
+// the start, and attaches it to the backend. Called once the model and checkpoint are loaded,
+// before the backend_upload that takes it to the device.
 void ema_start(Run *r, const float *ck_params, const float *ck_bufs, const char *note);
 int ema_on(const Run *r);
 // After a successful optimizer step global_step (counted from 1).
@@ -38,8 +42,6 @@ void ema_after_step(Run *r, int64_t global_step);
 // Exchanges the live state and the average: evaluating the average is exchange, step_evaluate,
 // exchange (the live weights come back bit for bit).
 void ema_exchange(Run *r);
-// Brings the GPU's average into params/bufs (checkpoints, files).
-void ema_to_host(Run *r);
 // Whether model.safetensors holds the average (its last val top-1 >= the plain weights').
 int ema_model_is_best(const Run *r);
 void ema_free(RunEma *e);

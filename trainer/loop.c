@@ -107,14 +107,12 @@ static int account_step(Run *r, const StepResult *sr, double lr, int64_t step, i
 // non-deterministic replica). Kept here, not in trainer/ranks.c, which runs this loop.
 static void check_replicas(Run *r, int epochs_done) {
     const ResNet *m = r->model.net;
-    backend_download(r->model.backend, &r->model.opt);
+    backend_download(r->model.backend, &r->model.opt);  // and the EMA's
     uint32_t crc = crc32c(0, m->params, m->n_params * sizeof(float));
     for (int i = 0; i < optim_saved_state(&r->model.optim); i++)
         crc = crc32c(crc, r->model.opt.state[i], m->n_params * sizeof(float));
-    if (ema_on(r)) {  // the average of identical weights is identical too (its BN statistics are each rank's)
-        ema_to_host(r);
-        crc = crc32c(crc, r->model.ema.params, m->n_params * sizeof(float));
-    }
+    if (ema_on(r))  // the average of identical weights is identical too (its BN statistics are each rank's)
+        crc = crc32c(crc, r->model.ema.state, m->n_params * sizeof(float));
     uint32_t crc0 = crc;
     comm_broadcast(r->rank.comm, &crc0, sizeof crc0, 0);
     if (crc != crc0)

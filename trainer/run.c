@@ -61,9 +61,9 @@ static void setup_training(Run *r, BackendKind kind, int bf16) {
         st_load_resnet(colon + 1, mo->teacher);
     }
     faults_init(&r->faults, r->rank.rank, r->rank.world, mo->net);
-    if (c->resume[0]) state_load_checkpoint(r, "--resume", c->resume, 1);
-    backend_upload(mo->backend, &mo->opt);
-    if (!c->resume[0]) ema_start(r, NULL, NULL, NULL);  // a resume starts it from the checkpoint
+    if (c->resume[0]) state_load_checkpoint(r, "--resume", c->resume, 1);  // starts the EMA from the checkpoint
+    else ema_start(r, NULL, NULL, NULL);
+    backend_upload(mo->backend, &mo->opt);  // and the EMA's state tensor, attached by ema_start
     ExecOptions eo;
     config_exec_options(c, &eo);
     if (mo->teacher) mo->teacher_backend = backend_create(kind, mo->teacher, bf16, r->rank.local_rank, 0, &eo);

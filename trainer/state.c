@@ -14,8 +14,7 @@
 
 // The host structs hold the state the files need (the GPU's live copy comes down first).
 static void state_to_host(Run *r) {
-    backend_download(r->model.backend, r->model.opt.n ? &r->model.opt : NULL);
-    ema_to_host(r);
+    backend_download(r->model.backend, r->model.opt.n ? &r->model.opt : NULL);  // and the EMA's
 }
 
 void state_save_checkpoint(Run *r, const char *name, int64_t global_step) {
@@ -69,8 +68,8 @@ void state_save_checkpoint(Run *r, const char *name, int64_t global_step) {
         opt.t[i].shape[0] = m->n_params;
         opt.t[i].data = r->model.opt.state[i];
     }
-    checkpoint_write(path, &meta, m->params, m->bufs, m->counts, ema_on(r) ? ema->params : NULL,
-                     ema_on(r) ? ema->bufs : NULL, &opt);
+    checkpoint_write(path, &meta, m->params, m->bufs, m->counts, ema_on(r) ? ema->state : NULL,
+                     ema_on(r) ? ema->state + m->n_params : NULL, &opt);
     free(settings_text);
 }
 
@@ -336,10 +335,9 @@ static void save_model_file(Run *r, const char *name, int use_ema, char *path, s
     const char *vals[] = {r->model.net->arch, ncls, nch, mean, std, crop, resize, classes,
                           r->model.net->blurpool ? "1" : "0", use_ema ? "ema" : "plain", decay};
     ResNet *net = r->model.net;
-    if (use_ema) ema_swap(net->params, r->model.ema.params, net->n_params);  // host copies; swapped back below
-    if (use_ema) ema_swap(net->bufs, r->model.ema.bufs, net->n_bufs);
+    float *avg = r->model.ema.state;  // host copies; swapped back below
+    if (use_ema) ema_apply(EMA_SWAP, 0, net->params, net->n_params, net->bufs, net->n_bufs, avg);
     st_save_resnet(path, net, NULL, 0, keys, vals, ema_on(r) ? 11 : 10);
-    if (use_ema) ema_swap(net->params, r->model.ema.params, net->n_params);
-    if (use_ema) ema_swap(net->bufs, r->model.ema.bufs, net->n_bufs);
+    if (use_ema) ema_apply(EMA_SWAP, 0, net->params, net->n_params, net->bufs, net->n_bufs, avg);
     free(classes);
 }
