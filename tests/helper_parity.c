@@ -1,6 +1,8 @@
 // Parity helper for tests/test_parity.sh: loads the state dict and the float64 reference written
 // by tools/torch_ref.py, runs one training step of ctrain's CPU executor and SGD, and compares.
-//   helper_parity DIR [--tol-logits X] [--tol-grad X] [--tol-state X]
+//   helper_parity DIR [--tol-logits X] [--tol-grad X] [--tol-state X] [--floor F] [--dump FILE]
+// --dump writes ctrain's float32 train logits and gradients (grad.<name>, torch layout) to FILE,
+// for a per-tensor look against torch's float32 and float64 runs (tools/torch_ref.py --compare).
 // Prints one line per quantity (norm-wise relative error against the reference) and exits 1 if any
 // exceeds its tolerance.
 #include <math.h>
@@ -20,6 +22,7 @@ static int failures;
 // --floor F: a quantity whose float32 rounding alone (measured as torch float32 against the
 // float64 reference, tensors floor.<key>) exceeds the tolerance is held to F times that instead.
 static double floor_factor;
+static const char *dump_path;
 
 static double tol_for(const char *key, double tol) {
     if (floor_factor <= 0) return tol;
@@ -95,6 +98,31 @@ static double compare_params(const ResNet *m, const float *buf, const char *pref
     return worst;
 }
 
+static void dump_step(const ResNet *m, const char *path, const float *logits, int N, int classes,
+                      const float *grads) {
+    StWrite *ts = ct_alloc((size_t)(m->n_entries + 1) * sizeof(StWrite));
+    char **names = ct_alloc((size_t)(m->n_entries + 1) * sizeof(char *));
+    int n = 0;
+    ts[n++] = (StWrite){"logits", ST_F32, 2, {N, classes}, logits};
+    for (int i = 0; i < m->n_entries; i++) {
+        const StateEntry *e = &m->entries[i];
+        if (e->kind != ENTRY_PARAM) continue;
+        float *t = ct_alloc(e->count * sizeof(float));
+        to_torch(e, t, grads + e->offset);
+        names[n] = ct_alloc(strlen(e->name) + 6);
+        sprintf(names[n], "grad.%s", e->name);
+        StWrite w = {names[n], ST_F32, 1, {(int64_t)e->count}, t};
+        ts[n++] = w;
+    }
+    st_write(path, ts, n, NULL, NULL, 0);
+    for (int i = 1; i < n; i++) {
+        free((void *)ts[i].data);
+        free(names[i]);
+    }
+    free(names);
+    free(ts);
+}
+
 static void report(const char *what, const char *key, double err, double tol) {
     double t = key ? tol_for(key, tol) : tol;
     int ok = err <= t;
@@ -116,6 +144,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--tol-grad")) tol_grad = atof(argv[i + 1]);
         else if (!strcmp(argv[i], "--tol-state")) tol_state = atof(argv[i + 1]);
         else if (!strcmp(argv[i], "--floor")) floor_factor = atof(argv[i + 1]);
+        else if (!strcmp(argv[i], "--dump")) dump_path = argv[i + 1];
         else ct_die("helper_parity: unknown flag %s", argv[i]);
     }
     char path[4096];
@@ -175,6 +204,7 @@ int main(int argc, char **argv) {
     report("loss", "loss", fabs((double)loss - r[0]) / fabs(r[0]), tol_logits);
     free(r);
     compare_params(m, grads, "grad.", "gradients", tol_grad, 1);
+    if (dump_path) dump_step(m, dump_path, lg, N, classes, grads);
 
     // BN buffers after the training forward.
     double worst = 0, worst_tol = tol_state;

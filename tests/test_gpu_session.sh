@@ -18,7 +18,7 @@ for f in "$CTRAIN_BUILD/emu-tools/bench_gpu_train" "$CTRAIN_BUILD/tests/emu_ptx_
 done
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
-ORDER="info ptx r50 r18 r50-wgmma kern-v2 kern-wg c-r50 c-r18 variants"
+ORDER="info ptx r50 r18 rx r50-wgmma kern-v2 kern-wg c-r50 variants"
 
 # 1. The plan.
 plan=$("$S" --plan) || { echo "$plan"; fail "--plan failed"; }
@@ -44,9 +44,9 @@ t0=$SECONDS
 OUT=$O GPU_SESSION_CAP_info=60 "$S" >"$TMP/full.txt" 2>&1 || { cat "$TMP/full.txt"; fail "the emulated session failed"; }
 cat "$TMP/full.txt"
 got=$(steps_run "$O")
-want="info ptx r50 r18 r50-wgmma kern-v2 kern-wg c-r50 c-r18 variant1 variant2 "
+want="info ptx r50 r18 rx r50-wgmma kern-v2 kern-wg c-r50 variant1 variant2 "
 [ "$got" = "$want" ] || fail "steps ran in the order '$got', expected '$want'"
-for s in info ptx r50 r18 r50-wgmma kern-v2 kern-wg c-r50 c-r18 variant1 variant2; do
+for s in info ptx r50 r18 rx r50-wgmma kern-v2 kern-wg c-r50 variant1 variant2; do
   [ "$(result_of "$O" "$s")" = PASS ] || fail "step $s: '$(result_of "$O" "$s")' in summary.md, expected PASS"
 done
 ok "every step ran, in plan order, and passed ($((SECONDS - t0)) s)"
@@ -62,6 +62,13 @@ for v in "$r" "$rc"; do [[ $v =~ ^\ [0-9]+\.[0-9]+x\ $ ]] || fail "summary.md ro
 grep -Eq '^ctrain +resnet20 .*img/s' "$O/summary.md" && grep -Eq '^pytorch +resnet20 .*img/s' "$O/summary.md" \
   || fail "summary.md lacks the benchmark lines"
 grep -Eq '^\[CTRAIN_CONV_ENGINE=v1\] ctrain +resnet20 ' "$O/summary.md" || fail "summary.md lacks the variant lines"
+# The rx step: two more rows (the toy model stands in for resnext50_32x4d and wide_resnet50_2 under
+# emulation), and the PyTorch side takes the real names.
+n=$(grep -c '^| resnet20 8 b2 |' "$O/summary.md")
+[ "$n" = 4 ] || fail "summary.md: $n resnet20 rows, expected 4 (r50, r18 and rx's two)"
+for a in resnext50_32x4d wide_resnet50_2; do
+  "$TORCH_PY" tools/bench_gpu_torch.py $a 16 2 1 0 --dry-run | grep -Eq "^pytorch $a +16x16 " || fail "bench_gpu_torch.py $a --dry-run"
+done
 n=$(find "$O" -type f | wc -l)
 [ "$n" -le 8 ] || fail "$n files in \$OUT: the device tool brings back 8 at most"
 find "$O" -type f -printf '%f\n' | grep -qv '^[A-Za-z0-9._-]*$' && fail "a file name in \$OUT the device tool would not bring back"

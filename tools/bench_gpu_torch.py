@@ -52,8 +52,9 @@ def main():
     a = ap.parse_args()
     if a.steps < 1 or a.batch < 1 or a.size < 8 or a.warmup < 0:
         sys.exit("bench_gpu_torch: STEPS and BATCH must be >= 1, SIZE >= 8, WARMUP >= 0")
-    if a.arch not in CIFAR and not a.arch.startswith("resnet"):
-        sys.exit("bench_gpu_torch: unknown ARCH '%s'" % a.arch)
+    if a.arch not in CIFAR and not a.arch.startswith(("resnet", "resnext", "wide_resnet")):
+        sys.exit("bench_gpu_torch: unknown ARCH '%s' (a CIFAR resnet20-110 or a torchvision ResNet, ResNeXt or "
+                 "Wide ResNet name)" % a.arch)
     if a.compile and not hasattr(torch, "compile"):
         sys.exit("bench_gpu_torch: --compile: torch %s has no torch.compile" % torch.__version__)
     if a.compile and a.warmup < 1:

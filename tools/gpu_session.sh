@@ -16,15 +16,18 @@
 #   r50       resnet50 224 bf16 batch 256: ctrain (default engine) and PyTorch eager + cuDNN
 #             (channels_last, bf16 autocast), side by side, with peak memory
 #   r18       resnet18 224 bf16 batch 256, the same
+#   rx        resnext50_32x4d and wide_resnet50_2 224 bf16 batch 128, 10 steps each, the same
+#             (ctrain's grouped 3x3s run on the generic CUDA-core engine: docs/GROUPED.md)
 #   r50-wgmma resnet50 batch 256 on the wgmma engine (ctrain only), when ptx passed
 #   kern-v2   the emulator-checked kernel programs on silicon, engine v2 (wgmma checks left out)
 #   kern-wg   the same on the wgmma engine, in processes of their own, when ptx passed
 #   c-r50     torch.compile for resnet50, against r50's ctrain line
-#   c-r18     torch.compile for resnet18
 #   variants  the run-time variants (engines, each fusion off) on resnet50 b256, one process each
 #             under its own cap, as many as the deadline leaves room for
-# compute-sanitizer, the end-to-end train runs (tests/gpu.sh), the conv benchmark and the per-op
-# profile are for a later call: GPU_SESSION_PARTS="tests conv profile" (each one step, capped).
+# compute-sanitizer, the end-to-end train runs (tests/gpu.sh), the conv benchmark, the per-op
+# profile and torch.compile for resnet18 (c-r18: made room for rx, the one number the issue asks
+# of the first GPU that no other step gives) are for a later call:
+# GPU_SESSION_PARTS="tests conv profile c-r18" (each one step, capped).
 #
 # Results land in $OUT as they come: session.log (every step's output, in order, under a header),
 # info.txt, and summary.md (device, commit, every img/s, ratio and peak memory, each step's
@@ -54,17 +57,18 @@ PLAN=(
   "ptx       40 emu_ptx_layouts alone (decides the wgmma steps)"
   "r50      100 resnet50 224 bf16 b256: ctrain vs PyTorch eager + cuDNN"
   "r18       60 resnet18 224 bf16 b256: ctrain vs PyTorch eager + cuDNN"
+  "rx        85 resnext50_32x4d + wide_resnet50_2 224 bf16 b128, 10 steps: ctrain vs PyTorch eager + cuDNN"
   "r50-wgmma 40 resnet50 224 bf16 b256 on the wgmma engine (ctrain only)"
   "kern-v2   60 kernel programs on silicon, engine v2"
   "kern-wg   45 kernel programs on silicon, engine wgmma"
   "c-r50    100 resnet50: PyTorch under torch.compile"
-  "c-r18     70 resnet18: PyTorch under torch.compile"
   "variants   0 run-time variants, ${VARIANT_CAP} s each, while the deadline allows"
 )
 LATER=(
   "tests    500 tests/gpu.sh: compute-sanitizer, train --device cuda end to end, linkage"
   "conv     300 tools/bench_gpu.sh: the conv engines on ResNet-50 shapes"
   "profile  200 per-op GPU time of resnet50 224 and resnet20 32 (bench_gpu_train --profile)"
+  "c-r18     70 resnet18: PyTorch under torch.compile"
 )
 
 cap_of() {  # step -> its cap, GPU_SESSION_CAP_<step> overriding the plan's
@@ -88,7 +92,7 @@ if [ "${1:-}" = --plan ]; then
     else printf '%2d. %-10s %4ds  %s\n' $i "$name" "$cap" "$what"; fi
   done
   printf 'sum of caps: %d s (at most 540); the variants fill what the steps leave before the deadline\n' $sum
-  echo "later calls (GPU_SESSION_PARTS=\"tests conv profile\"), one step each:"
+  echo "later calls (GPU_SESSION_PARTS=\"tests conv profile c-r18\"), one step each:"
   for line in "${LATER[@]}"; do
     read -r name cap what <<<"$line"
     printf '    %-10s %4ds  %s\n' "$name" "$(cap_of "$name")" "$what"
@@ -109,6 +113,9 @@ if [ -n "$EMU" ]; then
   TRAIN_BIN=$B/train-emu; BENCH=$B/emu-tools/bench_gpu_train; KDIR=$B/tests
   TORCH_FLAGS=(--dry-run)
   R50=${GPU_SESSION_R50:-resnet20 8 2}; R18=${GPU_SESSION_R18:-resnet20 8 2}
+  # The toy model here too: the emulated 25M/67M-parameter steps would not fit the rx cap on a
+  # loaded CI machine (tests/test_gpu_session.sh checks PyTorch's side of the real names apart).
+  RX=${GPU_SESSION_RX:-resnet20 8 2}; WRN=${GPU_SESSION_WRN:-resnet20 8 2}
   STEPS_N=${STEPS:-1}; WARMUP_N=${WARMUP:-1}
   PY=${TORCH_PY:-/usr/bin/python3}
   # The kernel programs under emulation take minutes each: the check of this script runs the
@@ -127,6 +134,9 @@ else
   TRAIN_BIN=./train; BENCH=build/tools/bench_gpu_train; KDIR=build/gpu-tests
   TORCH_FLAGS=()
   R50=${GPU_SESSION_R50:-resnet50 224 256}; R18=${GPU_SESSION_R18:-resnet18 224 256}
+  # Batch 128, 10 steps (+3 warm-up): wide_resnet50_2 is 2.7x resnet50's FLOPs and ctrain's grouped
+  # 3x3s run on CUDA cores, so two pairs at b256 x 25 steps would not fit one 85 s cap.
+  RX=${GPU_SESSION_RX:-resnext50_32x4d 224 128}; WRN=${GPU_SESSION_WRN:-wide_resnet50_2 224 128}
   PY=${TORCH_PY:-python3}
   KPROGS_V2=${GPU_SESSION_KPROGS_V2:-emu_kernels emu_blur emu_ema emu_conv emu_model}
   KPROGS_WG=${GPU_SESSION_KPROGS_WG:-emu_conv emu_model}
@@ -216,12 +226,19 @@ do_kernels() { # ENGINE PROGRAMS...: each program a process of its own
   done
   return $rc
 }
+do_rx() { # the two torchvision ResNet relatives, fewer steps (see RX above)
+  local rc=0
+  STEPS_N=$RX_STEPS WARMUP_N=$RX_WARMUP do_pair $RX || rc=1
+  STEPS_N=$RX_STEPS WARMUP_N=$RX_WARMUP do_pair $WRN || rc=1
+  return $rc
+}
 do_variant() { # ENV...: resnet50 b256, ctrain only
   echo "variant: $*"
   bench_ctrain $R50 "$@"
 }
-export -f bench_ctrain do_pair do_kernels do_variant do_info
-export BENCH STEPS_N WARMUP_N PY KDIR EMU COMMIT TRAIN_BIN R50
+export -f bench_ctrain do_pair do_kernels do_variant do_info do_rx
+RX_STEPS=${RX_STEPS:-$([ -n "$EMU" ] && echo 1 || echo 10)}; RX_WARMUP=${RX_WARMUP:-$([ -n "$EMU" ] && echo 1 || echo 3)}
+export BENCH STEPS_N WARMUP_N PY KDIR EMU COMMIT TRAIN_BIN R50 RX WRN RX_STEPS RX_WARMUP
 export TORCH_FLAGS_S="${TORCH_FLAGS[*]:-}"
 # ARCH SIZE BATCH [--compile]. Arrays do not cross into the step's shell: TORCH_FLAGS travels as a string.
 bench_torch() {
@@ -242,6 +259,11 @@ run_headline() {
   else WG_OK=1; fi
   if want r50; then step r50 bash -c "do_pair $R50"; grab r50.ctrain 'ctrain '; grab r50.torch pytorch; fi
   if want r18; then step r18 bash -c "do_pair $R18"; grab r18.ctrain 'ctrain '; grab r18.torch pytorch; fi
+  if want rx; then
+    step rx bash -c do_rx
+    grab rx.ctrain "ctrain  ${RX%% *} "; grab rx.torch "pytorch ${RX%% *} "
+    grab wrn.ctrain "ctrain  ${WRN%% *} "; grab wrn.torch "pytorch ${WRN%% *} "
+  fi
   if want r50-wgmma; then
     if [ $WG_OK = 1 ]; then step r50-wgmma bash -c "bench_ctrain $R50 CTRAIN_CONV_ENGINE=wgmma"; grab r50w.ctrain 'ctrain '
     else skip r50-wgmma "emu_ptx_layouts failed"; fi
@@ -252,7 +274,6 @@ run_headline() {
     else skip kern-wg "emu_ptx_layouts failed"; fi
   fi
   if want c-r50; then step c-r50 bash -c "bench_torch $R50 $COMPILE"; grab r50.compiled pytorch; fi
-  if want c-r18; then step c-r18 bash -c "bench_torch $R18 $COMPILE"; grab r18.compiled pytorch; fi
   if want variants; then
     local v i=0
     IFS='|' read -ra vs <<<"${GPU_SESSION_VARIANTS:-$VARIANTS_DEFAULT}"
@@ -275,7 +296,8 @@ run_later() {
       tests) step tests bash tests/gpu.sh ;;
       conv) step conv bash tools/bench_gpu.sh ;;
       profile) step profile bash -c "$BENCH resnet50 224 128 5 2 --profile && $BENCH resnet20 32 512 10 3 --profile" ;;
-      *) echo "gpu_session: GPU_SESSION_PARTS: unknown part '$p' (tests, conv, profile)"; exit 2 ;;
+      c-r18) step c-r18 bash -c "bench_torch $R18 $COMPILE"; grab r18.compiled pytorch ;;
+      *) echo "gpu_session: GPU_SESSION_PARTS: unknown part '$p' (tests, conv, profile, c-r18)"; exit 2 ;;
     esac
   done
 }
@@ -294,8 +316,8 @@ write_summary() {
     echo "| config | ctrain img/s | ctrain peak MiB (held / device) | PyTorch eager img/s | peak MiB | ctrain / eager | torch.compile img/s | ctrain / compiled | memory ctrain / eager |"
     echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
     local k cfg c p pc
-    for k in r50 r18; do
-      [ "$k" = r50 ] && cfg=$R50 || cfg=$R18
+    for k in r50 r18 rx wrn; do
+      case $k in r50) cfg=$R50 ;; r18) cfg=$R18 ;; rx) cfg=$RX ;; wrn) cfg=$WRN ;; esac
       c=${LINE[$k.ctrain]:-}; p=${LINE[$k.torch]:-}; pc=${LINE[$k.compiled]:-}
       [ -n "$c$p$pc" ] || continue
       printf '| %s b%s | %s | %s / %s | %s | %s / %s | %s | %s | %s | %s |\n' "$(cut -d' ' -f1,2 <<<"$cfg")" "$(cut -d' ' -f3 <<<"$cfg")" \
@@ -306,7 +328,7 @@ write_summary() {
     echo
     echo "Every benchmark line, as printed:"
     echo '```'
-    for k in r50.ctrain r50.torch r50.compiled r18.ctrain r18.torch r18.compiled r50w.ctrain; do
+    for k in r50.ctrain r50.torch r50.compiled r18.ctrain r18.torch r18.compiled rx.ctrain rx.torch wrn.ctrain wrn.torch r50w.ctrain; do
       [ -n "${LINE[$k]:-}" ] && echo "${LINE[$k]}"
     done
     for k in "${!LINE[@]}"; do [[ $k == variant* ]] && echo "${LINE[$k]}"; done | sort -V
