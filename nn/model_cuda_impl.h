@@ -68,6 +68,16 @@ typedef struct {
     size_t cap;        // floats
 } StepHook;
 
+// Stochastic depth (nn/model_cuda_drop.cu): the batch's key and the per-row scales of every
+// OP_DROP_PATH op, made on the host by the CPU's own drop_path_scales and uploaded before each
+// training forward (outside any graph: the graphs read d, a fixed buffer).
+typedef struct {
+    uint64_t key;      // gpu_exec_set_drop_path_key
+    int n, cap;        // OP_DROP_PATH ops; rows held per op
+    int *of;           // [n_ops]: the op's index among them, or -1
+    float *h, *d;      // host and device scales [n * cap]
+} DropPath;
+
 // The executor, by concern: the device and the plan it walks; the model and optimizer state on the
 // device; the memory plan (buffers for one batch shape); input staging; graphs; profiler; hook.
 struct GpuExec {
@@ -127,6 +137,7 @@ struct GpuExec {
     Graphs cg;         // CUDA graphs of the passes
     Prof *prof;        // the profiler: NULL unless profiling (which runs every pass eagerly)
     StepHook hook;     // gpu_exec_set_step_hook
+    DropPath drop;     // stochastic depth's scales
 };
 
 static inline void *dmalloc(GpuExec *e, size_t bytes) {
@@ -192,6 +203,12 @@ float xent_result(const GpuExec *e, int *correct);
 // already covers them), and its release.
 void exec_plan(GpuExec *e, const ResNet *m, int N, int H, int W);
 void exec_free_plan(GpuExec *e, const ResNet *m);
+
+// nn/model_cuda_drop.cu: stochastic depth. drop_path_upload: this training batch's scales to the
+// device (before the forward); drop_path_dev: op i's N scales there; drop_path_free at exit.
+void drop_path_upload(GpuExec *e, const ResNet *m, int N);
+const float *drop_path_dev(const GpuExec *e, int op);
+void drop_path_free(GpuExec *e);
 
 // nn/model_cuda_prof.cu: the profiler's marks (no-ops unless gpu_exec_profile turned it on).
 void prof_free(Prof *p);

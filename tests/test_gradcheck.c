@@ -11,7 +11,10 @@
 #include <string.h>
 
 #include "nn/blur.h"
+#include "nn/drop_path.h"
 #include "nn/layers.h"
+#include "nn/model_cpu.h"
+#include "nn/resnet.h"
 #include "tests/test.h"
 #include "util/common.h"
 #include "util/rng.h"
@@ -247,6 +250,103 @@ static void gradcheck_loss_mix(int N, int K, float eps, float lam) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Stochastic depth through whole blocks: resnet20 at --drop-path 0.6 (the last blocks drop rows
+// with p up to 0.6) on 4 images, one key, so every forward of the probe draws the same rows. The
+// loss sum(logits * G) is differentiated with respect to the parameters of blocks whose rows were
+// partly dropped and partly kept (their conv weights and their last BN's gamma and beta, which
+// reach the loss only through the kept rows, scaled by 1 / (1 - p)). fp32 central
+// differences through BN and ReLU: held to 2e-2 norm-wise (a wrong scale in the backward is 0.4
+// off, a dropped row's gradient let through more).
+typedef struct {
+    CpuExec *e;
+    ResNet *m;
+    float *x;
+    int N, H, W;
+} ModelCtx;
+static void model_fwd(void *c, float *out) {
+    ModelCtx *k = c;
+    const float *y = cpu_forward(k->e, k->m, k->x, k->N, k->H, k->W, 1);
+    memcpy(out, y, (size_t)k->N * k->m->num_classes * sizeof(float));
+}
+
+static void gradcheck_drop_path(void) {
+    const int N = 4, H = 8, W = 8, K = 5;
+    ResNet *m = resnet_create_dp("resnet20", 3, K, 0, 0.6);
+    resnet_init(m, 7, 0);
+    for (int i = 0; i < m->n_entries; i++) {  // BN affine away from 1/0, so every term carries weight
+        const StateEntry *en = &m->entries[i];
+        if (en->kind == ENTRY_PARAM && en->ndim == 1)
+            for (size_t j = 0; j < en->count; j++) m->params[en->offset + j] += 0.4f * (rng_uniform(&test_rng) - 0.5f);
+    }
+    CpuExec *e = cpu_exec_create(m);
+    cpu_exec_set_drop_path_key(e, drop_path_batch_key(5, 2, 1));
+    float *x = rand_buf((size_t)N * H * W * 3, 1), *G = rand_buf((size_t)N * K, 1);
+    float *grads = ct_alloc(m->n_params * sizeof(float));
+    cpu_forward(e, m, x, N, H, W, 1);
+    cpu_backward(e, m, G, grads, NULL, NULL);
+    ModelCtx ctx = {e, m, x, N, H, W};
+    Probe pr = {model_fwd, &ctx, ct_alloc((size_t)N * K * sizeof(float)), G, (size_t)N * K};
+    int mixed = 0, all_dropped_ops = 0;
+    for (int i = 0; i < m->n_ops; i++) {
+        const Op *op = &m->ops[i];
+        const float *s = cpu_exec_drop_path_scales(e, i);
+        if (!s) continue;
+        int kept = 0;
+        for (int n = 0; n < N; n++) {
+            kept += s[n] != 0.f;
+            CHECK(s[n] == 0.f || s[n] == 1.0f / (float)(1.0 - op->drop), "%s: row %d scale %g, want 0 or 1/(1-%g)",
+                  op->name, n, s[n], op->drop);
+        }
+        if (kept == 0) all_dropped_ops++;
+        if (kept == 0 || kept == N) continue;
+        mixed++;
+        // The block's parameters: the ops of its prefix (layer3.2.conv1 ... layer3.2.bn2).
+        char prefix[48];
+        snprintf(prefix, sizeof prefix, "%s", op->name);
+        *strrchr(prefix, '.') = 0;
+        for (int j = 0; j < m->n_ops; j++) {
+            const Op *o = &m->ops[j];
+            if (strncmp(o->name, prefix, strlen(prefix)) || o->name[strlen(prefix)] != '.' || o->w < 0) continue;
+            int ents[2] = {o->w, o->b};
+            for (int t = 0; t < 2; t++) {
+                if (ents[t] < 0) continue;
+                const StateEntry *en = &m->entries[ents[t]];
+                float *snap = ct_alloc(en->count * sizeof(float));
+                memcpy(snap, grads + en->offset, en->count * sizeof(float));
+                double err = check_tensor(&pr, m->params + en->offset, snap, en->count, 1e-2f, 12);
+                CHECK(err < 2e-2, "drop path: %s (block dropping %d of %d rows at p %.3f): gradient off by %.3g",
+                      en->name, N - kept, N, op->drop, err);
+                free(snap);
+            }
+        }
+    }
+    printf("drop path: %d blocks with dropped and kept rows checked, %d with every row dropped\n", mixed,
+           all_dropped_ops);
+    CHECK(mixed >= 2, "drop path: only %d blocks drop some rows and keep others (the check has no teeth)", mixed);
+    free(pr.out), free(x), free(G), free(grads);
+    cpu_exec_free(e);
+    resnet_free(m);
+
+    // The draws: each of seed, epoch, batch position and block changes the rows (a key without the
+    // epoch would drop the same rows every epoch), and p is the drop frequency (20000 rows at 0.3:
+    // 3 standard deviations are 0.0097).
+    enum { R = 20000 };
+    float *a = ct_alloc(R * sizeof(float)), *b = ct_alloc(R * sizeof(float));
+    const uint64_t k0 = drop_path_batch_key(5, 2, 1);
+    const uint64_t other[] = {drop_path_batch_key(6, 2, 1), drop_path_batch_key(5, 3, 1), drop_path_batch_key(5, 2, 2)};
+    const char *what[] = {"seed", "epoch", "batch position"};
+    int dropped = drop_path_scales(a, R, 0.3, k0, 3);
+    CHECK(fabs(dropped / (double)R - 0.3) < 0.0097, "drop path: %d of %d rows dropped at p 0.3", dropped, R);
+    for (int i = 0; i < 4; i++) {
+        drop_path_scales(b, R, 0.3, i < 3 ? other[i] : k0, i < 3 ? 3 : 4);
+        int same = 0;
+        for (int n = 0; n < R; n++) same += a[n] == b[n];
+        CHECK(same < R * 0.7, "drop path: another %s draws the same rows (%d of %d agree)", i < 3 ? what[i] : "block",
+              same, R);
+    }
+    free(a), free(b);
+}
+
 // Determinism: every layer run with 1 and with 2 threads gives the same bits.
 static int same_bits(const float *a, const float *b, size_t n) { return !memcmp(a, b, n * sizeof(float)); }
 
@@ -347,6 +447,7 @@ int main(void) {
     gradcheck_loss_mix(6, 10, 0.0f, 0.3f);
     gradcheck_loss_mix(5, 7, 0.1f, 0.62f);
     gradcheck_loss_mix(1, 3, 0.2f, 0.5f);
+    gradcheck_drop_path();
     determinism();
     return test_summary("test_gradcheck");
 }
