@@ -13,8 +13,6 @@
 #include "nn/blur.h"
 #include "nn/drop_path.h"
 #include "nn/layers.h"
-#include "nn/model_cpu.h"
-#include "nn/resnet.h"
 #include "tests/test.h"
 #include "util/common.h"
 #include "util/rng.h"
@@ -250,82 +248,62 @@ static void gradcheck_loss_mix(int N, int K, float eps, float lam) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Stochastic depth through whole blocks: resnet20 at --drop-path 0.6 (the last blocks drop rows
-// with p up to 0.6) on 4 images, one key, so every forward of the probe draws the same rows. The
-// loss sum(logits * G) is differentiated with respect to the parameters of blocks whose rows were
-// partly dropped and partly kept (their conv weights and their last BN's gamma and beta, which
-// reach the loss only through the kept rows, scaled by 1 / (1 - p)). fp32 central
-// differences through BN and ReLU: held to 2e-2 norm-wise (a wrong scale in the backward is 0.4
-// off, a dropped row's gradient let through more).
+// Stochastic depth through a block's tail, as the CPU executor runs it when the block drops rows:
+// out = relu(res + s[n] * bn(x)) over N samples of HW rows, s from drop_path_scales at p 0.5 (some
+// samples dropped, some kept at 1 / (1 - p)). A dropped sample still has an x gradient: its rows
+// are in the batch statistics the kept rows are normalised with. Central differences of
+// sum(out * G) against the layers' backward (bn's with dy = s * masked G, the residual's = masked G)
+// for x, gamma, beta and res; outputs within 0.05 of the ReLU's kink get no weight.
 typedef struct {
-    CpuExec *e;
-    ResNet *m;
-    float *x;
-    int N, H, W;
-} ModelCtx;
-static void model_fwd(void *c, float *out) {
-    ModelCtx *k = c;
-    const float *y = cpu_forward(k->e, k->m, k->x, k->N, k->H, k->W, 1);
-    memcpy(out, y, (size_t)k->N * k->m->num_classes * sizeof(float));
+    int N, HW, C;
+    float *x, *gamma, *beta, *res, *s, *yb, *mean, *inv, *rm, *rv;
+} DropCtx;
+static void drop_fwd(void *c, float *out) {
+    DropCtx *d = c;
+    const int M = d->N * d->HW;
+    batchnorm_forward_train(d->yb, d->mean, d->inv, d->rm, d->rv, d->x, d->gamma, d->beta, M, d->C, 0.1f, 1e-5f, 0);
+    drop_path_apply(d->yb, d->yb, d->s, d->N, (size_t)d->HW * d->C);
+    add_forward(out, d->yb, d->res, (size_t)M * d->C, 1);
 }
 
 static void gradcheck_drop_path(void) {
-    const int N = 4, H = 8, W = 8, K = 5;
-    ResNet *m = resnet_create_dp("resnet20", 3, K, 0, 0.6);
-    resnet_init(m, 7, 0);
-    for (int i = 0; i < m->n_entries; i++) {  // BN affine away from 1/0, so every term carries weight
-        const StateEntry *en = &m->entries[i];
-        if (en->kind == ENTRY_PARAM && en->ndim == 1)
-            for (size_t j = 0; j < en->count; j++) m->params[en->offset + j] += 0.4f * (rng_uniform(&test_rng) - 0.5f);
+    const int N = 6, HW = 5, C = 4, M = N * HW;
+    const size_t n = (size_t)M * C;
+    DropCtx d = {N, HW, C, rand_buf(n, 2), rand_buf(C, 1), rand_buf(C, 1), rand_buf(n, 1), ct_alloc(N * 4),
+                 ct_alloc(n * 4), ct_alloc(C * 4), ct_alloc(C * 4), ct_zalloc(C * 4), ct_zalloc(C * 4)};
+    const double p = 0.5;
+    const int dropped = drop_path_scales(d.s, N, p, drop_path_batch_key(5, 2, 1), 3);
+    for (int i = 0; i < N; i++)
+        CHECK(d.s[i] == 0.f || d.s[i] == 2.0f, "drop path: row %d scale %g, want 0 or 1 / (1 - 0.5)", i, d.s[i]);
+    CHECK(dropped > 0 && dropped < N, "drop path: %d of %d samples dropped (the check needs both kinds)", dropped, N);
+    float *G = rand_buf(n, 1), *out = ct_alloc(n * 4), *g = ct_alloc(n * 4), *dx = ct_alloc(n * 4);
+    float *dg = ct_alloc(C * 4), *db = ct_alloc(C * 4);
+    drop_fwd(&d, out);
+    for (size_t i = 0; i < n; i++) {  // pre-activation = out where positive; find it again for the kink
+        float pre = d.yb[i] + d.res[i];
+        if (fabsf(pre) < 0.05f) G[i] = 0.0f;
+        g[i] = pre > 0 ? G[i] : 0.0f;  // the ADD's ReLU: also the residual's gradient
     }
-    CpuExec *e = cpu_exec_create(m);
-    cpu_exec_set_drop_path_key(e, drop_path_batch_key(5, 2, 1));
-    float *x = rand_buf((size_t)N * H * W * 3, 1), *G = rand_buf((size_t)N * K, 1);
-    float *grads = ct_alloc(m->n_params * sizeof(float));
-    cpu_forward(e, m, x, N, H, W, 1);
-    cpu_backward(e, m, G, grads, NULL, NULL);
-    ModelCtx ctx = {e, m, x, N, H, W};
-    Probe pr = {model_fwd, &ctx, ct_alloc((size_t)N * K * sizeof(float)), G, (size_t)N * K};
-    int mixed = 0, all_dropped_ops = 0;
-    for (int i = 0; i < m->n_ops; i++) {
-        const Op *op = &m->ops[i];
-        const float *s = cpu_exec_drop_path_scales(e, i);
-        if (!s) continue;
-        int kept = 0;
-        for (int n = 0; n < N; n++) {
-            kept += s[n] != 0.f;
-            CHECK(s[n] == 0.f || s[n] == 1.0f / (float)(1.0 - op->drop), "%s: row %d scale %g, want 0 or 1/(1-%g)",
-                  op->name, n, s[n], op->drop);
-        }
-        if (kept == 0) all_dropped_ops++;
-        if (kept == 0 || kept == N) continue;
-        mixed++;
-        // The block's parameters: the ops of its prefix (layer3.2.conv1 ... layer3.2.bn2).
-        char prefix[48];
-        snprintf(prefix, sizeof prefix, "%s", op->name);
-        *strrchr(prefix, '.') = 0;
-        for (int j = 0; j < m->n_ops; j++) {
-            const Op *o = &m->ops[j];
-            if (strncmp(o->name, prefix, strlen(prefix)) || o->name[strlen(prefix)] != '.' || o->w < 0) continue;
-            int ents[2] = {o->w, o->b};
-            for (int t = 0; t < 2; t++) {
-                if (ents[t] < 0) continue;
-                const StateEntry *en = &m->entries[ents[t]];
-                float *snap = ct_alloc(en->count * sizeof(float));
-                memcpy(snap, grads + en->offset, en->count * sizeof(float));
-                double err = check_tensor(&pr, m->params + en->offset, snap, en->count, 1e-2f, 12);
-                CHECK(err < 2e-2, "drop path: %s (block dropping %d of %d rows at p %.3f): gradient off by %.3g",
-                      en->name, N - kept, N, op->drop, err);
-                free(snap);
-            }
-        }
-    }
-    printf("drop path: %d blocks with dropped and kept rows checked, %d with every row dropped\n", mixed,
-           all_dropped_ops);
-    CHECK(mixed >= 2, "drop path: only %d blocks drop some rows and keep others (the check has no teeth)", mixed);
-    free(pr.out), free(x), free(G), free(grads);
-    cpu_exec_free(e);
-    resnet_free(m);
+    float *dz = ct_alloc(n * 4);
+    drop_path_apply(dz, g, d.s, N, (size_t)HW * C);  // the drop_path step's backward
+    drop_fwd(&d, out);  // the statistics of this forward for the backward
+    batchnorm_backward(dx, dg, db, dz, d.x, NULL, d.gamma, d.mean, d.inv, M, C);
+    Probe pr = {drop_fwd, &d, ct_alloc(n * 4), G, n};
+    const float h = 1e-3f;
+    const double ex = check_tensor(&pr, d.x, dx, n, h, 40), eg = check_tensor(&pr, d.gamma, dg, C, h, 8);
+    const double eb = check_tensor(&pr, d.beta, db, C, h, 8), er = check_tensor(&pr, d.res, g, n, h, 40);
+    // A dropped sample's x gradient is not zero (the statistics), a dropped sample's gamma share is.
+    double dropped_dx = 0;
+    for (int i = 0; i < N; i++)
+        if (d.s[i] == 0.f)
+            for (size_t j = 0; j < (size_t)HW * C; j++) dropped_dx += fabs(dx[(size_t)i * HW * C + j]);
+    printf("drop path tail: %d of %d samples dropped; grad err x %.2g gamma %.2g beta %.2g res %.2g\n", dropped, N, ex,
+           eg, eb, er);
+    CHECK(ex < 2e-3 && eg < 2e-3 && eb < 2e-3 && er < 2e-3, "drop path tail: grad err x %g gamma %g beta %g res %g", ex,
+          eg, eb, er);
+    CHECK(dropped_dx > 0, "drop path tail: the dropped samples' x gradient is 0 (the batch statistics carry one)");
+    free(d.x), free(d.gamma), free(d.beta), free(d.res), free(d.s), free(d.yb), free(d.mean), free(d.inv), free(d.rm);
+    free(d.rv), free(G), free(out), free(g), free(dx), free(dg), free(db), free(dz), free(pr.out);
 
     // The draws: each of seed, epoch, batch position and block changes the rows (a key without the
     // epoch would drop the same rows every epoch), and p is the drop frequency (20000 rows at 0.3:
@@ -335,8 +313,8 @@ static void gradcheck_drop_path(void) {
     const uint64_t k0 = drop_path_batch_key(5, 2, 1);
     const uint64_t other[] = {drop_path_batch_key(6, 2, 1), drop_path_batch_key(5, 3, 1), drop_path_batch_key(5, 2, 2)};
     const char *what[] = {"seed", "epoch", "batch position"};
-    int dropped = drop_path_scales(a, R, 0.3, k0, 3);
-    CHECK(fabs(dropped / (double)R - 0.3) < 0.0097, "drop path: %d of %d rows dropped at p 0.3", dropped, R);
+    int n_dropped = drop_path_scales(a, R, 0.3, k0, 3);
+    CHECK(fabs(n_dropped / (double)R - 0.3) < 0.0097, "drop path: %d of %d rows dropped at p 0.3", n_dropped, R);
     for (int i = 0; i < 4; i++) {
         drop_path_scales(b, R, 0.3, i < 3 ? other[i] : k0, i < 3 ? 3 : 4);
         int same = 0;
