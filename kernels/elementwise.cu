@@ -1,5 +1,5 @@
 // Elementwise GPU kernels: ReLU, the residual junction (add, add + ReLU, in-place gradient
-// accumulation), uint8 NHWC -> normalised activation, and fp32 <-> bf16 conversion.
+// accumulation), stochastic depth's per-row scale, uint8 NHWC -> normalised activation, and fp32 <-> bf16 conversion.
 // Grid-stride loops; each element is computed independently, so any alias of an input with the
 // output that the API allows (dx = dy, y = a) is safe.
 #include "kernels/common.cuh"
@@ -55,6 +55,16 @@ struct AddInplace {
         ct_ldv<V>(v, x, i);
         for (int k = 0; k < V; k++) u[k] = u[k] + v[k];
         ct_stv<V>(y, i, u);
+    }
+};
+template <int V>
+struct RowScale {  // stochastic depth: y = s[row] * x, rows of `row` elements (a vector may straddle two)
+    template <typename T>
+    __device__ static void at(size_t i, T *y, const T *x, const float *s, size_t row) {
+        float v[V];
+        ct_ldv<V>(v, x, i);
+        for (int k = 0; k < V; k++) v[k] = ct_ld(s, (i + k) / row) * v[k];
+        ct_stv<V>(y, i, v);
     }
 };
 template <int V>
@@ -132,6 +142,13 @@ extern "C" void add_inplace_gpu(void *y, const void *x, size_t n, CtDtype dt, ct
     if (!n) return;
     CT_DISPATCH(dt, T, ew_launch<AddInplace, CT_VEC(T)>(n, y, x, NULL, stream, (T *)y, (const T *)x));
     CT_CHECK_LAUNCH("add_inplace_gpu");
+}
+extern "C" void drop_path_gpu(void *y, const void *x, const float *scale, int N, size_t row, CtDtype dt,
+                              ct_stream_t stream) {
+    size_t n = (size_t)N * row;
+    if (!n) return;
+    CT_DISPATCH(dt, T, ew_launch<RowScale, CT_VEC(T)>(n, y, x, NULL, stream, (T *)y, (const T *)x, scale, row));
+    CT_CHECK_LAUNCH("drop_path_gpu");
 }
 extern "C" void normalize_u8_gpu(void *out, const uint8_t *in, size_t pixels, int C, const float *mean,
                                  const float *std, CtDtype dt, ct_stream_t stream) {

@@ -229,6 +229,10 @@ void relu_backward_gpu(void *dx, const void *dy, const void *y, size_t n, CtDtyp
 void add_forward_gpu(void *y, const void *a, const void *b, size_t n, int relu, CtDtype dt,
                      ct_stream_t stream);
 void add_inplace_gpu(void *y, const void *x, size_t n, CtDtype dt, ct_stream_t stream);
+// Stochastic depth (CPU twin: nn/drop_path.h drop_path_apply): y[n, :] = scale[n] * x[n, :] over N
+// rows of `row` elements, in fp32, stored in dt; scale a DEVICE array of N floats. Forward and
+// backward alike (dx = scale * dy); y may be x.
+void drop_path_gpu(void *y, const void *x, const float *scale, int N, size_t row, CtDtype dt, ct_stream_t stream);
 // out = (in / 255 - mean[c]) / std[c]; mean and std are DEVICE arrays of C floats.
 void normalize_u8_gpu(void *out, const uint8_t *in, size_t pixels, int C, const float *mean,
                       const float *std, CtDtype dt, ct_stream_t stream);

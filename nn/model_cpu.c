@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "nn/blur.h"
+#include "nn/drop_path.h"
 #include "nn/layers.h"
 #include "nn/plan.h"
 #include "util/common.h"
@@ -51,6 +52,11 @@ struct CpuExec {
     float *wq;
     size_t wq_cap;
     ExecOptions opt;  // the routes and fusions it takes (cpu_exec_create_opts)
+    // Stochastic depth: the batch's key (cpu_exec_set_drop_path_key) and the last training
+    // forward's per-row scales, drop_cap rows per OP_DROP_PATH op (drop_of[op] its index, or -1).
+    uint64_t drop_key;
+    int *drop_of, n_drop, drop_cap;
+    float *drop_s;
 };
 
 CpuExec *cpu_exec_create(const ResNet *m) { return cpu_exec_create_opts(m, NULL); }
@@ -75,7 +81,15 @@ CpuExec *cpu_exec_create_opts(const ResNet *m, const ExecOptions *opts) {
         if (m->ops[i].kind == OP_BN) bn_total += 2 * (size_t)m->ops[i].C;
     }
     e->bn_save = ct_zalloc(CT_MAX(bn_total, 1) * sizeof(float));
+    e->drop_of = ct_alloc(CT_MAX(m->n_ops, 1) * sizeof(int));
+    for (int i = 0; i < m->n_ops; i++) e->drop_of[i] = m->ops[i].kind == OP_DROP_PATH ? e->n_drop++ : -1;
     return e;
+}
+
+void cpu_exec_set_drop_path_key(CpuExec *e, uint64_t key) { e->drop_key = key; }
+
+const float *cpu_exec_drop_path_scales(const CpuExec *e, int op) {
+    return e->drop_of[op] < 0 || !e->drop_s ? NULL : e->drop_s + (size_t)e->drop_of[op] * e->drop_cap;
 }
 
 void cpu_exec_free(CpuExec *e) {
@@ -92,6 +106,8 @@ void cpu_exec_free(CpuExec *e) {
     free(e->scratch);
     free(e->dlogits);
     free(e->wq);
+    free(e->drop_of);
+    free(e->drop_s);
     free(e);
 }
 
@@ -266,6 +282,9 @@ int cpu_plain_op_forward(int kind, float *y, const float *x, const float *x2, in
     case OP_BLUR:
         blur3x3_forward(y, x, N, din.H, din.W, din.C);
         return 0;
+    case OP_DROP_PATH:  // the eval forward: the identity
+        if (y != x) memcpy(y, x, n * sizeof(float));
+        return 0;
     default:
         return -1;
     }
@@ -273,6 +292,11 @@ int cpu_plain_op_forward(int kind, float *y, const float *x, const float *x2, in
 
 static void forward_ops(CpuExec *e, ResNet *m, int N, int train) {
     refresh_weights(e, m);
+    if (train && e->n_drop && N > e->drop_cap) {
+        free(e->drop_s);
+        e->drop_s = ct_alloc((size_t)e->n_drop * N * sizeof(float));
+        e->drop_cap = N;
+    }
     store(e, act(e, 0), (size_t)N * e->H * e->W * m->in_channels);
     const ExecPlan *p = e->plan;
     for (int k = 0; k < p->n_steps; k++) {
@@ -312,6 +336,15 @@ static void forward_ops(CpuExec *e, ResNet *m, int N, int train) {
         case OP_FC:
             linear_forward(y, x, weight(e, m, op->w), op->b >= 0 ? m->params + m->entries[op->b].offset : NULL,
                            N, op->C, op->K);
+            break;
+        case OP_DROP_PATH:
+            if (train) {  // this batch's rows, kept for the backward
+                float *s = e->drop_s + (size_t)e->drop_of[i] * e->drop_cap;
+                drop_path_scales(s, N, op->drop, e->drop_key, op->drop_block);
+                drop_path_apply(y, x, s, N, (size_t)din.H * din.W * din.C);
+            } else {
+                memcpy(y, x, (size_t)N * din.H * din.W * din.C * sizeof(float));
+            }
             break;
         default:
             if (cpu_plain_op_forward(op->kind, y, x, op->in2 >= 0 ? act(e, op->in2) : NULL, N, din, dout, op->R,
@@ -440,6 +473,9 @@ void cpu_backward(CpuExec *e, const ResNet *m, const float *dlogits, float *grad
             break;
         case OP_BLUR:
             if (dx) blur3x3_backward(dx, dy, N, din.H, din.W, din.C);
+            break;
+        case OP_DROP_PATH:
+            if (dx) drop_path_apply(dx, dy, e->drop_s + (size_t)e->drop_of[i] * e->drop_cap, N, n_in / N);
             break;
         case OP_FC:
             linear_backward(dx, grads + m->entries[op->w].offset,

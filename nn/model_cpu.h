@@ -34,6 +34,11 @@ const ExecPlan *cpu_exec_plan(const CpuExec *e);
 // executor's (gpu_exec_set_step_hook). NULL: off.
 void cpu_exec_set_step_hook(CpuExec *e, PlanStepHook fn, void *ctx);
 void cpu_exec_free(CpuExec *e);
+// Stochastic depth (OP_DROP_PATH ops, nn/drop_path.h): the key of the next training forward's
+// masks (drop_path_batch_key), kept until changed; 0 at creation.
+void cpu_exec_set_drop_path_key(CpuExec *e, uint64_t key);
+// The scales the last training forward used at graph op `op` (N of them), NULL for another kind.
+const float *cpu_exec_drop_path_scales(const CpuExec *e, int op);
 
 // Forward pass on a float NHWC input x[N,H,W,in_channels] (already normalised).
 // train = 1: batch statistics, running stats/counts of m updated (m->freeze_backbone: BN in eval

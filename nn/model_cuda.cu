@@ -90,6 +90,7 @@ void graph_drop(StepGraph *g) {
 void gpu_exec_free(GpuExec *e) {
     if (!e) return;
     prof_free(e->prof);
+    drop_path_free(e);
     exec_free_plan(e, e->graph);
     plan_free(e->plan);
     dev_state_free(e);
@@ -216,6 +217,10 @@ static void forward_ops(GpuExec *e, const ResNet *m, int N, int train) {
             linear_forward_gpu((float *)out, in, wop(e, m, op->w), op->b >= 0 ? pparam(e, m, op->b) : NULL,
                                N, op->C, op->K, dt, st);
             break;
+        case PLAN_DROP_PATH:  // eval: the identity
+            if (train) drop_path_gpu(out, in, drop_path_dev(e, i), N, n_in / N, dt, st);
+            else CK(cudaMemcpyAsync(out, in, n_in * e->esz, cudaMemcpyDeviceToDevice, st));
+            break;
         default:
             ct_die("gpu: plan step %d (%s) has unknown kind %d", k, op->name, ps->kind);
         }
@@ -261,6 +266,7 @@ static void forward_train_pass(GpuExec *e, const ResNet *m, int N) { forward_ops
 
 // The forward and its host bookkeeping: num_batches_tracked counts training batches, as on the CPU.
 static void run_forward(GpuExec *e, ResNet *m, int N, int train) {
+    if (train) drop_path_upload(e, m, N);
     if (e->prof || e->hook.fn || !(train && graph_run(e, &e->cg.fwd, m, N, forward_train_pass)))
         forward_ops(e, m, N, train);
     if (train) prof_pass_done(e, 0);
@@ -539,6 +545,10 @@ static void backward_ops(GpuExec *e, const ResNet *m, GradReadyFn ready, void *c
                 blur3x3_backward_gpu(grad_target(e, ps->in, init), gout, N, di->H, di->W, di->C, dt, st);
                 finish_grad(e, ps->in, init, n_in);
             }
+            break;
+        case PLAN_DROP_PATH:
+            CT_MUTABLE("drop-path-bwd") drop_path_gpu(grad_target(e, ps->in, init), gout, drop_path_dev(e, i), N, n_in / N, dt, st);
+            finish_grad(e, ps->in, init, n_in);
             break;
         case PLAN_FC:
             linear_backward_gpu(need_din ? grad_target(e, ps->in, init) : NULL, pgrad(e, m, op->w),

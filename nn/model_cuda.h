@@ -68,6 +68,9 @@ const ExecPlan *gpu_exec_plan(const GpuExec *e);
 // cpu_exec_set_step_hook; forwards then run eagerly and synchronise after every step (tests only).
 void gpu_exec_set_step_hook(GpuExec *e, PlanStepHook fn, void *ctx);
 void gpu_exec_free(GpuExec *e);
+// Stochastic depth (OP_DROP_PATH ops): the key of the next training forward's masks
+// (nn/drop_path.h drop_path_batch_key), kept until changed; the CPU's twin, cpu_exec_set_drop_path_key.
+void gpu_exec_set_drop_path_key(GpuExec *e, uint64_t key);
 
 // Host <-> device copies of the model state (params, BN running stats) and, when sgd != NULL,
 // the SGD momentum buffer and step count.

@@ -70,6 +70,16 @@ typedef struct {
     size_t cap;        // floats
 } StepHook;
 
+// Stochastic depth (nn/model_cuda_drop.cu): the batch's key and the per-row scales of every
+// OP_DROP_PATH op, made on the host by the CPU's own drop_path_scales and uploaded before each
+// training forward (outside any graph: the graphs read d, a fixed buffer).
+typedef struct {
+    uint64_t key;      // gpu_exec_set_drop_path_key
+    int n, cap;        // OP_DROP_PATH ops; rows held per op
+    int *of;           // [n_ops]: the op's index among them, or -1
+    float *h, *d;      // host and device scales [n * cap]
+} DropPath;
+
 // The model and optimizer state on the device (nn/model_cuda_state.cu owns it): the flat arrays of
 // ResNet.params / ResNet.bufs' layout, live for the executor's life.
 typedef struct {
@@ -117,7 +127,7 @@ typedef struct {
     int32_t *labels, *labels_b;  // labels_b: a mixed batch's partners
     void *loss_work;   // loss_workspace_bytes(N): per-row losses and hits
     float *h_logits;   // pinned host copy of the logits
-    int gen;           // bumped whenever exec_plan() (re)allocates: graphs hold its pointers
+    int gen;           // bumped whenever exec_plan() (or the drop-path scales) reallocate: graphs hold their pointers
     size_t bytes;      // device memory of the plan's buffers
 } MemPlan;
 
@@ -145,6 +155,7 @@ struct GpuExec {
     Graphs cg;         // CUDA graphs of the passes
     Prof *prof;        // the profiler: NULL unless profiling (which runs every pass eagerly)
     StepHook hook;     // gpu_exec_set_step_hook
+    DropPath drop;     // stochastic depth's scales
 };
 
 static inline void *dmalloc(GpuExec *e, size_t bytes) {
@@ -220,3 +231,9 @@ void exec_free_plan(GpuExec *e, const ResNet *m);
 void prof_free(Prof *p);
 void prof_mark(GpuExec *e, int op, int part);
 void prof_pass_done(GpuExec *e, int backward);
+
+// nn/model_cuda_drop.cu: stochastic depth. drop_path_upload: this training batch's scales to the
+// device (before the forward); drop_path_dev: op i's N scales there; drop_path_free at exit.
+void drop_path_upload(GpuExec *e, const ResNet *m, int N);
+const float *drop_path_dev(const GpuExec *e, int op);
+void drop_path_free(GpuExec *e);

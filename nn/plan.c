@@ -32,7 +32,7 @@
 
 const char *plan_kind_name(int kind) {
     static const char *names[PLAN_KINDS] = {"conv", "bn", "bn_stats", "bn_add", "relu",
-                                            "maxpool", "add", "avgpool", "fc", "blur"};
+                                            "maxpool", "add", "avgpool", "fc", "blur", "drop_path"};
     return kind >= 0 && kind < PLAN_KINDS ? names[kind] : "?";
 }
 
@@ -65,6 +65,7 @@ static int plain_kind(int op_kind) {
     case OP_AVGPOOL: return PLAN_AVGPOOL;
     case OP_FC: return PLAN_FC;
     case OP_BLUR: return PLAN_BLUR;
+    case OP_DROP_PATH: return PLAN_DROP_PATH;
     }
     return -1;
 }

@@ -19,7 +19,12 @@
 //                                  residual_bn, res = bn'(residual input)  pass (or the tail conv's epilogue)
 //   PLAN_MAXPOOL  maxpool          max pool, of relu(bn(x)) on the fly     recomputes relu(bn(x)) when pool_bn;
 //                                  when pool_bn                            its epilogue does bwd_bn's reductions
-//   PLAN_ADD, PLAN_RELU, PLAN_AVGPOOL, PLAN_FC, PLAN_BLUR: the graph op alone.
+//   PLAN_ADD, PLAN_RELU, PLAN_AVGPOOL, PLAN_FC, PLAN_BLUR, PLAN_DROP_PATH: the graph op alone.
+//
+// Stochastic depth (PLAN_DROP_PATH, a per-sample scale of a block's branch) stands between the
+// branch's BN and the ADD, so a block that has one runs its BN, the scale and the ADD as three
+// steps (the BN-ADD tail fusions see no BN before the ADD, or a residual that is no BN's output);
+// the first block, whose rate is 0, and every block without --drop-path keep their fused tails.
 //
 // Every fusion here is "where the kernel takes the shape": the executor keeps the unfused path for
 // a kernel that declines one (an engine without the epilogue, fp32, an eval pass), so a plan never
@@ -48,6 +53,7 @@ typedef enum {
     PLAN_AVGPOOL,
     PLAN_FC,
     PLAN_BLUR,
+    PLAN_DROP_PATH,
     PLAN_KINDS
 } PlanKind;
 
@@ -84,7 +90,7 @@ typedef struct {
 // The plan of m under o (NULL: exec_options_default()). Never fails for a valid graph.
 ExecPlan *plan_build(const ResNet *m, const ExecOptions *o);
 void plan_free(ExecPlan *p);
-// "conv", "bn", "bn_stats", "bn_add", "relu", "maxpool", "add", "avgpool", "fc", "blur".
+// "conv", "bn", "bn_stats", "bn_add", "relu", "maxpool", "add", "avgpool", "fc", "blur", "drop_path".
 const char *plan_kind_name(int kind);
 // The step that runs graph op i, and whether op i is a fused tail's ADD (done by its BN's step).
 static inline const PlanStep *plan_step_of(const ExecPlan *p, int i) { return &p->steps[p->step_of_op[i]]; }

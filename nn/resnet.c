@@ -47,6 +47,7 @@ const char *resnet_op_kind_name(int kind) {
     case OP_AVGPOOL: return "avgpool";
     case OP_FC: return "fc";
     case OP_BLUR: return "blur";
+    case OP_DROP_PATH: return "drop_path";
     }
     return "?";
 }
@@ -62,6 +63,7 @@ typedef struct {
     ResNet *m;
     int cap_ops, cap_tensors, cap_entries;
     int blur_in, blur_out;  // the last blur's input and output slots (-1: none yet)
+    int block, n_blocks;    // stochastic depth: this block's index over the network, and their count
 } Builder;
 
 static size_t align_up(size_t n) {
@@ -214,6 +216,25 @@ static int add_add(Builder *b, const char *name, int a, int c, int relu) {
     return op->out;
 }
 
+// timm's DropPath on the branch t, after its last BN (and before the shortcut's ADD), with timm's
+// linear rule block_dpr = drop_path_rate * net_block_idx / (net_num_blocks - 1) (make_blocks in
+// timm/models/resnet.py), in double as Python computes it; no op where that is 0 (the first block).
+static int add_drop_path(Builder *b, const char *prefix, int t) {
+    int idx = b->block++;
+    if (!(b->m->drop_path > 0) || b->n_blocks < 2) return t;
+    double p = b->m->drop_path * idx / (b->n_blocks - 1);
+    if (!(p > 0)) return t;
+    char n[48];
+    snprintf(n, sizeof n, "%s.drop_path", prefix);
+    Op *op = new_op(b, OP_DROP_PATH, n);
+    op->in = t;
+    op->C = op->K = b->m->tensors[t].C;
+    op->drop = p;
+    op->drop_block = idx;
+    op->out = new_slot(b, op->C);
+    return op->out;
+}
+
 // BasicBlock (expansion 1): conv3x3(stride) bn relu conv3x3 bn, + shortcut, relu.
 static int basic_block(Builder *b, const char *prefix, int x, int planes, int stride) {
     char n[48];
@@ -226,6 +247,7 @@ static int basic_block(Builder *b, const char *prefix, int x, int planes, int st
     t = add_conv(b, n, t, planes, 3, 1, 1);
     snprintf(n, sizeof n, "%s.bn2", prefix);
     t = add_bn(b, n, t, 0);
+    t = add_drop_path(b, prefix, t);
     int sc = x;
     if (stride != 1 || inplanes != planes) {
         snprintf(n, sizeof n, "%s.downsample.0", prefix);
@@ -254,6 +276,7 @@ static int bottleneck_block(Builder *b, const char *prefix, int x, int planes, i
     t = add_conv(b, n, t, planes * 4, 1, 1, 0);
     snprintf(n, sizeof n, "%s.bn3", prefix);
     t = add_bn(b, n, t, 0);
+    t = add_drop_path(b, prefix, t);
     int sc = x;
     if (stride != 1 || inplanes != planes * 4) {
         snprintf(n, sizeof n, "%s.downsample.0", prefix);
@@ -269,8 +292,12 @@ ResNet *resnet_create(const char *arch, int in_channels, int num_classes) {
 }
 
 ResNet *resnet_create_ex(const char *arch, int in_channels, int num_classes, int blurpool) {
+    return resnet_create_dp(arch, in_channels, num_classes, blurpool, 0.0);
+}
+
+ResNet *resnet_create_dp(const char *arch, int in_channels, int num_classes, int blurpool, double drop_path) {
     const ArchSpec *a = find_arch(arch);
-    if (!a || in_channels < 1 || num_classes < 1) return NULL;
+    if (!a || in_channels < 1 || num_classes < 1 || !(drop_path >= 0 && drop_path < 1)) return NULL;
     ResNet *m = ct_zalloc(sizeof *m);
     snprintf(m->arch, sizeof m->arch, "%s", a->name);
     m->depth = a->depth;
@@ -281,7 +308,9 @@ ResNet *resnet_create_ex(const char *arch, int in_channels, int num_classes, int
     m->in_channels = in_channels;
     m->num_classes = num_classes;
     m->blurpool = blurpool != 0;
-    Builder b = {m, 0, 0, 0, -1, -1};
+    m->drop_path = drop_path;
+    Builder b = {m, 0, 0, 0, -1, -1, 0, 0};
+    for (int s = 0; s < 4; s++) b.n_blocks += a->blocks[s];
 
     int x = new_slot(&b, in_channels);
     int n_stages = a->cifar ? 3 : 4;
@@ -516,7 +545,7 @@ void krsc_to_oihw(float *dst, const float *src, int K, int C, int R, int S) {
 }
 
 void resnet_print(const ResNet *m, FILE *f) {
-    static const char *kinds[] = {"conv", "bn", "relu", "maxpool", "add", "avgpool", "fc", "blur"};
+    static const char *kinds[] = {"conv", "bn", "relu", "maxpool", "add", "avgpool", "fc", "blur", "drop_path"};
     fprintf(f, "%s%s: in_channels %d, classes %d, %d ops, %d slots, %zu params (flat %zu), %zu buffers\n", m->arch,
             m->blurpool ? " (blurpool)" : "", m->in_channels, m->num_classes, m->n_ops, m->n_tensors, resnet_param_count(m), m->n_params,
             m->n_bufs);

@@ -53,6 +53,8 @@ typedef enum {
     OP_AVGPOOL,   // out[N,C] = global mean of in[N,H,W,C]      (out has H = W = 1)
     OP_FC,        // out[N,O] = in[N,I] w^T + b
     OP_BLUR,      // out = blur3x3(in), BlurPool's fixed depthwise filter (nn/blur.h; no parameters)
+    OP_DROP_PATH, // out[n] = keep[n] / (1 - drop) * in[n] in training, in in eval (stochastic depth,
+                  // nn/drop_path.h): on a block's residual branch, after its last BN, before the ADD
 } OpKind;
 
 typedef struct {
@@ -70,6 +72,10 @@ typedef struct {
     // After this op's backward, grads[0, grad_done) are final (monotone over the reversed op list).
     size_t grad_done;
     char name[48];  // module path, e.g. "layer1.0.bn2" (diagnostics)
+    // OP_DROP_PATH: the branch's drop probability (timm's linear rule, ResNet.drop_path) and the
+    // block's index over the whole network (0-based, timm's net_block_idx), which keys its draws.
+    double drop;
+    int drop_block;
 } Op;
 
 typedef enum {
@@ -128,6 +134,13 @@ typedef struct {
     // downsample.0 read the same tensor, so they share one blur of it (torch blurs it twice; the
     // values are the same). Part of the architecture: checkpoints and model files record it.
     int blurpool;
+
+    // Stochastic depth (--drop-path RATE, timm's drop_path_rate): block b of B (counted over all
+    // stages) drops its residual branch per sample with probability RATE * b / (B - 1), as timm's
+    // ResNet (make_blocks) does: an OP_DROP_PATH op after the branch's last BN of every block whose
+    // probability is > 0 (not the first). A training setting, not part of the architecture: the
+    // ops have no state, model files and checkpoints hold the same tensors; eval is the identity.
+    double drop_path;
 } ResNet;
 
 // Parameters the optimizer updates: the fc prefix when the backbone is frozen, else n_params.
@@ -139,11 +152,13 @@ size_t resnet_trainable(const ResNet *m);
 ResNet *resnet_create(const char *arch, int in_channels, int num_classes);
 // The same with BlurPool's blurs inserted when blurpool != 0 (see ResNet.blurpool).
 ResNet *resnet_create_ex(const char *arch, int in_channels, int num_classes, int blurpool);
+// The same with stochastic depth at rate drop_path in [0, 1) (see ResNet.drop_path; 0: none).
+ResNet *resnet_create_dp(const char *arch, int in_channels, int num_classes, int blurpool, double drop_path);
 void resnet_free(ResNet *m);
 // 1 if arch is a known name. resnet_arch_list() is a comma-separated list for help/errors.
 int resnet_arch_valid(const char *arch);
 const char *resnet_arch_list(void);
-// "conv", "batchnorm", "relu", "maxpool", "add", "avgpool", "fc", "blur" for an OpKind; "?" otherwise.
+// "conv", "batchnorm", "relu", "maxpool", "add", "avgpool", "fc", "blur", "drop_path" for an OpKind; "?" otherwise.
 const char *resnet_op_kind_name(int kind);
 
 // How the executors run the graph (which BN runs with the ADD after it, which kernels gather a BN's

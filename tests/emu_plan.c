@@ -16,9 +16,13 @@
 // bf16's noise, in layer3.2.bn2; resnet18 at 16x16 agrees to 1e-7 forward and 1e-4 in the gradients,
 // where its 2-row batch norms make bf16's noise > 1, so there the forward is what has teeth). A
 // broken fused step is off by far more: a tail without its residual is 0.5 off at that tail.
+// With stochastic depth (resnet20 at --drop-path 0.5: the drop_path steps, and the blocks around
+// them unfused) both executors draw the same rows from one key; a GPU backward that leaves the
+// scale out is named at the first step it reaches.
 // Compiled as C++ (emu tests).
 #include <string.h>
 
+#include "nn/drop_path.h"
 #include "nn/model_cpu.h"
 #include "nn/model_cuda.h"
 #include "nn/plan.h"
@@ -68,11 +72,12 @@ static double op_grad_err(const ResNet *m, int i, const float *gg, const float *
     return worst;
 }
 
-static void run_case(const char *arch, int N, int H, int W) {
+static void run_case(const char *arch, int N, int H, int W, double drop) {
     double t0 = ct_now();
     const int classes = 10, cin = 3;
     const double tol = 1e-2;
-    ResNet *mc = resnet_create(arch, cin, classes), *mg = resnet_create(arch, cin, classes);
+    const uint64_t key = drop_path_batch_key(42, 2, 0);  // epoch 2's: 6 of resnet20's 16 rows dropped
+    ResNet *mc = resnet_create_dp(arch, cin, classes, 0, drop), *mg = resnet_create_dp(arch, cin, classes, 0, drop);
     resnet_init(mc, 42, 1);
     // Perturbed BN affine parameters (as emu_model): the zero-initialised residual gammas carry
     // gradient, so a tail's residual matters.
@@ -93,6 +98,8 @@ static void run_case(const char *arch, int N, int H, int W) {
     CpuExec *ce = cpu_exec_create_opts(mc, &opts);
     cpu_exec_set_bf16(ce, 1);
     GpuExec *ge = gpu_exec_create_opts(mg, CT_BF16, &opts);
+    cpu_exec_set_drop_path_key(ce, key);
+    gpu_exec_set_drop_path_key(ge, key);
     const ExecPlan *pc = cpu_exec_plan(ce), *pg = gpu_exec_plan(ge);
     CHECK(pc->n_steps == pg->n_steps && !memcmp(pc->steps, pg->steps, (size_t)pc->n_steps * sizeof(PlanStep)),
           "%s: the CPU executor walks a plan of %d steps, the GPU one %d (or different steps)", arch, pc->n_steps,
@@ -103,16 +110,30 @@ static void run_case(const char *arch, int N, int H, int W) {
     float *gc = (float *)ct_alloc(mc->n_params * sizeof(float)), *gg = (float *)ct_alloc(mc->n_params * sizeof(float));
     float *gr = (float *)ct_alloc(mc->n_params * sizeof(float));
     {  // bf16's noise: the same step in fp32 on the same state (before the bf16 step moves the BN buffers)
-        ResNet *mr = resnet_create(arch, cin, classes);
+        ResNet *mr = resnet_create_dp(arch, cin, classes, 0, drop);
         memcpy(mr->params, mc->params, mc->n_params * sizeof(float));
         CpuExec *cr = cpu_exec_create_opts(mr, &opts);
+        cpu_exec_set_drop_path_key(cr, key);
         cpu_train_step(cr, mr, x, labels, N, H, W, 0.1f, gr, NULL);
         cpu_exec_free(cr);
         resnet_free(mr);
     }
     float lc = cpu_train_step(ce, mc, x, labels, N, H, W, 0.1f, gc, NULL);
     float lg = gpu_train_step(ge, mg, x, labels, N, H, W, 0.1f, gg, NULL);
-    printf("%s N=%d %dx%d bf16: %d plan steps, loss cpu %.6f gpu %.6f\n", arch, N, H, W, pc->n_steps, lc, lg);
+    printf("%s N=%d %dx%d bf16 drop path %g: %d plan steps, loss cpu %.6f gpu %.6f\n", arch, N, H, W, drop,
+           pc->n_steps, lc, lg);
+    if (drop > 0) {  // the case has teeth only when some branches are dropped and others kept
+        int dropped = 0, kept = 0, ops = 0;
+        for (int i = 0; i < mc->n_ops; i++) {
+            const float *s = cpu_exec_drop_path_scales(ce, i);
+            if (!s) continue;
+            ops++;
+            for (int n = 0; n < N; n++) s[n] == 0.f ? dropped++ : kept++;
+        }
+        printf("  %d drop_path steps: %d rows dropped, %d kept\n", ops, dropped, kept);
+        CHECK(ops > 0 && dropped > 0 && kept > 0, "%s: drop path %g dropped %d and kept %d rows over %d ops", arch, drop,
+              dropped, kept, ops);
+    }
 
     int first_fwd = -1, first_bwd = -1, compared = 0;  // first off in the forward, in the backward
     double worst_fwd = 0, worst_grad = 0;
@@ -162,16 +183,16 @@ static void run_case(const char *arch, int N, int H, int W) {
 
 // This program again on resnet20 with a fused step of the GPU executor broken
 // (CTRAIN_EMU_MUTANT, kernels/mutable.h): it must fail, naming `want` as the first step off.
-static void mutant_case(const char *self, const char *mutant, const char *want) {
+static void mutant_case(const char *self, const char *mutant, const char *want, const char *only) {
     char cmd[1024];
-    snprintf(cmd, sizeof cmd, "CTRAIN_EMU_MUTANT=%s EMU_PLAN_ONLY=resnet20 '%s' 2>&1", mutant, self);
+    snprintf(cmd, sizeof cmd, "CTRAIN_EMU_MUTANT=%s EMU_PLAN_ONLY=%s '%s' 2>&1", mutant, only, self);
     FILE *f = popen(cmd, "r");
     if (!f) ct_die("emu_plan: cannot run %s", cmd);
     char line[512], first[512] = "";
     while (fgets(line, sizeof line, f))
         if (!first[0] && strstr(line, "is the first")) snprintf(first, sizeof first, "%s", line);
     int rc = pclose(f);
-    printf("mutant %s: exit status %d; %s", mutant, rc, first[0] ? strstr(first, "resnet20") : "no step named\n");
+    printf("mutant %s: exit status %d; %s", mutant, rc, first[0] ? first : "no step named\n");
     CHECK(rc != 0 && strstr(first, want), "mutant %s: want a failure first at %s, got exit %d and '%s'", mutant, want, rc,
           first);
 }
@@ -180,14 +201,18 @@ int main(int argc, char **argv) {
     (void)argc;
     setvbuf(stdout, NULL, _IOLBF, 0);
     const char *only = getenv("EMU_PLAN_ONLY");  // one model (measurements, the mutants' runs)
-    if (!only || !strcmp(only, "resnet20")) run_case("resnet20", 2, 8, 8);
-    if (!only || !strcmp(only, "resnet18")) run_case("resnet18", 2, 16, 16);
+    if (!only || !strcmp(only, "resnet20")) run_case("resnet20", 2, 8, 8, 0);
+    if (!only || !strcmp(only, "resnet18")) run_case("resnet18", 2, 16, 16, 0);
+    if (!only || !strcmp(only, "resnet20-drop")) run_case("resnet20", 2, 8, 8, 0.5);
     if (!only) {
         // The first block tail without its residual: off at that step, in the forward.
-        mutant_case(argv[0], "plan-tail-residual", "forward step 5 (bn_add layer1.0.bn2)");
+        mutant_case(argv[0], "plan-tail-residual", "forward step 5 (bn_add layer1.0.bn2)", "resnet20");
         // The tails' backward without the residual's gradient: the last tail's residual is the
         // block output before it, so the first parameters off in the backward are layer3.1.bn2's.
-        mutant_case(argv[0], "plan-tail-residual-grad", "backward step 37 (bn_add layer3.1.bn2)");
+        mutant_case(argv[0], "plan-tail-residual-grad", "backward step 37 (bn_add layer3.1.bn2)", "resnet20");
+        // Stochastic depth's backward without its scale (the branch's gradient left unwritten): named at
+        // the BN before the last drop_path step, where both rows were dropped (its gradients are 0).
+        mutant_case(argv[0], "drop-path-bwd", "backward step 53 (bn layer3.2.bn2)", "resnet20-drop");
     }
     return test_summary("emu_plan");
 }

@@ -160,7 +160,10 @@ int main(int argc, char **argv) {
                     (int)meta_num("wd_exclude"), 0, 0};
 
     const char *blur = st_meta(&ref, "blurpool");  // absent in references from before --blurpool
-    ResNet *m = resnet_create_ex(arch, in_ch, classes, blur && atoi(blur));
+    // Stochastic depth (torch_ref.py --drop-path: timm's rule on the rows ctrain draws from drop_key).
+    const char *dp = st_meta(&ref, "drop_path"), *dk = st_meta(&ref, "drop_key");
+    double drop = dp ? atof(dp) : 0.0;
+    ResNet *m = resnet_create_dp(arch, in_ch, classes, blur && atoi(blur), drop);
     if (!m) ct_die("unknown arch %s", arch);
     snprintf(path, sizeof path, "%s/weights.safetensors", argv[1]);
     st_load_resnet(path, m);  // strict: exactly torchvision's state_dict
@@ -182,6 +185,10 @@ int main(int argc, char **argv) {
     // The CPU routes as the old variables say (tests/test_parity.sh sets CTRAIN_CPU_WINOGRAD per route).
     ExecOptions opt = tool_exec_options();
     CpuExec *e = cpu_exec_create_opts(m, &opt);
+    if (drop > 0) {
+        if (!dk) ct_die("reference: --drop-path without metadata 'drop_key'");
+        cpu_exec_set_drop_path_key(e, strtoull(dk, NULL, 10));
+    }
 
     // Eval mode first: the running statistics are still the initial ones.
     double t0 = ct_now();
@@ -194,6 +201,26 @@ int main(int argc, char **argv) {
     float *grads = ct_alloc(m->n_params * sizeof(float));
     float *dlogits = ct_alloc(nk * sizeof(float));
     lg = cpu_forward(e, m, x, N, S, S, 1);
+    if (drop > 0) {  // the rows ctrain dropped are the ones torch's replay dropped, at timm's rates
+        int ops = 0, dropped = 0, bad = 0;
+        for (int i = 0; i < m->n_ops; i++) {
+            const float *s = cpu_exec_drop_path_scales(e, i);
+            if (!s) continue;
+            char key[32];
+            snprintf(key, sizeof key, "drop.%d", m->ops[i].drop_block);
+            float *rows = ref_f32(key, (size_t)N);
+            for (int n = 0; n < N; n++) {
+                float want = rows[n] != 0.f ? 1.0f / (float)(1.0 - m->ops[i].drop) : 0.f;
+                bad += s[n] != want;
+                dropped += s[n] == 0.f;
+            }
+            free(rows);
+            ops++;
+        }
+        printf("drop path %g: %d blocks, %d of %d rows dropped, %d scales differ from torch's replay\n", drop, ops,
+               dropped, ops * N, bad);
+        if (bad || !ops || !dropped || dropped == ops * N) ct_die("drop path: the rows differ, or none or all dropped");
+    }
     float loss = softmax_xent(dlogits, lg, labels, N, classes, smoothing, 1.0f, NULL);
     cpu_backward(e, m, dlogits, grads, NULL, NULL);
     double t_step = ct_now() - t0;

@@ -60,6 +60,7 @@ expect_err "--kd-alpha: must be in" --kd-alpha 2 "$TMP/d"
 expect_err "--teacher: 'resnet20' is not ARCH:PATH" --teacher resnet20 "$TMP/d"
 expect_err "--teacher: no such file" --teacher resnet20:/nonexistent.safetensors "$TMP/d"
 expect_err "--label-smoothing: must be in" --label-smoothing 1 "$TMP/d"
+expect_err "--drop-path: must be in \[0, 1\) \(got 1;" --drop-path 1 "$TMP/d"
 expect_err "flag --lr needs a value" "$TMP/d" --lr
 expect_err "--nesterov: 'maybe' is not a boolean" --nesterov=maybe "$TMP/d"
 expect_err "--val-resize: must be in --crop-size" --crop-size 32 --val-resize 16 "$TMP/d"

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "nn/blur.h"
+#include "nn/drop_path.h"
 #include "nn/layers.h"
 #include "tests/test.h"
 #include "util/common.h"
@@ -247,6 +248,83 @@ static void gradcheck_loss_mix(int N, int K, float eps, float lam) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Stochastic depth through a block's tail, as the CPU executor runs it when the block drops rows:
+// out = relu(res + s[n] * bn(x)) over N samples of HW rows, s from drop_path_scales at p 0.5 (some
+// samples dropped, some kept at 1 / (1 - p)). A dropped sample still has an x gradient: its rows
+// are in the batch statistics the kept rows are normalised with. Central differences of
+// sum(out * G) against the layers' backward (bn's with dy = s * masked G, the residual's = masked G)
+// for x, gamma, beta and res; outputs within 0.05 of the ReLU's kink get no weight.
+typedef struct {
+    int N, HW, C;
+    float *x, *gamma, *beta, *res, *s, *yb, *mean, *inv, *rm, *rv;
+} DropCtx;
+static void drop_fwd(void *c, float *out) {
+    DropCtx *d = c;
+    const int M = d->N * d->HW;
+    batchnorm_forward_train(d->yb, d->mean, d->inv, d->rm, d->rv, d->x, d->gamma, d->beta, M, d->C, 0.1f, 1e-5f, 0);
+    drop_path_apply(d->yb, d->yb, d->s, d->N, (size_t)d->HW * d->C);
+    add_forward(out, d->yb, d->res, (size_t)M * d->C, 1);
+}
+
+static void gradcheck_drop_path(void) {
+    const int N = 6, HW = 5, C = 4, M = N * HW;
+    const size_t n = (size_t)M * C;
+    DropCtx d = {N, HW, C, rand_buf(n, 2), rand_buf(C, 1), rand_buf(C, 1), rand_buf(n, 1), ct_alloc(N * 4),
+                 ct_alloc(n * 4), ct_alloc(C * 4), ct_alloc(C * 4), ct_zalloc(C * 4), ct_zalloc(C * 4)};
+    const double p = 0.5;
+    const int dropped = drop_path_scales(d.s, N, p, drop_path_batch_key(5, 2, 1), 3);
+    for (int i = 0; i < N; i++)
+        CHECK(d.s[i] == 0.f || d.s[i] == 2.0f, "drop path: row %d scale %g, want 0 or 1 / (1 - 0.5)", i, d.s[i]);
+    CHECK(dropped > 0 && dropped < N, "drop path: %d of %d samples dropped (the check needs both kinds)", dropped, N);
+    float *G = rand_buf(n, 1), *out = ct_alloc(n * 4), *g = ct_alloc(n * 4), *dx = ct_alloc(n * 4);
+    float *dg = ct_alloc(C * 4), *db = ct_alloc(C * 4);
+    drop_fwd(&d, out);
+    for (size_t i = 0; i < n; i++) {  // pre-activation = out where positive; find it again for the kink
+        float pre = d.yb[i] + d.res[i];
+        if (fabsf(pre) < 0.05f) G[i] = 0.0f;
+        g[i] = pre > 0 ? G[i] : 0.0f;  // the ADD's ReLU: also the residual's gradient
+    }
+    float *dz = ct_alloc(n * 4);
+    drop_path_apply(dz, g, d.s, N, (size_t)HW * C);  // the drop_path step's backward
+    drop_fwd(&d, out);  // the statistics of this forward for the backward
+    batchnorm_backward(dx, dg, db, dz, d.x, NULL, d.gamma, d.mean, d.inv, M, C);
+    Probe pr = {drop_fwd, &d, ct_alloc(n * 4), G, n};
+    const float h = 1e-3f;
+    const double ex = check_tensor(&pr, d.x, dx, n, h, 40), eg = check_tensor(&pr, d.gamma, dg, C, h, 8);
+    const double eb = check_tensor(&pr, d.beta, db, C, h, 8), er = check_tensor(&pr, d.res, g, n, h, 40);
+    // A dropped sample's x gradient is not zero (the statistics), a dropped sample's gamma share is.
+    double dropped_dx = 0;
+    for (int i = 0; i < N; i++)
+        if (d.s[i] == 0.f)
+            for (size_t j = 0; j < (size_t)HW * C; j++) dropped_dx += fabs(dx[(size_t)i * HW * C + j]);
+    printf("drop path tail: %d of %d samples dropped; grad err x %.2g gamma %.2g beta %.2g res %.2g\n", dropped, N, ex,
+           eg, eb, er);
+    CHECK(ex < 2e-3 && eg < 2e-3 && eb < 2e-3 && er < 2e-3, "drop path tail: grad err x %g gamma %g beta %g res %g", ex,
+          eg, eb, er);
+    CHECK(dropped_dx > 0, "drop path tail: the dropped samples' x gradient is 0 (the batch statistics carry one)");
+    free(d.x), free(d.gamma), free(d.beta), free(d.res), free(d.s), free(d.yb), free(d.mean), free(d.inv), free(d.rm);
+    free(d.rv), free(G), free(out), free(g), free(dx), free(dg), free(db), free(dz), free(pr.out);
+
+    // The draws: each of seed, epoch, batch position and block changes the rows (a key without the
+    // epoch would drop the same rows every epoch), and p is the drop frequency (20000 rows at 0.3:
+    // 3 standard deviations are 0.0097).
+    enum { R = 20000 };
+    float *a = ct_alloc(R * sizeof(float)), *b = ct_alloc(R * sizeof(float));
+    const uint64_t k0 = drop_path_batch_key(5, 2, 1);
+    const uint64_t other[] = {drop_path_batch_key(6, 2, 1), drop_path_batch_key(5, 3, 1), drop_path_batch_key(5, 2, 2)};
+    const char *what[] = {"seed", "epoch", "batch position"};
+    int n_dropped = drop_path_scales(a, R, 0.3, k0, 3);
+    CHECK(fabs(n_dropped / (double)R - 0.3) < 0.0097, "drop path: %d of %d rows dropped at p 0.3", n_dropped, R);
+    for (int i = 0; i < 4; i++) {
+        drop_path_scales(b, R, 0.3, i < 3 ? other[i] : k0, i < 3 ? 3 : 4);
+        int same = 0;
+        for (int n = 0; n < R; n++) same += a[n] == b[n];
+        CHECK(same < R * 0.7, "drop path: another %s draws the same rows (%d of %d agree)", i < 3 ? what[i] : "block",
+              same, R);
+    }
+    free(a), free(b);
+}
+
 // Determinism: every layer run with 1 and with 2 threads gives the same bits.
 static int same_bits(const float *a, const float *b, size_t n) { return !memcmp(a, b, n * sizeof(float)); }
 
@@ -347,6 +425,7 @@ int main(void) {
     gradcheck_loss_mix(6, 10, 0.0f, 0.3f);
     gradcheck_loss_mix(5, 7, 0.1f, 0.62f);
     gradcheck_loss_mix(1, 3, 0.2f, 0.5f);
+    gradcheck_drop_path();
     determinism();
     return test_summary("test_gradcheck");
 }

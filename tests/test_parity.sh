@@ -92,4 +92,9 @@ run direct w50 --arch wide_resnet50_2 --batch 4 --size 32 --classes 10 --nestero
 # downsample.0; the 1-channel stem is not blurred), same tolerances.
 run both r20b --arch resnet20 --batch 3 --size 33 --classes 10 --smoothing 0.1 --blurpool 1
 run both r18b --arch resnet18 --batch 2 --size 64 --in-ch 1 --classes 7 --blurpool 1
+# Stochastic depth (--drop-path): timm's DropPath replayed in torch on the rows ctrain draws
+# (torch_ref.py ports its rule; the helper checks the rows match) after each block's bn2, p = 0.5 *
+# block / 8 over resnet20's 9 blocks, batch 4; the same fixed tolerances (dropped branches change
+# which terms exist, not the conditioning).
+run direct r20d --arch resnet20 --batch 4 --size 32 --classes 10 --smoothing 0.1 --drop-path 0.5
 echo "parity: all models passed in $((SECONDS - t0)) s"

@@ -185,14 +185,37 @@ int main(void) {
         plan_free(p);
         resnet_free(m);
     }
+    // resnet20 with stochastic depth: a drop_path step on each branch but the first block's (p = 0
+    // there: timm's rule), so that block keeps its fused tail, the two downsampling blocks keep the
+    // shortcut's BN fused with the ADD (its residual, the scaled branch, is no BN's output: no
+    // residual_bn), and the other six add the scaled branch in a plain ADD step.
+    {
+        ResNet *m = resnet_create_dp("resnet20", 3, 10, 0, 0.1);
+        ExecPlan *p = plan_build(m, NULL);
+        Counts c = count(p);
+        CHECK(c.kinds[PLAN_DROP_PATH] == 8 && c.kinds[PLAN_BN_ADD] == 3 && c.kinds[PLAN_ADD] == 6 && c.residual_bn == 0,
+              "resnet20 --drop-path: drop_path %d bn_add %d add %d residual_bn %d (want 8 3 6 0)", c.kinds[PLAN_DROP_PATH],
+              c.kinds[PLAN_BN_ADD], c.kinds[PLAN_ADD], c.residual_bn);
+        const PlanStep *t = step_named(p, m, "layer1.0.bn2"), *d = step_named(p, m, "layer3.2.drop_path");
+        CHECK(t && t->kind == PLAN_BN_ADD, "resnet20 --drop-path: layer1.0's tail is not fused (its rate is 0)");
+        CHECK(d && d->kind == PLAN_DROP_PATH && m->ops[d->op].drop == 0.1 && m->ops[d->op].drop_block == 8,
+              "resnet20 --drop-path: layer3.2.drop_path is not the last block's at the full rate");
+        const PlanStep *h = step_named(p, m, "layer2.1.drop_path");  // block 4 of 0..8: 0.1 * 4 / 8
+        CHECK(h && m->ops[h->op].drop == 0.1 * 4 / 8, "resnet20 --drop-path: layer2.1's rate %g (want 0.05)",
+              h ? m->ops[h->op].drop : -1.0);
+        plan_free(p);
+        resnet_free(m);
+    }
     // Every combination of the five fusion options on each model: well formed.
-    const char *models[] = {"resnet18", "resnet20", "resnet50", "resnet20+blurpool", "resnet18+blurpool"};
+    const char *models[] = {"resnet18", "resnet20", "resnet50", "resnet20+blurpool", "resnet18+blurpool",
+                            "resnet50+drop", "resnet20+drop"};
     for (size_t a = 0; a < sizeof models / sizeof models[0]; a++) {
         char arch[32];
         snprintf(arch, sizeof arch, "%s", models[a]);
         char *plus = strchr(arch, '+');
         if (plus) *plus = 0;
-        ResNet *m = resnet_create_ex(arch, 3, 10, plus != NULL);
+        int drop = plus && !strcmp(plus + 1, "drop");
+        ResNet *m = resnet_create_dp(arch, 3, 10, plus && !drop, drop ? 0.05 : 0.0);
         for (int bits = 0; bits < 32; bits++) {
             ExecOptions o = exec_options_default();
             o.fuse_bn_add = bits & 1;

@@ -72,11 +72,12 @@ PY
 ok "poly: logged learning rates follow MLPerf's formula"
 # Progressive resizing (8 -> 16 px over epochs 1..3 counting from 1: 8, 12, 16) with evaluation at
 # its own size and flip TTA, and the v2 recipe's per-sample tools (TrivialAugmentWide,
-# RandomErasing, repeated augmentation: 512 records keep 16 steps an epoch): interrupted in the
-# middle of the ramp's epoch and resumed with another worker count, the run is the straight run bit
-# for bit, and each epoch trained at its size.
+# RandomErasing, repeated augmentation: 512 records keep 16 steps an epoch) and stochastic depth
+# (--drop-path 0.3: its rows keyed on the batch's epoch and position): interrupted in the middle of
+# the ramp's epoch and resumed with another worker count, the run is the straight run bit for bit,
+# and each epoch trained at its size.
 R=("${SMALL_FLAGS[@]}" --res-start 8 --res-end 16 --res-ramp 0,2 --res-step 4 --val-crop-size 12 --tta flip -p 1 --epochs 3
-   --auto-augment ta_wide --random-erase 0.25 --ra-repeats 2 "$TMP/d")
+   --auto-augment ta_wide --random-erase 0.25 --ra-repeats 2 --drop-path 0.3 "$TMP/d")
 "$TRAIN" "${R[@]}" --workers 2 --out "$TMP/r" 2>"$TMP/r.log" || { cat "$TMP/r.log"; fail "progressive run r failed"; }
 grep -q "progressive resizing: 8 px through epoch 1, 16 px from epoch 3 on" "$TMP/r.log" || fail "no progressive-resizing banner: $(head -5 "$TMP/r.log")"
 grep -q "evaluation at 12x12 (short side resized to 16), logits averaged with the mirror image's" "$TMP/r.log" \
@@ -95,5 +96,10 @@ signal_after_steps INT $! "$TMP/s" 21
 [ $rc = 130 ] || { cat "$TMP/s.log"; fail "progressive SIGINT: exit status $rc, expected 130"; }
 grep -q "checkpoint saved to $TMP/s/last.ckpt at epoch 2 step" "$TMP/s.log" || { cat "$TMP/s.log"; fail "not stopped in epoch 2 (the ramp's)"; }
 "$TRAIN" "${R[@]}" --workers 3 --resume "$TMP/s/last.ckpt" --out "$TMP/s" 2>"$TMP/s2.log" || { cat "$TMP/s2.log"; fail "progressive resume failed"; }
-same "$TMP/r" "$TMP/s" "progressive resizing + --tta flip + ta_wide/erase/repeats: SIGINT mid-ramp + resume (workers 1, then 3) vs straight (workers 2)"
+same "$TMP/r" "$TMP/s" "progressive resizing + --tta flip + ta_wide/erase/repeats + drop path: SIGINT mid-ramp + resume (workers 1, then 3) vs straight (workers 2)"
+grep -q '"drop-path": *0.3' "$TMP/s/config.json" || fail "config.json does not record --drop-path 0.3"
+# A resume that changes the rate is refused by name (the trajectory would change).
+out=$("$TRAIN" "${R[@]}" --drop-path 0.1 --resume "$TMP/s/last.ckpt" --out "$TMP/s" 2>&1) && fail "a resume with another --drop-path ran"
+grep -q -- "--drop-path" <<<"$out" || fail "the refused resume does not name --drop-path: $out"
+ok "a resume with another --drop-path is refused by name"
 echo "test_train_resume: all passed"

@@ -100,6 +100,58 @@ def apply_blurpool(model):
             mod.register_forward_pre_hook(blur_input)
 
 
+# ---------------------------------------------------------------------------------------------
+# Stochastic depth as timm applies it (timm/layers/drop.py drop_path, timm/models/resnet.py
+# make_blocks): on each block's residual branch after its last BN, before the shortcut's add, block
+# net_block_idx of net_num_blocks at p = rate * idx / (num - 1), a kept row scaled by 1 / keep_prob.
+# The rows are ctrain's (nn/drop_path.c, util/rng.h: splitmix64 keys), drawn here by a port of its
+# rule so that both sides drop the same rows; ref.safetensors carries them (drop.<block>) and the
+# helper checks ctrain drew exactly these.
+M64 = (1 << 64) - 1
+
+
+def mix64(z):
+    z = (z + 0x9E3779B97F4A7C15) & M64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M64
+    return z ^ (z >> 31)
+
+
+def rng_key(seed, a, b):
+    return mix64(mix64(mix64(seed) ^ a) ^ b)
+
+
+def ctrain_drop_rows(key, block, n_rows, p):
+    keep = np.float32(1.0 - p)
+    rows = []
+    for n in range(n_rows):
+        u = (mix64((rng_key(key, block, n) + 0xD1B54A32D192ED03) & M64) >> 40) / 16777216.0
+        rows.append(1.0 if u < keep else 0.0)
+    return rows
+
+
+def apply_drop_path(model, rate, key, n_rows):
+    """Forward hooks on every block's last BN (state_dict names unchanged); returns {block: rows}."""
+    blocks = [b for name in ("layer1", "layer2", "layer3", "layer4") if hasattr(model, name)
+              for b in getattr(model, name)]
+    masks = {}
+    for idx, blk in enumerate(blocks):
+        p = rate * idx / (len(blocks) - 1)
+        if not p > 0:
+            continue
+        rows = ctrain_drop_rows(key, idx, n_rows, p)
+        masks[idx] = rows
+
+        def hook(mod, inp, out, rows=rows, keep_prob=1.0 - p):
+            if not mod.training:
+                return None
+            random_tensor = torch.tensor(rows, dtype=out.dtype).view(-1, 1, 1, 1)
+            random_tensor.div_(keep_prob)  # timm's scale_by_keep
+            return out * random_tensor
+        (blk.bn3 if hasattr(blk, "bn3") else blk.bn2).register_forward_hook(hook)
+    return masks
+
+
 def build(arch, in_ch, classes):
     if arch in ("resnet20", "resnet32", "resnet44", "resnet56", "resnet110"):
         return CifarResNet(int(arch[6:]), in_ch, classes)
@@ -188,6 +240,8 @@ def main():
                     help="print the N ReLU inputs of the float64 training forward nearest to zero relative to "
                          "their tensor's standard deviation (as CALL:INDEX margin), for --flip, and exit")
     ap.add_argument("--blurpool", type=int, default=0, help="FFCV's BlurPool on the strided convs (ctrain --blurpool)")
+    ap.add_argument("--drop-path", type=float, default=0.0,
+                    help="timm's stochastic depth at this drop_path_rate, on ctrain's rows (ctrain --drop-path)")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     torch.manual_seed(a.seed)
@@ -195,6 +249,9 @@ def main():
     model = build(a.arch, a.in_ch, a.classes)
     if a.blurpool:
         apply_blurpool(model)
+    # ctrain's key of epoch 1's first batch (nn/drop_path.c drop_path_batch_key, seed ^ its tag).
+    drop_key = rng_key(a.seed ^ 0xD209BA7, 1, 0)
+    drop_masks = apply_drop_path(model, a.drop_path, drop_key, a.batch) if a.drop_path > 0 else {}
     # Non-trivial BN state so that a swapped gamma/beta or a mean/var mix-up cannot pass.
     g = torch.Generator().manual_seed(a.seed + 1)
     with torch.no_grad():
@@ -290,6 +347,8 @@ def main():
     tensors = {"x": np_of(x32.permute(0, 2, 3, 1)), "labels": np_of(labels).astype(np.int64)}
     for k, v in ref.items():
         tensors[k] = np_of(v)
+    for idx, rows in drop_masks.items():
+        tensors["drop.%d" % idx] = np.array(rows, dtype=np.float64)
     r32 = run(torch.float32) if (a.report_fp32 or a.fp32_floor) else None
 
     def rel(k, r=None):
@@ -311,7 +370,8 @@ def main():
             if ref[k].dtype.is_floating_point:
                 tensors["floor." + k] = np.array([max(rel(k, r) for r in [r32] + others)], dtype=np.float64)
     meta = {k: getattr(a, k) for k in ("arch", "in_ch", "classes", "batch", "size", "seed", "smoothing", "lr",
-                                        "momentum", "wd", "nesterov", "wd_exclude", "blurpool")}
+                                        "momentum", "wd", "nesterov", "wd_exclude", "blurpool", "drop_path")}
+    meta["drop_key"] = str(drop_key)
     meta["torch"] = torch.__version__
     save_safetensors(os.path.join(a.out, "ref.safetensors"), tensors, meta)
     print("%s: loss %.6f, %d params, reference in float64 written to %s" %

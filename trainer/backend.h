@@ -58,6 +58,8 @@ typedef struct {
     int bce;
     float bce_threshold;
     int bce_sum;
+    // Stochastic depth's masks for this batch (nn/drop_path.h drop_path_batch_key; set per step).
+    uint64_t drop_path_key;
 } LossConfig;
 
 // Eval or train forward of a uint8 NHWC batch (normalised by mean/std on the backend's device);

@@ -82,6 +82,7 @@ static float cpu_backend_train_losses(Backend *base, Backend *teacher, const uin
         b->dlogits_cap = need;
     }
     double alpha = teacher ? lc->kd_alpha : 0.0;
+    cpu_exec_set_drop_path_key(b->exec, lc->drop_path_key);
     const float *logits = cpu_backend_forward(base, x, N, hw, mean, std, 1);
     float ce = lc->bce ? bce_mix(b->dlogits, logits, labels, lc->labels_b ? lc->labels_b : labels,
                                  lc->labels_b ? lc->lam : 1.0f, N, K, lc->smoothing, lc->bce_threshold, lc->bce_sum,

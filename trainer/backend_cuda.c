@@ -104,6 +104,7 @@ static float cuda_backend_train_losses(Backend *base, Backend *teacher, const ui
                                const float *mean, const float *std, const LossConfig *lc, int *correct) {
     GpuExec *e = cuda_of(base)->exec;
     double alpha = teacher ? lc->kd_alpha : 0.0;
+    gpu_exec_set_drop_path_key(e, lc->drop_path_key);
     gpu_forward_u8_dev(e, base->m, x, N, hw, hw, mean, std, 1);
     float ce = lc->bce ? gpu_loss_bce_mix(e, base->m, labels, lc->labels_b ? lc->labels_b : labels,
                                           lc->labels_b ? lc->lam : 1.0f, N, lc->smoothing, lc->bce_threshold,

@@ -68,6 +68,7 @@ const Flag CONFIG_FLAGS[] = {
     {"kd-temperature", 0, F_DBL, OFF(kd_temperature), "4", "T", "distillation temperature", 0},
     {"mixup", 0, F_DBL, OFF(mixup), "0", "ALPHA", "Mixup (timm's): blend each training image with its partner (the batch reversed) by lam ~ Beta(ALPHA, ALPHA), one lam per batch, against the soft target lam * y + (1 - lam) * y_partner (label smoothing applies to each; top-1 counts the dominant label); 0: off", 0},
     {"cutmix", 0, F_DBL, OFF(cutmix), "0", "ALPHA", "CutMix (timm's): paste a box of the partner's image of area about (1 - lam), lam ~ Beta(ALPHA, ALPHA), lam corrected to the box's area; 0: off", 0},
+    {"drop-path", 0, F_DBL, OFF(drop_path), "0", "RATE", "stochastic depth (timm's --drop-path, its drop_path_rate): in training, each sample skips a block's residual branch (scaled by 1/(1-p) when kept) with p rising linearly over the blocks from 0 at the first to RATE at the last, as timm's ResNet does; eval is unchanged; 0: off (must be in [0, 1))", 0},
     {"mix-prob", 0, F_DBL, OFF(mix_prob), "1", "P", "Mixup/CutMix: probability that a training batch is mixed", 0},
     {"mix-switch-prob", 0, F_DBL, OFF(mix_switch_prob), "0.5", "P", "with both --mixup and --cutmix: probability of CutMix rather than Mixup for a batch", 0},
     {"auto-augment", 0, F_STR, OFF(auto_augment), "none", "POLICY", "per-image augmentation policy after the crop and flip, training only: none; ta_wide (torchvision's TrivialAugmentWide, the name of its references' --auto-augment); ra (torchvision's RandAugment, 2 ops at --ra-magnitude); timm's RandAugment string (its --aa), e.g. rand-m7-mstd0.5-inc1 (sections m magnitude 0-10, n ops, mstd magnitude noise, mmax, inc increasing op set, p op probability). Ops follow torchvision's uint8 tensor ops; see the README for where timm's PIL ops round differently", 0},
@@ -146,7 +147,7 @@ static const char *const HELP_GROUPS[][24] = {
      "precision", NULL},
     {"schedule", "epochs", "lr-schedule", "warmup-epochs", "lr-step-size", "lr-gamma", "lr-power", "lr-end", NULL},
     {"regularisation", "label-smoothing", "mixup", "cutmix", "mix-prob", "mix-switch-prob", "auto-augment",
-     "ra-magnitude", "random-erase", "random-erase-mode", "ra-repeats", "bce", "bce-target-thresh", "bce-sum", "ema", "ema-every", "teacher", "kd-alpha",
+     "ra-magnitude", "random-erase", "random-erase-mode", "ra-repeats", "bce", "bce-target-thresh", "bce-sum", "drop-path", "ema", "ema-every", "teacher", "kd-alpha",
      "kd-temperature", NULL},
     {"evaluation", "evaluate", "tta", NULL},
     {"distributed", "ranks", "gpus", "nodes", "node-rank", "master", "comm", "timeout", "bucket-mb", NULL},
@@ -537,6 +538,8 @@ void config_validate(const Config *c, const ConfigGiven *given) {
     if (c->print_freq < 1) ct_die("--print-freq: must be >= 1 (got %d)", c->print_freq);
     if (c->kd_alpha < 0 || c->kd_alpha > 1) ct_die("--kd-alpha: must be in [0, 1] (got %g)", c->kd_alpha);
     if (!(c->kd_temperature > 0)) ct_die("--kd-temperature: must be > 0 (got %g)", c->kd_temperature);
+    if (!(c->drop_path >= 0 && c->drop_path < 1))
+        ct_die("--drop-path: must be in [0, 1) (got %g; timm's ResNet strikes back A1/A2 use 0.05)", c->drop_path);
     if (!(c->mixup >= 0)) ct_die("--mixup: alpha must be >= 0 (got %g)", c->mixup);
     if (!(c->cutmix >= 0)) ct_die("--cutmix: alpha must be >= 0 (got %g)", c->cutmix);
     if (!(c->mix_prob >= 0 && c->mix_prob <= 1)) ct_die("--mix-prob: must be in [0, 1] (got %g)", c->mix_prob);

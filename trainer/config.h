@@ -57,6 +57,7 @@ typedef struct {
     const char *teacher;
     double kd_alpha, kd_temperature;
     double mixup, cutmix, mix_prob, mix_switch_prob;  // Mixup/CutMix (loader/mix.h); alphas 0: off
+    double drop_path;          // stochastic depth's rate (nn/resnet.h ResNet.drop_path; 0: off)
     const char *auto_augment;  // loader/autoaug.h policy: none | ta_wide | ra | timm's rand-...
     int ra_magnitude;          // torchvision's RandAugment magnitude bin
     double random_erase;       // RandomErasing probability (0: off)

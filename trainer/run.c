@@ -10,7 +10,7 @@
 #include "util/common.h"
 
 static ResNet *create_model(const Config *c, const Dataset *d) {
-    ResNet *m = resnet_create_ex(c->arch, d->channels, d->classes, c->blurpool);
+    ResNet *m = resnet_create_dp(c->arch, d->channels, d->classes, c->blurpool, c->drop_path);
     if (!m) ct_die("--arch: unknown architecture '%s'", c->arch);
     resnet_init(m, (uint64_t)c->seed, c->zero_init_residual);
     TensorDim *dims = ct_alloc(sizeof(TensorDim) * m->n_tensors);

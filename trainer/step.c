@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "loader/augment.h"
+#include "nn/drop_path.h"
 #include "nn/layers.h"
 #include "util/common.h"
 
@@ -78,6 +79,9 @@ StepResult step_train(Run *r, const LoaderBatch *b, double lr, int64_t global_st
         lc.labels_b = b->labels_b;
         lc.lam = b->mix_lam;
     }
+    // The batch's global position keys its stochastic depth draws, as it keys Mixup's.
+    lc.drop_path_key = drop_path_batch_key((uint64_t)r->cfg->seed, r->pos.epoch,
+                                           (uint64_t)b->batch * (uint64_t)r->rank.world + (uint64_t)r->rank.rank);
     float loss = backend_train_losses(be, r->model.teacher_backend, b->images, b->labels, N, b->hw, d->mean, d->std,
                                       &lc, &correct);
     if (faults_step_in(&r->faults.nan_grad, global_step)) backend_poison_dlogits(be);  // every gradient becomes NaN
