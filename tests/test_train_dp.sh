@@ -55,10 +55,10 @@ ok "distributed eval with --tta flip --val-crop-size 12: every val image exactly
 
 # SIGTERM mid-epoch, then resume: the same final model as without the interruption, with the SOTA
 # recipes' per-sample and per-batch draws on (RandAugment with magnitude noise, RandomErasing,
-# repeated augmentation across the ranks, Mixup/CutMix, BCE), and other worker counts before and
-# after the interruption.
+# repeated augmentation across the ranks, Mixup/CutMix, BCE, stochastic depth), and other worker
+# counts before and after the interruption.
 F2=("${FL[@]}" --epochs 2 -p 1 --auto-augment rand-m7-mstd0.5-inc1 --random-erase 0.25 --ra-repeats 2
-    --mixup 0.2 --cutmix 1.0 --bce)
+    --mixup 0.2 --cutmix 1.0 --bce --drop-path 0.2)
 "$TRAIN" "${F2[@]}" --workers 2 --out "$TMP/full" "$TMP/d" 2>/dev/null || fail "uninterrupted run failed"
 # The loader delay (timing only, not the bits) keeps the run alive until the signal lands.
 CTRAIN_FAULT_LOADER_DELAY_MS=40 "$TRAIN" "${F2[@]}" --workers 1 --out "$TMP/part" "$TMP/d" 2>"$TMP/part.log" &
