@@ -145,6 +145,33 @@ assert final["val_top1"] > least, "the run did not learn (val top-1 at most %g%%
 PY
 }
 
+# frozen_check MODEL REF [FC_SHAPE]: backbone bit-identical to REF, fc moved (prints what moved);
+# with FC_SHAPE (e.g. 3,2048), also every backbone tensor of REF present and fc.weight of that
+# shape, not all zero.
+frozen_check() {
+  "$TORCH_PY" - "$CTRAIN_ROOT/tools" "$1" "$2" "${3:-}" <<'PY'
+import sys
+sys.path.insert(0, sys.argv[1])
+import numpy as np
+from torch_ref import load_safetensors
+a, _ = load_safetensors(sys.argv[2])
+ref, _ = load_safetensors(sys.argv[3])
+n = 0
+for k, v in a.items():
+    if k.startswith("fc."):
+        continue
+    assert k in ref, k
+    assert v.shape == ref[k].shape and v.tobytes() == ref[k].tobytes(), f"{k} changed"
+    n += 1
+fc = a["fc.weight"]
+assert "fc.weight" not in ref or ref["fc.weight"].shape != fc.shape or not np.array_equal(fc, ref["fc.weight"]), "fc did not move"
+if sys.argv[4]:
+    shape = tuple(int(d) for d in sys.argv[4].split(","))
+    assert n == len(ref) - 2 and fc.shape == shape and np.abs(fc).sum() > 0, fc.shape
+print(f"{n} backbone tensors bit-identical, fc.weight {list(fc.shape)} trained")
+PY
+}
+
 # torchvision_weights OUT [--calibrate-bn] [--drop-nbt]: a seeded torchvision resnet18 for 1000
 # classes as safetensors (torchvision's names), the stand-in for downloaded ImageNet weights.
 # --calibrate-bn gives BN the statistics a trained network has (averaged over random batches,
