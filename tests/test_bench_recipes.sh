@@ -13,7 +13,7 @@ trap 'rm -rf "$T"' EXIT
 
 # 1. Arguments.
 got=$(BENCH_RECIPES_PARSE_ONLY=1 $B)
-[ "$got" = "quick=0 subset=0 out=build/bench_recipes threads=2 only=demo notta minscale lr04 noprog ema999 ema996x2 mixup cutmix nols blurpool combo combo_ep torch" ] \
+[ "$got" = "quick=0 subset=0 out=build/bench_recipes threads=2 only=demo notta minscale lr04 noprog ema999 ema996x2 mixup cutmix nols blurpool tawide randaug erase rarep bce droppath nowdbn lamb v2tools rsbtools combo combo_ep torch" ] \
   || fail "defaults: '$got'"
 got=$(BENCH_RECIPES_PARSE_ONLY=1 $B --quick --only demo,torch --threads=3)
 [ "$got" = "quick=1 subset=0 out=build/bench_recipes_quick threads=3 only=demo torch" ] || fail "--quick --only: '$got'"

@@ -10,9 +10,12 @@ import json
 import os
 import sys
 
-ORDER = ["demo", "notta", "minscale", "lr04", "noprog", "ema999", "ema996x2", "mixup", "cutmix", "nols", "blurpool", "combo", "combo_ep"]
+ORDER = ["demo", "notta", "minscale", "lr04", "noprog", "ema999", "ema996x2", "mixup", "cutmix", "nols", "blurpool",
+         "tawide", "randaug", "erase", "rarep", "bce", "droppath", "nowdbn", "lamb", "v2tools", "rsbtools", "combo", "combo_ep"]
 # Changes the combination may take, each with the runs that try it (the better one wins).
-ELEMENTS = [["notta"], ["minscale"], ["lr04"], ["noprog"], ["ema999", "ema996x2"], ["mixup"], ["cutmix"], ["nols"], ["blurpool"]]
+# The bundles (v2tools, rsbtools) are not elements: they are measured, not combined.
+ELEMENTS = [["notta"], ["minscale"], ["lr04"], ["noprog"], ["ema999", "ema996x2"], ["mixup"], ["cutmix"], ["nols"], ["blurpool"],
+            ["tawide", "randaug"], ["erase"], ["rarep"], ["bce"], ["droppath"], ["nowdbn"], ["lamb"]]
 
 
 def load_run(out, name):
