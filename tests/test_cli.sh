@@ -118,6 +118,14 @@ expect_err "--betas: '0.9' is not two numbers B1,B2" --optimizer adamw --betas 0
 expect_err "--betas: each must be in \[0, 1\)" --optimizer lamb --betas 0.9,1 "$TMP/d"
 expect_err "--eps: 'x' is not a number > 0 or auto" --optimizer adamw --eps x "$TMP/d"
 expect_err "--optimizer adamw: --nesterov is SGD's" --optimizer adamw --nesterov "$TMP/d"
+# --nesterov set by --demo or a recipe: the error says where it came from and how to turn it off,
+# and --no-nesterov does.
+expect_err "--optimizer lamb: --nesterov \(on from --demo\) is SGD's only; add --no-nesterov" --demo --optimizer lamb
+printf -- '--nesterov\n' >"$TMP/nest.conf"
+expect_err "--optimizer adamw: --nesterov \(on from recipe $TMP/nest.conf:1\) is SGD's only; add --no-nesterov" --config "$TMP/nest.conf" --optimizer adamw "$TMP/d"
+out=$("$TRAIN" --demo --optimizer lamb --no-nesterov --dry-run 2>&1)
+grep -qE "^  --nesterov +off +command line" <<<"$out" || fail "--demo --optimizer lamb --no-nesterov: nesterov not off"
+grep -q "on/off flags" <<<"$help" || fail "--help does not say how to turn an on/off flag off"
 # --workers: a count >= 1 or auto.
 expect_err "--workers: '0' is not a count >= 1 or auto" -j 0 "$TMP/d"
 expect_err "--workers: 'many' is not a count >= 1 or auto" --workers many "$TMP/d"

@@ -208,8 +208,9 @@ void config_usage(FILE *f) {
             "       train export --weights W --onnx OUT.onnx   (train export --help)\n"
             "       train predict --weights W IMAGE|FOLDER...  (train predict --help)\n\n"
             "Trains a ResNet on SHARDS/train.shard, evaluating on SHARDS/val.shard after every epoch\n"
-            "(shards are made by ./packdata). Flags take a value as '--flag V' or '--flag=V'; the README\n"
-            "explains each at length. Defaults in brackets.\n");
+            "(shards are made by ./packdata). Flags take a value as '--flag V' or '--flag=V'; on/off flags\n"
+            "are '--flag' and '--no-flag' (or '--flag=on|off'), so one set by --demo or a recipe can be\n"
+            "turned off. The README explains each at length. Defaults in brackets.\n");
     for (int g = 0; g <= (int)CT_ARRAY_LEN(HELP_GROUPS) + 1; g++) {
         int any = 0;
         for (int i = 0; i < CONFIG_N_FLAGS; i++) {
@@ -509,6 +510,15 @@ void config_validate(const Config *c, const ConfigGiven *given) {
     if (c->momentum < 0 || c->momentum >= 1) ct_die("--momentum: must be in [0, 1) (got %g)", c->momentum);
     if (c->wd < 0) ct_die("--wd: must be >= 0 (got %g)", c->wd);
     if (c->nesterov && c->momentum == 0) ct_die("--nesterov needs --momentum > 0");
+    // --nesterov set by --demo, a recipe or a resumed run rather than typed: say where it came
+    // from and how to turn it off, or "add --optimizer lamb to the demo" reads as a dead end.
+    const OptDesc *od = optim_find(c->optimizer);
+    int nest = (int)(config_flag("nesterov") - CONFIG_FLAGS);
+    if (od && c->nesterov && od - OPT_TABLE != OPT_SGD && !(given->flag[nest] && !given->config_line[nest])) {
+        char src[160];
+        config_flag_source(c, given, nest, src, sizeof src);
+        ct_die("--optimizer %s: --nesterov (on from %s) is SGD's only; add --no-nesterov", od->name, src);
+    }
     OptConfig oc;
     config_optimizer(c, &oc);  // dies naming the flag
     if (config_given(given, "ema") && !(c->ema > 0 && c->ema < 1) && !(c->ema == 0 && c->resume[0]))

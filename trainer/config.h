@@ -129,6 +129,9 @@ typedef struct {
 // The flag called `name` (dies on an unknown name: a programming error, not a user's).
 const Flag *config_flag(const char *name);
 int config_given(const ConfigGiven *g, const char *name);
+// Where flag i's value came from, as --dry-run prints it ("command line", "--demo", "recipe F:L",
+// "recorded in R", "default"...); trainer/dryrun.c.
+void config_flag_source(const Config *c, const ConfigGiven *g, int i, char *buf, size_t n);
 
 void config_usage(FILE *f);
 // Sets one flag from its text; dies naming the flag when the value does not parse.

@@ -54,8 +54,7 @@ void dryrun_lr_note(const Config *c, const ConfigGiven *given, int global_batch,
             c->lr, global_batch, 0.1 * global_batch / 256, global_batch);
 }
 
-// Where flag i's value came from.
-static void source_of(const Config *c, const ConfigGiven *g, int i, char *buf, size_t n) {
+void config_flag_source(const Config *c, const ConfigGiven *g, int i, char *buf, size_t n) {
     const Flag *fl = &CONFIG_FLAGS[i];
     if (g->env[i]) snprintf(buf, n, "environment $%s (alias)", g->env[i]);
     else if (g->flag[i] && g->config_line[i]) snprintf(buf, n, "recipe %s:%d", g->config_file, g->config_line[i]);
@@ -77,7 +76,7 @@ int dryrun_main(const Config *c, const ConfigGiven *given) {
         char v[4096], src[1200];
         settings_flag_text(c, fl, v, sizeof v);
         if (fl->type == F_STR && !v[0]) snprintf(v, sizeof v, "(none)");
-        source_of(c, given, i, src, sizeof src);
+        config_flag_source(c, given, i, src, sizeof src);
         printf("  --%-20s %-34s %s\n", fl->name, v, src);
     }
     printf("  %-22s %-34s %s\n", "SHARDS", c->shards, given->resumed_from && !config_given(given, "out") ? "recorded" : "command line");
