@@ -11,6 +11,13 @@ PIPPY=${PIPPY:-python3}
 TRAIN=$CTRAIN_BIN/train
 PACKDATA=$CTRAIN_BIN/packdata
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+# The emulated GPU trainer (train-emu) runs a block's CUDA threads as fibers on
+# CTRAIN_EMU_HOST_THREADS host threads (kernels/emu/threads.cpp). These tests check what the trainer
+# does with the kernels (bits, resume, ranks, streams, graphs), not races inside a kernel: those are
+# the emu_* tests' job, under the strict default (a warp's lanes on 2 host threads, truly parallel).
+# One host thread gives the same bits for about a third of the CPU time (no futex hand-off at every
+# warp collective: one resnet20 step of emu_model 41.7 -> 13.7 CPU-seconds).
+export CTRAIN_EMU_HOST_THREADS=${CTRAIN_EMU_HOST_THREADS:-1}
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
 ok() { echo "ok: $*"; }
