@@ -56,12 +56,6 @@ struct FoldNet {
     size_t logits_cap;
 };
 
-static int consumers(const ResNet *m, int t) {
-    int n = 0;
-    for (int i = 0; i < m->n_ops; i++) n += (m->ops[i].in == t) + (m->ops[i].in2 == t);
-    return n;
-}
-
 FoldNet *fold_create(const ResNet *m) { return fold_create_ex(m, 1); }
 
 FoldNet *fold_create_ex(const ResNet *m, int winograd) {
@@ -80,7 +74,7 @@ FoldNet *fold_create_ex(const ResNet *m, int winograd) {
         switch (op->kind) {
         case OP_CONV: {
             const Op *bn = i + 1 < m->n_ops ? &m->ops[i + 1] : NULL;
-            if (!bn || bn->kind != OP_BN || bn->in != op->out || consumers(m, op->out) != 1) goto unfoldable;
+            if (!bn || bn->kind != OP_BN || bn->in != op->out || resnet_slot_readers(m, op->out, m->n_ops) != 1) goto unfoldable;
             f->e_w = op->w, f->e_g = bn->w, f->e_b = bn->b, f->e_rm = bn->rm, f->e_rv = bn->rv;
             f->out = bn->out, f->relu = bn->relu;
             const ConvShape probe = {1, 3, 3, op->C, op->K, op->R, op->S, op->stride, op->pad, 3, 3, 1};
@@ -99,7 +93,7 @@ FoldNet *fold_create_ex(const ResNet *m, int winograd) {
             int pa = producer[op->in], pb = producer[op->in2];
             int p = pa > pb ? pa : pb, other = pa > pb ? op->in2 : op->in;
             if (p >= 0 && ops[p].kind == OP_CONV && ops[p].in2 < 0 && !ops[p].relu &&
-                consumers(m, ops[p].out) == 1) {
+                resnet_slot_readers(m, ops[p].out, m->n_ops) == 1) {
                 producer[ops[p].out] = -1;
                 ops[p].in2 = other;
                 ops[p].out = op->out;

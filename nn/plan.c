@@ -36,13 +36,6 @@ const char *plan_kind_name(int kind) {
     return kind >= 0 && kind < PLAN_KINDS ? names[kind] : "?";
 }
 
-// Readers of slot s among ops [0, n): as an op's input, or an ADD's second input.
-static int slot_readers(const ResNet *m, int s, int n) {
-    int r = 0;
-    for (int j = 0; j < n; j++) r += (m->ops[j].in == s) + (m->ops[j].kind == OP_ADD && m->ops[j].in2 == s);
-    return r;
-}
-
 // bn (op i, no ReLU of its own) + the ADD right after it, one of whose operands is the BN's
 // output, read by nothing else, and not the logits.
 static int bn_add_pattern(const ResNet *m, int i) {
@@ -50,8 +43,7 @@ static int bn_add_pattern(const ResNet *m, int i) {
     const Op *bn = &m->ops[i], *add = &m->ops[i + 1];
     if (bn->kind != OP_BN || bn->relu || add->kind != OP_ADD) return 0;
     if ((add->in == bn->out) == (add->in2 == bn->out)) return 0;  // exactly one operand is the BN's
-    for (int j = 0; j < m->n_ops; j++)
-        if (j != i + 1 && (m->ops[j].in == bn->out || m->ops[j].in2 == bn->out)) return 0;
+    if (resnet_slot_readers(m, bn->out, m->n_ops) != 1) return 0;   // and nothing else reads it
     return bn->out != m->n_tensors - 1;
 }
 
@@ -94,7 +86,7 @@ ExecPlan *plan_build(const ResNet *m, const ExecOptions *o) {
         if ((op->kind != OP_CONV && op->kind != OP_MAXPOOL) || bn->kind != OP_BN || !bn->relu || fuse[i - 1] ||
             bn->out != op->in)
             continue;
-        if (slot_readers(m, op->in, n) == 1) bwd_bn[i] = i - 1;
+        if (resnet_slot_readers(m, op->in, n) == 1) bwd_bn[i] = i - 1;
     }
     for (int i = 0; i < n && o->fuse_bn_res; i++) {
         if (!fuse[i]) continue;
@@ -102,7 +94,7 @@ ExecPlan *plan_build(const ResNet *m, const ExecOptions *o) {
         int rs = add->in == m->ops[i].out ? add->in2 : add->in, b = -1;
         for (int j = 0; j < n; j++)
             if (m->ops[j].out == rs) b = j;
-        if (b < 0 || slot_readers(m, rs, n) != 1 || m->ops[b].kind != OP_BN || m->ops[b].relu || fuse[b]) continue;
+        if (b < 0 || resnet_slot_readers(m, rs, n) != 1 || m->ops[b].kind != OP_BN || m->ops[b].relu || fuse[b]) continue;
         res_bn[i] = b;
         stats_only[b] = 1;
     }
@@ -116,7 +108,7 @@ ExecPlan *plan_build(const ResNet *m, const ExecOptions *o) {
     for (int i = 2; i < n && o->fuse_bn_bwd; i++) {
         const Op *op = &m->ops[i];
         if (op->kind != OP_CONV || !fuse[i - 2] || m->ops[i - 1].out != op->in || !m->ops[i - 1].relu) continue;
-        if (!slot_readers(m, op->in, i)) tail_bwd[i] = i - 2;
+        if (!resnet_slot_readers(m, op->in, i)) tail_bwd[i] = i - 2;
     }
 
     p->steps = (PlanStep *)ct_zalloc((size_t)n * sizeof(PlanStep));

@@ -463,6 +463,12 @@ void resnet_init(ResNet *m, uint64_t seed, int zero_init_residual) {
     }
 }
 
+int resnet_slot_readers(const ResNet *m, int s, int n_ops) {
+    int r = 0;
+    for (int j = 0; j < n_ops; j++) r += (m->ops[j].in == s) + (m->ops[j].kind == OP_ADD && m->ops[j].in2 == s);
+    return r;
+}
+
 int resnet_shapes(const ResNet *m, int H, int W, TensorDim *dims) {
     if (H < 1 || W < 1) return -1;
     dims[0].H = H;

@@ -161,6 +161,11 @@ const char *resnet_arch_list(void);
 // "conv", "batchnorm", "relu", "maxpool", "add", "avgpool", "fc", "blur", "drop_path" for an OpKind; "?" otherwise.
 const char *resnet_op_kind_name(int kind);
 
+// How many times ops [0, n_ops) read slot s: as an op's input, or as an ADD's second operand (an ADD
+// of a slot with itself counts twice). The plan's fusions, the executors' liveness and BN folding
+// all ask this one question: a slot read once can be consumed in place.
+int resnet_slot_readers(const ResNet *m, int s, int n_ops);
+
 // How the executors run the graph (which BN runs with the ADD after it, which kernels gather a BN's
 // statistics) is decided by the lowered plan, nn/plan.h, from the graph and the execution options.
 
