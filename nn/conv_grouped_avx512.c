@@ -34,10 +34,11 @@
 #include "util/common.h"
 
 enum { LANES_NONE = 0, LANES_PERMUTE = 1, LANES_BROADCAST = 2 };
+#define MAX_BLOCKS 256  // vector blocks of 16 channels: up to 4096 channels on the vector side
 
 // Lanes over the vector side (per-group count X, total X * G) with the other side's per-group count Y.
 static int lane_mode(int X, int Y, int G) {
-    if ((X * G) % 16) return LANES_NONE;
+    if ((X * G) % 16 || X * G > 16 * MAX_BLOCKS) return LANES_NONE;
     if (X % 16 == 0) return LANES_BROADCAST;
     if (16 % X == 0 && Y <= X) return LANES_PERMUTE;
     return LANES_NONE;
@@ -71,6 +72,7 @@ typedef struct {
     int L;               // permute lanes: the window of Y-side channels one vector block reads
     int nblk;            // 16-lane blocks of the vector side
     uint16_t lmask;      // the window's load mask (its first L lanes)
+    int wofs[MAX_BLOCKS]; // first Y-side channel that vector block b reads (its first group's)
     int32_t idx[16][16]; // permute lanes: idx[y][lane] = (lane / X) * Y + y
 } Lanes;
 
@@ -88,15 +90,13 @@ static void lanes_init(Lanes *l, const ConvShape *s, int pass) {
         for (int y = 0; y < l->Y; y++)
             for (int lane = 0; lane < 16; lane++) l->idx[y][lane] = lane / l->X * l->Y + y;
     }
+    for (int b = 0; b < l->nblk; b++) l->wofs[b] = l->mode == LANES_PERMUTE ? b * l->L : b * 16 / l->X * l->Y;
 }
 
 #if HAVE_GROUPED_AVX512
 #pragma GCC push_options
 #pragma GCC target("avx512f")
 #define AI static inline __attribute__((always_inline))
-
-// First Y-side channel that vector block b reads (its first group's), as an offset into a pixel.
-AI int window_start(const Lanes *l, int b) { return l->mode == LANES_PERMUTE ? b * l->L : b * 16 / l->X * l->Y; }
 
 // acc[i] (i < NB) += the products of one tap for vector blocks b0 .. b0 + NB: the Y-side values of
 // one pixel (xp: C or K floats) against wp (wp[y * ld + i * 16 + lane]: the tap's weights for y),
@@ -106,7 +106,7 @@ AI void tap_blocks(const Lanes *l, __m512 *acc, const int NB, int b0, const floa
     if (l->mode == LANES_PERMUTE) {
         __m512 xv[4];
 #pragma GCC unroll 4
-        for (int i = 0; i < NB; i++) xv[i] = _mm512_maskz_loadu_ps(l->lmask, xp + (size_t)(b0 + i) * l->L);
+        for (int i = 0; i < NB; i++) xv[i] = _mm512_maskz_loadu_ps(l->lmask, xp + l->wofs[b0 + i]);
         for (int y = 0; y < l->Y; y++) {
             const __m512i ix = _mm512_loadu_si512(l->idx[y]);
 #pragma GCC unroll 4
@@ -116,7 +116,8 @@ AI void tap_blocks(const Lanes *l, __m512 *acc, const int NB, int b0, const floa
         }
     } else {
         const float *xs[4];
-        for (int i = 0; i < NB; i++) xs[i] = xp + window_start(l, b0 + i);
+#pragma GCC unroll 4
+        for (int i = 0; i < NB; i++) xs[i] = xp + l->wofs[b0 + i];
         for (int y = 0; y < l->Y; y++)
 #pragma GCC unroll 4
             for (int i = 0; i < NB; i++)
@@ -132,6 +133,7 @@ AI void fwd_pixel_blocks(const Lanes *l, const int NB, int b0, float *restrict o
     const int h0 = p * s->stride - s->pad, x0 = q * s->stride - s->pad, K = s->K;
     const int r0 = h0 < 0 ? -h0 : 0, r1 = CT_MIN(s->R, s->H - h0), t0 = x0 < 0 ? -x0 : 0, t1 = CT_MIN(s->S, s->W - x0);
     __m512 acc[4];
+#pragma GCC unroll 4
     for (int i = 0; i < NB; i++) acc[i] = _mm512_setzero_ps();
     for (int r = r0; r < r1; r++)
         for (int t = t0; t < t1; t++) {
@@ -139,6 +141,7 @@ AI void fwd_pixel_blocks(const Lanes *l, const int NB, int b0, float *restrict o
             const float *wp = wt + (size_t)(r * s->S + t) * l->Y * K + (size_t)b0 * 16;
             tap_blocks(l, acc, NB, b0, xp, wp, (size_t)K);
         }
+#pragma GCC unroll 4
     for (int i = 0; i < NB; i++) {
         const size_t k = (size_t)(b0 + i) * 16;
         __m512 v = acc[i];
@@ -167,6 +170,7 @@ AI void data_pixel_blocks(const Lanes *l, const int NB, int b0, float *restrict 
     const ConvShape *s = l->s;
     const int st = s->stride, C = s->C;
     __m512 acc[4];
+#pragma GCC unroll 4
     for (int i = 0; i < NB; i++) acc[i] = _mm512_setzero_ps();
     for (int r = 0; r < s->R; r++) {
         const int ph = h + s->pad - r;
@@ -179,6 +183,7 @@ AI void data_pixel_blocks(const Lanes *l, const int NB, int b0, float *restrict 
             tap_blocks(l, acc, NB, b0, dv, wp, (size_t)C);
         }
     }
+#pragma GCC unroll 4
     for (int i = 0; i < NB; i++) _mm512_storeu_ps(din + (size_t)(b0 + i) * 16, acc[i]);
 }
 
@@ -193,17 +198,20 @@ static void data_row(const Lanes *l, float *din, const float *dout, const float 
 }
 
 // Weight gradient of output block b, kernel row r, taps t0 .. t0 + TN, channels c0 .. c0 + CN of
-// each group: TN x CN accumulators over every output pixel in (n, p, q) order, then scattered to
-// dw[k][r][t][c] (lanes are k).
+// each group: TN x CN accumulators (at most 3 x 4: with the operands they stay in registers) over
+// every output pixel in (n, p, q) order, then scattered to dw[k][r][t][c] (lanes are k).
 AI void wgt_task(const Lanes *l, float *restrict dw, const float *restrict dout, const float *restrict in, int b, int r,
                  int t0, const int TN, int c0, const int CN, const int PERM) {
     const ConvShape *s = l->s;
     const int K = s->K, C = s->C, st = s->stride;
-    __m512 acc[3][8];
+    __m512 acc[3][4];
+#pragma GCC unroll 3
     for (int tt = 0; tt < TN; tt++)
+#pragma GCC unroll 4
         for (int cc = 0; cc < CN; cc++) acc[tt][cc] = _mm512_setzero_ps();
-    const int ws = window_start(l, b) + c0;
-    __m512i ix[8];
+    const int ws = l->wofs[b] + (PERM ? 0 : c0);
+    __m512i ix[4];
+#pragma GCC unroll 4
     for (int cc = 0; cc < CN; cc++) ix[cc] = PERM ? _mm512_loadu_si512(l->idx[c0 + cc]) : _mm512_setzero_si512();
     for (int n = 0; n < s->N; n++)
         for (int p = 0; p < s->P; p++) {
@@ -219,12 +227,12 @@ AI void wgt_task(const Lanes *l, float *restrict dw, const float *restrict dout,
                     if (x < 0 || x >= s->W) continue;
                     const float *xp = xrow + (size_t)x * C;
                     if (PERM) {
-                        const __m512 xv = _mm512_maskz_loadu_ps(l->lmask, xp + window_start(l, b));
-#pragma GCC unroll 8
+                        const __m512 xv = _mm512_maskz_loadu_ps(l->lmask, xp + ws);
+#pragma GCC unroll 4
                         for (int cc = 0; cc < CN; cc++)
                             acc[tt][cc] = _mm512_add_ps(acc[tt][cc], _mm512_mul_ps(_mm512_permutexvar_ps(ix[cc], xv), dv));
                     } else {
-#pragma GCC unroll 8
+#pragma GCC unroll 4
                         for (int cc = 0; cc < CN; cc++)
                             acc[tt][cc] = _mm512_add_ps(acc[tt][cc], _mm512_mul_ps(_mm512_set1_ps(xp[ws + cc]), dv));
                     }
@@ -232,7 +240,9 @@ AI void wgt_task(const Lanes *l, float *restrict dw, const float *restrict dout,
             }
         }
     const int Cg = l->Cg, RS = s->R * s->S;
+#pragma GCC unroll 3
     for (int tt = 0; tt < TN; tt++)
+#pragma GCC unroll 4
         for (int cc = 0; cc < CN; cc++) {
             float v[16];
             _mm512_storeu_ps(v, acc[tt][cc]);
@@ -247,11 +257,7 @@ AI void wgt_task(const Lanes *l, float *restrict dw, const float *restrict dout,
     case 1: wgt_task(l, dw, dout, in, b, r, t0, TN, c0, 1, PERM); break;                         \
     case 2: wgt_task(l, dw, dout, in, b, r, t0, TN, c0, 2, PERM); break;                         \
     case 3: wgt_task(l, dw, dout, in, b, r, t0, TN, c0, 3, PERM); break;                         \
-    case 4: wgt_task(l, dw, dout, in, b, r, t0, TN, c0, 4, PERM); break;                         \
-    case 5: wgt_task(l, dw, dout, in, b, r, t0, TN, c0, 5, PERM); break;                         \
-    case 6: wgt_task(l, dw, dout, in, b, r, t0, TN, c0, 6, PERM); break;                         \
-    case 7: wgt_task(l, dw, dout, in, b, r, t0, TN, c0, 7, PERM); break;                         \
-    default: wgt_task(l, dw, dout, in, b, r, t0, TN, c0, 8, PERM); break;                        \
+    default: wgt_task(l, dw, dout, in, b, r, t0, TN, c0, 4, PERM); break;                        \
     }
 AI void wgt_task_tn(const Lanes *l, float *dw, const float *dout, const float *in, int b, int r, int t0, int tn,
                     int c0, int cn, const int PERM) {
@@ -324,14 +330,14 @@ int conv_grouped_fast_backward_data(const ConvShape *s, float *din, const float 
     return 1;
 }
 
-// Tasks (block, kernel row, 3 taps, 8 channels): their count and cut come from the shape alone, and
+// Tasks (block, kernel row, 3 taps, 4 channels): their count and cut come from the shape alone, and
 // each owns its dw values outright.
 int conv_grouped_fast_backward_weight(const ConvShape *s, float *dw, const float *dout, const float *in) {
     if (!conv_grouped_fast_ok(s, CONV_GROUPED_WEIGHT)) return 0;
 #if HAVE_GROUPED_AVX512
     Lanes l;
     lanes_init(&l, s, CONV_GROUPED_WEIGHT);
-    const int nt = (s->S + 2) / 3, nc = (l.Cg + 7) / 8, ntask = l.nblk * s->R * nt * nc;
+    const int nt = (s->S + 2) / 3, nc = (l.Cg + 3) / 4, ntask = l.nblk * s->R * nt * nc;
 #pragma omp parallel for schedule(dynamic, 1)
     for (int task = 0; task < ntask; task++) {
         int i = task;
@@ -340,8 +346,8 @@ int conv_grouped_fast_backward_weight(const ConvShape *s, float *dw, const float
         const int ti = i % nt;
         i /= nt;
         const int r = i % s->R, b = i / s->R;
-        const int t0 = ti * 3, c0 = ci * 8;
-        wgt_task_any(&l, dw, dout, in, b, r, t0, CT_MIN(3, s->S - t0), c0, CT_MIN(8, l.Cg - c0));
+        const int t0 = ti * 3, c0 = ci * 4;
+        wgt_task_any(&l, dw, dout, in, b, r, t0, CT_MIN(3, s->S - t0), c0, CT_MIN(4, l.Cg - c0));
     }
 #else
     (void)dw, (void)dout, (void)in;
