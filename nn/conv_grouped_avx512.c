@@ -22,9 +22,10 @@
 // The cost is one add per multiply where an FMA would do both; the permutes already take the
 // shuffle port, so the kernels are not bound by the multiply-adds alone.
 //
-// What takes the reference instead: the vector side's channel count not a multiple of 16, Kg (Cg for
-// the data gradient) neither a divisor of 16 no smaller than the other side's nor a multiple of 16,
-// or a CPU without AVX-512F. ResNeXt's and depthwise shapes all qualify.
+// What takes the reference instead: the vector side's channel count not a multiple of 16 (or above
+// 4096), Kg (Cg for the data gradient) neither a multiple of 16 nor a divisor of 16 that is at least
+// the other side's per-group count, or a CPU without AVX-512F. ResNeXt's and depthwise shapes all
+// qualify.
 #include <immintrin.h>
 #include <stdlib.h>
 #include <string.h>
