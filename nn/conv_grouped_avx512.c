@@ -34,6 +34,12 @@
 #include "nn/gemm.h"
 #include "util/common.h"
 
+#if defined(__GNUC__) && defined(__x86_64__)
+#define HAVE_GROUPED_AVX512 1
+#else
+#define HAVE_GROUPED_AVX512 0
+#endif
+
 enum { LANES_NONE = 0, LANES_PERMUTE = 1, LANES_BROADCAST = 2 };
 #define MAX_BLOCKS 256  // vector blocks of 16 channels: up to 4096 channels on the vector side
 
@@ -50,11 +56,6 @@ static int pass_mode(const ConvShape *s, int pass) {
     return pass == CONV_GROUPED_DATA ? lane_mode(Cg, Kg, G) : lane_mode(Kg, Cg, G);
 }
 
-#if defined(__GNUC__) && defined(__x86_64__)
-#define HAVE_GROUPED_AVX512 1
-#else
-#define HAVE_GROUPED_AVX512 0
-#endif
 
 int conv_grouped_fast_ok(const ConvShape *s, int pass) {
     return HAVE_GROUPED_AVX512 && conv_groups(s) > 1 && pass_mode(s, pass) != LANES_NONE &&
@@ -65,6 +66,7 @@ const char *conv_grouped_route(const ConvShape *s, int pass) {
     return conv_grouped_fast_ok(s, pass) ? "avx512" : "reference";
 }
 
+#if HAVE_GROUPED_AVX512
 // What one pass's kernels read: the shape, the mode and its permute tables.
 typedef struct {
     const ConvShape *s;
@@ -94,7 +96,6 @@ static void lanes_init(Lanes *l, const ConvShape *s, int pass) {
     for (int b = 0; b < l->nblk; b++) l->wofs[b] = l->mode == LANES_PERMUTE ? b * l->L : b * 16 / l->X * l->Y;
 }
 
-#if HAVE_GROUPED_AVX512
 #pragma GCC push_options
 #pragma GCC target("avx512f")
 #define AI static inline __attribute__((always_inline))
