@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "nn/conv_grouped.h"
 #include "nn/layers.h"
 #include "util/common.h"
 
@@ -33,8 +34,8 @@ static float *weights_rsck_per_group(const ConvShape *s, const float *w) {
     return wt;
 }
 
-void conv2d_grouped_forward(const ConvShape *s, float *out, const float *in, const float *w, const float *bias,
-                            const float *res, int relu) {
+void conv2d_grouped_forward_ref(const ConvShape *s, float *out, const float *in, const float *w, const float *bias,
+                                const float *res, int relu) {
     const int G = conv_groups(s), Kg = s->K / G, Cg = s->C / G, RS = s->R * s->S, K = s->K, C = s->C;
     float *wt = weights_rsck_per_group(s, w);
 #pragma omp parallel for schedule(static)
@@ -76,7 +77,7 @@ void conv2d_grouped_forward(const ConvShape *s, float *out, const float *in, con
 }
 
 // Gather form: each input pixel sums the taps that reach it, so no two threads write one element.
-void conv2d_grouped_backward_data(const ConvShape *s, float *din, const float *dout, const float *w) {
+void conv2d_grouped_backward_data_ref(const ConvShape *s, float *din, const float *dout, const float *w) {
     const int G = conv_groups(s), Kg = s->K / G, Cg = s->C / G, K = s->K, C = s->C, st = s->stride;
 #pragma omp parallel for schedule(static)
     for (int nh = 0; nh < s->N * s->H; nh++) {
@@ -109,7 +110,7 @@ void conv2d_grouped_backward_data(const ConvShape *s, float *din, const float *d
 
 // One task per (group, kernel row): it owns dw[g*Kg .. g*Kg + Kg][r][*][*] and sums it over every
 // output pixel in (n, p, q) order; the task count comes from the shape alone.
-void conv2d_grouped_backward_weight(const ConvShape *s, float *dw, const float *dout, const float *in) {
+void conv2d_grouped_backward_weight_ref(const ConvShape *s, float *dw, const float *dout, const float *in) {
     const int G = conv_groups(s), Kg = s->K / G, Cg = s->C / G, K = s->K, C = s->C, R = s->R, S = s->S;
 #pragma omp parallel for schedule(dynamic, 1)
     for (int gr = 0; gr < G * R; gr++) {
@@ -140,4 +141,16 @@ void conv2d_grouped_backward_weight(const ConvShape *s, float *dw, const float *
                    (size_t)S * Cg * sizeof(float));
         free(acc);
     }
+}
+
+// The entry points: the AVX-512 path where it takes the shape (the same bits), else the loops above.
+void conv2d_grouped_forward(const ConvShape *s, float *out, const float *in, const float *w, const float *bias,
+                            const float *res, int relu) {
+    if (!conv_grouped_fast_forward(s, out, in, w, bias, res, relu)) conv2d_grouped_forward_ref(s, out, in, w, bias, res, relu);
+}
+void conv2d_grouped_backward_data(const ConvShape *s, float *din, const float *dout, const float *w) {
+    if (!conv_grouped_fast_backward_data(s, din, dout, w)) conv2d_grouped_backward_data_ref(s, din, dout, w);
+}
+void conv2d_grouped_backward_weight(const ConvShape *s, float *dw, const float *dout, const float *in) {
+    if (!conv_grouped_fast_backward_weight(s, dw, dout, in)) conv2d_grouped_backward_weight_ref(s, dw, dout, in);
 }

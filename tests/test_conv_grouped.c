@@ -5,18 +5,25 @@
 //   block): an independent oracle of which channels meet which, through nn/conv.c's own kernels;
 // - finite-difference gradient checks of the loss sum(out * G);
 // - the epilogue form (bias, residual, ReLU) that BN folding uses;
-// - the same bits with 1 and 2 threads.
+// - the same bits with 1, 2 and 3 threads;
+// - the AVX-512 path (nn/conv_grouped_avx512.c) against the reference loop nests, bit for bit, for
+//   every pass and the epilogue form, and each shape's route: the passes that must take the fast
+//   path on an AVX-512 CPU do (a test that silently ran the reference twice would prove nothing).
 #include <math.h>
 #include <omp.h>
 #include <string.h>
 
+#include "nn/conv_grouped.h"
 #include "nn/layers.h"
 #include "tests/test.h"
 #include "util/common.h"
 
 typedef struct {
     int N, H, W, C, K, R, stride, pad, groups;
+    const char *fast;  // the passes that take the AVX-512 path on an AVX-512 CPU: F forward, D data, W weight
 } GShape;
+
+static int g_avx512;  // the CPU has AVX-512F: the fast path must be taken where the shape allows it
 
 static ConvShape mk(const GShape *g) {
     return conv_shape_g(g->N, g->H, g->W, g->C, g->K, g->R, g->R, g->stride, g->pad, g->groups);
@@ -118,15 +125,43 @@ static void check_shape(const GShape *gs) {
     CHECK(ok, "grouped conv g%d: the epilogue form is not forward + bias + res, ReLU", s.groups);
     free(bias), free(res), free(oe);
 
-    // 1 and 2 threads: the same bits.
+    // 1, 2 and 3 threads: the same bits.
     float *o1 = ct_alloc(no * 4), *d1b = ct_alloc(ni * 4), *w1 = ct_alloc(nw * 4);
-    omp_set_num_threads(1);
-    conv2d_forward(&s, o1, in, w);
-    conv2d_backward_data(&s, d1b, dout, w);
-    conv2d_backward_weight(&s, w1, dout, in);
+    for (int th = 1; th <= 3; th += 2) {
+        omp_set_num_threads(th);
+        conv2d_forward(&s, o1, in, w);
+        conv2d_backward_data(&s, d1b, dout, w);
+        conv2d_backward_weight(&s, w1, dout, in);
+        CHECK(!memcmp(o1, out, no * 4) && !memcmp(d1b, din, ni * 4) && !memcmp(w1, dw, nw * 4),
+              "grouped conv g%d C%d K%d: %d and 2 threads differ", s.groups, s.C, s.K, th);
+    }
     omp_set_num_threads(2);
-    CHECK(!memcmp(o1, out, no * 4) && !memcmp(d1b, din, ni * 4) && !memcmp(w1, dw, nw * 4),
-          "grouped conv g%d C%d K%d: 1 and 2 threads differ", s.groups, s.C, s.K);
+
+    // The route each pass takes, and the reference loop nests' bits, epilogue form included.
+    static const char *const pass_name[3] = {"forward", "data gradient", "weight gradient"};
+    for (int pass = 0; pass < 3; pass++) {
+        const int want = g_avx512 && strchr(gs->fast, "FDW"[pass]) != NULL;
+        const char *route = conv_grouped_route(&s, pass);
+        CHECK(!strcmp(route, want ? "avx512" : "reference"),
+              "grouped conv N%d H%d W%d C%d K%d R%d st%d g%d: %s takes the %s route, expected %s", s.N, s.H, s.W, s.C,
+              s.K, s.R, s.stride, s.groups, pass_name[pass], route, want ? "avx512" : "reference");
+    }
+    float *bias2 = rand_buf(s.K, 1), *res2 = rand_buf(no, 1), *oe2 = ct_alloc(no * 4), *oer = ct_alloc(no * 4);
+    res2[no / 2] = NAN;  // the reference's ReLU (v > 0 ? v : 0) makes it 0; the fast path must too
+    conv2d_grouped_forward_ref(&s, o1, in, w, NULL, NULL, 0);
+    conv2d_grouped_backward_data_ref(&s, d1b, dout, w);
+    conv2d_grouped_backward_weight_ref(&s, w1, dout, in);
+    conv2d_grouped_forward(&s, oe2, in, w, bias2, res2, 1);
+    conv2d_grouped_forward_ref(&s, oer, in, w, bias2, res2, 1);
+    const int same_f = !memcmp(o1, out, no * 4), same_d = !memcmp(d1b, din, ni * 4), same_w = !memcmp(w1, dw, nw * 4);
+    CHECK(same_f && same_d && same_w && !memcmp(oe2, oer, no * 4),
+          "grouped conv N%d H%d W%d C%d K%d R%d st%d pad%d g%d: the %s route differs from the reference loops "
+          "(forward %s, data %s, weight %s, epilogue form %s; rel err %g %g %g)",
+          s.N, s.H, s.W, s.C, s.K, s.R, s.stride, s.pad, s.groups, g_avx512 ? "avx512" : "reference",
+          same_f ? "same" : "DIFFERS", same_d ? "same" : "DIFFERS", same_w ? "same" : "DIFFERS",
+          memcmp(oe2, oer, no * 4) ? "DIFFERS" : "same", rel_err_norm(out, o1, no), rel_err_norm(din, d1b, ni),
+          rel_err_norm(dw, w1, nw));
+    free(bias2), free(res2), free(oe2), free(oer);
     free(o1), free(d1b), free(w1);
     free(in), free(w), free(dout), free(out), free(din), free(dw), free(ro), free(rd), free(rw);
 }
@@ -170,25 +205,38 @@ static void gradcheck(const GShape *gs) {
 int main(void) {
     test_rng = rng_make(25, 0, 0);
     omp_set_num_threads(2);
+    __builtin_cpu_init();
+    g_avx512 = __builtin_cpu_supports("avx512f");
+    if (!g_avx512) printf("conv_grouped: no AVX-512F on this CPU: every pass must take the reference loops\n");
     // N, H, W, C, K, R, stride, pad, groups
     const GShape shapes[] = {
-        {2, 7, 9, 8, 8, 3, 1, 1, 2},        // 4 channels per group, odd sizes
-        {2, 9, 7, 64, 64, 3, 2, 1, 32},     // resnext50's first stage, stride 2, odd map
-        {1, 6, 5, 64, 64, 3, 1, 1, 64},     // depthwise: 1 channel per group
-        {2, 5, 5, 128, 128, 3, 1, 1, 4},    // 32 channels per group
-        {1, 8, 8, 48, 96, 3, 2, 1, 3},      // Cg 16 != Kg 32
-        {3, 4, 5, 24, 12, 1, 1, 0, 6},      // 1x1 grouped, Cg 4 -> Kg 2
-        {1, 5, 7, 20, 40, 5, 2, 2, 5},      // 5x5, stride 2
-        {2, 3, 3, 256, 256, 3, 2, 1, 64},   // resnext101_64x4d's layer1 width on a tiny map
-        {1, 1, 1, 16, 16, 3, 1, 1, 8},      // a 1x1 map: only the centre tap
-        {1, 10, 3, 12, 18, 3, 1, 0, 6},     // no padding, 2 -> 3 channels per group
+        {2, 7, 9, 8, 8, 3, 1, 1, 2, ""},           // 4 channels per group, odd sizes (K 8: no 16-lane block)
+        {2, 9, 7, 64, 64, 3, 2, 1, 32, "FDW"},     // 2 channels per group, stride 2, odd map
+        {1, 6, 5, 64, 64, 3, 1, 1, 64, "FDW"},     // depthwise: 1 channel per group
+        {2, 5, 5, 128, 128, 3, 1, 1, 4, "FDW"},    // 32 channels per group (broadcast lanes)
+        {1, 8, 8, 48, 96, 3, 2, 1, 3, "FDW"},      // Cg 16 != Kg 32, 3 blocks of 16 (a tail of 3)
+        {3, 4, 5, 24, 12, 1, 1, 0, 6, ""},         // 1x1 grouped, Cg 4 -> Kg 2
+        {1, 5, 7, 20, 40, 5, 2, 2, 5, ""},         // 5x5, stride 2
+        {2, 3, 3, 256, 256, 3, 2, 1, 64, "FDW"},   // resnext101_64x4d's layer1 width on a tiny map
+        {1, 1, 1, 16, 16, 3, 1, 1, 8, "FDW"},      // a 1x1 map: only the centre tap
+        {1, 10, 3, 12, 18, 3, 1, 0, 6, ""},        // no padding, 2 -> 3 channels per group
+        {2, 9, 11, 128, 128, 3, 1, 1, 16, "FDW"},  // resnext50's layer2: 8 per group
+        {2, 9, 9, 128, 128, 3, 2, 1, 32, "FDW"},   // resnext50's layer1 at stride 2 on an odd map
+        {1, 7, 6, 48, 48, 3, 2, 1, 12, "FDW"},     // 4 per group in 3 blocks (tails of one block)
+        {2, 5, 9, 20, 32, 5, 1, 2, 2, "FW"},       // Cg 10 -> Kg 16: broadcast, 5 taps (3 + 2), 10 channels (4 + 4 + 2)
+        {1, 7, 7, 12, 16, 3, 2, 1, 4, "FW"},       // Cg 3 -> Kg 4: a 12-channel window under a mask
+        {2, 6, 7, 16, 8, 3, 1, 1, 2, "D"},         // Cg 8 -> Kg 4: only the data gradient's lanes fit
+        {1, 4, 4, 128, 128, 3, 1, 1, 2, "FDW"},    // 64 per group (resnext101_64x4d's layer4 width)
+        {2, 5, 5, 64, 64, 1, 1, 0, 16, "FDW"},     // 1x1 grouped, 4 per group
+        {1, 3, 5, 80, 80, 3, 1, 1, 20, "FDW"},     // 5 blocks (4 + a tail of 1)
     };
     for (size_t i = 0; i < CT_ARRAY_LEN(shapes); i++) check_shape(&shapes[i]);
     const GShape gc[] = {
-        {2, 7, 9, 8, 8, 3, 1, 1, 2},
-        {1, 9, 7, 32, 32, 3, 2, 1, 8},
-        {1, 5, 6, 64, 64, 3, 1, 1, 64},
-        {1, 5, 5, 64, 32, 3, 2, 1, 2},
+        {2, 7, 9, 8, 8, 3, 1, 1, 2, ""},
+        {1, 9, 7, 32, 32, 3, 2, 1, 8, "FDW"},
+        {1, 5, 6, 64, 64, 3, 1, 1, 64, "FDW"},
+        {1, 5, 5, 64, 32, 3, 2, 1, 2, "FDW"},
+        {1, 7, 7, 64, 64, 3, 1, 1, 8, "FDW"},
     };
     for (size_t i = 0; i < CT_ARRAY_LEN(gc); i++) gradcheck(&gc[i]);
     return test_summary("conv_grouped");

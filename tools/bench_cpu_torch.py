@@ -4,12 +4,13 @@ torchvision ResNets, the CIFAR ResNets with projection shortcuts), the same step
 entropy, backward, SGD momentum 0.9 weight decay 5e-4) on random data, the same thread count.
 
   /usr/bin/python3 tools/bench_cpu_torch.py ARCH SIZE BATCH [--steps 10] [--warmup 2]
-      [--classes N] [--threads T] [--channels-last] [--compile]
+      [--classes N] [--threads T] [--channels-last] [--compile] [--bf16]
 
 Prints one line in bench_cpu_train's format: img/s from the median wall time of a step, img/s
 from process CPU time / threads, peak RSS (includes the torch library itself). --compile wraps the
 model in torch.compile (torch 2.x, inductor's C++ backend: needs g++); its compilation happens in
-the warm-up steps, which are not timed.
+the warm-up steps, which are not timed. --bf16 runs forward and loss under torch.autocast("cpu",
+bfloat16) (worth it only on a CPU with bf16 units: AVX512-BF16 or AMX).
 """
 import argparse
 import os
@@ -36,6 +37,7 @@ def main():
     ap.add_argument("--threads", type=int, default=int(os.environ.get("OMP_NUM_THREADS", os.cpu_count())))
     ap.add_argument("--channels-last", action="store_true")
     ap.add_argument("--compile", action="store_true")
+    ap.add_argument("--bf16", action="store_true")
     a = ap.parse_args()
     if a.steps < 1 or a.batch < 1 or a.size < 8:
         sys.exit("bench_cpu_torch: steps, batch must be >= 1 and size >= 8")
@@ -59,7 +61,8 @@ def main():
     for it in range(a.warmup + a.steps):
         t0, c0 = time.perf_counter(), time.process_time()
         opt.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(model(x), y)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.bf16):
+            loss = F.cross_entropy(model(x), y)
         loss.backward()
         opt.step()
         t1, c1 = time.perf_counter(), time.process_time()
@@ -67,7 +70,7 @@ def main():
             wall.append(t1 - t0)
             cpu += c1 - c0
     med = statistics.median_low(wall)
-    mode = ("chlast" if a.channels_last else "nchw") + ("+compile" if a.compile else "")
+    mode = ("chlast" if a.channels_last else "nchw") + ("+compile" if a.compile else "") + ("+bf16" if a.bf16 else "")
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
     print("pytorch %-9s %3dx%-3d batch %-4d threads %d %-12s: %8.1f img/s (median step %.1f ms), "
           "%8.1f img/s by CPU time, peak RSS %.0f MB, torch %s, final loss %.3f"

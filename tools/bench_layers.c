@@ -1,5 +1,6 @@
-// Per-layer timings of the CPU reference layers on the shapes of resnet20 (32x32, batch 128) and
-// resnet18 (64x64, batch 32). Prints one row per layer and pass with the best-of-reps time and
+// Per-layer timings of the CPU reference layers on the shapes of resnet20 (32x32, batch 128),
+// resnet18 (64x64, batch 32) and the grouped 3x3s of resnext50_32x4d (64x64, batch 32; model name
+// "resnext50", each pass on the route conv2d_grouped_* take and on the reference loop nests). Prints one row per layer and pass with the best-of-reps time and
 // GFLOP/s, and "x count" = time times how often the shape occurs in one training step of the
 // model, so the rows that dominate a step stand out.
 //   build/tools/bench_layers [reps] [filter]     (OMP_NUM_THREADS as usual; CTRAIN_GEMM=avx2|generic)
@@ -8,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "nn/conv_grouped.h"
 #include "nn/gemm.h"
 #include "nn/layers.h"
 #include "util/common.h"
@@ -107,6 +109,40 @@ static void bench_add(const char *model, size_t n, int count) {
     free(a), free(b), free(y);
 }
 
+// A grouped 3x3 (ResNeXt's conv2: C -> C, pad 1) with `groups` groups: each pass on its route
+// (conv_grouped_route: avx512 or reference) and on the reference loops ("-ref" rows, not added to
+// the total; their sum is printed apart).
+static double g_total_ref;
+static void bench_gconv(const char *model, int N, int H, int C, int stride, int groups, int count) {
+    ConvShape s = conv_shape_g(N, H, H, C, C, 3, 3, stride, 1, groups);
+    const int Cg = C / groups;
+    const size_t nin = (size_t)N * H * H * C, nout = (size_t)N * s.P * s.Q * C, nw = (size_t)C * 9 * Cg;
+    float *in = rand_buf(nin), *w = rand_buf(nw), *out = rand_buf(nout), *din = rand_buf(nin), *dw = rand_buf(nw);
+    const double flops = 2.0 * nout * 9 * Cg;
+    char name[64];
+    snprintf(name, sizeof name, "gconv 3x3 s%d %d g%d(x%d) @%d", stride, C, groups, Cg, H);
+    double t, save;
+    TIME_BEST(t, conv2d_grouped_forward(&s, out, in, w, NULL, NULL, 0));
+    row(model, name, conv_grouped_route(&s, CONV_GROUPED_FWD)[0] == 'a' ? "fwd" : "fwd*", t, flops, count);
+    save = g_total;
+    TIME_BEST(t, conv2d_grouped_forward_ref(&s, out, in, w, NULL, NULL, 0));
+    row(model, name, "fwd-ref", t, flops, count);
+    g_total_ref += g_total - save, g_total = save;
+    TIME_BEST(t, conv2d_grouped_backward_data(&s, din, out, w));
+    row(model, name, conv_grouped_route(&s, CONV_GROUPED_DATA)[0] == 'a' ? "bwd-data" : "bwd-dat*", t, flops, count);
+    save = g_total;
+    TIME_BEST(t, conv2d_grouped_backward_data_ref(&s, din, out, w));
+    row(model, name, "data-ref", t, flops, count);
+    g_total_ref += g_total - save, g_total = save;
+    TIME_BEST(t, conv2d_grouped_backward_weight(&s, dw, out, in));
+    row(model, name, conv_grouped_route(&s, CONV_GROUPED_WEIGHT)[0] == 'a' ? "bwd-wgt" : "bwd-wgt*", t, flops, count);
+    save = g_total;
+    TIME_BEST(t, conv2d_grouped_backward_weight_ref(&s, dw, out, in));
+    row(model, name, "wgt-ref", t, flops, count);
+    g_total_ref += g_total - save, g_total = save;
+    free(in), free(w), free(out), free(din), free(dw);
+}
+
 static int want(const char *filter, const char *model) { return !filter || strstr(model, filter); }
 
 int main(int argc, char **argv) {
@@ -170,6 +206,23 @@ int main(int argc, char **argv) {
         bench_bn(m, N * 4 * 4, 256, 1, 5);
         bench_bn(m, N * 2 * 2, 512, 1, 5);
         printf("%-9s %-30s %-8s %50.2f ms (sum of the rows above, x count)\n", m, "total", "", g_total * 1e3);
+    }
+    if (want(filter, "resnext50")) {
+        // resnext50_32x4d at 64x64: layer1 16x16 (4 channels per group) to layer4 2x2 (32 per group);
+        // each stage's first block has the stride.
+        const char *m = "resnext50";
+        const int N = 32;
+        g_total = g_total_ref = 0;
+        bench_gconv(m, N, 16, 128, 1, 32, 3);
+        bench_gconv(m, N, 16, 256, 2, 32, 1);
+        bench_gconv(m, N, 8, 256, 1, 32, 3);
+        bench_gconv(m, N, 8, 512, 2, 32, 1);
+        bench_gconv(m, N, 4, 512, 1, 32, 5);
+        bench_gconv(m, N, 4, 1024, 2, 32, 1);
+        bench_gconv(m, N, 2, 1024, 1, 32, 2);
+        printf("%-9s %-30s %-8s %50.2f ms (grouped 3x3s, x count; '*': the reference route)\n", m, "total", "", g_total * 1e3);
+        printf("%-9s %-30s %-8s %50.2f ms (the same on the reference loops: %.2fx)\n", m, "total-ref", "",
+               g_total_ref * 1e3, g_total_ref / g_total);
     }
     return 0;
 }
