@@ -7,18 +7,26 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <emmintrin.h>
 
 #include "util/common.h"
 
 // math.degrees: x * (180 / pi), as CPython's radToDeg.
 static double degrees(double x) { return x * (180.0 / M_PI); }
 
-// Round half to even of a value in [0, 255], as torch.round, without a libm call: binaries are
-// built without SSE4.1 (no -march), where nearbyintf and floorf are function calls, and the warps
-// and sharpness made one per output byte (6 ms of a 176 px warp's 7 went there). Adding and
-// subtracting 2^23 (2^52) rounds in the default rounding mode, which is to nearest, ties to even.
+// Every op below computes the same IEEE float32 operations, in the same order, as the per-pixel
+// reference in autoaug_ref.c (which follows torchvision's functional_tensor.py; tests/test_autoaug.c
+// holds the reference against torchvision and these ops against the reference, byte for byte). What
+// changed is where the work goes: per-value functions become 256-entry tables of the same float
+// products, the warp's source coordinates are computed per row in a loop without branches, interior
+// pixels take a path without bounds checks (SSE2, the x86-64 baseline: its lanes do the scalar
+// operations, so no run-time dispatch is needed), integer translations become row copies, and
+// sharpness's blur is integer arithmetic. The build is ISO C (-std=c11), so GCC contracts no
+// multiply-add into an FMA (-ffp-contract=off), and binaries carry no -march.
+
+// Round half to even of a value in [0, 255], as torch.round, without a libm call (no SSE4.1
+// roundss in a baseline x86-64 binary): adding and subtracting 2^23 rounds to nearest, ties to even.
 static inline float round_even_255f(float v) { return (v + 8388608.0f) - 8388608.0f; }
-static inline double round_even_255(double v) { return (v + 4503599627370496.0) - 4503599627370496.0; }
 
 // ---------------------------------------------------------------- affine warps (grid_sample)
 
@@ -44,8 +52,68 @@ static void inverse_affine(double cx, double cy, double angle, double tx, double
     m[5] += cy;
 }
 
+// One output pixel of grid_sample(bilinear, zeros) + the fill mask + round, with the bounds checks:
+// the reference's expression, for pixels whose four taps are not all inside.
+static inline void warp_pixel(const uint8_t *img, int H, int W, int C, int x0, int y0, float wx, float wy,
+                              const uint8_t *fill, uint8_t *o) {
+    const float ex = 1.0f - wx, sy = 1.0f - wy;
+    const float wnw = sy * ex, wne = sy * wx, wsw = wy * ex, wse = wy * wx;
+    const int in00 = x0 >= 0 && x0 < W && y0 >= 0 && y0 < H, in10 = x0 + 1 >= 0 && x0 + 1 < W && y0 >= 0 && y0 < H;
+    const int in01 = x0 >= 0 && x0 < W && y0 + 1 >= 0 && y0 + 1 < H;
+    const int in11 = x0 + 1 >= 0 && x0 + 1 < W && y0 + 1 >= 0 && y0 + 1 < H;
+    float mask = 0.0f;
+    if (fill) {
+        if (in00) mask += wnw;
+        if (in10) mask += wne;
+        if (in01) mask += wsw;
+        if (in11) mask += wse;
+    }
+    for (int c = 0; c < C; c++) {
+        float v = 0.0f;
+        if (in00) v += (float)img[((size_t)y0 * W + x0) * C + c] * wnw;
+        if (in10) v += (float)img[((size_t)y0 * W + x0 + 1) * C + c] * wne;
+        if (in01) v += (float)img[((size_t)(y0 + 1) * W + x0) * C + c] * wsw;
+        if (in11) v += (float)img[((size_t)(y0 + 1) * W + x0 + 1) * C + c] * wse;
+        if (fill) v = v * mask + (1.0f - mask) * (float)fill[c];
+        v = v < 0.0f ? 0.0f : v > 255.0f ? 255.0f : v;
+        o[c] = (uint8_t)round_even_255f(v);
+    }
+}
+
+// Four bytes from p as four floats (the fourth lane is the next pixel's first byte, unused).
+static inline __m128 load4f(const uint8_t *p) {
+    uint32_t u;
+    memcpy(&u, p, 4);
+    __m128i z = _mm_setzero_si128(), b = _mm_cvtsi32_si128((int)u);
+    return _mm_cvtepi32_ps(_mm_unpacklo_epi16(_mm_unpacklo_epi8(b, z), z));
+}
+
+// Integer translations (F.affine's translate by whole pixels, no rotation or shear): the grid lands
+// within 1e-4 of whole pixels, where bilinear weights of 1 - d and d (d < 1e-4) move a value by at
+// most 255 * 2d plus float32 rounding, far below the 0.5 that would change its rounding, so every
+// output byte is the nearest source pixel, the fill or 0. The caller checked the 1e-4.
+static void warp_shift(const uint8_t *img, int H, int W, int C, const int *sx, const int *sy, const uint8_t *fill,
+                       uint8_t *out) {
+    uint8_t f[4] = {0, 0, 0, 0};
+    if (fill) memcpy(f, fill, C);
+    // sx is ox + k for one k: columns [lo, hi) come from the source row, the rest is fill.
+    int lo = 0;
+    while (lo < W && (sx[lo] < 0 || sx[lo] >= W)) lo++;
+    int hi = lo;
+    while (hi < W && sx[hi] >= 0 && sx[hi] < W) hi++;
+    for (int oy = 0; oy < H; oy++) {
+        uint8_t *o = out + (size_t)oy * W * C;
+        int a = lo, b = hi;
+        if (sy[oy] < 0 || sy[oy] >= H) a = b = W;
+        for (int ox = 0; ox < a; ox++) memcpy(o + (size_t)ox * C, f, C);
+        if (b > a) memcpy(o + (size_t)a * C, img + ((size_t)sy[oy] * W + sx[a]) * C, (size_t)(b - a) * C);
+        for (int ox = b; ox < W; ox++) memcpy(o + (size_t)ox * C, f, C);
+    }
+}
+
 // _gen_affine_grid + grid_sample(bilinear, zeros, align_corners=False) + the fill mask +
-// _cast_squeeze_out's round, float32 throughout as torch.
+// _cast_squeeze_out's round, float32 throughout as torch (and as autoaug_ref.c's warp).
+#define WARP_CHUNK 64
 static void warp(uint8_t *img, int H, int W, int C, const double m[6], const uint8_t *fill, uint8_t *tmp) {
     float th[6];
     for (int k = 0; k < 6; k++) th[k] = (float)m[k];
@@ -53,42 +121,99 @@ static void warp(uint8_t *img, int H, int W, int C, const double m[6], const uin
     // rescaled_theta = theta^T / [0.5 w, 0.5 h]: column 0 feeds x, column 1 feeds y.
     const float r0x = th[0] / hw, r1x = th[1] / hw, r2x = th[2] / hw;
     const float r0y = th[3] / hh, r1y = th[4] / hh, r2y = th[5] / hh;
-    for (int oy = 0; oy < H; oy++) {
-        const float by = -(float)H * 0.5f + 0.5f + (float)oy;
-        for (int ox = 0; ox < W; ox++) {
-            const float bx = -(float)W * 0.5f + 0.5f + (float)ox;
-            const float gx = bx * r0x + by * r1x + r2x;
-            const float gy = bx * r0y + by * r1y + r2y;
-            // grid_sample's CPU kernel: (g + 1) * (size / 2) - 0.5, weights from the fractions.
-            const float ix = (gx + 1.0f) * hw - 0.5f;
-            const float iy = (gy + 1.0f) * hh - 0.5f;
-            int x0 = (int)ix, y0 = (int)iy;  // floor: truncation, one less below zero
-            x0 -= (float)x0 > ix;
-            y0 -= (float)y0 > iy;
-            const float fx = (float)x0, fy = (float)y0;
-            const float wx = ix - fx, wy = iy - fy, ex = 1.0f - wx, sy = 1.0f - wy;
-            const float wnw = sy * ex, wne = sy * wx, wsw = wy * ex, wse = wy * wx;
-            const int in00 = x0 >= 0 && x0 < W && y0 >= 0 && y0 < H, in10 = x0 + 1 >= 0 && x0 + 1 < W && y0 >= 0 && y0 < H;
-            const int in01 = x0 >= 0 && x0 < W && y0 + 1 >= 0 && y0 + 1 < H;
-            const int in11 = x0 + 1 >= 0 && x0 + 1 < W && y0 + 1 >= 0 && y0 + 1 < H;
-            float mask = 0.0f;
-            if (fill) {
-                if (in00) mask += wnw;
-                if (in10) mask += wne;
-                if (in01) mask += wsw;
-                if (in11) mask += wse;
+    const float bx0 = -(float)W * 0.5f + 0.5f, by0 = -(float)H * 0.5f + 0.5f;
+    if (th[1] == 0.0f && th[3] == 0.0f && H <= 4096 && W <= 4096) {
+        // No rotation or shear: x depends on the column only and y on the row only (by * r1x is a
+        // zero, which leaves the sum as it is). Whole-pixel shifts become row copies.
+        int sx[4096], sy[4096], whole = 1;
+        for (int ox = 0; ox < W && whole; ox++) {
+            const float by = by0 + 0.0f, bx = bx0 + (float)ox;
+            const float ix = ((bx * r0x + by * r1x + r2x) + 1.0f) * hw - 0.5f;
+            whole = fabsf(ix) < 1e6f;
+            const float r = whole ? floorf(ix + 0.5f) : 0.0f;
+            whole = whole && fabsf(ix - r) < 1e-4f;
+            sx[ox] = (int)r;
+        }
+        for (int oy = 0; oy < H && whole; oy++) {
+            const float by = by0 + (float)oy, bx = bx0;
+            const float iy = ((bx * r0y + by * r1y + r2y) + 1.0f) * hh - 0.5f;
+            whole = fabsf(iy) < 1e6f;
+            const float r = whole ? floorf(iy + 0.5f) : 0.0f;
+            whole = whole && fabsf(iy - r) < 1e-4f;
+            sy[oy] = (int)r;
+        }
+        if (whole) {
+            // sx must be ox + k (a translation): anything else takes the general path.
+            for (int ox = 1; ox < W && whole; ox++) whole = sx[ox] == sx[0] + ox;
+            if (whole) {
+                warp_shift(img, H, W, C, sx, sy, fill, tmp);
+                memcpy(img, tmp, (size_t)H * W * C);
+                return;
             }
-            uint8_t *o = tmp + ((size_t)oy * W + ox) * C;
-            for (int c = 0; c < C; c++) {
-                float v = 0.0f;
-                if (in00) v += (float)img[((size_t)y0 * W + x0) * C + c] * wnw;
-                if (in10) v += (float)img[((size_t)y0 * W + x0 + 1) * C + c] * wne;
-                if (in01) v += (float)img[((size_t)(y0 + 1) * W + x0) * C + c] * wsw;
-                if (in11) v += (float)img[((size_t)(y0 + 1) * W + x0 + 1) * C + c] * wse;
-                if (fill) v = v * mask + (1.0f - mask) * (float)fill[c];
-                // torch.round then the clamp; clamping first gives the same bytes.
-                v = v < 0.0f ? 0.0f : v > 255.0f ? 255.0f : v;
-                o[c] = (uint8_t)round_even_255f(v);
+        }
+    }
+    int X0[WARP_CHUNK], Y0[WARP_CHUNK];
+    float WX[WARP_CHUNK], WY[WARP_CHUNK];
+    const __m128 zero = _mm_setzero_ps(), v255 = _mm_set1_ps(255.0f), one = _mm_set1_ps(1.0f);
+    __m128 fillv = zero;
+    if (fill && C == 3) fillv = _mm_setr_ps((float)fill[0], (float)fill[1], (float)fill[2], 0.0f);
+    const size_t last = (size_t)H * W;  // pixel index limit for 4-byte loads and stores
+    for (int oy = 0; oy < H; oy++) {
+        const float by = by0 + (float)oy;
+        const float byx = by * r1x, byy = by * r1y;
+        for (int c0 = 0; c0 < W; c0 += WARP_CHUNK) {
+            const int n = W - c0 < WARP_CHUNK ? W - c0 : WARP_CHUNK;
+            // The grid and grid_sample's unnormalisation: (g + 1) * (size / 2) - 0.5, then floor and
+            // the fractions, as the reference computes them (no branches: the compiler vectorises it).
+            for (int j = 0; j < n; j++) {
+                const float bx = bx0 + (float)(c0 + j);
+                const float gx = bx * r0x + byx + r2x;
+                const float gy = bx * r0y + byy + r2y;
+                const float ix = (gx + 1.0f) * hw - 0.5f;
+                const float iy = (gy + 1.0f) * hh - 0.5f;
+                int x0 = (int)ix, y0 = (int)iy;  // floor: truncation, one less below zero
+                x0 -= (float)x0 > ix;
+                y0 -= (float)y0 > iy;
+                X0[j] = x0;
+                Y0[j] = y0;
+                WX[j] = ix - (float)x0;
+                WY[j] = iy - (float)y0;
+            }
+            for (int j = 0; j < n; j++) {
+                const int x0 = X0[j], y0 = Y0[j], ox = c0 + j;
+                uint8_t *o = tmp + ((size_t)oy * W + ox) * C;
+                // Interior: all four taps inside; the 4-byte loads and store stay inside the buffers.
+                if (C == 3 && (unsigned)x0 < (unsigned)(W - 1) && (unsigned)y0 < (unsigned)(H - 1) &&
+                    (size_t)(y0 + 1) * W + x0 + 2 < last && (size_t)oy * W + ox + 1 < last) {
+                    const float wx = WX[j], wy = WY[j], ex = 1.0f - wx, sy = 1.0f - wy;
+                    const float wnw = sy * ex, wne = sy * wx, wsw = wy * ex, wse = wy * wx;
+                    const uint8_t *p = img + ((size_t)y0 * W + x0) * 3, *q = p + (size_t)W * 3;
+                    // v = ((a wnw + b wne) + c wsw) + d wse: the reference's 0 + a wnw is a wnw exactly.
+                    __m128 v = _mm_mul_ps(load4f(p), _mm_set1_ps(wnw));
+                    v = _mm_add_ps(v, _mm_mul_ps(load4f(p + 3), _mm_set1_ps(wne)));
+                    v = _mm_add_ps(v, _mm_mul_ps(load4f(q), _mm_set1_ps(wsw)));
+                    v = _mm_add_ps(v, _mm_mul_ps(load4f(q + 3), _mm_set1_ps(wse)));
+                    if (fill) {
+                        const float mask = ((wnw + wne) + wsw) + wse;
+                        const __m128 mk = _mm_set1_ps(mask);
+                        v = _mm_add_ps(_mm_mul_ps(v, mk), _mm_mul_ps(_mm_sub_ps(one, mk), fillv));
+                    }
+                    v = _mm_min_ps(_mm_max_ps(v, zero), v255);
+                    // cvtps2dq rounds to nearest, ties to even, in the default MXCSR mode: round_even_255f.
+                    __m128i r = _mm_cvtps_epi32(v);
+                    r = _mm_packs_epi32(r, r);
+                    r = _mm_packus_epi16(r, r);
+                    // The fourth byte lands on the next pixel, which is written after this one.
+                    uint32_t u = (uint32_t)_mm_cvtsi128_si32(r);
+                    memcpy(o, &u, 4);
+                    continue;
+                }
+                // All four taps outside: v = 0 and mask = 0, so the reference writes round(fill) or 0.
+                if (x0 < -1 || x0 >= W || y0 < -1 || y0 >= H) {
+                    for (int c = 0; c < C; c++) o[c] = fill ? fill[c] : 0;
+                    continue;
+                }
+                warp_pixel(img, H, W, C, x0, y0, WX[j], WY[j], fill, o);
             }
         }
     }
@@ -107,31 +232,61 @@ void aa_affine(uint8_t *img, int H, int W, int C, double angle, double tx, doubl
 // ---------------------------------------------------------------- photometric ops
 
 // _blend(img1, img2, ratio): (ratio * img1 + (1 - ratio) * img2).clamp(0, 255).to(uint8), float32.
-static inline uint8_t blend1(float r, float r1, float a, float b) {
-    float v = r * a + r1 * b;
+// The products of a uint8 by a fixed ratio take 256 values: tables of them leave the sums, the clamp
+// and the truncation as they were.
+static inline uint8_t clamp_trunc(float v) {
     v = v < 0.0f ? 0.0f : v > 255.0f ? 255.0f : v;
     return (uint8_t)v;  // truncation, as .to(torch.uint8)
 }
 
-// rgb_to_grayscale on uint8: (0.2989 r + 0.587 g + 0.114 b).to(uint8).
-static inline uint8_t grey(const uint8_t *p) {
-    float v = 0.2989f * (float)p[0] + 0.587f * (float)p[1];
-    v = v + 0.114f * (float)p[2];
-    return (uint8_t)v;
+typedef struct {
+    float a[256], b[256];  // ratio * k, (1 - ratio) * k
+} BlendTab;
+
+static void blend_tab(BlendTab *t, double f) {
+    float r = (float)f, r1 = (float)(1.0 - f);
+    for (int k = 0; k < 256; k++) t->a[k] = r * (float)k, t->b[k] = r1 * (float)k;
+}
+
+// rgb_to_grayscale on uint8: (0.2989 r + 0.587 g + 0.114 b).to(uint8), with the products tabled.
+typedef struct {
+    float r[256], g[256], b[256];
+} GreyTab;
+
+static void grey_tab(GreyTab *t) {
+    for (int k = 0; k < 256; k++) t->r[k] = 0.2989f * (float)k, t->g[k] = 0.587f * (float)k, t->b[k] = 0.114f * (float)k;
+}
+
+static inline uint8_t grey(const GreyTab *t, const uint8_t *p) { return (uint8_t)((t->r[p[0]] + t->g[p[1]]) + t->b[p[2]]); }
+
+static void apply_lut(uint8_t *img, size_t n, const uint8_t lut[256]) {
+    for (size_t i = 0; i < n; i++) img[i] = lut[img[i]];
+}
+
+// A per-value blend with a constant second image: (ratio * k + (1 - ratio) * b) for k in 0..255.
+static void blend_const_lut(uint8_t lut[256], double f, float b) {
+    float r = (float)f, r1 = (float)(1.0 - f);
+    for (int k = 0; k < 256; k++) lut[k] = clamp_trunc(r * (float)k + r1 * b);
 }
 
 static void brightness(uint8_t *img, size_t n, double f) {
-    float r = (float)f, r1 = (float)(1.0 - f);
-    for (size_t i = 0; i < n; i++) img[i] = blend1(r, r1, (float)img[i], 0.0f);
+    uint8_t lut[256];
+    blend_const_lut(lut, f, 0.0f);
+    apply_lut(img, n, lut);
 }
 
 static void saturation(uint8_t *img, size_t px, int C, double f) {
     if (C == 1) return;  // torchvision: "Match PIL behaviour"
-    float r = (float)f, r1 = (float)(1.0 - f);
+    GreyTab g;
+    BlendTab t;
+    grey_tab(&g);
+    blend_tab(&t, f);
     for (size_t i = 0; i < px; i++) {
         uint8_t *p = img + i * 3;
-        float g = (float)grey(p);
-        for (int c = 0; c < 3; c++) p[c] = blend1(r, r1, (float)p[c], g);
+        const float gb = t.b[grey(&g, p)];
+        p[0] = clamp_trunc(t.a[p[0]] + gb);
+        p[1] = clamp_trunc(t.a[p[1]] + gb);
+        p[2] = clamp_trunc(t.a[p[2]] + gb);
     }
 }
 
@@ -139,31 +294,56 @@ static void contrast(uint8_t *img, size_t px, int C, double f) {
     // The float32 mean of torch is exact here while the sum of grey levels stays below 2^24
     // (images up to 256 x 256); beyond that torch's summation order decides the last bit.
     int64_t s = 0;
-    for (size_t i = 0; i < px; i++) s += C == 3 ? grey(img + i * 3) : img[i];
+    if (C == 3) {
+        GreyTab g;
+        grey_tab(&g);
+        for (size_t i = 0; i < px; i++) s += grey(&g, img + i * 3);
+    } else {
+        for (size_t i = 0; i < px; i++) s += img[i];
+    }
     float mean = (float)s / (float)px;
-    float r = (float)f, r1 = (float)(1.0 - f);
-    for (size_t i = 0; i < px * C; i++) img[i] = blend1(r, r1, (float)img[i], mean);
+    uint8_t lut[256];
+    blend_const_lut(lut, f, mean);
+    apply_lut(img, px * C, lut);
 }
 
 static void sharpness(uint8_t *img, int H, int W, int C, double f, uint8_t *tmp) {
     if (W <= 2 || H <= 2) return;
     // _blurred_degenerate_image: 3x3 kernel of ones with 5 in the middle, / 13, rounded; the border
-    // keeps the image. The exact value is never within 1/26 of a rounding tie, so float32's
-    // summation order cannot change the result.
-    const double k1 = (double)(1.0f / 13.0f), k5 = (double)(5.0f / 13.0f);
-    memcpy(tmp, img, (size_t)H * W * C);
-    for (int y = 1; y < H - 1; y++)
-        for (int x = 1; x < W - 1; x++)
-            for (int c = 0; c < C; c++) {
-                int s = 0;
-                for (int dy = -1; dy <= 1; dy++)
-                    for (int dx = -1; dx <= 1; dx++)
-                        if (dx || dy) s += img[((size_t)(y + dy) * W + x + dx) * C + c];
-                double v = s * k1 + img[((size_t)y * W + x) * C + c] * k5;
-                tmp[((size_t)y * W + x) * C + c] = (uint8_t)round_even_255(v);  // v in [0, 255]
+    // keeps the image. The reference computes round(s / 13 + 5 c / 13) in double with float32's
+    // 1/13 and 5/13, s the 8 neighbours' sum and c the centre; n / 13 is never within 1/26 of a
+    // tie (13 is odd) and those constants move the value by under 1e-5, so it is the integer
+    // (s + 5 c + 6) / 13 (tests/test_autoaug.c checks every s and c).
+    const size_t row = (size_t)W * C;
+    BlendTab t;
+    blend_tab(&t, f);
+    // The border rows and columns blend with themselves: blurred = img there.
+    uint16_t blur[3 * 4096];
+    for (int y = 0; y < H; y++) {
+        uint8_t *m = img + (size_t)y * row;
+        uint8_t *o = tmp + (size_t)y * row;  // this row's output, written back one row late
+        if (y == 0 || y == H - 1 || row > CT_ARRAY_LEN(blur)) {
+            for (size_t i = 0; i < row; i++) o[i] = clamp_trunc(t.a[m[i]] + t.b[m[i]]);
+            if (!(y == 0 || y == H - 1)) {
+                // Rows wider than the stack buffer: the same integer blur, one value at a time.
+                const uint8_t *u = m - row, *d = m + row;
+                for (size_t i = C; i < row - C; i++) {
+                    unsigned s = u[i - C] + u[i] + u[i + C] + m[i - C] + m[i + C] + d[i - C] + d[i] + d[i + C];
+                    o[i] = clamp_trunc(t.a[m[i]] + t.b[(s + 5u * m[i] + 6u) / 13u]);
+                }
             }
-    float r = (float)f, r1 = (float)(1.0 - f);
-    for (size_t i = 0; i < (size_t)H * W * C; i++) img[i] = blend1(r, r1, (float)img[i], (float)tmp[i]);
+            continue;
+        }
+        const uint8_t *u = m - row, *d = m + row;
+        for (size_t i = C; i < row - C; i++) {
+            unsigned s = (unsigned)u[i - C] + u[i] + u[i + C] + m[i - C] + m[i + C] + d[i - C] + d[i] + d[i + C];
+            blur[i] = (uint16_t)((s + 5u * m[i] + 6u) / 13u);
+        }
+        for (int c = 0; c < C; c++) blur[c] = m[c], blur[row - C + c] = m[row - C + c];
+        for (size_t i = 0; i < row; i++) o[i] = clamp_trunc(t.a[m[i]] + t.b[blur[i]]);
+    }
+    // The blur reads the unblended rows above and below, so the blend went to tmp.
+    memcpy(img, tmp, (size_t)H * row);
 }
 
 static void posterize(uint8_t *img, size_t n, int bits) {
@@ -174,56 +354,118 @@ static void posterize(uint8_t *img, size_t n, int bits) {
 }
 
 static void solarize(uint8_t *img, size_t n, double thr) {
-    for (size_t i = 0; i < n; i++)
-        if ((double)img[i] >= thr) img[i] = (uint8_t)(255 - img[i]);
+    uint8_t lut[256];
+    for (int k = 0; k < 256; k++) lut[k] = (double)k >= thr ? (uint8_t)(255 - k) : (uint8_t)k;
+    apply_lut(img, n, lut);
 }
 
 static void solarize_add(uint8_t *img, size_t n, int add) {
-    for (size_t i = 0; i < n; i++)
-        if (img[i] < 128) {
-            int v = img[i] + add;
-            img[i] = (uint8_t)(v > 255 ? 255 : v < 0 ? 0 : v);
+    uint8_t lut[256];
+    for (int k = 0; k < 256; k++) {
+        int v = k < 128 ? k + add : k;
+        lut[k] = (uint8_t)(v > 255 ? 255 : v < 0 ? 0 : v);
+    }
+    apply_lut(img, n, lut);
+}
+
+// Per-channel minimum and maximum of an interleaved image: 48 bytes (16 pixels of 3 channels, or 48
+// of 1) at a time with SSE2 min/max, each byte lane keeping its channel, then the lanes folded.
+static void channel_minmax(const uint8_t *img, size_t n, int C, int lo[3], int hi[3]) {
+    __m128i mn[3], mx[3];
+    for (int k = 0; k < 3; k++) mn[k] = _mm_set1_epi8((char)0xFF), mx[k] = _mm_setzero_si128();
+    size_t i = 0;
+    for (; i + 48 <= n; i += 48)
+        for (int k = 0; k < 3; k++) {
+            __m128i v = _mm_loadu_si128((const __m128i *)(img + i + 16 * k));
+            mn[k] = _mm_min_epu8(mn[k], v);
+            mx[k] = _mm_max_epu8(mx[k], v);
         }
+    for (int c = 0; c < C; c++) lo[c] = 255, hi[c] = 0;
+    uint8_t a[48], b[48];
+    for (int k = 0; k < 3; k++) {
+        _mm_storeu_si128((__m128i *)(a + 16 * k), mn[k]);
+        _mm_storeu_si128((__m128i *)(b + 16 * k), mx[k]);
+    }
+    if (i > 0)
+        for (int j = 0; j < 48; j++) {
+            int c = j % C;
+            lo[c] = a[j] < lo[c] ? a[j] : lo[c];
+            hi[c] = b[j] > hi[c] ? b[j] : hi[c];
+        }
+    for (; i < n; i++) {  // i is a multiple of 48, so the channel is i % C
+        int c = (int)(i % C), v = img[i];
+        lo[c] = v < lo[c] ? v : lo[c];
+        hi[c] = v > hi[c] ? v : hi[c];
+    }
 }
 
 static void autocontrast(uint8_t *img, size_t px, int C) {
+    int lo[3], hi[3];
+    channel_minmax(img, px * C, C, lo, hi);
+    uint8_t lut[3][256];
     for (int c = 0; c < C; c++) {
-        int lo = 255, hi = 0;
-        for (size_t i = 0; i < px; i++) {
-            int v = img[i * C + c];
-            lo = v < lo ? v : lo;
-            hi = v > hi ? v : hi;
-        }
-        float mn = (float)lo, scale = 1.0f;
-        if (hi > lo) scale = 255.0f / (float)(hi - lo);
+        float mn = (float)lo[c], scale = 1.0f;
+        if (hi[c] > lo[c]) scale = 255.0f / (float)(hi[c] - lo[c]);
         else mn = 0.0f;  // torchvision: a non-finite scale leaves the channel as it is
+        for (int k = 0; k < 256; k++) lut[c][k] = clamp_trunc(((float)k - mn) * scale);
+    }
+    if (C == 3) {
         for (size_t i = 0; i < px; i++) {
-            float v = ((float)img[i * C + c] - mn) * scale;
-            v = v < 0.0f ? 0.0f : v > 255.0f ? 255.0f : v;
-            img[i * C + c] = (uint8_t)v;
+            uint8_t *p = img + i * 3;
+            p[0] = lut[0][p[0]], p[1] = lut[1][p[1]], p[2] = lut[2][p[2]];
         }
+    } else {
+        apply_lut(img, px, lut[0]);
     }
 }
 
 static void equalize(uint8_t *img, size_t px, int C) {
+    // The channels' histograms in one pass (two copies each, so that runs of equal values do not
+    // wait on one counter), then a table per channel.
+    uint32_t h2[2][3][256];
+    memset(h2, 0, sizeof h2);
+    if (C == 3) {
+        size_t i = 0;
+        for (; i + 2 <= px; i += 2) {
+            const uint8_t *p = img + i * 3;
+            h2[0][0][p[0]]++, h2[0][1][p[1]]++, h2[0][2][p[2]]++;
+            h2[1][0][p[3]]++, h2[1][1][p[4]]++, h2[1][2][p[5]]++;
+        }
+        for (; i < px; i++) h2[0][0][img[i * 3]]++, h2[0][1][img[i * 3 + 1]]++, h2[0][2][img[i * 3 + 2]]++;
+    } else {
+        for (size_t i = 0; i < px; i++) h2[i & 1][0][img[i]]++;
+    }
+    uint8_t lut[3][256];
+    int identity[3] = {0, 0, 0};
     for (int c = 0; c < C; c++) {
-        int64_t hist[256] = {0};
-        for (size_t i = 0; i < px; i++) hist[img[i * C + c]]++;
+        int64_t hist[256];
+        for (int k = 0; k < 256; k++) hist[k] = (int64_t)h2[0][c][k] + h2[1][c][k];
         // step = (sum of the nonzero bins but the last) // 255, as torchvision and PIL.
         int last = 255;
         while (last > 0 && hist[last] == 0) last--;
         int64_t s = 0;
         for (int k = 0; k < last; k++) s += hist[k];
         int64_t step = s / 255;
-        if (step == 0) continue;
-        uint8_t lut[256];
+        if (step == 0) {
+            identity[c] = 1;
+            for (int k = 0; k < 256; k++) lut[c][k] = (uint8_t)k;
+            continue;
+        }
         int64_t cum = 0;
         for (int k = 0; k < 256; k++) {
             int64_t v = (cum + step / 2) / step;  // the LUT shifted by one: entry k uses the cumsum before k
-            lut[k] = (uint8_t)(v > 255 ? 255 : v);
+            lut[c][k] = (uint8_t)(v > 255 ? 255 : v);
             cum += hist[k];
         }
-        for (size_t i = 0; i < px; i++) img[i * C + c] = lut[img[i * C + c]];
+    }
+    if (C == 3) {
+        if (identity[0] && identity[1] && identity[2]) return;
+        for (size_t i = 0; i < px; i++) {
+            uint8_t *p = img + i * 3;
+            p[0] = lut[0][p[0]], p[1] = lut[1][p[1]], p[2] = lut[2][p[2]];
+        }
+    } else if (!identity[0]) {
+        apply_lut(img, px, lut[0]);
     }
 }
 

@@ -63,6 +63,11 @@ void aa_apply(const AaConfig *c, Rng *r, uint8_t *img, int H, int W, int C, uint
 // torchvision's _apply_op(img, op, magnitude, BILINEAR, fill) on uint8 (fill NULL: torchvision's
 // None, i.e. zeros padding). SolarizeAdd takes magnitude = timm's add (threshold 128).
 void aa_apply_op(AaOp op, double magnitude, const uint8_t *fill, uint8_t *img, int H, int W, int C, uint8_t *tmp);
+// The scalar per-pixel reference of aa_apply_op and aa_affine (loader/autoaug_ref.c): the code
+// held against torchvision, kept so that tests hold the fast ops to its bytes everywhere.
+void aa_apply_op_ref(AaOp op, double magnitude, const uint8_t *fill, uint8_t *img, int H, int W, int C, uint8_t *tmp);
+void aa_affine_ref(uint8_t *img, int H, int W, int C, double angle, double tx, double ty, double shear_x,
+                   double shear_y, int center_zero, const uint8_t *fill, uint8_t *tmp);
 // The affine warp behind ShearX/Y, Translate and Rotate: torchvision's F.affine(angle, translate,
 // scale 1, shear, center) with float translations (timm's relative ones are fractional).
 // center_zero: center=[0, 0] (the shears); else the image centre.

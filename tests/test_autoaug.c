@@ -415,8 +415,109 @@ static void policy_checks(void) {
     free(src);
 }
 
+// The fast ops of autoaug.c against the scalar reference of autoaug_ref.c (the code the Python
+// checks above held against torchvision before the fast paths existed): the same bytes for every
+// op, on sizes from 3 x 3 to the v2 recipe's 176 x 176, grey and RGB, with and without a fill,
+// at TrivialAugmentWide's and RandAugment's magnitudes and in between, including whole-pixel
+// translations (the row-copy path), fractional ones (timm's), translations past the image, and
+// the shear/rotation interiors (the SSE2 path) and borders.
+static void fast_vs_reference(void) {
+    static const int sizes[][2] = {{3, 3}, {4, 7}, {29, 37}, {64, 48}, {176, 176}};
+    const uint8_t fill3[3] = {124, 116, 104};
+    Rng pr = rng_make(77, 1, 2);
+    size_t maxsz = 176 * 176 * 3;
+    uint8_t *src = ct_alloc(maxsz), *a = ct_alloc(maxsz), *b = ct_alloc(maxsz), *t1 = ct_alloc(maxsz),
+            *t2 = ct_alloc(maxsz);
+    int cases = 0, failed = 0;
+    for (size_t si = 0; si < CT_ARRAY_LEN(sizes); si++)
+        for (int C = 1; C <= 3; C += 2) {
+            const int H = sizes[si][0], W = sizes[si][1], big = H * W > 10000;
+            const size_t sz = (size_t)H * W * C;
+            for (int op = 0; op < AA_N_OPS; op++) {
+                const int geo = op >= AA_SHEAR_X && op <= AA_ROTATE;
+                const int reps = big ? (geo ? 6 : 3) : (geo ? 150 : 10);
+                for (int k = 0; k < reps; k++) {
+                    const int hasfill = k & 1;
+                    double mag = 0;
+                    float u = rng_uniform(&pr) * 2 - 1;
+                    switch (op) {
+                    case AA_SHEAR_X:
+                    case AA_SHEAR_Y: mag = 0.99 * u; break;
+                    case AA_TRANSLATE_X:
+                    case AA_TRANSLATE_Y: mag = k < 4 ? (double)((k - 2) * W) : 40.0 * u; break;  // past the image too
+                    case AA_ROTATE: mag = k == 2 ? 90 : k == 3 ? 180 : 135.0 * u; break;
+                    case AA_BRIGHTNESS:
+                    case AA_COLOR:
+                    case AA_CONTRAST:
+                    case AA_SHARPNESS: mag = 0.99 * u; break;
+                    case AA_POSTERIZE: mag = k % 9; break;
+                    case AA_SOLARIZE: mag = 128 + 128 * u; break;
+                    case AA_SOLARIZE_ADD: mag = 110 * (u + 1) / 2; break;
+                    default: break;
+                    }
+                    make_image(src, W, H, C, 300 + (uint64_t)cases);
+                    // Narrow histograms and flat channels for autocontrast and equalize, every other time.
+                    if ((op == AA_AUTOCONTRAST || op == AA_EQUALIZE) && (k & 2))
+                        for (size_t j = 0; j < sz; j++) src[j] = (uint8_t)(j % C == 0 ? 77 : CT_MIN(60 + src[j] / 3, 120));
+                    memcpy(a, src, sz);
+                    memcpy(b, src, sz);
+                    const uint8_t *fill = hasfill ? fill3 : NULL;
+                    // Odd reps of the translations: timm's fractional ones through aa_affine.
+                    if ((op == AA_TRANSLATE_X || op == AA_TRANSLATE_Y) && k >= 4 && (k & 2)) {
+                        double tx = op == AA_TRANSLATE_X ? mag * 0.37 : 0, ty = op == AA_TRANSLATE_Y ? mag * 0.37 : 0;
+                        aa_affine(a, H, W, C, 0, tx, ty, 0, 0, 0, fill, t1);
+                        aa_affine_ref(b, H, W, C, 0, tx, ty, 0, 0, 0, fill, t2);
+                    } else {
+                        aa_apply_op((AaOp)op, mag, fill, a, H, W, C, t1);
+                        aa_apply_op_ref((AaOp)op, mag, fill, b, H, W, C, t2);
+                    }
+                    cases++;
+                    if (memcmp(a, b, sz)) {
+                        size_t nd = 0;
+                        for (size_t j = 0; j < sz; j++) nd += a[j] != b[j];
+                        if (failed++ < 10)
+                            CHECK(0, "%s mag %g on %dx%dx%d fill %d: %zu of %zu bytes differ from the reference", OPNAME[op],
+                                  mag, H, W, C, hasfill, nd, sz);
+                    }
+                }
+            }
+        }
+    CHECK(failed == 0, "%d of %d cases differ from the reference", failed, cases);
+    printf("fast ops vs the scalar reference: %d cases, %d differ\n", cases, failed);
+    // The integer form of sharpness's blur, for every neighbour sum and centre.
+    const double k1 = (double)(1.0f / 13.0f), k5 = (double)(5.0f / 13.0f);
+    int bad = 0;
+    for (int sum = 0; sum <= 8 * 255; sum++)
+        for (int c = 0; c <= 255; c++) {
+            double v = sum * k1 + c * k5;
+            bad += (int)nearbyint(v) != (sum + 5 * c + 6) / 13;
+        }
+    CHECK(bad == 0, "sharpness: (s + 5c + 6) / 13 differs from the float reference for %d (s, c)", bad);
+    // Every RGB triple once (a 4096 x 4096 image) through saturation, whose grey level and blend
+    // the fast path takes from tables of the reference's products.
+    const size_t npx = (size_t)1 << 24;
+    uint8_t *all = ct_alloc(npx * 3), *all2 = ct_alloc(npx * 3);
+    for (double f = -0.75; f <= 0.99; f += 0.87) {
+        for (size_t i = 0; i < npx; i++) all[i * 3] = (uint8_t)(i >> 16), all[i * 3 + 1] = (uint8_t)(i >> 8), all[i * 3 + 2] = (uint8_t)i;
+        memcpy(all2, all, npx * 3);
+        aa_apply_op(AA_COLOR, f, NULL, all, 4096, 4096, 3, NULL);
+        aa_apply_op_ref(AA_COLOR, f, NULL, all2, 4096, 4096, 3, NULL);
+        size_t nd = 0;
+        for (size_t i = 0; i < npx * 3; i++) nd += all[i] != all2[i];
+        CHECK(nd == 0, "Color mag %g on every RGB triple: %zu bytes differ from the reference", f, nd);
+    }
+    free(all);
+    free(all2);
+    free(src);
+    free(a);
+    free(b);
+    free(t1);
+    free(t2);
+}
+
 int main(void) {
     test_rng = rng_make(26, 1, 1);
+    fast_vs_reference();
     grammar_checks();
     timm_level_checks();
     policy_checks();

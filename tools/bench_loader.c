@@ -15,6 +15,11 @@
 //   bench_loader profile SHARD [--crop N] [--count K]
 //                                          one thread, per-stage time per image: crc, partial LZ4 decode,
 //                                          resample.
+//   bench_loader aaops SHARD [--crop N] [--count K]
+//                                          one thread, CPU time of each TrivialAugmentWide op
+//                                          (aa_apply_op) on K training crops of the shard, at bins
+//                                          3, 10, 17, 24, 30 of 31 with both signs, beside the scalar
+//                                          reference (aa_apply_op_ref: the code before the fast paths).
 #include <dirent.h>
 #include <lz4.h>
 #include <string.h>
@@ -22,6 +27,7 @@
 #include <time.h>
 
 #include "loader/augment.h"
+#include "loader/autoaug.h"
 #include "loader/image.h"
 #include "loader/loader.h"
 #include "loader/shard.h"
@@ -217,14 +223,78 @@ static int do_profile(const char *path, int crop, int count) {
     return 0;
 }
 
+static int do_aaops(const char *path, int crop, int count) {
+    Shard s;
+    shard_open(&s, path);
+    if (s.codec != SHARD_CODEC_LZ4) ct_die("%s: aaops wants an LZ4 shard", path);
+    AugmentConfig a = {.crop = crop, .train = 1, .flip = 1, .seed = 1};
+    augment_config_defaults(&a);
+    size_t n = (size_t)crop * crop * 3;
+    if (count < 1) count = 1;
+    uint8_t *dec = ct_alloc(s.max_raw_size), *crops = ct_alloc(n * count), *img = ct_alloc(n), *tmp = ct_alloc(n);
+    ResampleScratch sc = {0};
+    for (int k = 0; k < count; k++) {
+        uint64_t i = (uint64_t)k % s.n_records;
+        const ShardRecord *r = &s.records[i];
+        AugmentPlan p;
+        augment_plan(&a, r->height, r->width, 0, i, &p);
+        LZ4_decompress_safe((const char *)s.base + r->offset, (char *)dec, r->stored_size, r->raw_size);
+        augment_apply(&a, &p, dec, r->width, 3, crops + n * k, &sc);
+    }
+    static const char *names[14] = {"Identity", "ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate", "Brightness",
+                                    "Color", "Contrast", "Sharpness", "Posterize", "Solarize", "AutoContrast", "Equalize"};
+    static const int bins[5] = {3, 10, 17, 24, 30};
+    double total = 0, total_ref = 0;
+    printf("aaops crop %d, %d crops x 10 magnitudes, one thread, CPU time per %dx%dx3 image:\n", crop, count, crop, crop);
+    uint64_t sum = 0;
+    for (int op = 0; op < 14; op++) {
+        double t = 0, tr = 0;
+        int m = 0;
+        for (int b = 0; b < 10; b++) {
+            double mag = aa_tv_magnitude(AA_POLICY_TA_WIDE, (AaOp)op, 31, bins[b / 2], crop, crop);
+            if (op >= AA_SHEAR_X && op <= AA_SHARPNESS && (b & 1)) mag = -mag;
+            if (op == AA_IDENTITY || op == AA_AUTOCONTRAST || op == AA_EQUALIZE) mag = 0;
+            for (int k = 0; k < count; k++) {
+                memcpy(img, crops + n * k, n);
+                double t0 = cpu_now(1);
+                aa_apply_op((AaOp)op, mag, NULL, img, crop, crop, 3, tmp);
+                t += cpu_now(1) - t0;
+                sum += img[(k * 7919) % n];
+                memcpy(img, crops + n * k, n);
+                t0 = cpu_now(1);
+                aa_apply_op_ref((AaOp)op, mag, NULL, img, crop, crop, 3, tmp);
+                tr += cpu_now(1) - t0;
+                sum += img[(k * 7919) % n];
+                m++;
+            }
+        }
+        printf("  %-12s %8.1f us  (scalar reference %8.1f us, %5.1fx)\n", names[op], 1e6 * t / m, 1e6 * tr / m,
+               t > 0 ? tr / t : 0.0);
+        total += t / m;
+        total_ref += tr / m;
+    }
+    // TrivialAugmentWide draws each op with probability 1/14.
+    printf("  mean over the 14 ops (TrivialAugmentWide's expected cost per image): %.1f us (scalar reference %.1f us) [%llu]\n",
+           1e6 * total / 14, 1e6 * total_ref / 14, (unsigned long long)(sum & 1));
+    printf("RESULT aaops crop=%d ta_wide_mean_us=%.1f ref_mean_us=%.1f\n", crop, 1e6 * total / 14, 1e6 * total_ref / 14);
+    resample_scratch_free(&sc);
+    free(dec);
+    free(crops);
+    free(img);
+    free(tmp);
+    shard_close(&s);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc >= 4 && !strcmp(argv[1], "pack")) return do_pack(argv[2], argv[3]);
-    if (argc < 3 || (strcmp(argv[1], "run") && strcmp(argv[1], "profile"))) {
+    if (argc < 3 || (strcmp(argv[1], "run") && strcmp(argv[1], "profile") && strcmp(argv[1], "aaops"))) {
         fprintf(stderr,
                 "usage: bench_loader pack DIR OUT.shard\n"
                 "       bench_loader run SHARD [--crop 224] [--workers 1] [--batch 64] [--seconds 5] [--eval] "
                 "[--val-resize R] [--mixup A] [--cutmix A] [--auto-augment POLICY] [--random-erase P] [--ra-repeats K]\n"
-                "       bench_loader profile SHARD [--crop 224] [--count 2000]\n");
+                "       bench_loader profile SHARD [--crop 224] [--count 2000]\n"
+                "       bench_loader aaops SHARD [--crop 224] [--count 2000]\n");
         return 2;
     }
     int crop = 224, workers = 1, batch = 64, train = 1, val_resize = 0, count = 2000;
@@ -251,5 +321,6 @@ int main(int argc, char **argv) {
         else ct_die("unknown flag %s", f);
     }
     if (!strcmp(argv[1], "profile")) return do_profile(argv[2], crop, count);
+    if (!strcmp(argv[1], "aaops")) return do_aaops(argv[2], crop, CT_MIN(count, 200));
     return do_run(argv[2], crop, workers, batch, seconds, train, val_resize, mixup, cutmix, aa, erase, repeats);
 }
