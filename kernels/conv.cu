@@ -123,12 +123,15 @@ static void wgmma_run(int pass, GemmArgs g, float *work, float *final_out, cudaS
     ct_conv_wgmma_run(pass, g, work, final_out, st);
 }
 
+// Grouped shapes: the block-diagonal path (kernels/conv_tcg.cu) where it takes them, no epilogue.
 static int v2_supports(int pass, const GemmArgs *g) {
-    if (conv_groups(&g->s) > 1 || !ct_conv_tc2_eligible(pass, g)) return 0;
+    if (conv_groups(&g->s) > 1) return !conv_epilogue(pass, g) && ct_conv_tcg_eligible(pass, g);
+    if (!ct_conv_tc2_eligible(pass, g)) return 0;
     return !conv_epilogue(pass, g) || bn_epilogue_ok(pass, g);
 }
 static void v2_run(int pass, GemmArgs g, float *work, float *final_out, cudaStream_t st) {
-    ct_conv_tc2_run(pass, g, work, final_out, st);
+    if (conv_groups(&g.s) > 1) ct_conv_tcg_run(pass, g, work, final_out, st);
+    else ct_conv_tc2_run(pass, g, work, final_out, st);
 }
 
 static int v1_supports(int pass, const GemmArgs *g) {
@@ -201,7 +204,10 @@ static void engine_run(const ConvEngine *e, int pass, GemmArgs g, float *work, f
 }
 
 extern "C" size_t conv2d_gpu_work_floats(const ConvShape *s) {
-    if (conv_groups(s) > 1) return ct_conv_grouped_work_floats(s);  // grouped: generic engine only
+    if (conv_groups(s) > 1) {  // grouped: the generic engine's plan or v2's grouped path's
+        size_t a = ct_conv_grouped_work_floats(s), b = ct_conv_tcg_work_floats(s);
+        return a > b ? a : b;
+    }
     int M = s->K, N = s->R * s->S * s->C, K = s->N * s->P * s->Q;
     if (M <= 0 || N <= 0 || K <= 0) return 0;
     int splits = 1;
