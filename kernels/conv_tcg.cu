@@ -7,7 +7,7 @@
 // (Ci: the A side's channels per group, Cg forward, Kg data gradient) and gpc*Ko output channels.
 // Forward and data gradient (one kernel, MODE picks the gathers):
 //   - rows: 128 output pixels (forward) or input pixels of one stride phase (data gradient, the
-//     phases and tap lists of conv.cu's dgrad_phase, as v2), 4 warps of 32 rows x every column;
+//     phases and tap lists of conv.cu's dgrad_phase, as v2), 4 warps of 64 rows x 64 columns;
 //   - the reduction runs over tap pairs: one pipeline stage holds the A tile of two taps (128 rows
 //     x the slab's 8-channel chunks each, cp.async, XOR-swizzled rows), and one m16n8k16 takes its
 //     k16 as (tap t, chunk c) + (tap t+1, chunk c). An n8 fragment of output columns is issued only
@@ -71,18 +71,21 @@ typedef struct {
 // ---------------------------------------------------------------------------------------------
 // Forward and data gradient.
 
-template <int MODE>
+// ARC: A row chunks (8 or 16); NCHF: chunks per fragment and tap when it is 1, 2, 4 or 8 (every
+// resnext width; the loop then unrolls), 0: p.nchf at run time.
+template <int MODE, int ARC, int NCHF>
 __global__ void __launch_bounds__(TG_THREADS) conv_tcg_k(GemmArgs g, TgPlan p) {
     CT_DYN_SMEM(uint16_t, sm);
     const ConvShape &s = g.s;
     const uint16_t *a = (const uint16_t *)g.a, *w = (const uint16_t *)g.b;
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     const int G = s.groups, m0 = blockIdx.x * TG_BM, gs = blockIdx.y * p.gpc, ng = min(p.gpc, G - gs);
-    const int ci = p.ci, ko = p.ko, arc = p.arc, taps = p.taps, nchf = p.nchf;
+    const int ci = p.ci, ko = p.ko, taps = p.taps, nchf = NCHF ? NCHF : p.nchf;
+    const int wm = warp / 2, wn = warp % 2;
     const int cin_tot = MODE == GEMM_FWD ? s.C : s.K;  // channels of the gathered tensor
     const int cb0 = gs * ci / 8;                         // the slab's first chunk (gs*ci: a multiple of 8)
     const int slab_ch = (ng * ci + 7) / 8, ncols = ng * ko, nfr = (ncols + 7) / 8;
-    const int stage_elems = 2 * TG_BM * arc * 8;
+    const int stage_elems = 2 * TG_BM * ARC * 8;
     uint16_t *bs = sm + TG_STAGES * stage_elems;
     const int b_elems = nfr * taps * nchf * 64;
     TgRow *rows = (TgRow *)(bs + b_elems);
@@ -151,38 +154,50 @@ __global__ void __launch_bounds__(TG_THREADS) conv_tcg_k(GemmArgs g, TgPlan p) {
     }
     __syncthreads();  // tables visible to the loads
 
-    // A tile of tap pair tp: thread = chunk q of rows tid/arc + (128/arc) i; padding, rows past M,
-    // chunks past the slab and the missing second tap of an odd count go zero-filled.
+    // A tile of tap pair tp: thread = chunk q of rows tid/ARC + (128/ARC) k, each row's state read
+    // once for both taps; padding, rows past M, chunks past the slab and the missing second tap of
+    // an odd count go zero-filled. rstep is a multiple of 8: the swizzle (q ^ (r & 7)) is per thread.
+    const int lq = tid & (ARC - 1), lr = tid / ARC;
+    const int a_dst = lr * ARC * 8 + ((lq ^ (lr & 7)) * 8);
     auto load_a = [&](int stage, int tp) {
-        uint16_t *As = sm + stage * stage_elems;
-        const int q = tid & (arc - 1), rstep = TG_THREADS / arc;
+        uint16_t *As = sm + stage * stage_elems + a_dst;
+        constexpr int rstep = TG_THREADS / ARC;
+        TgTap e[2];
+        bool qok[2];
         TG_UNROLL
         for (int h = 0; h < 2; h++) {
             const int t = 2 * tp + h;
-            const bool qok = t < taps && q < slab_ch;
-            const TgTap e = tt[t < taps ? t : 0];
-            for (int r = tid / arc; r < TG_BM; r += rstep) {
-                const TgRow rw = rows[r];
-                bool ok = qok && (unsigned)(rw.y + e.dy) < (unsigned)hh && (unsigned)(rw.x + e.dx) < (unsigned)ww;
-                ct_cp_async_cg16(As + (h * TG_BM + r) * arc * 8 + ((q ^ (r & 7)) * 8), a + rw.base + e.delta + q * 8,
-                                 ok ? 16 : 0);
+            qok[h] = t < taps && lq < slab_ch;
+            e[h] = tt[t < taps ? t : 0];
+            e[h].delta += lq * 8;
+        }
+        TG_UNROLL
+        for (int k = 0; k < ARC; k++) {
+            const TgRow rw = rows[lr + k * rstep];
+            TG_UNROLL
+            for (int h = 0; h < 2; h++) {
+                bool ok = qok[h] && (unsigned)(rw.y + e[h].dy) < (unsigned)hh && (unsigned)(rw.x + e[h].dx) < (unsigned)ww;
+                ct_cp_async_cg16(As + (h * TG_BM + k * rstep) * ARC * 8, a + rw.base + e[h].delta, ok ? 16 : 0);
             }
         }
     };
 
-    // ldmatrix lanes: A x4 = rows lane%16 of the m16 block, k half lane/16 = the pair's tap; B x2 =
-    // row lane%8 of the block of tap 2tp + (lane/8)%2 (lanes 16-31 unused).
+    // Warps 2 x 2: rows wm*64 + 16 mi (mi < 4), fragments wn*8 + jj (jj < 8). ldmatrix lanes: A x4 =
+    // rows lane%16 of the m16 block, k half lane/16 = the pair's tap (the m16 blocks at constant
+    // offsets); B x2 = row lane%8 of the block of tap 2tp + (lane/8)%2 (lanes 16-31 unused).
     const int sw = lane & 7;
-    int a_base[2];
+    const int a_base = ((lane / 16) * TG_BM + wm * 64 + lane % 16) * ARC * 8;
+    const int jstride = taps * nchf * 64, j0 = wn * 8;
+    // Each fragment's first A chunk (its first group's channels), fixed over the loop.
+    int c0r[8];
     TG_UNROLL
-    for (int mi = 0; mi < 2; mi++) a_base[mi] = ((lane / 16) * TG_BM + warp * 32 + mi * 16 + lane % 16) * arc * 8;
-    const int jstride = taps * nchf * 64;
+    for (int jj = 0; jj < 8; jj++) c0r[jj] = ((gs * ko + 8 * (j0 + jj)) / ko) * ci / 8 - cb0;
 
-    float acc[2][TG_MAXFR][4];
+    float acc[4][8][4];
     TG_UNROLL
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < 4; i++)
         TG_UNROLL
-        for (int j = 0; j < TG_MAXFR; j++)
+        for (int j = 0; j < 8; j++)
             TG_UNROLL
             for (int e = 0; e < 4; e++) acc[i][j][e] = 0.f;
 
@@ -200,20 +215,22 @@ __global__ void __launch_bounds__(TG_THREADS) conv_tcg_k(GemmArgs g, TgPlan p) {
         ct_cp_async_commit();
         const uint16_t *As = sm + stage * stage_elems;
         const int tl = min(2 * tp + ((lane >> 3) & 1), taps - 1);  // an odd count's last pair: A is zero
-        const uint16_t *Bt = bs + tl * nchf * 64 + (lane & 7) * 8;
+        const uint16_t *Bt = bs + (tl * nchf + j0 * taps * nchf) * 64 + (lane & 7) * 8;
+        const uint16_t *Aw = As + a_base;
         TG_UNROLL
-        for (int j = 0; j < TG_MAXFR; j++) {
-            if (j >= nfr) break;
-            const int c0 = ((gs * ko + 8 * j) / ko) * ci / 8 - cb0;
+        for (int jj = 0; jj < 8; jj++) {
+            if (j0 + jj >= nfr) break;
+            const uint16_t *Bj = Bt + jj * jstride;
+            TG_UNROLL
             for (int cc = 0; cc < nchf; cc++) {
                 uint32_t bf[2];
-                ct_ldmatrix_x2(bf, Bt + j * jstride + cc * 64);
-                const int sch = ((c0 + cc) ^ sw) * 8;
+                ct_ldmatrix_x2(bf, Bj + cc * 64);
+                const uint16_t *Ac = Aw + ((c0r[jj] + cc) ^ sw) * 8;
                 TG_UNROLL
-                for (int mi = 0; mi < 2; mi++) {
+                for (int mi = 0; mi < 4; mi++) {
                     uint32_t af[4];
-                    ct_ldmatrix_x4(af, As + a_base[mi] + sch);
-                    ct_mma_m16n8k16_bf16(acc[mi][j], af, bf, acc[mi][j]);
+                    ct_ldmatrix_x4(af, Ac + mi * 16 * ARC * 8);
+                    ct_mma_m16n8k16_bf16(acc[mi][jj], af, bf, acc[mi][jj]);
                 }
             }
         }
@@ -224,10 +241,10 @@ __global__ void __launch_bounds__(TG_THREADS) conv_tcg_k(GemmArgs g, TgPlan p) {
     const int gi = lane / 4, ti = lane % 4, ldc = MODE == GEMM_FWD ? s.K : s.C;
     uint16_t *c = (uint16_t *)g.c;
     TG_UNROLL
-    for (int mi = 0; mi < 2; mi++)
+    for (int mi = 0; mi < 4; mi++)
         TG_UNROLL
         for (int half = 0; half < 2; half++) {
-            const int m = m0 + warp * 32 + mi * 16 + gi + half * 8;
+            const int m = m0 + wm * 64 + mi * 16 + gi + half * 8;
             if (m >= g.M) continue;
             size_t row = m;
             if (MODE == GEMM_DGRAD) {  // phase pixel -> input pixel
@@ -235,10 +252,10 @@ __global__ void __launch_bounds__(TG_THREADS) conv_tcg_k(GemmArgs g, TgPlan p) {
                 row = ((size_t)img * s.H + g.ph_h + h * s.stride) * s.W + g.ph_w + wq * s.stride;
             }
             TG_UNROLL
-            for (int j = 0; j < TG_MAXFR; j++) {
-                const int n = 8 * j + 2 * ti;
-                if (j >= nfr || n >= ncols) continue;
-                float v0 = acc[mi][j][half * 2], v1 = acc[mi][j][half * 2 + 1];
+            for (int jj = 0; jj < 8; jj++) {
+                const int n = 8 * (j0 + jj) + 2 * ti;
+                if (j0 + jj >= nfr || n >= ncols) continue;
+                float v0 = acc[mi][jj][half * 2], v1 = acc[mi][jj][half * 2 + 1];
                 uint16_t *pc = c + row * ldc + gs * ko + n;
                 ct_check_vec_align(pc, sizeof(uint32_t));
                 if (MODE == GEMM_DGRAD && g.c_acc) {  // a later gradient contribution: add in place
@@ -448,6 +465,21 @@ extern "C" size_t ct_conv_tcg_work_floats(const ConvShape *s) {
     return splits > 1 ? (size_t)splits * s->K * s->R * s->S * (s->C / conv_groups(s)) : 0;
 }
 
+template <int MODE, int ARC>
+static void (*tg_kernel_arc(int nchf))(GemmArgs, TgPlan) {
+    switch (nchf) {
+    case 1: return conv_tcg_k<MODE, ARC, 1>;
+    case 2: return conv_tcg_k<MODE, ARC, 2>;
+    case 4: return conv_tcg_k<MODE, ARC, 4>;
+    case 8: return conv_tcg_k<MODE, ARC, 8>;
+    default: return conv_tcg_k<MODE, ARC, 0>;
+    }
+}
+template <int MODE>
+static void (*tg_kernel(const TgPlan &p))(GemmArgs, TgPlan) {
+    return p.arc == 8 ? tg_kernel_arc<MODE, 8>(p.nchf) : tg_kernel_arc<MODE, 16>(p.nchf);
+}
+
 extern "C" void ct_conv_tcg_run(int mode, GemmArgs g, float *work, float *final_out, cudaStream_t st) {
     TgPlan p;
     if (!tg_plan(mode, &g, &p)) ct_die("conv: grouped tensor-core path given a shape it does not take (groups %d)", g.s.groups);
@@ -477,7 +509,7 @@ extern "C" void ct_conv_tcg_run(int mode, GemmArgs g, float *work, float *final_
     long long tiles_m = (g.M + TG_BM - 1) / TG_BM;
     if (tiles_m > 0x7fffffff || p.slabs > 65535) ct_die("grouped conv: GEMM of %d rows in %d slabs too large for the grid", g.M, p.slabs);
     dim3 grid((unsigned)tiles_m, p.slabs, 1);
-    void (*kern)(GemmArgs, TgPlan) = mode == GEMM_FWD ? conv_tcg_k<GEMM_FWD> : conv_tcg_k<GEMM_DGRAD>;
+    void (*kern)(GemmArgs, TgPlan) = mode == GEMM_FWD ? tg_kernel<GEMM_FWD>(p) : tg_kernel<GEMM_DGRAD>(p);
     CT_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)p.smem));
     CT_LAUNCH(kern, grid, TG_THREADS, p.smem, st, g, p);
     CT_CHECK_LAUNCH("grouped conv (tensor cores)");
