@@ -17,12 +17,15 @@
 //   - v2 (kernels/conv_tc2.cu): mma.sync, 128x128 tiles, 4 stages, gather tables; bf16 with
 //     vectorisable operands (channel counts multiples of 8, 16-byte aligned), tables within the
 //     device's shared memory; the BN statistics (forward) and BN backward (data gradient, stride
-//     1 and 2) epilogues. The default.
+//     1 and 2) epilogues. The default. Grouped convolutions on its block-diagonal path
+//     (kernels/conv_tcg.cu: several groups per CTA, mma on the diagonal blocks only) where the
+//     channels per group allow, without epilogues; wgmma hands grouped shapes to it.
 //   - v1 (kernels/conv_tc1.cu): mma.sync m16n8k16, ldmatrix, cp.async in a 3-stage pipeline,
 //     128x64x32 tiles, any bf16 shape: operands whose 8-element chunks are contiguous and aligned
 //     travel by cp.async, others (the 3-channel stem) are gathered element by element. No epilogue.
 //   - generic (kernels/conv_generic.cu): fp32 or bf16 storage, fp32 math, 64x64 tiles through
-//     shared memory, any shape, grouped convolutions too (every group in one launch). No epilogue.
+//     shared memory, any shape, grouped convolutions too (every group in one launch: those v2 does
+//     not take). No epilogue.
 // Each engine says what it takes (`supports`: pass, shape, dtype, operand alignment, epilogue);
 // the dispatcher runs the requested engine where it takes the GEMM, else the first engine after
 // it in the table that does; an epilogue no engine from the requested one on takes runs nothing

@@ -24,7 +24,8 @@
 // reduction as the dense engines (conv_split.cu): no atomics, the same bits on every run.
 // Takes (ct_conv_tcg_eligible): bf16, C and K multiples of 8 with 16-byte aligned operands, Cg and
 // Kg each 4 or a multiple of 8 up to 64, Cg * max(1, 16 / Kg) <= 64 (a weight-gradient m16 block
-// reaches at most 8 column chunks), and the shared memory fitting the device. No BN epilogue.
+// reaches at most 8 column chunks), R*S <= 32 (a row's in-map taps are a bit mask) and the shared
+// memory fitting the device. No BN epilogue.
 #include <string.h>
 
 #include "kernels/common.cuh"
@@ -61,8 +62,9 @@ typedef struct {
 } TgPlan;
 
 typedef struct {
-    long long base;  // element offset of the row's window origin at the slab's first channel
-    int y, x;
+    const char *ptr;  // the row's window origin at the slab's first channel (may lie outside the tensor)
+    unsigned taps;    // bit t: tap t lands inside the map (0 for a row past M)
+    int pad;
 } TgRow;
 typedef struct {
     int delta, dy, dx, pad;
@@ -103,6 +105,8 @@ __global__ void __launch_bounds__(TG_THREADS) conv_tcg_k(GemmArgs g, TgPlan p) {
         }
         tt[t] = e;
     }
+    // Per row, once: its pointer and which taps land inside the map, so that a tile load costs a
+    // bit test and an address add per chunk.
     for (int i = tid; i < TG_BM; i += TG_THREADS) {
         int m = m0 + i, img = 0, y = TG_FAR, x = 0;
         if (m < g.M) {
@@ -118,7 +122,14 @@ __global__ void __launch_bounds__(TG_THREADS) conv_tcg_k(GemmArgs g, TgPlan p) {
                 x = wq + g.dw;
             }
         }
-        TgRow r = {((long long)(img * hh + y) * ww + x) * cin_tot + gs * ci, y, x};
+        unsigned bits = 0;
+        for (int t = 0; t < taps; t++) {
+            int dy, dx;
+            if (MODE == GEMM_FWD) dy = t / s.S, dx = t % s.S;
+            else dy = -(t / g.ns), dx = -(t % g.ns);
+            if ((unsigned)(y + dy) < (unsigned)hh && (unsigned)(x + dx) < (unsigned)ww) bits |= 1u << t;
+        }
+        TgRow r = {(const char *)(a + ((long long)(img * hh + y) * ww + x) * cin_tot + gs * ci), bits, 0};
         rows[i] = r;
     }
     // B: per (fragment j, tap, chunk cc) an 8x8 block, row = output column 8j + row, 8 gathered
@@ -162,23 +173,20 @@ __global__ void __launch_bounds__(TG_THREADS) conv_tcg_k(GemmArgs g, TgPlan p) {
     auto load_a = [&](int stage, int tp) {
         uint16_t *As = sm + stage * stage_elems + a_dst;
         constexpr int rstep = TG_THREADS / ARC;
-        TgTap e[2];
-        bool qok[2];
+        int off[2];        // bytes from a row's pointer to this thread's chunk at the tap
+        unsigned bit[2];   // the tap's bit, 0 where the chunk is past the slab or the tap past the end
         TG_UNROLL
         for (int h = 0; h < 2; h++) {
             const int t = 2 * tp + h;
-            qok[h] = t < taps && lq < slab_ch;
-            e[h] = tt[t < taps ? t : 0];
-            e[h].delta += lq * 8;
+            bit[h] = t < taps && lq < slab_ch ? 1u << t : 0u;
+            off[h] = (tt[t < taps ? t : 0].delta + lq * 8) * 2;
         }
         TG_UNROLL
         for (int k = 0; k < ARC; k++) {
             const TgRow rw = rows[lr + k * rstep];
             TG_UNROLL
-            for (int h = 0; h < 2; h++) {
-                bool ok = qok[h] && (unsigned)(rw.y + e[h].dy) < (unsigned)hh && (unsigned)(rw.x + e[h].dx) < (unsigned)ww;
-                ct_cp_async_cg16(As + (h * TG_BM + k * rstep) * ARC * 8, a + rw.base + e[h].delta, ok ? 16 : 0);
-            }
+            for (int h = 0; h < 2; h++)
+                ct_cp_async_cg16(As + (h * TG_BM + k * rstep) * ARC * 8, rw.ptr + off[h], rw.taps & bit[h] ? 16 : 0);
         }
     };
 
@@ -414,6 +422,7 @@ static int tg_plan(int mode, const GemmArgs *g, TgPlan *p) {
     if (s->C % 8 || s->K % 8 || s->C % G || s->K % G) return 0;
     const int Cg = s->C / G, Kg = s->K / G;
     if (!tg_chan_ok(Cg) || !tg_chan_ok(Kg) || Cg * (Kg < 16 ? 16 / Kg : 1) > 64) return 0;
+    if (s->R * s->S > 32) return 0;  // a row's in-map taps are one 32-bit mask
     if (!ct_aligned(8, g->c)) return 0;
     memset(p, 0, sizeof *p);
     p->ci = mode == GEMM_DGRAD ? Kg : Cg;

@@ -123,5 +123,8 @@ static const ConvCase CONV_BENCH_CASES[] = {
     {"l4 3x3 512", 0, 7, 7, 512, 512, 3, 3, 1, 1, 1, 0},
     {"l4 1x1 2048-512", 0, 7, 7, 2048, 512, 1, 1, 1, 0, 1, 0},
     {"resnext50 l1 grouped 3x3 g32", 0, 56, 56, 128, 128, 3, 3, 1, 1, 32, 0},
+    {"resnext50 l2 grouped 3x3 g32", 0, 28, 28, 256, 256, 3, 3, 1, 1, 32, 0},
+    {"resnext50 l3 grouped 3x3 g32", 0, 14, 14, 512, 512, 3, 3, 1, 1, 32, 0},
+    {"resnext50 l4 grouped 3x3 g32", 0, 7, 7, 1024, 1024, 3, 3, 1, 1, 32, 0},
 };
 #define CONV_BENCH_CASES_N ((int)(sizeof CONV_BENCH_CASES / sizeof CONV_BENCH_CASES[0]))

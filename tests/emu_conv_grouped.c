@@ -44,12 +44,13 @@ static void sync(void) {
 static const int ALGOS[] = {CT_CONV_GENERIC, CT_CONV_TC, CT_CONV_TC2, CT_CONV_WGMMA, CT_CONV_AUTO};
 
 // v2's grouped path takes (written out apart from kernels/conv_tcg.cu): C and K multiples of 8,
-// channels per group Cg and Kg each 4 or a multiple of 8 up to 64, Cg * max(1, 16 / Kg) <= 64 (every
+// channels per group Cg and Kg each 4 or a multiple of 8 up to 64, Cg * max(1, 16 / Kg) <= 64, R*S <= 32 (every
 // case here fits an emulated H100's shared memory).
 static int chan_ok(int c) { return c == 4 || (c % 8 == 0 && c <= 64); }
 static int tc_rule(const ConvShape *s) {
     const int G = conv_groups(s), Cg = s->C / G, Kg = s->K / G;
-    return s->C % 8 == 0 && s->K % 8 == 0 && chan_ok(Cg) && chan_ok(Kg) && Cg * (Kg < 16 ? 16 / Kg : 1) <= 64;
+    return s->C % 8 == 0 && s->K % 8 == 0 && chan_ok(Cg) && chan_ok(Kg) && Cg * (Kg < 16 ? 16 / Kg : 1) <= 64 &&
+           s->R * s->S <= 32;
 }
 static int tc_cases;  // grouped shapes run on the tensor-core path (bf16)
 
