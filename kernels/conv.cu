@@ -17,12 +17,15 @@
 //   - v2 (kernels/conv_tc2.cu): mma.sync, 128x128 tiles, 4 stages, gather tables; bf16 with
 //     vectorisable operands (channel counts multiples of 8, 16-byte aligned), tables within the
 //     device's shared memory; the BN statistics (forward) and BN backward (data gradient, stride
-//     1 and 2) epilogues. The default.
+//     1 and 2) epilogues. The default. Grouped convolutions on its block-diagonal path
+//     (kernels/conv_tcg.cu: several groups per CTA, mma on the diagonal blocks only) where the
+//     channels per group allow, without epilogues; wgmma hands grouped shapes to it.
 //   - v1 (kernels/conv_tc1.cu): mma.sync m16n8k16, ldmatrix, cp.async in a 3-stage pipeline,
 //     128x64x32 tiles, any bf16 shape: operands whose 8-element chunks are contiguous and aligned
 //     travel by cp.async, others (the 3-channel stem) are gathered element by element. No epilogue.
 //   - generic (kernels/conv_generic.cu): fp32 or bf16 storage, fp32 math, 64x64 tiles through
-//     shared memory, any shape, grouped convolutions too (every group in one launch). No epilogue.
+//     shared memory, any shape, grouped convolutions too (every group in one launch: those v2 does
+//     not take). No epilogue.
 // Each engine says what it takes (`supports`: pass, shape, dtype, operand alignment, epilogue);
 // the dispatcher runs the requested engine where it takes the GEMM, else the first engine after
 // it in the table that does; an epilogue no engine from the requested one on takes runs nothing
@@ -123,12 +126,15 @@ static void wgmma_run(int pass, GemmArgs g, float *work, float *final_out, cudaS
     ct_conv_wgmma_run(pass, g, work, final_out, st);
 }
 
+// Grouped shapes: the block-diagonal path (kernels/conv_tcg.cu) where it takes them, no epilogue.
 static int v2_supports(int pass, const GemmArgs *g) {
-    if (conv_groups(&g->s) > 1 || !ct_conv_tc2_eligible(pass, g)) return 0;
+    if (conv_groups(&g->s) > 1) return !conv_epilogue(pass, g) && ct_conv_tcg_eligible(pass, g);
+    if (!ct_conv_tc2_eligible(pass, g)) return 0;
     return !conv_epilogue(pass, g) || bn_epilogue_ok(pass, g);
 }
 static void v2_run(int pass, GemmArgs g, float *work, float *final_out, cudaStream_t st) {
-    ct_conv_tc2_run(pass, g, work, final_out, st);
+    if (conv_groups(&g.s) > 1) ct_conv_tcg_run(pass, g, work, final_out, st);
+    else ct_conv_tc2_run(pass, g, work, final_out, st);
 }
 
 static int v1_supports(int pass, const GemmArgs *g) {
@@ -201,7 +207,10 @@ static void engine_run(const ConvEngine *e, int pass, GemmArgs g, float *work, f
 }
 
 extern "C" size_t conv2d_gpu_work_floats(const ConvShape *s) {
-    if (conv_groups(s) > 1) return ct_conv_grouped_work_floats(s);  // grouped: generic engine only
+    if (conv_groups(s) > 1) {  // grouped: the generic engine's plan or v2's grouped path's
+        size_t a = ct_conv_grouped_work_floats(s), b = ct_conv_tcg_work_floats(s);
+        return a > b ? a : b;
+    }
     int M = s->K, N = s->R * s->S * s->C, K = s->N * s->P * s->Q;
     if (M <= 0 || N <= 0 || K <= 0) return 0;
     int splits = 1;

@@ -106,6 +106,14 @@ extern "C" int ct_conv_tc2_eligible(int mode, const GemmArgs *g);
 extern "C" void ct_conv_tc2_split(int M, int N, int K, int *splits, int *k_split);
 extern "C" void ct_conv_tc2_run(int mode, GemmArgs g, float *work, float *final_out, cudaStream_t st);
 
+// Engine v2's grouped path (kernels/conv_tcg.cu): several groups per CTA as a block-diagonal GEMM,
+// mma.sync on the diagonal blocks only; every pass, bf16, no epilogue. eligible: the shapes it
+// takes (channels per group 4 or multiples of 8 up to 64, ...); work_floats: its weight gradient's
+// split partials (0: none).
+extern "C" int ct_conv_tcg_eligible(int mode, const GemmArgs *g);
+extern "C" size_t ct_conv_tcg_work_floats(const ConvShape *s);
+extern "C" void ct_conv_tcg_run(int mode, GemmArgs g, float *work, float *final_out, cudaStream_t st);
+
 // Hopper engine (kernels/conv_wgmma.cu): wgmma, warp-specialised; bf16, on compute 9.0 (or the
 // emulator). eligible: what v2 takes on such a device (the BN epilogues included).
 // WGRAD splits by ct_conv_wgmma_split (the shared plan for its 128x128x64 tiles: never more splits

@@ -182,9 +182,9 @@ extern "C" void ct_gemm_generic_launch(int mode, GemmArgs g, CtDtype dt, int a_f
 
 // ---------------------------------------------------------------------------------------------
 // Grouped convolutions (ConvShape.groups > 1), every pass, fp32 or bf16 storage: conv.cu's entry
-// points send them here whatever engine is asked (the tensor-core engines tile 128 output channels
-// at a time, which a 4- to 64-channel group would mostly leave idle; docs/GROUPED.md has the
-// block-diagonal design that would give them these shapes). One launch covers every group: the
+// points send here those that engine v2's block-diagonal path (kernels/conv_tcg.cu) does not take:
+// fp32, the engines v1 and generic asked, channels per group that are not 4 or multiples of 8 up
+// to 64 (docs/GROUPED.md). One launch covers every group: the
 // grid's y holds (group, n tile), so a group's GEMM is the dense one of C/groups -> K/groups
 // channels. The weight gradient splits its reduction like the dense one (one plan for all groups,
 // from the shape alone): partial z of the whole [K, R*S*C/groups] gradient at work + z * that size.

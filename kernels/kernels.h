@@ -51,10 +51,12 @@ static inline int conv_groups(const ConvShape *s) { return s->groups > 1 ? s->gr
 // forward) and generic (fp32 math over fp32 or bf16 storage, any shape, grouped ones included; the
 // linear backward, whose dout is fp32). Each says what it takes; a call runs the engine it names
 // (the GPU executor passes its ExecOptions' conv engine) where that engine takes the GEMM, else the
-// first engine after it in the table that does: grouped convolutions (groups > 1) and fp32 reach
-// the generic engine whatever is asked (the _ex entry points say which ran), and the fused BN
-// epilogues (conv2d_forward_stats_gpu, conv2d_backward_data_bn_gpu, _tail_gpu) run nothing where
-// neither v2 nor wgmma is reached (grouped shapes: docs/GROUPED.md). Kernels never read the
+// first engine after it in the table that does: fp32 reaches the generic engine whatever is asked,
+// grouped convolutions (groups > 1) v2's block-diagonal path where it takes them (bf16, Cg and Kg 4
+// or multiples of 8 up to 64, ...: docs/GROUPED.md) and the generic engine otherwise (the _ex entry
+// points say which ran), and the fused BN epilogues (conv2d_forward_stats_gpu,
+// conv2d_backward_data_bn_gpu, _tail_gpu) run nothing where neither v2 nor wgmma is reached
+// (grouped shapes decline them). Kernels never read the
 // environment.
 // Determinism: no atomics; the weight gradient's reduction over N*P*Q is split in a number of
 // parts fixed by the shape, partials are summed in order: bit-identical reruns on any GPU.

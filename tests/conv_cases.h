@@ -82,7 +82,8 @@ static const ConvCase CONV_CASES[] = {
     {"bn dgrad: 1x1/2, tapless phases",              2, 11,  9,   8,  16, 1, 1, 2, 0, 1, CC_BN_DGRAD},
     {"bn dgrad: stride 3 (declined)",                1,  9,  9,   8,   8, 3, 3, 3, 1, 1, CC_BN_DGRAD},
     {"bn dgrad: C 12 (declined)",                    1,  6,  6,  12,  16, 3, 3, 1, 1, 1, CC_BN_DGRAD},
-    // Grouped (ResNeXt): the generic engine whatever is asked; no fused epilogue.
+    // Grouped (ResNeXt): v2's tensor-core path where it takes them (bf16), else the generic
+    // engine; no fused epilogue.
     {"grouped: 4 per group, odd map",                2,  5,  7,   8,   8, 3, 3, 1, 1, 2, CC_GROUPED_ALL | CC_DISPATCH_LIVE},
     {"grouped: resnext50 stage 1, stride 2",         1,  7,  5,  64,  64, 3, 3, 2, 1, 32, CC_GROUPED_ALL},
     {"grouped: depthwise",                           1,  4,  5,  32,  32, 3, 3, 1, 1, 32, 0},
@@ -90,6 +91,16 @@ static const ConvCase CONV_CASES[] = {
     {"grouped: Cg 8 != Kg 16",                       1,  5,  5,  24,  48, 3, 3, 2, 1, 3, 0},
     {"grouped: 64 groups of 2",                      2,  3,  3, 128, 128, 3, 3, 2, 1, 64, 0},
     {"grouped: split weight gradient",               2, 16, 16,   8,   8, 3, 3, 1, 1, 2, 0},
+    // v2's block-diagonal tensor-core path (kernels/conv_tcg.cu; the others above reach it too
+    // where Cg and Kg are 4 or multiples of 8): full 128-channel slabs of 4, 8, 16 per group,
+    // two slabs, Cg != Kg both ways, 64 per group (one group a CTA), stride 2 and odd maps.
+    {"tc grouped: 32 groups of 4, stride 2, odd map", 1, 7,  5, 128, 128, 3, 3, 2, 1, 32, CC_GROUPED_ALL},
+    {"tc grouped: 16 groups of 8, batch 3",          3,  5,  3, 128, 128, 3, 3, 1, 1, 16, 0},
+    {"tc grouped: 8 groups of 16, stride 2, odd",    1,  9,  7, 128, 128, 3, 3, 2, 1,  8, 0},
+    {"tc grouped: 64 groups of 4, two slabs",        1,  3,  5, 256, 256, 3, 3, 1, 1, 64, 0},
+    {"tc grouped: Cg 4, Kg 8",                       2,  5,  5,  32,  64, 3, 3, 1, 1,  8, 0},
+    {"tc grouped: Cg 16, Kg 4, stride 2",            1,  6,  7,  64,  16, 3, 3, 2, 1,  4, 0},
+    {"tc grouped: 64 per group",                     1,  4,  3, 128, 128, 3, 3, 1, 1,  2, 0},
 };
 #undef CC_E
 #define CONV_CASES_N ((int)(sizeof CONV_CASES / sizeof CONV_CASES[0]))
@@ -112,5 +123,8 @@ static const ConvCase CONV_BENCH_CASES[] = {
     {"l4 3x3 512", 0, 7, 7, 512, 512, 3, 3, 1, 1, 1, 0},
     {"l4 1x1 2048-512", 0, 7, 7, 2048, 512, 1, 1, 1, 0, 1, 0},
     {"resnext50 l1 grouped 3x3 g32", 0, 56, 56, 128, 128, 3, 3, 1, 1, 32, 0},
+    {"resnext50 l2 grouped 3x3 g32", 0, 28, 28, 256, 256, 3, 3, 1, 1, 32, 0},
+    {"resnext50 l3 grouped 3x3 g32", 0, 14, 14, 512, 512, 3, 3, 1, 1, 32, 0},
+    {"resnext50 l4 grouped 3x3 g32", 0, 7, 7, 1024, 1024, 3, 3, 1, 1, 32, 0},
 };
 #define CONV_BENCH_CASES_N ((int)(sizeof CONV_BENCH_CASES / sizeof CONV_BENCH_CASES[0]))

@@ -3,9 +3,11 @@
 // - forward, data gradient (written and accumulated in place) and weight gradient, fp32 and bf16
 //   storage, on awkward shapes: groups 2-64, 1-32 channels per group, Cg != Kg, stride 2, odd maps,
 //   a weight gradient long enough to split its reduction (the partials' work buffer);
-// - whatever engine is asked (generic, v1, v2, wgmma, auto), a grouped shape runs on the generic
-//   engine and says so; the fused BN epilogues (statistics in the forward, BN backward in the data
-//   gradient) decline grouped shapes, running nothing, so the executor takes the plain passes;
+// - the engine that runs is the one the rules below name: bf16 asked of v2, wgmma or auto runs on
+//   v2's block-diagonal tensor-core path (kernels/conv_tcg.cu) where the shape qualifies (tc_rule),
+//   everything else on the generic engine, and the entry point says so; the fused BN epilogues
+//   (statistics in the forward, BN backward in the data gradient) decline grouped shapes, running
+//   nothing, so the executor takes the plain passes;
 // - outputs are poisoned with NaN first (an element left unwritten fails), and a second run gives
 //   the same bits.
 // bf16 runs take bf16-rounded operands and the CPU sees the same values: an fp32 output (the
@@ -41,6 +43,17 @@ static void sync(void) {
 
 static const int ALGOS[] = {CT_CONV_GENERIC, CT_CONV_TC, CT_CONV_TC2, CT_CONV_WGMMA, CT_CONV_AUTO};
 
+// v2's grouped path takes (written out apart from kernels/conv_tcg.cu): C and K multiples of 8,
+// channels per group Cg and Kg each 4 or a multiple of 8 up to 64, Cg * max(1, 16 / Kg) <= 64, R*S <= 32 (every
+// case here fits an emulated H100's shared memory).
+static int chan_ok(int c) { return c == 4 || (c % 8 == 0 && c <= 64); }
+static int tc_rule(const ConvShape *s) {
+    const int G = conv_groups(s), Cg = s->C / G, Kg = s->K / G;
+    return s->C % 8 == 0 && s->K % 8 == 0 && chan_ok(Cg) && chan_ok(Kg) && Cg * (Kg < 16 ? 16 / Kg : 1) <= 64 &&
+           s->R * s->S <= 32;
+}
+static int tc_cases;  // grouped shapes run on the tensor-core path (bf16)
+
 static void test_shape(int N, int H, int W, int C, int K, int R, int stride, int pad, int G, CtDtype dt, int algo) {
     const ConvShape s = conv_shape_g(N, H, W, C, K, R, R, stride, pad, G);
     const size_t ni = (size_t)N * H * W * C, no = (size_t)N * s.P * s.Q * K, nw = (size_t)K * R * R * (C / G);
@@ -66,8 +79,12 @@ static void test_shape(int N, int H, int W, int C, int K, int R, int stride, int
     int e4 = conv2d_backward_weight_gpu_ex(&s, dgw, ddo, din_, work, dt, (ct_stream_t)stream, algo);
     conv2d_backward_weight_gpu_ex(&s, dgw2, ddo, din_, work, dt, (ct_stream_t)stream, algo);
     sync();
-    CHECK(e1 == CT_CONV_GENERIC && e2 == CT_CONV_GENERIC && e3 == CT_CONV_GENERIC && e4 == CT_CONV_GENERIC,
-          "grouped conv g%d asked engine %d: ran %d %d %d %d, not the generic engine", G, algo, e1, e2, e3, e4);
+    const int tc = dt == CT_BF16 && (algo == CT_CONV_TC2 || algo == CT_CONV_WGMMA || algo == CT_CONV_AUTO) && tc_rule(&s);
+    const int want = tc ? CT_CONV_TC2 : CT_CONV_GENERIC;
+    tc_cases += tc;
+    CHECK(e1 == want && e2 == want && e3 == want && e4 == want,
+          "grouped conv C%d K%d g%d %s asked engine %d: ran %d %d %d %d, the rules say %d", C, K, G,
+          dt == CT_BF16 ? "bf16" : "fp32", algo, e1, e2, e3, e4, want);
     float *go = (float *)ct_alloc(no * 4), *gd = (float *)ct_alloc(ni * 4), *ga = (float *)ct_alloc(ni * 4);
     float *gw = (float *)ct_alloc(nw * 4), *gw2 = (float *)ct_alloc(nw * 4);
     host_act_to(go, dout_, no, dt);
@@ -124,6 +141,7 @@ int main(void) {
         }
     }
     CHECK(ngrouped >= 7, "only %d grouped cases in tests/conv_cases.h", ngrouped);
+    CHECK(tc_cases >= 10, "only %d grouped runs on the tensor-core path", tc_cases);
     {  // the last shape must have split its weight gradient, or the work-buffer path went untested
         const ConvShape s = conv_shape_g(2, 16, 16, 8, 8, 3, 3, 1, 1, 2);
         CHECK(conv2d_gpu_work_floats(&s) > 0, "the split weight-gradient shape did not split");

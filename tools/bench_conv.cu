@@ -7,7 +7,8 @@
 // tensor-core result to the generic bf16 one (a correctness check on real hardware, where the
 // emulated tests cannot go). Needs a GPU; build and run with
 //   tools/bench_gpu.sh [batch] [iters] [--cases]
-// (grouped cases run on the generic engine whatever is asked: their tensor-core columns are starred)
+// (grouped cases: the v2 column is its block-diagonal path (kernels/conv_tcg.cu) where it takes the
+// shape; v1 and wgmma hand them on, so their columns are starred)
 // (build.sh does not build .cu tools).
 #include <math.h>
 #include <stdio.h>

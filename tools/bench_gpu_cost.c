@@ -517,13 +517,32 @@ int main(int argc, char **argv) {
                "counted = mma x 4096):\n  %-22s %-6s %14s %14s %14s %7s\n", "op", "pass", "analytic", "padded",
                "counted", "ratio");
     int all_ge = 1, fwd_exact = 1;
-    double grouped = 0;  // grouped convs (ResNeXt's 3x3s) run on the generic engine: CUDA-core FLOPs, no mma
+    double grouped = 0;  // grouped convs (ResNeXt's 3x3s) on the generic engine: CUDA-core FLOPs, no mma
+    // Grouped convs on v2's block-diagonal path (kernels/conv_tcg.cu): useful = the analytic FLOPs,
+    // issued = its mma (docs/GROUPED.md has the tile plan's ratios per channel count).
+    double grouped_tc_useful = 0, grouped_tc_issued = 0;
     for (int i = 0; i < m->n_ops; i++) {
         const Op *op = &m->ops[i];
         if (op->kind != OP_CONV && op->kind != OP_FC) continue;
         const TensorDim *dout = &dims[op->out];
         if (op->kind == OP_CONV && op->groups > 1) {
-            grouped += (op->in > 0 ? 3.0 : 2.0) * 2.0 * N * dout->H * dout->W * op->K * op->R * op->S * (op->C / op->groups);
+            const double fg = 2.0 * N * dout->H * dout->W * op->K * op->R * op->S * (op->C / op->groups);
+            const int npg = op->in > 0 ? 3 : 2;
+            double issued = 0;
+            for (int j = 0; j < npg; j++) issued += op_mma[i * 4 + j] * 4096;
+            if (issued == 0) {  // the generic engine
+                grouped += npg * fg;
+                continue;
+            }
+            for (int j = 0; j < npg; j++) {
+                const double c = op_mma[i * 4 + j] * 4096;
+                analytic += fg;
+                grouped_tc_useful += fg;
+                grouped_tc_issued += c;
+                if (c < fg) all_ge = 0;
+                if (!quiet)
+                    printf("  %-22s %-6s %14.0f %14s %14.0f %7.3f (grouped)\n", op->name, part_name[j], fg, "-", c, c / fg);
+            }
             continue;
         }
         double f = op->kind == OP_CONV ? 2.0 * N * dout->H * dout->W * op->K * op->R * op->S * op->C
@@ -552,6 +571,10 @@ int main(int argc, char **argv) {
     printf("tensor FLOPs: counted %.0f, analytic %.0f (ratio %.4f; every GEMM counted >= analytic: %s; "
            "every forward GEMM == its tile-padded FLOPs: %s)\n",
            tot.mma * 4096, analytic, tot.mma * 4096 / analytic, all_ge ? "yes" : "NO", fwd_exact ? "yes" : "NO");
+    if (grouped_tc_issued > 0)
+        printf("grouped convolutions on tensor cores (v2's block-diagonal path): issued %.3f GFLOP per image, useful "
+               "%.3f (%.1f%%; docs/GROUPED.md)\n", grouped_tc_issued / N / GF, grouped_tc_useful / N / GF,
+               100.0 * grouped_tc_useful / grouped_tc_issued);
     if (grouped > 0)
         printf("grouped convolutions (generic engine, fp32 FMA on CUDA cores, not in the tensor FLOPs): %.0f FLOPs, "
                "%.3f GFLOP per image (docs/GROUPED.md)\n", grouped, grouped / N / GF);
