@@ -10,9 +10,11 @@
 #     values) the first loss is ill-conditioned in bf16 on the CPU alone: resnet50 1.532 (bf16) vs
 #     2.104 (fp32), resnext50_32x4d 2.663 vs 1.646, wide_resnet50_2 1.837 vs 1.523; the emulated
 #     GPU's bf16 gives 1.586. A mutant generic engine reading the next group's filters moves it only
-#     to 1.579. Next: compare the first step in fp32 (--precision fp32 on the device, the generic
-#     engine, where summation order is the only difference) or at a better-conditioned shape
-#     (32x32+, batch 8), measured before a tolerance is set.
+#     to 1.579. fp32 does not rescue it at this shape: the emulated GPU's fp32 first loss is 1.61820
+#     against the CPU's 1.64604 (1.7%), and the CPU alone moves resnet50's by 0.5% (2.10414 with its
+#     Winograd/small-map routes, 2.11465 direct): summation order is amplified ~1e4 here. Next: a
+#     better-conditioned shape (32x32 or more, batch 8+), measured before a tolerance is set, and
+#     its emulator cost.
 # Mutant binaries for the seen-failing step (CUDA_TRAIN=PATH): the GPU resume without
 # gpu_upload_optim (trainer/backend_cuda.c), safetensors' grouped filters rotated by one group
 # (nn/safetensors.c), the generic engine's grouped forward on the next group's filters
