@@ -12,7 +12,8 @@
 #     GPU's bf16 gives 1.586. A mutant generic engine reading the next group's filters moves it only
 #     to 1.579. fp32 does not rescue it at this shape: the emulated GPU's fp32 first loss is 1.61820
 #     against the CPU's 1.64604 (1.7%), and the CPU alone moves resnet50's by 0.5% (2.10414 with its
-#     Winograd/small-map routes, 2.11465 direct): summation order is amplified ~1e4 here. Next: a
+#     Winograd/small-map routes, 2.11465 direct; the emulated GPU's fp32 2.09106, as far off as
+#     resnext's): summation order is amplified ~1e4 here, groups or not. Next: a
 #     better-conditioned shape (32x32 or more, batch 8+), measured before a tolerance is set, and
 #     its emulator cost.
 # Mutant binaries for the seen-failing step (CUDA_TRAIN=PATH): the GPU resume without
