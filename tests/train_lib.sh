@@ -92,10 +92,10 @@ TMP=$(mktemp -d /tmp/ctrain-test.XXXXXX)
 if [ -n "${KEEP_TMP:-}" ]; then echo "tmp: $TMP"; else trap 'rm -rf "$TMP"' EXIT; fi
 
 # Sends signal SIG to the train process PID once RUNDIR/metrics.jsonl holds N step records (or
-# after 60 s), then waits for it; sets $rc to its exit status.
-signal_after_steps() { # SIG PID RUNDIR N
+# after MAX_S seconds, default 60), then waits for it; sets $rc to its exit status.
+signal_after_steps() { # SIG PID RUNDIR N [MAX_S]
   local sig=$1 pid=$2 dir=$3 want=$4 i n
-  for i in $(seq 1 600); do
+  for i in $(seq 1 $((${5:-60} * 10))); do
     n=$(grep -c '"type":"step"' "$dir/metrics.jsonl" 2>/dev/null || true)
     [ "${n:-0}" -ge "$want" ] && break
     sleep 0.1
@@ -207,5 +207,69 @@ if "--calibrate-bn" in opts:
 sd = {k: v.numpy() for k, v in m.state_dict().items()
       if not ("--drop-nbt" in opts and k.endswith("num_batches_tracked"))}
 save_safetensors(out, sd)
+PY
+}
+
+# eval_summary: the "N images  loss L  top-1 A%  top-5 B%" of train --evaluate's output (stdin).
+eval_summary() { grep -o "[0-9]* images.*top-5 [0-9.]*%"; }
+
+# random_png OUT SIZE [SEED]: a SIZExSIZE RGB picture of uniform noise (the predict tests' input).
+random_png() {
+  "$PIPPY" - "$1" "$2" "${3:-9}" <<'PY' || fail "picture $1"
+import sys, numpy as np
+from PIL import Image
+n, seed = int(sys.argv[2]), int(sys.argv[3])
+Image.fromarray(np.random.default_rng(seed).integers(0, 256, (n, n, 3), dtype=np.uint8)).save(sys.argv[1])
+PY
+}
+
+# predict_vs_torchvision ARCH WEIGHTS PIC PRED_JSON REF [TOL]: torchvision's ARCH (class count from
+# fc.weight) loads WEIGHTS with strict=True; its eval logits on PIC (ImageNet mean/std, as
+# model.safetensors' metadata says for these runs) match the first record of PRED_JSON (train
+# predict --format json --logits) within TOL (relative norm, default 1e-4). Writes REF.x.npy (the
+# input) and REF.logits.npy (torchvision's logits) for onnx_vs_torchvision.
+predict_vs_torchvision() {
+  "$TORCH_PY" - "$CTRAIN_ROOT/tools" "$@" <<'PY'
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import numpy as np, torch, torchvision
+from PIL import Image
+from torch_ref import load_safetensors
+arch, weights, pic, pred, ref_out = sys.argv[2:7]
+tol = float(sys.argv[7]) if len(sys.argv) > 7 else 1e-4
+sd, _ = load_safetensors(weights)
+m = getattr(torchvision.models, arch)(num_classes=sd["fc.weight"].shape[0])
+m.load_state_dict({k: torch.from_numpy(v) for k, v in sd.items()}, strict=True)
+x = np.asarray(Image.open(pic).convert("RGB"), dtype=np.float32) / 255.0
+x = (x - np.array([0.485, 0.456, 0.406], np.float32)) / np.array([0.229, 0.224, 0.225], np.float32)
+x = torch.from_numpy(x.transpose(2, 0, 1)[None].copy())
+with torch.no_grad():
+    ref = m.eval()(x)[0].double().numpy()
+np.save(ref_out + ".x.npy", x.numpy())
+np.save(ref_out + ".logits.npy", ref)
+got = np.array(json.loads(open(pred).readline())["logits"], dtype=np.float64)
+rel = np.linalg.norm(got - ref) / np.linalg.norm(ref)
+print("%s: predict vs torchvision (strict load of %s) logits rel. %.2e" % (arch, weights.split("/")[-2] + "/" + weights.split("/")[-1], rel))
+assert rel <= tol, (got, ref)
+PY
+}
+
+# onnx_vs_torchvision ONNX REF ARCH: the exported graph passes onnx's full check and onnxruntime's
+# logits on REF.x.npy match REF.logits.npy (predict_vs_torchvision's) within 1e-4; its Conv nodes
+# carry group 32 for ResNeXt (resnext50_32x4d; 64 for resnext101_64x4d) and only 1 otherwise.
+onnx_vs_torchvision() {
+  "$PIPPY" - "$@" <<'PY'
+import re, sys, numpy as np, onnx, onnxruntime as ort
+path, ref, arch = sys.argv[1:4]
+x, want = np.load(ref + ".x.npy"), np.load(ref + ".logits.npy")
+m = onnx.load(path)
+onnx.checker.check_model(m, full_check=True)
+groups = sorted({a.i for n in m.graph.node if n.op_type == "Conv" for a in n.attribute if a.name == "group"} | {1})
+got = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(["logits"], {"input": x})[0][0]
+rel = np.linalg.norm(got - want) / np.linalg.norm(want)
+print("%s: onnxruntime vs torchvision logits rel. %.2e; Conv groups %s" % (arch, rel, groups))
+assert rel <= 1e-4
+g = re.match(r"resnext\d+_(\d+)x", arch)
+assert groups == ([1, int(g.group(1))] if g else [1]), groups
 PY
 }
