@@ -30,27 +30,8 @@ static inline float round_even_255f(float v) { return (v + 8388608.0f) - 8388608
 
 // ---------------------------------------------------------------- affine warps (grid_sample)
 
-// torchvision.transforms.functional._get_inverse_affine_matrix (scale 1), in double as Python.
-static void inverse_affine(double cx, double cy, double angle, double tx, double ty, double shx, double shy,
-                           double m[6]) {
-    // math.radians: x * (pi / 180), one rounding as CPython's degToRad.
-    const double deg2rad = M_PI / 180.0;
-    double rot = angle * deg2rad, sx = shx * deg2rad, sy = shy * deg2rad;
-    double a = cos(rot - sy) / cos(sy);
-    double b = -cos(rot - sy) * tan(sx) / cos(sy) - sin(rot);
-    double c = sin(rot - sy) / cos(sy);
-    double d = -sin(rot - sy) * tan(sx) / cos(sy) + cos(rot);
-    m[0] = d;
-    m[1] = -b;
-    m[2] = 0.0;
-    m[3] = -c;
-    m[4] = a;
-    m[5] = 0.0;
-    m[2] += m[0] * (-cx - tx) + m[1] * (-cy - ty);
-    m[5] += m[3] * (-cx - tx) + m[4] * (-cy - ty);
-    m[2] += cx;
-    m[5] += cy;
-}
+// The affine matrix is the reference's (aa_inverse_affine, loader/autoaug_ref.c): computed once a
+// warp, in double as torchvision's Python, so the two cannot drift apart.
 
 // One output pixel of grid_sample(bilinear, zeros) + the fill mask + round, with the bounds checks:
 // the reference's expression, for pixels whose four taps are not all inside.
@@ -225,7 +206,7 @@ void aa_affine(uint8_t *img, int H, int W, int C, double angle, double tx, doubl
     // F.affine: center [0, 0] in pixels is (-w/2, -h/2) in its centred coordinates; None is (0, 0).
     double cx = center_zero ? -0.5 * W : 0.0, cy = center_zero ? -0.5 * H : 0.0;
     double m[6];
-    inverse_affine(cx, cy, angle, tx, ty, shear_x, shear_y, m);
+    aa_inverse_affine(cx, cy, angle, tx, ty, shear_x, shear_y, m);
     warp(img, H, W, C, m, fill, tmp);
 }
 

@@ -63,6 +63,10 @@ void aa_apply(const AaConfig *c, Rng *r, uint8_t *img, int H, int W, int C, uint
 // torchvision's _apply_op(img, op, magnitude, BILINEAR, fill) on uint8 (fill NULL: torchvision's
 // None, i.e. zeros padding). SolarizeAdd takes magnitude = timm's add (threshold 128).
 void aa_apply_op(AaOp op, double magnitude, const uint8_t *fill, uint8_t *img, int H, int W, int C, uint8_t *tmp);
+// torchvision's _get_inverse_affine_matrix (scale 1) about (cx, cy), in double: m[6] row-major 2x3.
+// Shared by the reference and the fast warp.
+void aa_inverse_affine(double cx, double cy, double angle, double tx, double ty, double shx, double shy,
+                       double m[6]);
 // The scalar per-pixel reference of aa_apply_op and aa_affine (loader/autoaug_ref.c): the code
 // held against torchvision, kept so that tests hold the fast ops to its bytes everywhere.
 void aa_apply_op_ref(AaOp op, double magnitude, const uint8_t *fill, uint8_t *img, int H, int W, int C, uint8_t *tmp);

@@ -23,7 +23,7 @@ static inline double round_even_255(double v) { return (v + 4503599627370496.0) 
 // ---------------------------------------------------------------- affine warps (grid_sample)
 
 // torchvision.transforms.functional._get_inverse_affine_matrix (scale 1), in double as Python.
-static void inverse_affine(double cx, double cy, double angle, double tx, double ty, double shx, double shy,
+void aa_inverse_affine(double cx, double cy, double angle, double tx, double ty, double shx, double shy,
                            double m[6]) {
     // math.radians: x * (pi / 180), one rounding as CPython's degToRad.
     const double deg2rad = M_PI / 180.0;
@@ -100,7 +100,7 @@ void aa_affine_ref(uint8_t *img, int H, int W, int C, double angle, double tx, d
     // F.affine: center [0, 0] in pixels is (-w/2, -h/2) in its centred coordinates; None is (0, 0).
     double cx = center_zero ? -0.5 * W : 0.0, cy = center_zero ? -0.5 * H : 0.0;
     double m[6];
-    inverse_affine(cx, cy, angle, tx, ty, shear_x, shear_y, m);
+    aa_inverse_affine(cx, cy, angle, tx, ty, shear_x, shear_y, m);
     warp(img, H, W, C, m, fill, tmp);
 }
 
