@@ -177,8 +177,11 @@ int main(void) {
             CHECK(c.res_start == 160 && c.res_end == 192 && c.res_ramp_end > c.res_ramp_start && c.res_ramp_end < c.epochs &&
                       c.val_crop_size == 256 && c.val_resize == 292 && !strcmp(c.tta, "flip"),
                   "%s: FFCV's 160->192 ramp, eval at 256 with the 224/256 ratio, flip TTA", e->d_name);
-        if (!strncmp(e->d_name, "timm_rsb_a", 10))  // the paper's Table 1: stochastic depth 0.05 in A1/A2, none in A3
+        if (!strncmp(e->d_name, "timm_rsb_a", 10)) {  // the paper's Table 1: stochastic depth 0.05 in A1/A2, none in A3
             CHECK(c.drop_path == (e->d_name[10] == '3' ? 0.0 : 0.05), "%s: --drop-path %g", e->d_name, c.drop_path);
+            CHECK(c.bce && c.bce_target_thresh == 0.2 && c.label_smoothing == 0, "%s: BCE, target threshold 0.2, no smoothing",
+                  e->d_name);
+        }
         nrecipes++;
     }
     if (d) closedir(d);
