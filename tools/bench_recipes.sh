@@ -41,7 +41,7 @@ declare -A FLAGS=(
   [nowdbn]="--no-wd-bn" [lamb]="--optimizer lamb --no-nesterov --lr 0.008 --wd 0.02 --no-wd-bn"
   # The two recipes' augmentation and loss sets together on the demo's schedule and model.
   [v2tools]="--auto-augment ta_wide --random-erase 0.1 --mixup 0.2 --cutmix 1.0 --mix-prob 1 --ra-repeats 4 --no-wd-bn"
-  [rsbtools]="--optimizer lamb --no-nesterov --lr 0.008 --wd 0.02 --no-wd-bn --bce --label-smoothing 0 --auto-augment rand-m7-mstd0.5-inc1 --mixup 0.1 --cutmix 1.0 --mix-prob 1 --drop-path 0.05 --ra-repeats 3"
+  [rsbtools]="--optimizer lamb --no-nesterov --lr 0.008 --wd 0.02 --no-wd-bn --bce --bce-target-thresh 0.2 --label-smoothing 0 --auto-augment rand-m7-mstd0.5-inc1 --mixup 0.1 --cutmix 1.0 --mix-prob 1 --drop-path 0.05 --ra-repeats 3"
 )
 
 usage() {
