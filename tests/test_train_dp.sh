@@ -68,7 +68,7 @@ grep -q "SIGTERM: checkpoint saved" "$TMP/part.log" || { cat "$TMP/part.log"; fa
 "$TRAIN" "${F2[@]}" --workers 2 --resume "$TMP/part/last.ckpt" --out "$TMP/part" "$TMP/d" 2>"$TMP/resume.log" || { cat "$TMP/resume.log"; fail "resume with 2 ranks failed"; }
 cmp -s "$TMP/full/model.safetensors" "$TMP/part/model.safetensors" || fail "interrupted + resumed run differs from the uninterrupted one"
 cmp -s <(strip_timing "$TMP/full/metrics.jsonl") <(strip_timing "$TMP/part/metrics.jsonl") \
-  || { diff <(strip_timing "$TMP/full/metrics.jsonl") <(strip_timing "$TMP/part/metrics.jsonl") | head; fail "interrupted + resumed run logged other metrics"; }
+  || { diff <(strip_timing "$TMP/full/metrics.jsonl") <(strip_timing "$TMP/part/metrics.jsonl") | head || true; fail "interrupted + resumed run logged other metrics"; }
 ok "SIGTERM stops every rank at one step; the resumed run (recipe draws on, workers 1 then 2) ends bit for bit like the uninterrupted one"
 
 # A hung rank: the others give up after --timeout, naming it; exit status 1, no hang.
