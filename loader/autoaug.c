@@ -61,12 +61,13 @@ static inline void warp_pixel(const uint8_t *img, int H, int W, int C, int x0, i
     }
 }
 
-// Four bytes from p as four floats (the fourth lane is the next pixel's first byte, unused).
-static inline __m128 load4f(const uint8_t *p) {
-    uint32_t u;
-    memcpy(&u, p, 4);
-    __m128i z = _mm_setzero_si128(), b = _mm_cvtsi32_si128((int)u);
-    return _mm_cvtepi32_ps(_mm_unpacklo_epi16(_mm_unpacklo_epi8(b, z), z));
+// Eight bytes from p as two four-float vectors, p[0..3] and p[3..6]: a bilinear tap and its right-hand
+// neighbour from one load (the fourth lanes belong to the next pixel, unused).
+static inline void load2x4f(const uint8_t *p, __m128 *a, __m128 *b) {
+    const __m128i z = _mm_setzero_si128();
+    const __m128i w = _mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *)p), z);  // p[0..7] as 16 bits
+    *a = _mm_cvtepi32_ps(_mm_unpacklo_epi16(w, z));
+    *b = _mm_cvtepi32_ps(_mm_unpacklo_epi16(_mm_srli_si128(w, 6), z));
 }
 
 // Integer translations (F.affine's translate by whole pixels, no rotation or shear): the grid lands
@@ -134,7 +135,7 @@ static void warp(uint8_t *img, int H, int W, int C, const double m[6], const uin
         }
     }
     int X0[WARP_CHUNK], Y0[WARP_CHUNK];
-    float WX[WARP_CHUNK], WY[WARP_CHUNK];
+    float WX[WARP_CHUNK], WY[WARP_CHUNK], WNW[WARP_CHUNK], WNE[WARP_CHUNK], WSW[WARP_CHUNK], WSE[WARP_CHUNK];
     const __m128 zero = _mm_setzero_ps(), v255 = _mm_set1_ps(255.0f), one = _mm_set1_ps(1.0f);
     __m128 fillv = zero;
     if (fill && C == 3) fillv = _mm_setr_ps((float)fill[0], (float)fill[1], (float)fill[2], 0.0f);
@@ -155,10 +156,16 @@ static void warp(uint8_t *img, int H, int W, int C, const double m[6], const uin
                 int x0 = (int)ix, y0 = (int)iy;  // floor: truncation, one less below zero
                 x0 -= (float)x0 > ix;
                 y0 -= (float)y0 > iy;
+                const float wx = ix - (float)x0, wy = iy - (float)y0, ex = 1.0f - wx, sy = 1.0f - wy;
                 X0[j] = x0;
                 Y0[j] = y0;
-                WX[j] = ix - (float)x0;
-                WY[j] = iy - (float)y0;
+                WX[j] = wx;
+                WY[j] = wy;
+                // The interior path's bilinear weights, the reference's products, four pixels a step.
+                WNW[j] = sy * ex;
+                WNE[j] = sy * wx;
+                WSW[j] = wy * ex;
+                WSE[j] = wy * wx;
             }
             for (int j = 0; j < n; j++) {
                 const int x0 = X0[j], y0 = Y0[j], ox = c0 + j;
@@ -166,14 +173,18 @@ static void warp(uint8_t *img, int H, int W, int C, const double m[6], const uin
                 // Interior: all four taps inside; the 4-byte loads and store stay inside the buffers.
                 if (C == 3 && (unsigned)x0 < (unsigned)(W - 1) && (unsigned)y0 < (unsigned)(H - 1) &&
                     (size_t)(y0 + 1) * W + x0 + 2 < last && (size_t)oy * W + ox + 1 < last) {
-                    const float wx = WX[j], wy = WY[j], ex = 1.0f - wx, sy = 1.0f - wy;
-                    const float wnw = sy * ex, wne = sy * wx, wsw = wy * ex, wse = wy * wx;
+                    const float wnw = WNW[j], wne = WNE[j], wsw = WSW[j], wse = WSE[j];
                     const uint8_t *p = img + ((size_t)y0 * W + x0) * 3, *q = p + (size_t)W * 3;
+                    // The 8-byte loads end inside pixel x0 + 2 of their row, which the test above keeps
+                    // inside the image.
+                    __m128 a, b, c, d;
+                    load2x4f(p, &a, &b);
+                    load2x4f(q, &c, &d);
                     // v = ((a wnw + b wne) + c wsw) + d wse: the reference's 0 + a wnw is a wnw exactly.
-                    __m128 v = _mm_mul_ps(load4f(p), _mm_set1_ps(wnw));
-                    v = _mm_add_ps(v, _mm_mul_ps(load4f(p + 3), _mm_set1_ps(wne)));
-                    v = _mm_add_ps(v, _mm_mul_ps(load4f(q), _mm_set1_ps(wsw)));
-                    v = _mm_add_ps(v, _mm_mul_ps(load4f(q + 3), _mm_set1_ps(wse)));
+                    __m128 v = _mm_mul_ps(a, _mm_set1_ps(wnw));
+                    v = _mm_add_ps(v, _mm_mul_ps(b, _mm_set1_ps(wne)));
+                    v = _mm_add_ps(v, _mm_mul_ps(c, _mm_set1_ps(wsw)));
+                    v = _mm_add_ps(v, _mm_mul_ps(d, _mm_set1_ps(wse)));
                     if (fill) {
                         const float mask = ((wnw + wne) + wsw) + wse;
                         const __m128 mk = _mm_set1_ps(mask);
@@ -256,18 +267,47 @@ static void brightness(uint8_t *img, size_t n, double f) {
     apply_lut(img, n, lut);
 }
 
+// o[i] = _blend's clamp(r a[i] + r1 b[i]) truncated, 16 bytes a step: the lanes do the reference's two
+// float32 products and one sum; values are never negative after the clamp, so cvttps2dq truncates as
+// .to(uint8). b is uint8 or (for the blur) uint16 holding values up to 255.
+static inline __m128 blend4(__m128i ai, __m128i bi, __m128 r, __m128 r1) {
+    const __m128 v = _mm_add_ps(_mm_mul_ps(r, _mm_cvtepi32_ps(ai)), _mm_mul_ps(r1, _mm_cvtepi32_ps(bi)));
+    return _mm_min_ps(_mm_max_ps(v, _mm_setzero_ps()), _mm_set1_ps(255.0f));
+}
+
+static void blend_rows16(const uint8_t *a, const uint16_t *b, uint8_t *o, size_t n, const BlendTab *t, float r,
+                         float r1) {
+    const __m128i z = _mm_setzero_si128();
+    const __m128 rv = _mm_set1_ps(r), r1v = _mm_set1_ps(r1);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m128i a16 = _mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *)(a + i)), z);
+        const __m128i b16 = _mm_loadu_si128((const __m128i *)(b + i));
+        const __m128i lo = _mm_cvttps_epi32(blend4(_mm_unpacklo_epi16(a16, z), _mm_unpacklo_epi16(b16, z), rv, r1v));
+        const __m128i hi = _mm_cvttps_epi32(blend4(_mm_unpackhi_epi16(a16, z), _mm_unpackhi_epi16(b16, z), rv, r1v));
+        const __m128i w = _mm_packs_epi32(lo, hi);
+        _mm_storel_epi64((__m128i *)(o + i), _mm_packus_epi16(w, w));
+    }
+    for (; i < n; i++) o[i] = clamp_trunc(t->a[a[i]] + t->b[b[i]]);
+}
+
 static void saturation(uint8_t *img, size_t px, int C, double f) {
     if (C == 1) return;  // torchvision: "Match PIL behaviour"
-    GreyTab g;
     BlendTab t;
-    grey_tab(&g);
     blend_tab(&t, f);
-    for (size_t i = 0; i < px; i++) {
-        uint8_t *p = img + i * 3;
-        const float gb = t.b[grey(&g, p)];
-        p[0] = clamp_trunc(t.a[p[0]] + gb);
-        p[1] = clamp_trunc(t.a[p[1]] + gb);
-        p[2] = clamp_trunc(t.a[p[2]] + gb);
+    // 512 pixels at a time: their grey levels (the reference's products and sums, no tables, so the
+    // compiler may vectorise it), each repeated for the pixel's three bytes, then the blend 8 bytes a
+    // step. The grey level is below 255 (the weights sum to 0.9999), so int conversion is uint8's.
+    uint16_t g3[3 * 512];
+    for (size_t i0 = 0; i0 < px; i0 += 512) {
+        const size_t n = px - i0 < 512 ? px - i0 : 512;
+        uint8_t *p = img + i0 * 3;
+        for (size_t j = 0; j < n; j++) {
+            const float v = 0.2989f * (float)p[3 * j] + 0.587f * (float)p[3 * j + 1];
+            const uint16_t g = (uint16_t)(int)(v + 0.114f * (float)p[3 * j + 2]);
+            g3[3 * j] = g3[3 * j + 1] = g3[3 * j + 2] = g;
+        }
+        blend_rows16(p, g3, p, 3 * n, &t, (float)f, (float)(1.0 - f));
     }
 }
 
@@ -321,7 +361,7 @@ static void sharpness(uint8_t *img, int H, int W, int C, double f, uint8_t *tmp)
             blur[i] = (uint16_t)((s + 5u * m[i] + 6u) / 13u);
         }
         for (int c = 0; c < C; c++) blur[c] = m[c], blur[row - C + c] = m[row - C + c];
-        for (size_t i = 0; i < row; i++) o[i] = clamp_trunc(t.a[m[i]] + t.b[blur[i]]);
+        blend_rows16(m, blur, o, row, &t, (float)f, (float)(1.0 - f));
     }
     // The blur reads the unblended rows above and below, so the blend went to tmp.
     memcpy(img, tmp, (size_t)H * row);

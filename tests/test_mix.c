@@ -130,5 +130,11 @@ int main(void) {
     test_apply(5, 9, 7, 3);  // odd batch: the middle sample is its own partner
     test_apply(4, 16, 16, 1);
     test_apply(1, 3, 5, 3);
+    test_apply(4, 33, 35, 3);  // the vector loops' bodies and tails
+    // The same without the AVX2 clone of the Mixup loop.
+    mix_set_simd(0);
+    test_apply(5, 9, 7, 3);
+    test_apply(4, 33, 35, 3);
+    mix_set_simd(1);
     return test_summary("test_mix");
 }
