@@ -37,9 +37,14 @@
 # resnext50_32x4d only (grouped 3x3s on v2's tensor-core path in bf16, on the generic engine in
 # fp32); RESNEXT_ARCHS="resnext50_32x4d wide_resnet50_2 ..." runs others (docs/GROUPED.md has
 # their outcome and cost). CUDA_TRAIN=./train runs it on a real GPU.
-# Seen failing (a mutant build/train-emu each, via CUDA_TRAIN): the GPU backend's upload without
-# gpu_upload_optim (trainer/backend_cuda.c): check 3, the resumed run's epoch-2 val loss 2.4169
-# against the straight run's 14.0430 (its momentum lost).
+# Seen failing (a mutant build/train-emu each, via CUDA_TRAIN, 2026-11-28):
+#   - the GPU backend's upload without gpu_upload_optim (trainer/backend_cuda.c): check 3, the
+#     resumed run's epoch-2 val loss 2.4169 against the straight run's 14.0430 (momentum lost);
+#   - model.safetensors written with ResNeXt's conv2 filters one group off (nn/safetensors.c,
+#     st_save_resnet): check 4, the device evaluates the file 8.0166, the run logged 14.0430;
+#   - the generic engine's grouped forward reading the next group's filters
+#     (kernels/conv_generic.cu, gn_load_b): check 5, predict --device cuda vs torchvision 0.31
+#     (bf16 training is on v2's grouped path, so checks 1-4 pass: only the fp32 forward sees it).
 source "$(dirname "$0")/train_lib.sh"
 EMU=${CUDA_TRAIN:-$CTRAIN_BUILD/train-emu}
 [ -x "$EMU" ] || { echo "no $EMU (built by ./build.sh test)"; exit 1; }
