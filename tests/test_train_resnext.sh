@@ -16,8 +16,8 @@
 # strict load refuses [1024, 1024, 3, 3] for [1024, 32, 3, 3]). RESNEXT_ARCHS narrows the models.
 # Cost: 3 min of CPU (22.7 min wall on the 9-18x loaded 2-core machine of 2026-11-28).
 # The emulated GPU's half (train, SIGTERM + resume, evaluate, predict, export under build/train-emu)
-# is work in progress in tests/lifecycle_resnext_emu.sh (outside the suite for its cost); both use
-# train_lib.sh's predict/ONNX checks (tests/emu_model.c holds the GPU executor's step to the CPU's on
+# is tests/test_train_resnext_emu.sh (resnext50_32x4d in the suite, the others by RESNEXT_ARCHS);
+# both use train_lib.sh's predict/ONNX checks (tests/emu_model.c holds the GPU executor's step to the CPU's on
 # resnext50_32x4d with EMU_MODEL_CASE, outside the suite).
 source "$(dirname "$0")/train_lib.sh"
 make_synth "$TMP/d" 8 4 16 4
