@@ -126,9 +126,11 @@ static void wgmma_run(int pass, GemmArgs g, float *work, float *final_out, cudaS
     ct_conv_wgmma_run(pass, g, work, final_out, st);
 }
 
-// Grouped shapes: the block-diagonal path (kernels/conv_tcg.cu) where it takes them, no epilogue.
+// Grouped shapes: the block-diagonal path (kernels/conv_tcg.cu) where it takes them, with the
+// forward's statistics epilogue but not the data gradient's BN backward.
 static int v2_supports(int pass, const GemmArgs *g) {
-    if (conv_groups(&g->s) > 1) return !conv_epilogue(pass, g) && ct_conv_tcg_eligible(pass, g);
+    if (conv_groups(&g->s) > 1)
+        return ct_conv_tcg_eligible(pass, g) && (!conv_epilogue(pass, g) || (pass == GEMM_FWD && bn_epilogue_ok(pass, g)));
     if (!ct_conv_tc2_eligible(pass, g)) return 0;
     return !conv_epilogue(pass, g) || bn_epilogue_ok(pass, g);
 }

@@ -53,6 +53,16 @@ static int tc_rule(const ConvShape *s) {
            s->R * s->S <= 32;
 }
 static int tc_cases;  // grouped shapes run on the tensor-core path (bf16)
+static int stats_cases;  // of which the forward's fused BN statistics were checked
+static void poison(void *d, size_t bytes) { CT_CUDA_CHECK(cudaMemset(d, 0xff, bytes)); }
+static int dev_equal(const void *a, const void *b, size_t bytes) {
+    unsigned char *x = (unsigned char *)ct_alloc(bytes + 1), *y = (unsigned char *)ct_alloc(bytes + 1);
+    cudaMemcpy(x, a, bytes, cudaMemcpyDeviceToHost);
+    cudaMemcpy(y, b, bytes, cudaMemcpyDeviceToHost);
+    int eq = memcmp(x, y, bytes) == 0;
+    free(x), free(y);
+    return eq;
+}
 
 static void test_shape(int N, int H, int W, int C, int K, int R, int stride, int pad, int G, CtDtype dt, int algo) {
     const ConvShape s = conv_shape_g(N, H, W, C, K, R, R, stride, pad, G);
@@ -102,16 +112,52 @@ static void test_shape(int N, int H, int W, int C, int K, int R, int stride, int
           dt == CT_BF16 ? "bf16" : "fp32", N, H, W, C, K, R, stride, G, x1, x2, x3, x4);
     CHECK(!memcmp(gw, gw2, nw * 4), "grouped conv g%d: the weight gradient differs between two runs", G);
 
-    if (dt == CT_BF16 && algo == CT_CONV_AUTO) {  // the fused epilogues decline grouped shapes
-        float *tiles = (float *)dev_poisoned((size_t)2 * K * ((no / K + 127) / 128 + 8) * 4);
+    if (dt == CT_BF16 && algo == CT_CONV_AUTO) {
+        // The forward's BN statistics epilogue: taken where v2's grouped path takes the forward
+        // (kernels/conv_tcg.cu tg_tile_stats), its output the plain forward's bits and its tiles
+        // the CPU twin's (batchnorm_tile_stats) of that output; the data gradient's BN backward
+        // still declines grouped shapes.
+        const int M = (int)(no / K), nt = (M + BN_STATS_TILE_ROWS - 1) / BN_STATS_TILE_ROWS;
+        const size_t nst = (size_t)2 * K * nt;
+        float *tiles = (float *)dev_poisoned(nst * 4), *tiles2 = (float *)dev_poisoned(nst * 4);
         float *stats_dev = (float *)dev_poisoned((size_t)4 * C * 4);
-        int st_ran = conv2d_forward_stats_gpu(&s, dout_, tiles, din_, dw_, dt, (ct_stream_t)stream, CT_CONV_AUTO);
-        int bn_ran = conv2d_backward_data_bn_gpu(&s, dd, tiles, ddo, dw_, din_, stats_dev, stats_dev, stats_dev,
+        void *o2 = dev_poisoned(no * 2);
+        int st_ran = conv2d_forward_stats_gpu(&s, o2, tiles, din_, dw_, dt, (ct_stream_t)stream, CT_CONV_AUTO);
+        int bn_ran = conv2d_backward_data_bn_gpu(&s, dd, tiles2, ddo, dw_, din_, stats_dev, stats_dev, stats_dev,
                                                  stats_dev, dt, (ct_stream_t)stream, CT_CONV_AUTO);
         sync();
-        CHECK(!st_ran && !bn_ran, "grouped conv g%d: a fused BN epilogue took it (stats %d, bn backward %d)", G, st_ran,
-              bn_ran);
-        cudaFree(tiles), cudaFree(stats_dev);
+        CHECK(!bn_ran, "grouped conv g%d: the fused BN backward took it (%d)", G, bn_ran);
+        CHECK(!st_ran == !tc, "grouped conv C%d K%d g%d: the fused statistics ran %d, the rules say %d", C, K, G,
+              st_ran, tc);
+        if (st_ran && tc) {
+            stats_cases++;
+            CHECK(dev_equal(dout_, o2, no * 2), "grouped conv g%d: the stats forward's output differs", G);
+            float *y = (float *)ct_alloc(no * 4), *got = (float *)ct_alloc(nst * 4), *want = (float *)ct_alloc(nst * 4);
+            host_act_to(y, o2, no, dt);
+            host_act_to(got, tiles, nst, CT_F32);
+            batchnorm_tile_stats(want, y, M, K);
+            double e_sum = 0, e_m2 = 0;
+            for (int t = 0; t < nt; t++)
+                for (int c = 0; c < K; c++) {
+                    double abs_sum = 0;
+                    for (int r = t * BN_STATS_TILE_ROWS; r < M && r < (t + 1) * BN_STATS_TILE_ROWS; r++)
+                        abs_sum += fabs(y[(size_t)r * K + c]);
+                    size_t i = ((size_t)t * K + c) * 2;
+                    double es = fabs(got[i] - want[i]) / (abs_sum + 1e-30);
+                    double em = fabs(got[i + 1] - want[i + 1]) / (fabs(want[i + 1]) + 1e-30);
+                    if (!(es <= e_sum)) e_sum = es;
+                    if (!(em <= e_m2)) e_m2 = em;
+                }
+            printf("    fused statistics: %d tiles x %d columns, sum %.2g m2 %.2g off the CPU twin\n", nt, K, e_sum, e_m2);
+            CHECK(e_sum <= 1e-5 && e_m2 <= 1e-4, "grouped conv N%d %dx%d C%d K%d st%d g%d: tile statistics off the CPU twin: sum %.3g, m2 %.3g",
+                  N, H, W, C, K, stride, G, e_sum, e_m2);
+            poison(tiles2, nst * 4);
+            conv2d_forward_stats_gpu(&s, o2, tiles2, din_, dw_, dt, (ct_stream_t)stream, CT_CONV_AUTO);
+            sync();
+            CHECK(dev_equal(tiles, tiles2, nst * 4), "grouped conv g%d: statistics not bit-identical on a rerun", G);
+            free(y), free(got), free(want);
+        }
+        cudaFree(tiles), cudaFree(tiles2), cudaFree(stats_dev), cudaFree(o2);
     }
     cudaFree(din_), cudaFree(dw_), cudaFree(ddo), cudaFree(dout_), cudaFree(dd), cudaFree(dacc), cudaFree(dgw);
     cudaFree(dgw2);
@@ -142,6 +188,7 @@ int main(void) {
     }
     CHECK(ngrouped >= 7, "only %d grouped cases in tests/conv_cases.h", ngrouped);
     CHECK(tc_cases >= 10, "only %d grouped runs on the tensor-core path", tc_cases);
+    CHECK(stats_cases >= 5, "only %d grouped runs checked the fused statistics", stats_cases);
     {  // the last shape must have split its weight gradient, or the work-buffer path went untested
         const ConvShape s = conv_shape_g(2, 16, 16, 8, 8, 3, 3, 1, 1, 2);
         CHECK(conv2d_gpu_work_floats(&s) > 0, "the split weight-gradient shape did not split");
