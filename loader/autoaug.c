@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <emmintrin.h>
+#include <immintrin.h>
 
 #include "util/common.h"
 
@@ -93,6 +93,140 @@ static void warp_shift(const uint8_t *img, int H, int W, int C, const int *sx, c
     }
 }
 
+// One output row of 3 channels, eight pixels per AVX2 step, one pixel per lane: the grid, the floor
+// and the bilinear weights as the chunk loop below computes them, the four taps of the interior
+// pixels from one 8-byte load per row (see ROWTAPS), the
+// interior arithmetic of the SSE2 path, the fill (or 0) where all four taps are outside, and
+// warp_pixel for the border pixels in between. Every lane does the baseline's float operations in
+// the same order (target avx2 enables no FMA, and -std=c11 contracts nothing), so the bytes are the
+// baseline's; aa_set_simd(0) makes the warp take the baseline for tests.
+static int aa_simd_allowed = 1;
+static int warp_use_avx2(void) {
+    static int v = -1;
+    if (v < 0) {
+        __builtin_cpu_init();
+        v = __builtin_cpu_supports("avx2") ? 1 : 0;
+    }
+    return v && __atomic_load_n(&aa_simd_allowed, __ATOMIC_RELAXED);
+}
+int aa_set_simd(int on) { return __atomic_exchange_n(&aa_simd_allowed, on, __ATOMIC_RELAXED); }
+
+typedef struct {
+    float r0x, r0y, r2x, r2y, hw, hh, bx0;
+} WarpK;
+
+__attribute__((target("avx2"))) static void warp_row_avx2(const uint8_t *img, int H, int W, const WarpK *K,
+                                                          float byx, float byy, const uint8_t *fill, uint8_t *orow) {
+    const __m256 zero = _mm256_setzero_ps(), v255 = _mm256_set1_ps(255.0f), one = _mm256_set1_ps(1.0f);
+    const __m256 half = _mm256_set1_ps(0.5f), bx0 = _mm256_set1_ps(K->bx0), r0x = _mm256_set1_ps(K->r0x),
+                 r0y = _mm256_set1_ps(K->r0y), r2x = _mm256_set1_ps(K->r2x), r2y = _mm256_set1_ps(K->r2y),
+                 hw = _mm256_set1_ps(K->hw), hh = _mm256_set1_ps(K->hh), vbyx = _mm256_set1_ps(byx),
+                 vbyy = _mm256_set1_ps(byy);
+    const __m256i m1 = _mm256_set1_epi32(-1), Wm1 = _mm256_set1_epi32(W - 1), Hm1 = _mm256_set1_epi32(H - 1),
+                  vW = _mm256_set1_epi32(W), vH = _mm256_set1_epi32(H),
+                  lim = _mm256_set1_epi32(H * W - W - 2), ff = _mm256_set1_epi32(0xff),
+                  iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    __m256 fc[3];
+    for (int c = 0; c < 3; c++) fc[c] = _mm256_set1_ps(fill ? (float)fill[c] : 0.0f);
+    const __m256i pack = _mm256_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1, 0, 1, 2, 4, 5, 6, 8,
+                                          9, 10, 12, 13, 14, -1, -1, -1, -1);
+    // Pixels 0,1 | 4,5 and 2,3 | 6,7 as 8-byte pairs; the shuffle makes each 128-bit half
+    // [left tap of a, of b, right tap of a, of b] (bytes 0-3 and 3-6 of each 8), the unpacks put them
+    // in pixel order.
+    const __m256i sel = _mm256_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 3, 4, 5, 6, 11, 12, 13, 14, 0, 1, 2, 3, 8, 9, 10, 11,
+                                         3, 4, 5, 6, 11, 12, 13, 14);
+#define LD8(p) ({ uint64_t u_; memcpy(&u_, (p), 8); (long long)u_; })
+#define ROWTAPS(R, L, RT)                                                                                     \
+    do {                                                                                                      \
+        const __m256i P_ = _mm256_shuffle_epi8(                                                               \
+            _mm256_set_epi64x(LD8(R + offs[5]), LD8(R + offs[4]), LD8(R + offs[1]), LD8(R + offs[0])), sel);   \
+        const __m256i Q_ = _mm256_shuffle_epi8(                                                               \
+            _mm256_set_epi64x(LD8(R + offs[7]), LD8(R + offs[6]), LD8(R + offs[3]), LD8(R + offs[2])), sel);   \
+        L = _mm256_unpacklo_epi64(P_, Q_);                                                                    \
+        RT = _mm256_unpackhi_epi64(P_, Q_);                                                                   \
+    } while (0)
+    for (int ox = 0; ox < W; ox += 8) {
+        const int nv = W - ox < 8 ? W - ox : 8;
+        const __m256 bx = _mm256_add_ps(bx0, _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_set1_epi32(ox), iota)));
+        const __m256 gx = _mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(bx, r0x), vbyx), r2x);
+        const __m256 gy = _mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(bx, r0y), vbyy), r2y);
+        const __m256 ix = _mm256_sub_ps(_mm256_mul_ps(_mm256_add_ps(gx, one), hw), half);
+        const __m256 iy = _mm256_sub_ps(_mm256_mul_ps(_mm256_add_ps(gy, one), hh), half);
+        __m256i x0 = _mm256_cvttps_epi32(ix), y0 = _mm256_cvttps_epi32(iy);  // floor: truncation, one less below zero
+        x0 = _mm256_add_epi32(x0, _mm256_castps_si256(_mm256_cmp_ps(_mm256_cvtepi32_ps(x0), ix, _CMP_GT_OQ)));
+        y0 = _mm256_add_epi32(y0, _mm256_castps_si256(_mm256_cmp_ps(_mm256_cvtepi32_ps(y0), iy, _CMP_GT_OQ)));
+        const __m256 wx = _mm256_sub_ps(ix, _mm256_cvtepi32_ps(x0)), wy = _mm256_sub_ps(iy, _mm256_cvtepi32_ps(y0));
+        const __m256 ex = _mm256_sub_ps(one, wx), sy = _mm256_sub_ps(one, wy);
+        const __m256 wnw = _mm256_mul_ps(sy, ex), wne = _mm256_mul_ps(sy, wx), wsw = _mm256_mul_ps(wy, ex),
+                     wse = _mm256_mul_ps(wy, wx);
+        // Interior (the SSE2 path's test: x0 in [0, W - 1), y0 in [0, H - 1), (y0 + 1) W + x0 + 2 < H W,
+        // which also keeps the 8-byte loads inside the image); outside: all four taps out.
+        __m256i in = _mm256_and_si256(_mm256_cmpgt_epi32(x0, m1), _mm256_cmpgt_epi32(Wm1, x0));
+        in = _mm256_and_si256(in, _mm256_and_si256(_mm256_cmpgt_epi32(y0, m1), _mm256_cmpgt_epi32(Hm1, y0)));
+        const __m256i idx = _mm256_add_epi32(_mm256_mullo_epi32(y0, vW), x0);  // wraps only where in is false
+        in = _mm256_and_si256(in, _mm256_cmpgt_epi32(lim, idx));
+        __m256i out = _mm256_or_si256(_mm256_cmpgt_epi32(m1, x0), _mm256_xor_si256(_mm256_cmpgt_epi32(vW, x0), m1));
+        out = _mm256_or_si256(out, _mm256_or_si256(_mm256_cmpgt_epi32(m1, y0), _mm256_xor_si256(_mm256_cmpgt_epi32(vH, y0), m1)));
+        // The taps: per pixel one 8-byte load per row (as the SSE2 path), regrouped by two byte
+        // shuffles and two unpacks per row into one 32-bit word per pixel and tap (hardware gathers
+        // are slower here: ~12 ns per 8 words, microcode). Lanes not interior read offset 0 (the
+        // caller makes W >= 3, H >= 2, so both rows' 8 bytes exist); their values are replaced below.
+        int offs[8];
+        _mm256_storeu_si256((__m256i *)offs, _mm256_and_si256(_mm256_add_epi32(idx, _mm256_add_epi32(idx, idx)), in));
+        __m256i tnw, tne, tsw, tse;
+        ROWTAPS(img, tnw, tne);
+        ROWTAPS(img + (size_t)3 * W, tsw, tse);
+        // The SSE2 path's mask, ((wnw + wne) + wsw) + wse, per lane.
+        const __m256 mk = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(wnw, wne), wsw), wse);
+        const __m256 outf = _mm256_castsi256_ps(out);
+        __m256i px = _mm256_setzero_si256();
+        for (int c = 0; c < 3; c++) {
+            const __m128i sh = _mm_cvtsi32_si128(8 * c);
+#define TAP(t) _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srl_epi32(t, sh), ff))
+            __m256 v = _mm256_mul_ps(TAP(tnw), wnw);
+            v = _mm256_add_ps(v, _mm256_mul_ps(TAP(tne), wne));
+            v = _mm256_add_ps(v, _mm256_mul_ps(TAP(tsw), wsw));
+            v = _mm256_add_ps(v, _mm256_mul_ps(TAP(tse), wse));
+#undef TAP
+            if (fill) v = _mm256_add_ps(_mm256_mul_ps(v, mk), _mm256_mul_ps(_mm256_sub_ps(one, mk), fc[c]));
+            v = _mm256_blendv_ps(v, fc[c], outf);
+            v = _mm256_min_ps(_mm256_max_ps(v, zero), v255);
+            px = _mm256_or_si256(px, _mm256_sll_epi32(_mm256_cvtps_epi32(v), sh));  // round half to even
+        }
+        // Four 3-byte pixels per 128-bit half, then 12 + 12 bytes: nothing past the eighth pixel.
+        px = _mm256_shuffle_epi8(px, pack);
+        uint8_t *o = orow + (size_t)ox * 3;
+        if (nv == 8) {
+            const __m128i hi = _mm256_extracti128_si256(px, 1);
+            _mm_storeu_si128((__m128i *)o, _mm256_castsi256_si128(px));
+            _mm_storel_epi64((__m128i *)(o + 12), hi);
+            const uint32_t t = (uint32_t)_mm_cvtsi128_si32(_mm_srli_si128(hi, 8));
+            memcpy(o + 12 + 8, &t, 4);
+        } else {
+            uint8_t buf[32];
+            _mm_storeu_si128((__m128i *)buf, _mm256_castsi256_si128(px));
+            _mm_storeu_si128((__m128i *)(buf + 12), _mm256_extracti128_si256(px, 1));
+            memcpy(o, buf, (size_t)nv * 3);
+        }
+        // Border pixels (some taps in, some out): the reference's expression, one at a time.
+        unsigned edge = ~(unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_or_si256(in, out))) & ((1u << nv) - 1);
+        if (edge) {
+            int X0[8], Y0[8];
+            float WX[8], WY[8];
+            _mm256_storeu_si256((__m256i *)X0, x0);
+            _mm256_storeu_si256((__m256i *)Y0, y0);
+            _mm256_storeu_ps(WX, wx);
+            _mm256_storeu_ps(WY, wy);
+            for (; edge; edge &= edge - 1) {
+                const int l = __builtin_ctz(edge);
+                warp_pixel(img, H, W, 3, X0[l], Y0[l], WX[l], WY[l], fill, o + 3 * l);
+            }
+        }
+    }
+#undef ROWTAPS
+#undef LD8
+}
+
 // _gen_affine_grid + grid_sample(bilinear, zeros, align_corners=False) + the fill mask +
 // _cast_squeeze_out's round, float32 throughout as torch (and as autoaug_ref.c's warp).
 #define WARP_CHUNK 64
@@ -140,9 +274,16 @@ static void warp(uint8_t *img, int H, int W, int C, const double m[6], const uin
     __m128 fillv = zero;
     if (fill && C == 3) fillv = _mm_setr_ps((float)fill[0], (float)fill[1], (float)fill[2], 0.0f);
     const size_t last = (size_t)H * W;  // pixel index limit for 4-byte loads and stores
+    // The AVX2 row: 32-bit offsets and its H W - W - 2 in an int, and two rows of 8 bytes at offset 0.
+    const int avx2 = C == 3 && W >= 3 && H >= 2 && last < ((size_t)1 << 29) && warp_use_avx2();
+    const WarpK K = {r0x, r0y, r2x, r2y, hw, hh, bx0};
     for (int oy = 0; oy < H; oy++) {
         const float by = by0 + (float)oy;
         const float byx = by * r1x, byy = by * r1y;
+        if (avx2) {
+            warp_row_avx2(img, H, W, &K, byx, byy, fill, tmp + (size_t)oy * W * 3);
+            continue;
+        }
         for (int c0 = 0; c0 < W; c0 += WARP_CHUNK) {
             const int n = W - c0 < WARP_CHUNK ? W - c0 : WARP_CHUNK;
             // The grid and grid_sample's unnormalisation: (g + 1) * (size / 2) - 0.5, then floor and

@@ -78,6 +78,10 @@ void aa_affine_ref(uint8_t *img, int H, int W, int C, double angle, double tx, d
 void aa_affine(uint8_t *img, int H, int W, int C, double angle, double tx, double ty, double shear_x, double shear_y,
                int center_zero, const uint8_t *fill, uint8_t *tmp);
 
+// Tests: 0 makes the warp take the x86-64 baseline (SSE2) path instead of the AVX2 one chosen at
+// run time (same bytes by construction); returns the previous setting.
+int aa_set_simd(int on);
+
 // torch.linspace(start, end, steps)[i] in float32 (scalar formula; torch's vectorised path may
 // differ by an ulp).
 float aa_linspace(float start, float end, int steps, int i);

@@ -515,8 +515,64 @@ static void fast_vs_reference(void) {
     free(t2);
 }
 
+// The warp's AVX2 path (eight interior pixels a step, chosen at run time) against its SSE2 baseline
+// and the scalar reference, byte for byte: random affine warps (rotation, both shears, fractional
+// translations, about the centre and the corner, with and without a fill) on random images of
+// awkward sizes (odd widths, widths around the 8-pixel group and the 64-pixel chunk, one-row and
+// one-column strips), so groups straddle borders, chunk ends and the image's last pixels.
+static void warp_simd_vs_baseline(void) {
+    static const int sizes[][2] = {{1, 9}, {9, 1}, {2, 8}, {7, 9}, {8, 16}, {13, 31}, {17, 63}, {31, 65},
+                                   {61, 97}, {100, 57}, {129, 130}, {176, 176}};
+    const uint8_t fill3[3] = {200, 7, 131};
+    Rng pr = rng_make(2611, 3, 5);
+    size_t maxsz = 176 * 176 * 3;
+    uint8_t *src = ct_alloc(maxsz), *a = ct_alloc(maxsz), *b = ct_alloc(maxsz), *r = ct_alloc(maxsz),
+            *t = ct_alloc(maxsz);
+    int cases = 0, bad_base = 0, bad_ref = 0;
+    for (size_t si = 0; si < CT_ARRAY_LEN(sizes); si++) {
+        const int H = sizes[si][0], W = sizes[si][1];
+        const size_t sz = (size_t)H * W * 3;
+        const int reps = H * W > 10000 ? 12 : 40;
+        for (int k = 0; k < reps; k++) {
+            const double angle = (k % 4 == 0) ? 0 : 180.0 * (2 * rng_uniform(&pr) - 1);
+            const double shx = (k % 3 == 0) ? 0 : 44.0 * (2 * rng_uniform(&pr) - 1);
+            const double shy = (k % 5 == 0) ? 0 : 44.0 * (2 * rng_uniform(&pr) - 1);
+            const double tx = (k & 1) ? W * 0.6 * (2 * rng_uniform(&pr) - 1) : 0;
+            const double ty = (k & 2) ? H * 0.6 * (2 * rng_uniform(&pr) - 1) : 0;
+            const int center_zero = (k >> 2) & 1;
+            const uint8_t *fill = (k % 3 == 1) ? fill3 : NULL;
+            make_image(src, W, H, 3, 7000 + (uint64_t)cases);
+            memcpy(a, src, sz);
+            memcpy(b, src, sz);
+            memcpy(r, src, sz);
+            aa_affine(a, H, W, 3, angle, tx, ty, shx, shy, center_zero, fill, t);
+            int was = aa_set_simd(0);
+            aa_affine(b, H, W, 3, angle, tx, ty, shx, shy, center_zero, fill, t);
+            aa_set_simd(was);
+            aa_affine_ref(r, H, W, 3, angle, tx, ty, shx, shy, center_zero, fill, t);
+            cases++;
+            if (memcmp(a, b, sz) && bad_base++ < 5)
+                CHECK(0, "warp %dx%d angle %g shear %g,%g translate %g,%g fill %d: AVX2 and SSE2 paths differ", H, W,
+                      angle, shx, shy, tx, ty, fill != NULL);
+            if (memcmp(a, r, sz) && bad_ref++ < 5)
+                CHECK(0, "warp %dx%d angle %g shear %g,%g translate %g,%g fill %d: differs from the reference", H, W,
+                      angle, shx, shy, tx, ty, fill != NULL);
+        }
+    }
+    CHECK(bad_base == 0 && bad_ref == 0, "warp: %d of %d cases differ between AVX2 and SSE2, %d from the reference",
+          bad_base, cases, bad_ref);
+    printf("warp AVX2 vs SSE2 vs reference: %d cases, %d / %d differ%s\n", cases, bad_base, bad_ref,
+           __builtin_cpu_supports("avx2") ? "" : " (no AVX2 on this CPU: both runs took the SSE2 path)");
+    free(src);
+    free(a);
+    free(b);
+    free(r);
+    free(t);
+}
+
 int main(void) {
     test_rng = rng_make(26, 1, 1);
+    warp_simd_vs_baseline();
     fast_vs_reference();
     grammar_checks();
     timm_level_checks();
