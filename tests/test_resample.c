@@ -127,6 +127,40 @@ int main(void) {
         }
         CHECK(ok, "SIMD and baseline kernels disagree");
     }
+    // The same on random geometry: source and output sizes from 1 to ~300 (odd widths, widths of
+    // 1-7 that leave no full group of the AVX2 passes, every width modulo 4), regions with fractional
+    // bounds anywhere in the image up to its borders, up- and downscale up to ~20x, flip or not, and a
+    // row stride wider than the image.
+    {
+        Rng g = rng_make(2612, 7, 1);
+        int bad = 0, cases = 0;
+        for (int t = 0; t < 300; t++) {
+            const int C = t % 4 == 3 ? 1 : 3;
+            const int sw = 1 + (int)rng_below(&g, t % 5 ? 300 : 9), sh = 1 + (int)rng_below(&g, t % 7 ? 300 : 9);
+            const int dw = 1 + (int)rng_below(&g, t % 3 ? 200 : 8), dh = 1 + (int)rng_below(&g, 60);
+            const int pad = (int)rng_below(&g, 3) * 5, fl = (int)rng_below(&g, 2);
+            const size_t stride = (size_t)(sw + pad) * C;
+            double cw = sw * (0.05 + 0.95 * rng_uniform(&g)), ch = sh * (0.05 + 0.95 * rng_uniform(&g));
+            if (t % 6 == 0) cw = sw, ch = sh;  // whole image: taps pinned to both borders
+            const double x0 = (sw - cw) * rng_uniform(&g), y0 = (sh - ch) * rng_uniform(&g);
+            uint8_t *img = ct_alloc(stride * sh), *a = ct_alloc((size_t)dw * dh * C), *b = ct_alloc((size_t)dw * dh * C);
+            make_image(img, (int)(stride / C), sh, C, 5000 + t);
+            resample_u8(a, dw, dh, img, sw, sh, C, stride, x0, y0, cw, ch, fl, &scratch);
+            int was = resample_set_simd(0);
+            resample_u8(b, dw, dh, img, sw, sh, C, stride, x0, y0, cw, ch, fl, &scratch);
+            resample_set_simd(was);
+            cases++;
+            if (memcmp(a, b, (size_t)dw * dh * C) && bad++ < 5)
+                CHECK(0, "%dx%dx%d region (%g,%g %gx%g) -> %dx%d flip %d: SIMD and baseline kernels disagree", sw, sh,
+                      C, x0, y0, cw, ch, dw, dh, fl);
+            free(img);
+            free(a);
+            free(b);
+        }
+        CHECK(bad == 0, "SIMD vs baseline on random geometry: %d of %d cases differ", bad, cases);
+        printf("resample SIMD vs baseline, random geometry: %d cases, %d differ%s\n", cases, bad,
+               __builtin_cpu_supports("avx2") ? "" : " (no AVX2 on this CPU: both runs took the baseline)");
+    }
     // Rows needed bound: never less than the rows the taps read (checked by the reference cases below
     // through ASan as well), and for a crop at the top of a tall image well below the image height.
     CHECK(resample_rows_needed(32, 400, 0, 64) <= 66, "rows needed %d", resample_rows_needed(32, 400, 0, 64));
