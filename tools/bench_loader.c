@@ -12,6 +12,10 @@
 //                                          img/s, img/s per worker thread, memory, consumer wait share.
 //                                          Epoch 0 (payload checksums checked on first use) is reported
 //                                          apart from the steady state.
+//   bench_loader hash SHARD [run's flags] [--epochs E] [--no-simd]
+//                                          CRC-32C of every batch the loader hands out over epochs
+//                                          0..E-1 (pixels, labels, mixing): compares binaries, worker
+//                                          counts and the baseline kernels (--no-simd) byte for byte.
 //   bench_loader profile SHARD [--crop N] [--count K]
 //                                          one thread, per-stage time per image: crc, partial LZ4 decode,
 //                                          resample.
@@ -30,6 +34,8 @@
 #include "loader/autoaug.h"
 #include "loader/image.h"
 #include "loader/loader.h"
+#include "loader/mix.h"
+#include "loader/resample.h"
 #include "loader/shard.h"
 #include "util/common.h"
 #include "util/crc32c.h"
@@ -108,8 +114,10 @@ static double rss_mib(void) {
     return ru.ru_maxrss / 1024.0;
 }
 
+static int do_hash(Loader *l, int epochs, int crop);
+
 static int do_run(const char *path, int crop, int workers, int batch, double seconds, int train, int val_resize,
-                  float mixup, float cutmix, const char *aa, float erase, int repeats) {
+                  float mixup, float cutmix, const char *aa, float erase, int repeats, int hash_epochs) {
     Shard s;
     shard_open(&s, path);
     LoaderConfig c = {0};
@@ -130,6 +138,12 @@ static int do_run(const char *path, int crop, int workers, int batch, double sec
     for (int k = 0; k < 3; k++) c.erase.mean[k] = 0.45f, c.erase.std[k] = 0.225f;
     c.ra_repeats = repeats;
     Loader *l = loader_create(&s, &c);
+    if (hash_epochs > 0) {
+        do_hash(l, hash_epochs, crop);
+        loader_destroy(l);
+        shard_close(&s);
+        return 0;
+    }
     int64_t nb = loader_batches_per_epoch(l);
     if (nb == 0) ct_die("%s: fewer records than one batch of %d", path, batch);
     // Epoch 0 (first touch: page faults on the mapping, checksums), then steady-state epochs.
@@ -172,6 +186,31 @@ static int do_run(const char *path, int crop, int workers, int batch, double sec
     (void)w0;
     loader_destroy(l);
     shard_close(&s);
+    return 0;
+}
+
+// CRC-32C of everything the consumer receives over epochs 0..E-1 (pixels, labels, partner labels,
+// the mixing weight), one line per epoch and one for all: the loader's bytes, to compare binaries,
+// worker counts and SIMD paths (--no-simd) with one command each.
+static int do_hash(Loader *l, int epochs, int crop) {
+    uint32_t all = 0;
+    uint64_t n = 0;
+    for (int e = 0; e < epochs; e++) {
+        uint32_t h = 0;
+        loader_start_epoch(l, e);
+        LoaderBatch b;
+        while (loader_next(l, &b)) {
+            h = crc32c(h, b.images, (size_t)b.count * b.hw * b.hw * 3);
+            h = crc32c(h, b.labels, sizeof(int32_t) * b.count);
+            h = crc32c(h, b.labels_b, sizeof(int32_t) * b.count);
+            h = crc32c(h, &b.mix_lam, sizeof b.mix_lam);
+            n += b.count;
+            loader_release(l, &b);
+        }
+        printf("epoch %d crc32c %08x\n", e, h);
+        all = crc32c(all, &h, sizeof h);
+    }
+    printf("RESULT hash crop=%d epochs=%d images=%llu crc32c=%08x\n", crop, epochs, (unsigned long long)n, all);
     return 0;
 }
 
@@ -288,11 +327,13 @@ static int do_aaops(const char *path, int crop, int count) {
 
 int main(int argc, char **argv) {
     if (argc >= 4 && !strcmp(argv[1], "pack")) return do_pack(argv[2], argv[3]);
-    if (argc < 3 || (strcmp(argv[1], "run") && strcmp(argv[1], "profile") && strcmp(argv[1], "aaops"))) {
+    if (argc < 3 || (strcmp(argv[1], "run") && strcmp(argv[1], "hash") && strcmp(argv[1], "profile") &&
+                     strcmp(argv[1], "aaops"))) {
         fprintf(stderr,
                 "usage: bench_loader pack DIR OUT.shard\n"
                 "       bench_loader run SHARD [--crop 224] [--workers 1] [--batch 64] [--seconds 5] [--eval] "
                 "[--val-resize R] [--mixup A] [--cutmix A] [--auto-augment POLICY] [--random-erase P] [--ra-repeats K]\n"
+                "       bench_loader hash SHARD [run's flags] [--epochs 2] [--no-simd]\n"
                 "       bench_loader profile SHARD [--crop 224] [--count 2000]\n"
                 "       bench_loader aaops SHARD [--crop 224] [--count 2000]\n");
         return 2;
@@ -301,10 +342,16 @@ int main(int argc, char **argv) {
     double seconds = 5;
     float mixup = 0, cutmix = 0, erase = 0;
     const char *aa = "none";
-    int repeats = 1;
+    int repeats = 1, epochs = 2;
     for (int i = 3; i < argc; i++) {
         const char *f = argv[i];
         if (!strcmp(f, "--eval")) { train = 0; continue; }
+        if (!strcmp(f, "--no-simd")) {  // the x86-64 baseline kernels everywhere (same bytes by design)
+            resample_set_simd(0);
+            aa_set_simd(0);
+            mix_set_simd(0);
+            continue;
+        }
         if (i + 1 >= argc) ct_die("flag %s needs a value", f);
         const char *v = argv[++i];
         if (!strcmp(f, "--crop")) crop = atoi(v);
@@ -318,9 +365,11 @@ int main(int argc, char **argv) {
         else if (!strcmp(f, "--auto-augment")) aa = v;
         else if (!strcmp(f, "--random-erase")) erase = (float)atof(v);
         else if (!strcmp(f, "--ra-repeats")) repeats = atoi(v);
+        else if (!strcmp(f, "--epochs")) epochs = atoi(v);
         else ct_die("unknown flag %s", f);
     }
     if (!strcmp(argv[1], "profile")) return do_profile(argv[2], crop, count);
     if (!strcmp(argv[1], "aaops")) return do_aaops(argv[2], crop, CT_MIN(count, 200));
-    return do_run(argv[2], crop, workers, batch, seconds, train, val_resize, mixup, cutmix, aa, erase, repeats);
+    return do_run(argv[2], crop, workers, batch, seconds, train, val_resize, mixup, cutmix, aa, erase, repeats,
+                  !strcmp(argv[1], "hash") ? CT_MAX(epochs, 1) : 0);
 }
