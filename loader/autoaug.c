@@ -20,7 +20,8 @@ static double degrees(double x) { return x * (180.0 / M_PI); }
 // changed is where the work goes: per-value functions become 256-entry tables of the same float
 // products, the warp's source coordinates are computed per row in a loop without branches, interior
 // pixels take a path without bounds checks (SSE2, the x86-64 baseline: its lanes do the scalar
-// operations, so no run-time dispatch is needed), integer translations become row copies, and
+// operations; on AVX2 machines, chosen at run time, whole rows eight pixels a step, warp_row_avx2),
+// integer translations become row copies, and
 // sharpness's blur is integer arithmetic. The build is ISO C (-std=c11), so GCC contracts no
 // multiply-add into an FMA (-ffp-contract=off), and binaries carry no -march.
 
