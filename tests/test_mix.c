@@ -122,6 +122,43 @@ static void test_apply(int N, int H, int W, int C) {
     free(y);
 }
 
+// Mixup's AVX2 loop (16-bit products, a carry from the low half) against the baseline's 32-bit
+// loop, byte for byte: every (x, y) byte pair at weights around each case boundary (0, 1, just
+// below, at and above 2^15, 65535, 65536) and random ones, on pair lengths with every tail.
+static void test_mixup_simd_bytes(void) {
+    const int W = 256, H = 257;  // pixels x = k % 256 against y = k / 256 (row 256: a 256-byte tail)
+    const size_t img = (size_t)H * W;
+    uint8_t *x = malloc(2 * img), *ys = malloc(2 * img), *yv = malloc(2 * img);
+    for (size_t k = 0; k < img; k++) {
+        x[k] = (uint8_t)(k % 256);
+        x[img + k] = (uint8_t)(k / 256 + k / 65536 * 37);
+    }
+    uint32_t weights[40] = {0, 1, 2, 255, 256, 32766, 32767, 32768, 32769, 32770, 65534, 65535, 65536};
+    Rng r = rng_make(7, 7, 7);
+    for (int i = 13; i < 40; i++) weights[i] = (uint32_t)(rng_u64(&r) % 65537);
+    int32_t lab[2] = {0, 1}, lab_b[2];
+    for (int wi = 0; wi < 40; wi++)
+        for (int len = 0; len < 3; len++) {  // whole image, then odd widths: every tail length
+            const int w = len == 0 ? W : len == 1 ? 31 : 45, h = len == 0 ? H : 3;
+            const size_t n = (size_t)w * h;
+            MixDraw d = {.mode = MIX_MIXUP, .weight = weights[wi], .lam = (float)(weights[wi] / 65536.0)};
+            memcpy(ys, x, img);
+            memcpy(ys + n, x + img, n);
+            memcpy(yv, ys, 2 * n);
+            mix_set_simd(0);
+            mix_apply(&d, ys, lab, lab_b, 2, h, w, 1);
+            mix_set_simd(1);
+            mix_apply(&d, yv, lab, lab_b, 2, h, w, 1);
+            long b = 0;
+            for (size_t k = 0; k < 2 * n; k++) b += ys[k] != yv[k];
+            CHECK(b == 0, "Mixup weight %u, %dx%d: %ld bytes differ between the AVX2 and baseline loops", weights[wi],
+                  w, h, b);
+        }
+    free(x);
+    free(ys);
+    free(yv);
+}
+
 int main(void) {
     test_beta(0.2);
     test_beta(1.0);
@@ -136,5 +173,6 @@ int main(void) {
     test_apply(5, 9, 7, 3);
     test_apply(4, 33, 35, 3);
     mix_set_simd(1);
+    test_mixup_simd_bytes();
     return test_summary("test_mix");
 }
