@@ -129,6 +129,8 @@ __attribute__((target("avx2"))) static void warp_row_avx2(const uint8_t *img, in
                   iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     __m256 fc[3];
     for (int c = 0; c < 3; c++) fc[c] = _mm256_set1_ps(fill ? (float)fill[c] : 0.0f);
+    uint8_t fb[3] = {0, 0, 0};
+    if (fill) memcpy(fb, fill, 3);
     const __m256i pack = _mm256_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1, 0, 1, 2, 4, 5, 6, 8,
                                           9, 10, 12, 13, 14, -1, -1, -1, -1);
     // Pixels 0,1 | 4,5 and 2,3 | 6,7 as 8-byte pairs; the shuffle makes each 128-bit half
@@ -156,6 +158,15 @@ __attribute__((target("avx2"))) static void warp_row_avx2(const uint8_t *img, in
         __m256i x0 = _mm256_cvttps_epi32(ix), y0 = _mm256_cvttps_epi32(iy);  // floor: truncation, one less below zero
         x0 = _mm256_add_epi32(x0, _mm256_castps_si256(_mm256_cmp_ps(_mm256_cvtepi32_ps(x0), ix, _CMP_GT_OQ)));
         y0 = _mm256_add_epi32(y0, _mm256_castps_si256(_mm256_cmp_ps(_mm256_cvtepi32_ps(y0), iy, _CMP_GT_OQ)));
+        __m256i out = _mm256_or_si256(_mm256_cmpgt_epi32(m1, x0), _mm256_xor_si256(_mm256_cmpgt_epi32(vW, x0), m1));
+        out = _mm256_or_si256(out, _mm256_or_si256(_mm256_cmpgt_epi32(m1, y0), _mm256_xor_si256(_mm256_cmpgt_epi32(vH, y0), m1)));
+        uint8_t *o = orow + (size_t)ox * 3;
+        // Eight pixels all outside (the corners a rotation or shear uncovers): the lanes below would
+        // blend the fill (or 0) over everything, so store it without loads or arithmetic.
+        if ((_mm256_movemask_ps(_mm256_castsi256_ps(out)) & ((1 << nv) - 1)) == (1 << nv) - 1) {
+            for (int l = 0; l < nv; l++) memcpy(o + 3 * l, fb, 3);
+            continue;
+        }
         const __m256 wx = _mm256_sub_ps(ix, _mm256_cvtepi32_ps(x0)), wy = _mm256_sub_ps(iy, _mm256_cvtepi32_ps(y0));
         const __m256 ex = _mm256_sub_ps(one, wx), sy = _mm256_sub_ps(one, wy);
         const __m256 wnw = _mm256_mul_ps(sy, ex), wne = _mm256_mul_ps(sy, wx), wsw = _mm256_mul_ps(wy, ex),
@@ -166,8 +177,6 @@ __attribute__((target("avx2"))) static void warp_row_avx2(const uint8_t *img, in
         in = _mm256_and_si256(in, _mm256_and_si256(_mm256_cmpgt_epi32(y0, m1), _mm256_cmpgt_epi32(Hm1, y0)));
         const __m256i idx = _mm256_add_epi32(_mm256_mullo_epi32(y0, vW), x0);  // wraps only where in is false
         in = _mm256_and_si256(in, _mm256_cmpgt_epi32(lim, idx));
-        __m256i out = _mm256_or_si256(_mm256_cmpgt_epi32(m1, x0), _mm256_xor_si256(_mm256_cmpgt_epi32(vW, x0), m1));
-        out = _mm256_or_si256(out, _mm256_or_si256(_mm256_cmpgt_epi32(m1, y0), _mm256_xor_si256(_mm256_cmpgt_epi32(vH, y0), m1)));
         // The taps: per pixel one 8-byte load per row (as the SSE2 path), regrouped by two byte
         // shuffles and two unpacks per row into one 32-bit word per pixel and tap (hardware gathers
         // are slower here: ~12 ns per 8 words, microcode). Lanes not interior read offset 0 (the
@@ -196,7 +205,6 @@ __attribute__((target("avx2"))) static void warp_row_avx2(const uint8_t *img, in
         }
         // Four 3-byte pixels per 128-bit half, then 12 + 12 bytes: nothing past the eighth pixel.
         px = _mm256_shuffle_epi8(px, pack);
-        uint8_t *o = orow + (size_t)ox * 3;
         if (nv == 8) {
             const __m128i hi = _mm256_extracti128_si256(px, 1);
             _mm_storeu_si128((__m128i *)o, _mm256_castsi256_si128(px));
