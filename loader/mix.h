@@ -49,8 +49,8 @@ void mix_config_check(const MixConfig *c);
 void mix_draw(const MixConfig *c, int64_t epoch, uint64_t batch_key, int H, int W, MixDraw *d);
 // Mixes N images (H x W x C uint8, NHWC) in place per the draw and writes each sample's partner
 // label (labels[N-1-i]) into labels_b; with MIX_NONE the images are untouched.
-// Whether mix_apply may take its AVX2 clone where the CPU has AVX2 (default on; the tests turn it
-// off to cover the baseline loop). Returns the previous setting.
+// Whether mix_apply may take its AVX2 loop (16-bit lanes, the same bytes) where the CPU has AVX2
+// (default on; the tests turn it off to cover the baseline loop). Returns the previous setting.
 int mix_set_simd(int on);
 void mix_apply(const MixDraw *d, uint8_t *images, const int32_t *labels, int32_t *labels_b, int N, int H, int W,
                int C);
