@@ -270,7 +270,7 @@ extern "C" int conv2d_forward_gpu_ex(const ConvShape *s, void *out, const void *
     return conv_forward(s, out, NULL, in, w, dt, st, algo, 0);
 }
 
-// The forward with BN statistics in its epilogue (conv_tc2.cu's t2_tile_stats, or the wgmma
+// The forward with BN statistics in its epilogue (conv_bn_epi.cuh's conv_tile_stats, or the wgmma
 // engine's twin in v2's order): bf16 only.
 extern "C" int conv2d_forward_stats_gpu(const ConvShape *s, void *out, float *stats, const void *in, const void *w,
                                         CtDtype dt, ct_stream_t st, int algo) {
@@ -387,7 +387,7 @@ extern "C" int conv2d_backward_data_acc_gpu_ex(const ConvShape *s, void *din, co
 }
 
 // The data gradient of a convolution whose input was y = relu(bn(x)), with the BN backward's
-// reductions in its epilogue (conv_tc2.cu's t2_tile_gsums): din = dL/dy masked by the ReLU the
+// reductions in its epilogue (conv_bn_epi.cuh's conv_tile_gsums): din = dL/dy masked by the ReLU the
 // epilogue recomputes from x (y itself is not read), tiles {sum g, sum g (x - mean)} per 128-row
 // tile and channel. Returns 0, having run nothing, where engine v2 (or wgmma) does not take it.
 extern "C" int conv2d_backward_data_bn_gpu(const ConvShape *s, void *din, float *tiles, const void *dout,
