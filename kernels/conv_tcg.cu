@@ -25,8 +25,10 @@
 // Takes (ct_conv_tcg_eligible): bf16, C and K multiples of 8 with 16-byte aligned operands, Cg and
 // Kg each 4 or a multiple of 8 up to 64, Cg * max(1, 16 / Kg) <= 64 (a weight-gradient m16 block
 // reaches at most 8 column chunks), R*S <= 32 (a row's in-map taps are a bit mask) and the shared
-// memory fitting the device. The forward takes the BN statistics epilogue (conv_bn_epi.cuh's
-// conv_tile_stats over the CTA's columns gs*Kg .. + ng*Kg); the data gradient no BN epilogue.
+// memory fitting the device. Both BN epilogues run on it, v2's contracts over a CTA's columns
+// (kernels/conv_bn_epi.cuh): the forward's statistics (conv_tile_stats, columns gs*Kg .. + ng*Kg)
+// and the data gradient's BN backward at strides 1 and 2 (conv_bn_mask_pair + conv_tile_gsums,
+// columns gs*Cg .. + ng*Cg: ResNeXt's conv2 does bn1's backward reductions).
 #include <string.h>
 
 #include "kernels/common.cuh"
@@ -250,6 +252,36 @@ __global__ void __launch_bounds__(TG_THREADS) conv_tcg_k(GemmArgs g, TgPlan p) {
     // Accumulator fragment: c0,c1 at (row gi, cols 2ti, 2ti+1), c2,c3 at row gi+8.
     const int gi = lane / 4, ti = lane % 4, ldc = MODE == GEMM_FWD ? s.K : s.C;
     uint16_t *c = (uint16_t *)g.c;
+    // BN backward in the data-gradient epilogue (conv2d_backward_data_bn_gpu / _tail_gpu): engine
+    // v2's contract over the CTA's columns gs*Cg + col (col < ncols): the gradient masked by the
+    // BN's ReLU (conv_bn_mask_pair, recomputed from x, or y > 0 for a tail), then per 128-row tile
+    // and column {sum g, sum g (x - mean)} in v2's order (conv_tile_gsums). The per-column
+    // constants go to shared memory, which the pipeline no longer uses (the stages: at least 32 KiB).
+    const bool bn = MODE == GEMM_DGRAD && g.bn.tiles, tail = bn && (g.bn.y || g.bn.mask);
+    float *bn_c = (float *)sm;
+    float gsum[8][2][2];
+    if (bn) {
+        __syncthreads();  // every warp is past its last ldmatrix
+        for (int i = tid; i < TG_BM; i += TG_THREADS) {
+            float mu = 0.f, sc = 0.f, be = 0.f;
+            if (i < ncols) {
+                const int n = gs * ko + i;
+                mu = ct_ld(g.bn.mean, n);
+                if (!tail) {
+                    sc = __fmul_rn(ct_ld(g.bn.gamma, n), ct_ld(g.bn.invstd, n));
+                    be = ct_ld(g.bn.beta, n);
+                }
+            }
+            bn_c[i] = mu;
+            bn_c[TG_BM + i] = sc;
+            bn_c[2 * TG_BM + i] = be;
+        }
+        __syncthreads();
+        TG_UNROLL
+        for (int jj = 0; jj < 8; jj++)
+            TG_UNROLL
+            for (int j = 0; j < 2; j++) gsum[jj][j][0] = gsum[jj][j][1] = 0.f;
+    }
     TG_UNROLL
     for (int mi = 0; mi < 4; mi++)
         TG_UNROLL
@@ -266,7 +298,8 @@ __global__ void __launch_bounds__(TG_THREADS) conv_tcg_k(GemmArgs g, TgPlan p) {
                 const int n = 8 * (j0 + jj) + 2 * ti;
                 if (j0 + jj >= nfr || n >= ncols) continue;
                 float v0 = acc[mi][jj][half * 2], v1 = acc[mi][jj][half * 2 + 1];
-                uint16_t *pc = c + row * ldc + gs * ko + n;
+                const size_t e = row * ldc + gs * ko + n;  // even: gs*ko and n are
+                uint16_t *pc = c + e;
                 ct_check_vec_align(pc, sizeof(uint32_t));
                 if (MODE == GEMM_DGRAD && g.c_acc) {  // a later gradient contribution: add in place
                     CT_COST_ACCESS(pc, sizeof(uint32_t), false);
@@ -274,12 +307,23 @@ __global__ void __launch_bounds__(TG_THREADS) conv_tcg_k(GemmArgs g, TgPlan p) {
                     v0 = __fadd_rn(v0, ct_bf16_to_f32((uint16_t)(old & 0xffffu)));
                     v1 = __fadd_rn(v1, ct_bf16_to_f32((uint16_t)(old >> 16)));
                 }
+                uint32_t word = ct_f32_to_bf16(v0) | (uint32_t)ct_f32_to_bf16(v1) << 16;
+                if (bn) {  // mask by the forward's ReLU, then the sums
+                    float gv[2], gd[2];
+                    word = conv_bn_mask_pair(g.bn, e, word, tail, bn_c + n, bn_c + TG_BM + n, bn_c + 2 * TG_BM + n, gv, gd);
+                    TG_UNROLL
+                    for (int j = 0; j < 2; j++) {
+                        gsum[jj][j][0] = __fadd_rn(gsum[jj][j][0], gv[j]);
+                        gsum[jj][j][1] = __fadd_rn(gsum[jj][j][1], gd[j]);
+                    }
+                }
                 CT_COST_ACCESS(pc, sizeof(uint32_t), true);
-                *(uint32_t *)pc = ct_f32_to_bf16(v0) | (uint32_t)ct_f32_to_bf16(v1) << 16;
+                *(uint32_t *)pc = word;
             }
         }
     // The statistics of what was stored (bf16-rounded), per row tile and column (conv_tile_stats).
     if (MODE == GEMM_FWD && g.stats) conv_tile_stats(acc, g.stats, g.M, s.K, m0, gs * ko, ncols, wm, wn, lane, (float *)sm);
+    if (bn) conv_tile_gsums(gsum, g.bn.tiles, s.C, m0, gs * ko, ncols, wm, wn, lane, (float *)sm + 3 * TG_BM);
 }
 
 // ---------------------------------------------------------------------------------------------
