@@ -19,7 +19,7 @@
 //     device's shared memory; the BN statistics (forward) and BN backward (data gradient, stride
 //     1 and 2) epilogues. The default. Grouped convolutions on its block-diagonal path
 //     (kernels/conv_tcg.cu: several groups per CTA, mma on the diagonal blocks only) where the
-//     channels per group allow, without epilogues; wgmma hands grouped shapes to it.
+//     channels per group allow, with both BN epilogues; wgmma hands grouped shapes to it.
 //   - v1 (kernels/conv_tc1.cu): mma.sync m16n8k16, ldmatrix, cp.async in a 3-stage pipeline,
 //     128x64x32 tiles, any bf16 shape: operands whose 8-element chunks are contiguous and aligned
 //     travel by cp.async, others (the 3-channel stem) are gathered element by element. No epilogue.
@@ -126,12 +126,10 @@ static void wgmma_run(int pass, GemmArgs g, float *work, float *final_out, cudaS
     ct_conv_wgmma_run(pass, g, work, final_out, st);
 }
 
-// Grouped shapes: the block-diagonal path (kernels/conv_tcg.cu) where it takes them, with the
-// forward's statistics epilogue but not the data gradient's BN backward.
+// Grouped shapes: the block-diagonal path (kernels/conv_tcg.cu) where it takes them, with both BN
+// epilogues under the dense tiles' conditions.
 static int v2_supports(int pass, const GemmArgs *g) {
-    if (conv_groups(&g->s) > 1)
-        return ct_conv_tcg_eligible(pass, g) && (!conv_epilogue(pass, g) || (pass == GEMM_FWD && bn_epilogue_ok(pass, g)));
-    if (!ct_conv_tc2_eligible(pass, g)) return 0;
+    if (!(conv_groups(&g->s) > 1 ? ct_conv_tcg_eligible(pass, g) : ct_conv_tc2_eligible(pass, g))) return 0;
     return !conv_epilogue(pass, g) || bn_epilogue_ok(pass, g);
 }
 static void v2_run(int pass, GemmArgs g, float *work, float *final_out, cudaStream_t st) {
@@ -270,7 +268,7 @@ extern "C" int conv2d_forward_gpu_ex(const ConvShape *s, void *out, const void *
     return conv_forward(s, out, NULL, in, w, dt, st, algo, 0);
 }
 
-// The forward with BN statistics in its epilogue (conv_tc2.cu's t2_tile_stats, or the wgmma
+// The forward with BN statistics in its epilogue (conv_bn_epi.cuh's conv_tile_stats, or the wgmma
 // engine's twin in v2's order): bf16 only.
 extern "C" int conv2d_forward_stats_gpu(const ConvShape *s, void *out, float *stats, const void *in, const void *w,
                                         CtDtype dt, ct_stream_t st, int algo) {
@@ -387,7 +385,7 @@ extern "C" int conv2d_backward_data_acc_gpu_ex(const ConvShape *s, void *din, co
 }
 
 // The data gradient of a convolution whose input was y = relu(bn(x)), with the BN backward's
-// reductions in its epilogue (conv_tc2.cu's t2_tile_gsums): din = dL/dy masked by the ReLU the
+// reductions in its epilogue (conv_bn_epi.cuh's conv_tile_gsums): din = dL/dy masked by the ReLU the
 // epilogue recomputes from x (y itself is not read), tiles {sum g, sum g (x - mean)} per 128-row
 // tile and channel. Returns 0, having run nothing, where engine v2 (or wgmma) does not take it.
 extern "C" int conv2d_backward_data_bn_gpu(const ConvShape *s, void *din, float *tiles, const void *dout,

@@ -1,7 +1,13 @@
-// The BN epilogues of the convolution engines: the data gradient's per-pair masking, shared by
-// engine v2 (kernels/conv_tc2.cu) and the wgmma engine (kernels/conv_wgmma.cu) so that both mask
-// with the same operations (ConvBnEpilogue in kernels/conv_gemm.cuh says what it computes), and
-// the wgmma engine's per-tile sums in v2's order.
+// The BN epilogues of the convolution engines, shared so that every engine computes them with the
+// same operations and, where the tiles are the same, the same bits (ConvBnEpilogue in
+// kernels/conv_gemm.cuh says what they compute):
+//   - the data gradient's per-pair masking (engine v2 kernels/conv_tc2.cu, its grouped path
+//     kernels/conv_tcg.cu, the wgmma engine kernels/conv_wgmma.cu);
+//   - the per-tile sums of the mma.sync engines' 128 x 128 accumulator tiles (v2 and its grouped
+//     path: the forward's statistics, the data gradient's {g, g (x - mean)}), over the CTA's
+//     columns c0 .. c0 + ncols - 1 (the dense tile: n0 and N - n0; a grouped CTA: its first group's
+//     first column and its groups' columns, fewer than 128 when it holds few groups);
+//   - the wgmma engine's per-tile sums in v2's order.
 #pragma once
 #include "kernels/act.cuh"  // ct_check_vec_align
 #include "kernels/common.cuh"
@@ -41,10 +47,117 @@ __device__ __forceinline__ uint32_t conv_bn_mask_pair(const ConvBnEpilogue &bn, 
     return ct_f32_to_bf16(gv[0]) | (uint32_t)ct_f32_to_bf16(gv[1]) << 16;
 }
 
+// The mma.sync engines' tile sums (v2's gemm_tc2_k, the grouped conv_tcg_k): 4 warps as 2 x 2 of
+// 64 rows x 64 columns, the m16n8 accumulator layout (c0, c1 at row gi, columns 2ti, 2ti + 1; c2, c3
+// at row gi + 8), the CTA's tile at rows m0 .. m0 + 127 and columns c0 + col, col < ncols of the
+// N-column output. Each column's rows are added in row order per thread, the 8 lanes of a column by
+// a fixed shuffle tree, the two row warps through shared memory (red: 512 floats) as warp 0 +
+// warp 1: the same bits on every run, and the same bits in both engines for equal values.
+// The last step, by warp row 0's lane-group 0: per valid column, {red[col] + red[128 + col],
+// red[256 + col] + red[384 + col]} (the two row warps' partials of the two sums) at
+// out[(tile * N + c0 + col) * 2], tile = m0 / 128.
+__device__ inline void conv_write_tile_pairs(float *out, const float *red, int N, int m0, int c0, int ncols, int wn,
+                                             int ti) {
+    out += ((size_t)(m0 / CONV_BN_TILE_ROWS) * N + c0) * 2;
+    CV_UNROLL
+    for (int ni = 0; ni < 8; ni++)
+        CV_UNROLL
+        for (int j = 0; j < 2; j++) {
+            int col = wn * 64 + ni * 8 + 2 * ti + j;
+            if (col >= ncols) continue;
+            float *p = out + (size_t)col * 2;
+            ct_check_vec_align(p, sizeof(float2));
+            CT_COST_ACCESS(p, sizeof(float2), true);
+            *(float2 *)p = make_float2(__fadd_rn(red[col], red[128 + col]), __fadd_rn(red[256 + col], red[384 + col]));
+        }
+}
+
+// BN statistics in the forward epilogue (conv2d_forward_stats_gpu): per column, the sum of its
+// valid rows' values exactly as stored (bf16-rounded) and the sum of their squared deviations from
+// the tile's own mean (two passes over the accumulators, so the variance is not a difference of
+// large sums), as {sum, m2}; batchnorm_add_forward_train_tiles_gpu merges the tiles in tile order.
+__device__ inline float conv_bf16_round(float v) { return ct_bf16_to_f32(ct_f32_to_bf16(v)); }
+__device__ inline void conv_tile_stats(float (&acc)[4][8][4], float *stats, int M, int N, int m0, int c0, int ncols,
+                                       int wm, int wn, int lane, float *red) {
+    const int gi = lane / 4, ti = lane % 4, rows = min(CONV_BN_TILE_ROWS, M - m0);
+    __syncthreads();  // every warp is past its last ldmatrix: the stages are free for the sums
+    float mean[8][2];
+    for (int pass = 0; pass < 2; pass++) {
+        float sum[8][2];
+        CV_UNROLL
+        for (int ni = 0; ni < 8; ni++)
+            CV_UNROLL
+            for (int j = 0; j < 2; j++) {
+                float a = 0.f;
+                CV_UNROLL
+                for (int mi = 0; mi < 4; mi++)
+                    CV_UNROLL
+                    for (int half = 0; half < 2; half++) {
+                        if (wm * 64 + mi * 16 + gi + half * 8 >= rows) continue;
+                        float v = conv_bf16_round(acc[mi][ni][half * 2 + j]);
+                        if (pass) v = __fmul_rn(__fsub_rn(v, mean[ni][j]), __fsub_rn(v, mean[ni][j]));
+                        a = __fadd_rn(a, v);
+                    }
+                a = __fadd_rn(a, __shfl_xor_sync(0xffffffffu, a, 4));
+                a = __fadd_rn(a, __shfl_xor_sync(0xffffffffu, a, 8));
+                a = __fadd_rn(a, __shfl_xor_sync(0xffffffffu, a, 16));
+                sum[ni][j] = a;
+            }
+        if (gi == 0)
+            CV_UNROLL
+            for (int ni = 0; ni < 8; ni++)
+                CV_UNROLL
+                for (int j = 0; j < 2; j++) red[pass * 256 + wm * 128 + wn * 64 + ni * 8 + 2 * ti + j] = sum[ni][j];
+        __syncthreads();
+        CV_UNROLL
+        for (int ni = 0; ni < 8; ni++)
+            CV_UNROLL
+            for (int j = 0; j < 2; j++) {
+                int col = wn * 64 + ni * 8 + 2 * ti + j;
+                mean[ni][j] = __fdiv_rn(__fadd_rn(red[col], red[128 + col]), (float)rows);
+            }
+    }
+    if (wm != 0 || gi != 0) return;
+    conv_write_tile_pairs(stats, red, N, m0, c0, ncols, wn, ti);
+}
+
+// BN backward sums in the data-gradient epilogue (conv2d_backward_data_bn_gpu,
+// conv2d_backward_data_tail_gpu): s[ni][j][0] = sum g and s[ni][j][1] = sum g (x - mean) over the
+// thread's valid rows (added in row order by the caller), then as above: {sum g, sum g (x - mean)}.
+// The caller's per-column constants may occupy shared memory before red: the first barrier waits
+// for every thread to be done with them.
+__device__ inline void conv_tile_gsums(float (&s)[8][2][2], float *tiles, int N, int m0, int c0, int ncols, int wm,
+                                       int wn, int lane, float *red) {
+    const int gi = lane / 4, ti = lane % 4;
+    CV_UNROLL
+    for (int ni = 0; ni < 8; ni++)
+        CV_UNROLL
+        for (int j = 0; j < 2; j++)
+            CV_UNROLL
+            for (int q = 0; q < 2; q++) {
+                float a = s[ni][j][q];
+                a = __fadd_rn(a, __shfl_xor_sync(0xffffffffu, a, 4));
+                a = __fadd_rn(a, __shfl_xor_sync(0xffffffffu, a, 8));
+                a = __fadd_rn(a, __shfl_xor_sync(0xffffffffu, a, 16));
+                s[ni][j][q] = a;
+            }
+    __syncthreads();  // every thread is done with the per-channel constants in shared memory
+    if (gi == 0)
+        CV_UNROLL
+        for (int ni = 0; ni < 8; ni++)
+            CV_UNROLL
+            for (int j = 0; j < 2; j++)
+                CV_UNROLL
+                for (int q = 0; q < 2; q++) red[q * 256 + wm * 128 + wn * 64 + ni * 8 + 2 * ti + j] = s[ni][j][q];
+    __syncthreads();
+    if (wm != 0 || gi != 0) return;
+    conv_write_tile_pairs(tiles, red, N, m0, c0, ncols, wn, ti);
+}
+
 // The wgmma engine's BN epilogues: per-tile sums (the forward's statistics, the data gradient's
 // {g, g (x - mean)}) from values parked per element of a 128 x 128 tile (CONV_BN_TILE_ROWS rows
 // and columns), each column in engine v2's order so that the bits are v2's (conv_tc2.cu:
-// gemm_tc2_k, t2_tile_stats, t2_tile_gsums): v2's thread (row warp wm, lane group gi) adds its
+// gemm_tc2_k, conv_tile_stats, conv_tile_gsums): v2's thread (row warp wm, lane group gi) adds its
 // rows 64wm + 16mi + gi + 8h (mi = 0..3, h = 0..1, rows past the GEMM skipped) in that order, the
 // 8 lane groups meet by the shuffle tree ((0+1)+(2+3))+((4+5)+(6+7)), and the two row warps as
 // warp 0 + warp 1. val(r): row r's value.

@@ -58,110 +58,10 @@ typedef struct {
     int delta, tr, ts, pad;
 } T2Tap;
 
-// BN statistics in the forward epilogue (conv2d_forward_stats_gpu, --fuse-bn-stats): per
-// column of the CTA's tile, the sum of its valid rows' values exactly as stored (bf16-rounded) and
-// the sum of their squared deviations from the tile's own mean (two passes over the accumulators,
-// so the variance is not a difference of large sums), as {sum, m2} at stats[(tile * N + n) * 2]
-// with tile = m0 / 128. Each column's 8 rows per thread are added in row order, the 8 lanes of a
-// column by a fixed shuffle tree, the two row warps through shared memory as warp 0 + warp 1: the
-// same bits on every run. batchnorm_add_forward_train_tiles_gpu merges the tiles in tile order.
-// The tile epilogues' last step, by warp row 0's lane-group 0: per valid column n of the tile,
-// {red[col] + red[128 + col], red[256 + col] + red[384 + col]} (the two row warps' partials of the
-// two sums, warp 0 + warp 1) at out[(tile * N + n) * 2], tile = m0 / 128.
-__device__ static void t2_write_tile_pairs(float *out, const float *red, int N, int m0, int n0, int wn, int ti) {
-    out += ((size_t)(m0 / T2_BM) * N) * 2;
-    T2_UNROLL
-    for (int ni = 0; ni < 8; ni++)
-        T2_UNROLL
-        for (int j = 0; j < 2; j++) {
-            int col = wn * 64 + ni * 8 + 2 * ti + j, n = n0 + col;
-            if (n >= N) continue;
-            float *p = out + (size_t)n * 2;
-            ct_check_vec_align(p, sizeof(float2));
-            CT_COST_ACCESS(p, sizeof(float2), true);
-            *(float2 *)p = make_float2(__fadd_rn(red[col], red[128 + col]), __fadd_rn(red[256 + col], red[384 + col]));
-        }
-}
-
-__device__ static inline float t2_bf16(float v) { return ct_bf16_to_f32(ct_f32_to_bf16(v)); }
-__device__ static void t2_tile_stats(float (&acc)[4][8][4], float *stats, int M, int N, int m0, int n0, int wm,
-                                     int wn, int lane, float *red) {
-    const int gi = lane / 4, ti = lane % 4, rows = min(T2_BM, M - m0);
-    __syncthreads();  // every warp is past its last ldmatrix: the stages are free for the sums
-    float mean[8][2];
-    for (int pass = 0; pass < 2; pass++) {
-        float sum[8][2];
-        T2_UNROLL
-        for (int ni = 0; ni < 8; ni++)
-            T2_UNROLL
-            for (int j = 0; j < 2; j++) {
-                float a = 0.f;
-                T2_UNROLL
-                for (int mi = 0; mi < 4; mi++)
-                    T2_UNROLL
-                    for (int half = 0; half < 2; half++) {
-                        if (wm * 64 + mi * 16 + gi + half * 8 >= rows) continue;
-                        float v = t2_bf16(acc[mi][ni][half * 2 + j]);
-                        if (pass) v = __fmul_rn(__fsub_rn(v, mean[ni][j]), __fsub_rn(v, mean[ni][j]));
-                        a = __fadd_rn(a, v);
-                    }
-                a = __fadd_rn(a, __shfl_xor_sync(0xffffffffu, a, 4));
-                a = __fadd_rn(a, __shfl_xor_sync(0xffffffffu, a, 8));
-                a = __fadd_rn(a, __shfl_xor_sync(0xffffffffu, a, 16));
-                sum[ni][j] = a;
-            }
-        if (gi == 0)
-            T2_UNROLL
-            for (int ni = 0; ni < 8; ni++)
-                T2_UNROLL
-                for (int j = 0; j < 2; j++) red[pass * 256 + wm * 128 + wn * 64 + ni * 8 + 2 * ti + j] = sum[ni][j];
-        __syncthreads();
-        T2_UNROLL
-        for (int ni = 0; ni < 8; ni++)
-            T2_UNROLL
-            for (int j = 0; j < 2; j++) {
-                int col = wn * 64 + ni * 8 + 2 * ti + j;
-                mean[ni][j] = __fdiv_rn(__fadd_rn(red[col], red[128 + col]), (float)rows);
-            }
-    }
-    if (wm != 0 || gi != 0) return;
-    t2_write_tile_pairs(stats, red, N, m0, n0, wn, ti);
-}
-
-// BN backward sums in the data-gradient epilogue (conv2d_backward_data_bn_gpu): per column of the
-// tile, s[.][.][0] = sum g and s[.][.][1] = sum g * (x - mean) over the thread's valid rows (added in
-// row order by the caller), then the 8 lanes of a column by a fixed shuffle tree and the two row
-// warps through shared memory as warp 0 + warp 1: {sum g, sum g (x - mean)} at tiles[(tile * N + n) * 2].
-__device__ static void t2_tile_gsums(float (&s)[8][2][2], float *tiles, int N, int m0, int n0, int wm, int wn,
-                                     int lane, float *red) {
-    const int gi = lane / 4, ti = lane % 4;
-    T2_UNROLL
-    for (int ni = 0; ni < 8; ni++)
-        T2_UNROLL
-        for (int j = 0; j < 2; j++)
-            T2_UNROLL
-            for (int q = 0; q < 2; q++) {
-                float a = s[ni][j][q];
-                a = __fadd_rn(a, __shfl_xor_sync(0xffffffffu, a, 4));
-                a = __fadd_rn(a, __shfl_xor_sync(0xffffffffu, a, 8));
-                a = __fadd_rn(a, __shfl_xor_sync(0xffffffffu, a, 16));
-                s[ni][j][q] = a;
-            }
-    __syncthreads();  // every thread is done with the per-channel constants in shared memory
-    if (gi == 0)
-        T2_UNROLL
-        for (int ni = 0; ni < 8; ni++)
-            T2_UNROLL
-            for (int j = 0; j < 2; j++)
-                T2_UNROLL
-                for (int q = 0; q < 2; q++) red[q * 256 + wm * 128 + wn * 64 + ni * 8 + 2 * ti + j] = s[ni][j][q];
-    __syncthreads();
-    if (wm != 0 || gi != 0) return;
-    t2_write_tile_pairs(tiles, red, N, m0, n0, wn, ti);
-}
-
-// Epilogue options in g: stats (forward) also writes per-tile BN statistics (above); c_acc (data
-// gradient) adds the product to C's bf16 values instead of overwriting them.
+// Epilogue options in g: stats (forward) also writes per-tile BN statistics (conv_bn_epi.cuh's
+// conv_tile_stats over the tile's columns n0 .. N - 1); bn.tiles (data gradient) masks by the BN's
+// ReLU and writes its backward sums (conv_tile_gsums); c_acc (data gradient) adds the product to
+// C's bf16 values instead of overwriting them.
 template <int MODE, typename TC>
 __global__ void __launch_bounds__(T2_THREADS) gemm_tc2_k(GemmArgs g, int tiles_m, int tiles_n) {
     CT_DYN_SMEM(uint16_t, sm);
@@ -509,8 +409,8 @@ __global__ void __launch_bounds__(T2_THREADS) gemm_tc2_k(GemmArgs g, int tiles_m
                 }
             }
         }
-    if (MODE == GEMM_FWD && g.stats) t2_tile_stats(acc, g.stats, g.M, g.N, m0, n0, wm, wn, lane, (float *)sm);
-    if (bn) t2_tile_gsums(gs, g.bn.tiles, g.N, m0, n0, wm, wn, lane, (float *)sm + 3 * T2_BN);
+    if (MODE == GEMM_FWD && g.stats) conv_tile_stats(acc, g.stats, g.M, g.N, m0, n0, g.N - n0, wm, wn, lane, (float *)sm);
+    if (bn) conv_tile_gsums(gs, g.bn.tiles, g.N, m0, n0, g.N - n0, wm, wn, lane, (float *)sm + 3 * T2_BN);
 }
 
 // ---------------------------------------------------------------------------------------------

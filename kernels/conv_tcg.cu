@@ -25,12 +25,15 @@
 // Takes (ct_conv_tcg_eligible): bf16, C and K multiples of 8 with 16-byte aligned operands, Cg and
 // Kg each 4 or a multiple of 8 up to 64, Cg * max(1, 16 / Kg) <= 64 (a weight-gradient m16 block
 // reaches at most 8 column chunks), R*S <= 32 (a row's in-map taps are a bit mask) and the shared
-// memory fitting the device. The forward takes the BN statistics epilogue (tg_tile_stats); the data
-// gradient no BN epilogue.
+// memory fitting the device. Both BN epilogues run on it, v2's contracts over a CTA's columns
+// (kernels/conv_bn_epi.cuh): the forward's statistics (conv_tile_stats, columns gs*Kg .. + ng*Kg)
+// and the data gradient's BN backward at strides 1 and 2 (conv_bn_mask_pair + conv_tile_gsums,
+// columns gs*Cg .. + ng*Cg: ResNeXt's conv2 does bn1's backward reductions).
 #include <string.h>
 
 #include "kernels/common.cuh"
 #include "kernels/act.cuh"  // ct_check_vec_align, ct_aligned
+#include "kernels/conv_bn_epi.cuh"
 #include "kernels/conv_gemm.cuh"
 #include "kernels/devcaps.cuh"
 #include "kernels/kernels.h"
@@ -76,69 +79,6 @@ typedef struct {
 
 // ARC: A row chunks (8 or 16); NCHF: chunks per fragment and tap when it is 1, 2, 4 or 8 (every
 // resnext width; the loop then unrolls), 0: p.nchf at run time.
-// BN statistics in the grouped forward's epilogue (conv2d_forward_stats_gpu): conv_tc2.cu's
-// t2_tile_stats with the CTA's columns at gs*Kg + col and only its ncols (= groups x Kg, fewer
-// than 128 in a CTA of few groups) valid. The same contract and the same order: per 128-row tile
-// and column, {sum of the bf16-rounded stored values, sum of squared deviations from the tile's
-// mean} at stats[(tile * K + n) * 2], each column's rows in row order, the 8 lanes of a column by
-// the same shuffle tree, the two row warps as warp 0 + warp 1; the CTAs of one row tile write
-// disjoint columns, so batchnorm_add_forward_train_tiles_gpu merges them as the dense tiles.
-__device__ static inline float tg_bf16(float v) { return ct_bf16_to_f32(ct_f32_to_bf16(v)); }
-__device__ static void tg_tile_stats(float (&acc)[4][8][4], float *stats, int M, int K, int m0, int c0, int ncols,
-                                     int wm, int wn, int lane, float *red) {
-    const int gi = lane / 4, ti = lane % 4, rows = min(TG_BM, M - m0);
-    __syncthreads();  // every warp is past its last ldmatrix: the stages are free for the sums
-    float mean[8][2];
-    for (int pass = 0; pass < 2; pass++) {
-        float sum[8][2];
-        TG_UNROLL
-        for (int ni = 0; ni < 8; ni++)
-            TG_UNROLL
-            for (int j = 0; j < 2; j++) {
-                float a = 0.f;
-                TG_UNROLL
-                for (int mi = 0; mi < 4; mi++)
-                    TG_UNROLL
-                    for (int half = 0; half < 2; half++) {
-                        if (wm * 64 + mi * 16 + gi + half * 8 >= rows) continue;
-                        float v = tg_bf16(acc[mi][ni][half * 2 + j]);
-                        if (pass) v = __fmul_rn(__fsub_rn(v, mean[ni][j]), __fsub_rn(v, mean[ni][j]));
-                        a = __fadd_rn(a, v);
-                    }
-                a = __fadd_rn(a, __shfl_xor_sync(0xffffffffu, a, 4));
-                a = __fadd_rn(a, __shfl_xor_sync(0xffffffffu, a, 8));
-                a = __fadd_rn(a, __shfl_xor_sync(0xffffffffu, a, 16));
-                sum[ni][j] = a;
-            }
-        if (gi == 0)
-            TG_UNROLL
-            for (int ni = 0; ni < 8; ni++)
-                TG_UNROLL
-                for (int j = 0; j < 2; j++) red[pass * 256 + wm * 128 + wn * 64 + ni * 8 + 2 * ti + j] = sum[ni][j];
-        __syncthreads();
-        TG_UNROLL
-        for (int ni = 0; ni < 8; ni++)
-            TG_UNROLL
-            for (int j = 0; j < 2; j++) {
-                int col = wn * 64 + ni * 8 + 2 * ti + j;
-                mean[ni][j] = __fdiv_rn(__fadd_rn(red[col], red[128 + col]), (float)rows);
-            }
-    }
-    if (wm != 0 || gi != 0) return;
-    float *out = stats + (size_t)(m0 / TG_BM) * K * 2;
-    TG_UNROLL
-    for (int ni = 0; ni < 8; ni++)
-        TG_UNROLL
-        for (int j = 0; j < 2; j++) {
-            int col = wn * 64 + ni * 8 + 2 * ti + j;
-            if (col >= ncols) continue;
-            float *q = out + (size_t)(c0 + col) * 2;
-            ct_check_vec_align(q, sizeof(float2));
-            CT_COST_ACCESS(q, sizeof(float2), true);
-            *(float2 *)q = make_float2(__fadd_rn(red[col], red[128 + col]), __fadd_rn(red[256 + col], red[384 + col]));
-        }
-}
-
 template <int MODE, int ARC, int NCHF>
 __global__ void __launch_bounds__(TG_THREADS) conv_tcg_k(GemmArgs g, TgPlan p) {
     CT_DYN_SMEM(uint16_t, sm);
@@ -312,6 +252,36 @@ __global__ void __launch_bounds__(TG_THREADS) conv_tcg_k(GemmArgs g, TgPlan p) {
     // Accumulator fragment: c0,c1 at (row gi, cols 2ti, 2ti+1), c2,c3 at row gi+8.
     const int gi = lane / 4, ti = lane % 4, ldc = MODE == GEMM_FWD ? s.K : s.C;
     uint16_t *c = (uint16_t *)g.c;
+    // BN backward in the data-gradient epilogue (conv2d_backward_data_bn_gpu / _tail_gpu): engine
+    // v2's contract over the CTA's columns gs*Cg + col (col < ncols): the gradient masked by the
+    // BN's ReLU (conv_bn_mask_pair, recomputed from x, or y > 0 for a tail), then per 128-row tile
+    // and column {sum g, sum g (x - mean)} in v2's order (conv_tile_gsums). The per-column
+    // constants go to shared memory, which the pipeline no longer uses (the stages: at least 32 KiB).
+    const bool bn = MODE == GEMM_DGRAD && g.bn.tiles, tail = bn && (g.bn.y || g.bn.mask);
+    float *bn_c = (float *)sm;
+    float gsum[8][2][2];
+    if (bn) {
+        __syncthreads();  // every warp is past its last ldmatrix
+        for (int i = tid; i < TG_BM; i += TG_THREADS) {
+            float mu = 0.f, sc = 0.f, be = 0.f;
+            if (i < ncols) {
+                const int n = gs * ko + i;
+                mu = ct_ld(g.bn.mean, n);
+                if (!tail) {
+                    sc = __fmul_rn(ct_ld(g.bn.gamma, n), ct_ld(g.bn.invstd, n));
+                    be = ct_ld(g.bn.beta, n);
+                }
+            }
+            bn_c[i] = mu;
+            bn_c[TG_BM + i] = sc;
+            bn_c[2 * TG_BM + i] = be;
+        }
+        __syncthreads();
+        TG_UNROLL
+        for (int jj = 0; jj < 8; jj++)
+            TG_UNROLL
+            for (int j = 0; j < 2; j++) gsum[jj][j][0] = gsum[jj][j][1] = 0.f;
+    }
     TG_UNROLL
     for (int mi = 0; mi < 4; mi++)
         TG_UNROLL
@@ -328,7 +298,8 @@ __global__ void __launch_bounds__(TG_THREADS) conv_tcg_k(GemmArgs g, TgPlan p) {
                 const int n = 8 * (j0 + jj) + 2 * ti;
                 if (j0 + jj >= nfr || n >= ncols) continue;
                 float v0 = acc[mi][jj][half * 2], v1 = acc[mi][jj][half * 2 + 1];
-                uint16_t *pc = c + row * ldc + gs * ko + n;
+                const size_t e = row * ldc + gs * ko + n;  // even: gs*ko and n are
+                uint16_t *pc = c + e;
                 ct_check_vec_align(pc, sizeof(uint32_t));
                 if (MODE == GEMM_DGRAD && g.c_acc) {  // a later gradient contribution: add in place
                     CT_COST_ACCESS(pc, sizeof(uint32_t), false);
@@ -336,12 +307,23 @@ __global__ void __launch_bounds__(TG_THREADS) conv_tcg_k(GemmArgs g, TgPlan p) {
                     v0 = __fadd_rn(v0, ct_bf16_to_f32((uint16_t)(old & 0xffffu)));
                     v1 = __fadd_rn(v1, ct_bf16_to_f32((uint16_t)(old >> 16)));
                 }
+                uint32_t word = ct_f32_to_bf16(v0) | (uint32_t)ct_f32_to_bf16(v1) << 16;
+                if (bn) {  // mask by the forward's ReLU, then the sums
+                    float gv[2], gd[2];
+                    word = conv_bn_mask_pair(g.bn, e, word, tail, bn_c + n, bn_c + TG_BM + n, bn_c + 2 * TG_BM + n, gv, gd);
+                    TG_UNROLL
+                    for (int j = 0; j < 2; j++) {
+                        gsum[jj][j][0] = __fadd_rn(gsum[jj][j][0], gv[j]);
+                        gsum[jj][j][1] = __fadd_rn(gsum[jj][j][1], gd[j]);
+                    }
+                }
                 CT_COST_ACCESS(pc, sizeof(uint32_t), true);
-                *(uint32_t *)pc = ct_f32_to_bf16(v0) | (uint32_t)ct_f32_to_bf16(v1) << 16;
+                *(uint32_t *)pc = word;
             }
         }
-    // The statistics of what was stored (bf16-rounded), per row tile and column (tg_tile_stats).
-    if (MODE == GEMM_FWD && g.stats) tg_tile_stats(acc, g.stats, g.M, s.K, m0, gs * ko, ncols, wm, wn, lane, (float *)sm);
+    // The statistics of what was stored (bf16-rounded), per row tile and column (conv_tile_stats).
+    if (MODE == GEMM_FWD && g.stats) conv_tile_stats(acc, g.stats, g.M, s.K, m0, gs * ko, ncols, wm, wn, lane, (float *)sm);
+    if (bn) conv_tile_gsums(gsum, g.bn.tiles, s.C, m0, gs * ko, ncols, wm, wn, lane, (float *)sm + 3 * TG_BM);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -55,9 +55,8 @@ static inline int conv_groups(const ConvShape *s) { return s->groups > 1 ? s->gr
 // grouped convolutions (groups > 1) v2's block-diagonal path where it takes them (bf16, Cg and Kg 4
 // or multiples of 8 up to 64, ...: docs/GROUPED.md) and the generic engine otherwise (the _ex entry
 // points say which ran), and the fused BN epilogues (conv2d_forward_stats_gpu,
-// conv2d_backward_data_bn_gpu, _tail_gpu) run nothing where neither v2 nor wgmma is reached
-// (grouped shapes decline them). Kernels never read the
-// environment.
+// conv2d_backward_data_bn_gpu, _tail_gpu) run nothing where neither v2 (its grouped path
+// included) nor wgmma is reached. Kernels never read the environment.
 // Determinism: no atomics; the weight gradient's reduction over N*P*Q is split in a number of
 // parts fixed by the shape, partials are summed in order: bit-identical reruns on any GPU.
 

@@ -1,9 +1,9 @@
 // The conv engines' table and its dispatcher (kernels/conv.cu), under emulation:
 // - each engine's supports() against the rules kernels/kernels.h states, written out here on their
 //   own (wgmma and v2: bf16 dense convolutions with channel counts multiples of 8, their BN
-//   epilogues at stride 1 and 2, wgmma on compute 9.0 only; v2 also grouped ones, with the
-//   forward's statistics epilogue but no data-gradient BN epilogue, whose C and K are multiples of 8 and whose channels per group Cg, Kg are each 4 or a
-//   multiple of 8 up to 64 with Cg * max(1, 16 / Kg) <= 64 and R*S <= 32 (its block-diagonal path; every case
+//   epilogues at stride 1 and 2, wgmma on compute 9.0 only; v2 also grouped ones, with the same
+//   epilogues under the same conditions, whose C and K are multiples of 8 and whose channels per
+//   group Cg, Kg are each 4 or a multiple of 8 up to 64 with Cg * max(1, 16 / Kg) <= 64 and R*S <= 32 (its block-diagonal path; every case
 //   fits the shared memory of both devices); v1: any bf16 dense convolution, no epilogue; generic:
 //   anything without an epilogue), on every pass of the shared conv cases
 //   (tests/conv_cases.h) in both dtypes, with and without the epilogue, on an H100 and an A100;
@@ -34,7 +34,7 @@ static int spec(const char *engine, int pass, const ConvShape *s, CtDtype dt, in
         if (dense) return bf16 && v8 && epi_ok;
         const int Cg = s->C / conv_groups(s), Kg = s->K / conv_groups(s);
         const int cg_ok = Cg == 4 || (Cg % 8 == 0 && Cg <= 64), kg_ok = Kg == 4 || (Kg % 8 == 0 && Kg <= 64);
-        return bf16 && v8 && (!epi || pass == CT_CONV_FWD) && cg_ok && kg_ok && Cg * (Kg < 16 ? 16 / Kg : 1) <= 64 && s->R * s->S <= 32;
+        return bf16 && v8 && epi_ok && cg_ok && kg_ok && Cg * (Kg < 16 ? 16 / Kg : 1) <= 64 && s->R * s->S <= 32;
     }
     if (!strcmp(engine, "wgmma")) return bf16 && dense && v8 && epi_ok && dev_wgmma;
     CHECK(0, "unknown engine %s in the table", engine);
