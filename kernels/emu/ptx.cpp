@@ -5,6 +5,12 @@
 
 namespace emu {
 
+static bool fma_hw() {
+    __builtin_cpu_init();  // this may run before libgcc's own constructor
+    return __builtin_cpu_supports("fma");  // libgcc requires the OS to enable AVX state too
+}
+bool g_fma_hw = fma_hw();
+
 static inline float bf16_lo(uint32_t r) { return ct_bf16_to_f32((uint16_t)(r & 0xffffu)); }
 static inline float bf16_hi(uint32_t r) { return ct_bf16_to_f32((uint16_t)(r >> 16)); }
 
