@@ -126,6 +126,7 @@ __global__ void __launch_bounds__(GN_THREADS) gemm_generic_k(GemmArgs g) {
             Bs[kl][nl] = k < ke ? gn_load_b<MODE>(g, gp, b, k, n0 + nl) : 0.f;
         }
         __syncthreads();
+        // __fmaf_rn is fmaf on a GPU; the emulator inlines it as one FMA instruction (kernels/emu/emu.h).
         CV_UNROLL
         for (int kk = 0; kk < GN_BK; kk++) {
             float av[4], bv[4];
@@ -136,7 +137,7 @@ __global__ void __launch_bounds__(GN_THREADS) gemm_generic_k(GemmArgs g) {
             CV_UNROLL
             for (int i = 0; i < 4; i++)
                 CV_UNROLL
-                for (int j = 0; j < 4; j++) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
+                for (int j = 0; j < 4; j++) acc[i][j] = __fmaf_rn(av[i], bv[j], acc[i][j]);
         }
         __syncthreads();
     }

@@ -439,6 +439,22 @@ static void graph_case(const char *arch, int N, int H, int W, CtDtype dt, int pr
     free(dl);
 }
 
+// The resnet18 cases under emulation run on one host thread (emu::set_host_threads): what they add
+// over the resnet20 cases is the wiring of larger shapes (7x7 stem, max pooling, 1x1 projections
+// at stride 2, deep split-K weight gradients), checked by values, and the emulator gives the same
+// bits on any number of host threads. Races inside each kernel are what the default (lanes of a
+// warp on different host threads) is for: every kernel these cases launch also runs there, in the
+// resnet20 cases here and on awkward shapes in emu_kernels and emu_conv. On two host threads the
+// four resnet18 cases took ~270 of emu_model's ~490 s, most of it futex hand-offs at every warp
+// collective (docs/EMULATION.md, speed).
+static void r18_host_threads(int one) {
+#ifdef CTRAIN_EMU
+    emu::set_host_threads(one ? 1 : 0);
+#else
+    (void)one;
+#endif
+}
+
 int main(void) {
     g_opt = tool_exec_options();
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -486,13 +502,16 @@ int main(void) {
         run_case("resnet20", 2, 8, 8, CT_BF16, 0);
         g_opt.fuse_bn_bwd = saved.fuse_bn_bwd;
         printf("wgmma:\n");
+        r18_host_threads(1);
         wg_r18 = run_case("resnet18", 2, 36, 36, CT_BF16, 0);
+        r18_host_threads(0);
         g_opt = saved;
     }
     run_case("resnet20+blurpool", 2, 9, 9, CT_BF16, 0);
     graph_case("resnet20+blurpool", 2, 9, 9, CT_BF16, 0);
     // 36x36: layer4 is 2x2, so its batch norms see 8 rows. At 32x32 with batch 2 they would see
     // 2, where BN's backward is pure cancellation and neither backend's gradient means anything.
+    r18_host_threads(1);
     run_case("resnet18", 2, 36, 36, CT_F32, 0);
     const StepSum v2_r18 = run_case("resnet18", 2, 36, 36, CT_BF16, 0);  // ~1 minute under emulation
 #ifdef CTRAIN_EMU
@@ -515,6 +534,7 @@ int main(void) {
         run_case("resnet18", 2, 36, 36, CT_BF16, 0);
         g_opt = saved;
     }
+    r18_host_threads(0);
     // ~2 minutes under emulation: tests/gpu.sh sets EMU_MODEL_ALL=1 (seconds on a GPU).
     const char *all = getenv("EMU_MODEL_ALL");
     if (all && *all == '1') {

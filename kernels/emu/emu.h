@@ -488,11 +488,17 @@ void launch_kernel(const char *name, void (*k)(P...), dim3 grid, dim3 block, siz
 // barriers, and blocks run in a shuffled order. Also set by env CTRAIN_EMU_JITTER=n.
 void set_jitter(int level);
 int get_jitter();
+// Host threads for the launches that follow (tests): n > 0 runs them on min(n, the default) host
+// threads, 0 returns to the default (CTRAIN_EMU_HOST_THREADS). Results never depend on it; which
+// interleavings of lanes a run sees (and so which races it can catch) does.
+void set_host_threads(int n);
 // Cost accounting (tools/bench_gpu_cost.c through kernels/cost.cu): while g_cost_on, every launch
 // records its mma.sync count and the global-memory bytes that reach the counting hooks (cp.async,
 // and ct_ld/ct_st/ct_ldv/ct_stv of kernels/act.cuh). A plain flag read by the hooks, so counting
 // off costs one predictable branch here and nothing at all in the nvcc build.
 extern bool g_cost_on;
+// Whether the CPU has FMA instructions (and the OS their AVX state): __fmaf_rn then uses one inline.
+extern bool g_fma_hw;
 void cost_access(const void *p, size_t bytes, bool write);
 void cost_mma();
 // Counters for benchmarks.
@@ -702,7 +708,20 @@ static inline float __fmul_rn(float a, float b) { return a * b; }
 static inline double __dadd_rn(double a, double b) { return a + b; }
 static inline double __dmul_rn(double a, double b) { return a * b; }
 static inline float __fdiv_rn(float a, float b) { return a / b; }
-static inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
+// g++ builds the emulated kernels without -mfma (no -march: the binaries run on any x86-64), so
+// fmaf is a call into libm per product, a third of an fp32 emulated step's CPU time
+// (kernels/conv_generic.cu). On a CPU with FMA, libm's fmaf is this one instruction (glibc's
+// __fmaf_fma3): a*b+c rounded once, the same bits. Only which payload comes out when two NaN
+// operands meet can differ, as it could with any rebuild before (g++ swaps fmaf's first two
+// arguments as it likes); checked on 30 million random operand triples (random bit patterns,
+// infinities, zeros, denormals): 0 differences in non-NaN results.
+static inline float __fmaf_rn(float a, float b, float c) {
+    if (__builtin_expect(emu::g_fma_hw, 1)) {
+        __asm__("vfmadd213ss %2, %1, %0" : "+x"(a) : "x"(b), "x"(c));
+        return a;
+    }
+    return fmaf(a, b, c);
+}
 static inline double __fma_rn(double a, double b, double c) { return fma(a, b, c); }
 static inline float __int_as_float(int i) { float f; memcpy(&f, &i, 4); return f; }
 static inline int __float_as_int(float f) { int i; memcpy(&i, &f, 4); return i; }
