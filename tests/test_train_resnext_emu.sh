@@ -122,7 +122,10 @@ g, cbf, c32 = f(sys.argv[2]), f(sys.argv[3]), f(sys.argv[4])
 logged = ["%.4f" % last["val_loss"], "%.2f" % last["val_top1"], "%.2f" % last["val_top5"]]
 dbf, d32 = abs(g[0] - cbf[0]) / abs(cbf[0]), abs(g[0] - c32[0]) / abs(c32[0])
 print(f"val loss {g[0]:.4f} (logged {logged[0]}): cpu bf16 {cbf[0]:.4f} (rel {dbf:.2e}), cpu fp32 {c32[0]:.4f} (rel {d32:.2e})")
-assert ["%.4f" % g[0], "%.2f" % g[1], "%.2f" % g[2]] == logged, f"evaluates {g}, the run logged {logged}"
+# metrics.jsonl keeps 9 significant digits, the evaluation prints 4 decimals: the two agree at the
+# coarser of the two (a diverged 101-layer model's loss of 3.75e12 has more than 9 digits before the point).
+same_loss = "%.4f" % g[0] == logged[0] or "%.9g" % g[0] == "%.9g" % last["val_loss"]
+assert same_loss and ["%.2f" % g[1], "%.2f" % g[2]] == logged[1:], f"evaluates {g}, the run logged {logged}"
 assert max(dbf, d32) <= float(sys.argv[5]), "the cpu evaluates the file otherwise"
 PY
 ) || fail "$A: --evaluate of model.safetensors: $out"
