@@ -20,6 +20,7 @@
 #include "nn/pad.h"
 #include "tests/conv_cases.h"
 #include "tests/emu_util.h"
+#include "tests/phase_rows.h"
 #include "tests/test.h"
 #include "util/bf16.h"
 #include "util/common.h"
@@ -439,28 +440,6 @@ static void test_conv_bn_stats(int N, int H, int W, int C, int K, int R, int S, 
 // (batchnorm_backward_tiles_gpu) against its twin and against the unfused batchnorm_add_backward_gpu
 // (mask from the stored y; tail: its residual gradient bit-identical to the masked gradient).
 // Shapes with ragged row and column tiles.
-// The rows of an [N*H*W, C] input in the order a stride-st data gradient's phases produce them
-// (kernels/kernels.h: phase (ph, pw) row-major, then image, row, column of the phase grid), each
-// phase padded with -1 (no row) to whole 128-row tiles, so that the CPU twins, run on rows in this
-// order, cut the GPU's tiles. Returns the padded length.
-static int phase_rows(int *order, int N, int H, int W, int st) {
-    int k = 0;
-    for (int ph = 0; ph < st; ph++)
-        for (int pw = 0; pw < st; pw++) {
-            int k0 = k;
-            for (int n = 0; n < N; n++)
-                for (int h = ph; h < H; h += st)
-                    for (int w = pw; w < W; w += st) order[k++] = (n * H + h) * W + w;
-            while ((k - k0) % 128) order[k++] = -1;
-        }
-    return k;
-}
-static float *rows_gather(const float *a, const int *order, int n, int C) {  // -1 rows: zero
-    float *b = (float *)ct_alloc((size_t)n * C * 4);
-    for (int i = 0; i < n; i++)
-        for (int c = 0; c < C; c++) b[(size_t)i * C + c] = order[i] < 0 ? 0.f : a[(size_t)order[i] * C + c];
-    return b;
-}
 
 static void test_dgrad_bn(int N, int H, int W, int C, int K, int R, int S, int stride, int pad, int tail) {
     ConvShape s = conv_shape(N, H, W, C, K, R, S, stride, pad);

@@ -20,6 +20,7 @@
 #include "nn/layers.h"
 #include "tests/conv_cases.h"
 #include "tests/emu_util.h"
+#include "tests/phase_rows.h"
 #include "tests/test.h"
 #include "util/bf16.h"
 #include "util/common.h"
@@ -82,27 +83,6 @@ static int dev_equal(const void *a, const void *b, size_t bytes) {
 // - the BN backward from the tiles (batchnorm_backward_tiles_gpu) against the unfused
 //   batchnorm_add_backward_gpu: dx within bf16 noise (1e-2), dgamma and dbeta within 1e-5.
 
-// The rows of an [N*H*W, C] input in the order a stride-st data gradient's phases produce them
-// (phase (ph, pw) row-major, then image, row, column of the phase grid), each phase padded with -1
-// (no row) to whole 128-row tiles: the tiles the GPU cuts (as tests/emu_conv.c's phase_rows).
-static int phase_rows(int *order, int N, int H, int W, int st) {
-    int k = 0;
-    for (int ph = 0; ph < st; ph++)
-        for (int pw = 0; pw < st; pw++) {
-            int k0 = k;
-            for (int n = 0; n < N; n++)
-                for (int h = ph; h < H; h += st)
-                    for (int w = pw; w < W; w += st) order[k++] = (n * H + h) * W + w;
-            while ((k - k0) % 128) order[k++] = -1;
-        }
-    return k;
-}
-static float *rows_gather(const float *a, const int *order, int n, int C) {  // -1 rows: zero
-    float *b = (float *)ct_alloc((size_t)n * C * 4 + 4);
-    for (int i = 0; i < n; i++)
-        for (int c = 0; c < C; c++) b[(size_t)i * C + c] = order[i] < 0 ? 0.f : a[(size_t)order[i] * C + c];
-    return b;
-}
 // One tile column's sum as the mma.sync engines' epilogue adds it: row warp wm's lane group gi adds
 // rows 64wm + 16mi + gi + 8h (mi < 4, h < 2) in that order, the lane groups meet by the shuffle tree
 // ((0+1)+(2+3))+((4+5)+(6+7)), the row warps as warp 0 + warp 1. v[r * ld]: row r's value.
