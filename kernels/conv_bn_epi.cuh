@@ -47,6 +47,31 @@ __device__ __forceinline__ uint32_t conv_bn_mask_pair(const ConvBnEpilogue &bn, 
     return ct_f32_to_bf16(gv[0]) | (uint32_t)ct_f32_to_bf16(gv[1]) << 16;
 }
 
+// The mma.sync engines' per-column constants for conv_bn_mask_pair, in shared memory that the
+// pipeline no longer uses: bn_c[col] = mean, bn_c[width + col] = gamma * invstd (fmul_rn, as
+// bn_affine_k), bn_c[2 width + col] = beta for the CTA's columns c0 + col, col < ncols; zeros past
+// ncols and, for a tail, in the two unused rows. Every thread of the CTA calls it: the first barrier
+// waits for the last ldmatrix, the second publishes the constants.
+__device__ inline void conv_bn_load_consts(const ConvBnEpilogue &bn, float *bn_c, bool tail, int c0, int ncols,
+                                           int width, int tid, int nthreads) {
+    __syncthreads();
+    for (int i = tid; i < width; i += nthreads) {
+        float mu = 0.f, sc = 0.f, be = 0.f;
+        if (i < ncols) {
+            const int n = c0 + i;
+            mu = ct_ld(bn.mean, n);
+            if (!tail) {
+                sc = __fmul_rn(ct_ld(bn.gamma, n), ct_ld(bn.invstd, n));
+                be = ct_ld(bn.beta, n);
+            }
+        }
+        bn_c[i] = mu;
+        bn_c[width + i] = sc;
+        bn_c[2 * width + i] = be;
+    }
+    __syncthreads();
+}
+
 // The mma.sync engines' tile sums (v2's gemm_tc2_k, the grouped conv_tcg_k): 4 warps as 2 x 2 of
 // 64 rows x 64 columns, the m16n8 accumulator layout (c0, c1 at row gi, columns 2ti, 2ti + 1; c2, c3
 // at row gi + 8), the CTA's tile at rows m0 .. m0 + 127 and columns c0 + col, col < ncols of the

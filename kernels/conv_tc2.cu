@@ -342,22 +342,7 @@ __global__ void __launch_bounds__(T2_THREADS) gemm_tc2_k(GemmArgs g, int tiles_m
     float *bn_c = (float *)sm;
     float gs[8][2][2];
     if (bn) {
-        __syncthreads();  // every warp is past its last ldmatrix
-        for (int i = tid; i < T2_BN; i += T2_THREADS) {
-            int n = n0 + i;
-            float mu = 0.f, sc = 0.f, be = 0.f;
-            if (n < g.N) {
-                mu = ct_ld(g.bn.mean, n);
-                if (!tail) {
-                    sc = __fmul_rn(ct_ld(g.bn.gamma, n), ct_ld(g.bn.invstd, n));
-                    be = ct_ld(g.bn.beta, n);
-                }
-            }
-            bn_c[i] = mu;
-            bn_c[T2_BN + i] = sc;
-            bn_c[2 * T2_BN + i] = be;
-        }
-        __syncthreads();
+        conv_bn_load_consts(g.bn, bn_c, tail, n0, g.N - n0, T2_BN, tid, T2_THREADS);
         T2_UNROLL
         for (int ni = 0; ni < 8; ni++)
             T2_UNROLL

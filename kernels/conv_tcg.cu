@@ -261,22 +261,7 @@ __global__ void __launch_bounds__(TG_THREADS) conv_tcg_k(GemmArgs g, TgPlan p) {
     float *bn_c = (float *)sm;
     float gsum[8][2][2];
     if (bn) {
-        __syncthreads();  // every warp is past its last ldmatrix
-        for (int i = tid; i < TG_BM; i += TG_THREADS) {
-            float mu = 0.f, sc = 0.f, be = 0.f;
-            if (i < ncols) {
-                const int n = gs * ko + i;
-                mu = ct_ld(g.bn.mean, n);
-                if (!tail) {
-                    sc = __fmul_rn(ct_ld(g.bn.gamma, n), ct_ld(g.bn.invstd, n));
-                    be = ct_ld(g.bn.beta, n);
-                }
-            }
-            bn_c[i] = mu;
-            bn_c[TG_BM + i] = sc;
-            bn_c[2 * TG_BM + i] = be;
-        }
-        __syncthreads();
+        conv_bn_load_consts(g.bn, bn_c, tail, gs * ko, ncols, TG_BM, tid, TG_THREADS);
         TG_UNROLL
         for (int jj = 0; jj < 8; jj++)
             TG_UNROLL
