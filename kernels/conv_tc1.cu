@@ -9,6 +9,7 @@
 #include "kernels/common.cuh"
 #include "kernels/act.cuh"  // ct_ld, ct_st, ct_check_vec_align
 #include "kernels/conv_gemm.cuh"
+#include "kernels/conv_index.cuh"
 #include "kernels/kernels.h"
 #include "kernels/ptx.cuh"
 
@@ -119,19 +120,7 @@ __global__ void __launch_bounds__(TC_THREADS) gemm_tc_k(GemmArgs g) {
             int m = m0 + tid / 4 + 32 * i;
             a_img[i] = -1;
             a_y[i] = a_x[i] = 0;
-            if (m < g.M) {
-                if (MODE == GEMM_FWD) {
-                    int q = m % s.Q, t = m / s.Q;
-                    a_img[i] = t / s.P;
-                    a_y[i] = (t % s.P) * s.stride - s.pad;
-                    a_x[i] = q * s.stride - s.pad;
-                } else {  // phase pixel (hh, ww): dout row p = hh + dh - ri, column q = ww + dw - si
-                    int ww = m % g.Wp, t = m / g.Wp;
-                    a_img[i] = t / g.Hp;
-                    a_y[i] = t % g.Hp + g.dh;
-                    a_x[i] = ww + g.dw;
-                }
-            }
+            if (m < g.M) conv_row_origin<MODE>(g, m, a_img[i], a_y[i], a_x[i]);
         }
     }
     // WGRAD B: the columns (r, s, c) of each thread's chunk are fixed; c = -1 past the end.
@@ -397,10 +386,7 @@ __global__ void __launch_bounds__(TC_THREADS) gemm_tc_k(GemmArgs g) {
             int m = m0 + wm * (16 * MI) + mi * 16 + gi + half * 8;
             if (m >= g.M) continue;
             size_t row = m;
-            if (MODE == GEMM_DGRAD) {  // phase pixel -> input pixel
-                int ww = m % g.Wp, t = m / g.Wp, hh = t % g.Hp, img = t / g.Hp;
-                row = ((size_t)img * s.H + g.ph_h + hh * s.stride) * s.W + g.ph_w + ww * s.stride;
-            }
+            if (MODE == GEMM_DGRAD) row = conv_dgrad_dx_row(g, m);
             CV_UNROLL
             for (int ni = 0; ni < 4; ni++) {
                 int n = n0 + wn * 32 + ni * 8 + 2 * ti;  // even

@@ -23,6 +23,7 @@
 #include "kernels/act.cuh"  // ct_check_vec_align, ct_st
 #include "kernels/conv_bn_epi.cuh"
 #include "kernels/conv_gemm.cuh"
+#include "kernels/conv_index.cuh"
 #include "kernels/devcaps.cuh"
 #include "kernels/kernels.h"
 #include "kernels/ptx.cuh"
@@ -133,19 +134,7 @@ __global__ void __launch_bounds__(T2_THREADS) gemm_tc2_k(GemmArgs g, int tiles_m
         T2_UNROLL
         for (int i = 0; i < 4; i++) {
             int m = m0 + r4 + 32 * i, img = 0, y = -2 * T2_OUT, x = 0;
-            if (m < g.M) {
-                if (MODE == GEMM_FWD) {
-                    int q = m % s.Q, t = m / s.Q;
-                    img = t / s.P;
-                    y = (t % s.P) * s.stride - s.pad;
-                    x = q * s.stride - s.pad;
-                } else {
-                    int w = m % g.Wp, t = m / g.Wp;
-                    img = t / g.Hp;
-                    y = t % g.Hp + g.dh;
-                    x = w + g.dw;
-                }
-            }
+            if (m < g.M) conv_row_origin<MODE>(g, m, img, y, x);
             int cd = MODE == GEMM_FWD ? s.C : s.K;
             a_row[i] = a + ((long long)(img * hh + y) * wwid + x) * cd;
             a_y[i] = y;
@@ -174,7 +163,7 @@ __global__ void __launch_bounds__(T2_THREADS) gemm_tc2_k(GemmArgs g, int tiles_m
     // pixel (img, p, q) advanced by 32 pixels per tile, columns (r, s, c) fixed per chunk.
     const uint16_t *wa_ptr = NULL;
     int wb_r[4], wb_s[4], wb_off[4];
-    int px_q = 0, px_p = 0, px_img = 0, st_q = 0, st_p = 0, st_img = 0;
+    ConvPixel px = {0, 0, 0}, pstep = {0, 0, 0};
     if (MODE == GEMM_WGRAD) {
         T2_UNROLL
         for (int i = 0; i < 4; i++) col_ok |= (m0 + 8 * (q4 + 4 * i) < g.M) << i;
@@ -192,13 +181,8 @@ __global__ void __launch_bounds__(T2_THREADS) gemm_tc2_k(GemmArgs g, int tiles_m
                 wb_off[i] = (r * s.W + sx) * s.C + c;
             }
         }
-        int j = kb + r4, pq = s.P * s.Q;
-        px_q = j % s.Q;
-        px_p = (j / s.Q) % s.P;
-        px_img = j / pq;
-        st_q = T2_BK % s.Q;
-        st_p = (T2_BK / s.Q) % s.P;
-        st_img = T2_BK / pq;
+        px = conv_pixel(s, kb + r4);
+        pstep = conv_pixel(s, T2_BK);
     }
 
     // Chunks that are padding or past the end go with src-size 0: zero-filled, nothing read. The
@@ -244,8 +228,8 @@ __global__ void __launch_bounds__(T2_THREADS) gemm_tc2_k(GemmArgs g, int tiles_m
                 ct_cp_async_cg16(Bs + dst_kr[i], row + 32 * i, ok ? 16 : 0);
             }
         } else {
-            int y = px_p * s.stride - s.pad, x = px_q * s.stride - s.pad;
-            const uint16_t *bp = b + (long long)((px_img * s.H + y) * s.W + x) * s.C;
+            int y = px.p * s.stride - s.pad, x = px.q * s.stride - s.pad;
+            const uint16_t *bp = b + (long long)((px.img * s.H + y) * s.W + x) * s.C;
             bool jok = k0 + r4 < ke;
             T2_UNROLL
             for (int i = 0; i < 4; i++) {
@@ -253,13 +237,7 @@ __global__ void __launch_bounds__(T2_THREADS) gemm_tc2_k(GemmArgs g, int tiles_m
                 ct_cp_async_cg16(Bs + dst_kr[i], bp + wb_off[i], ok ? 16 : 0);
             }
             // Next pixel 32 on: add the precomputed (img, p, q) step with carries.
-            px_q += st_q;
-            int cq = px_q >= s.Q;
-            px_q -= cq ? s.Q : 0;
-            px_p += st_p + cq;
-            int cp = px_p >= s.P;
-            px_p -= cp ? s.P : 0;
-            px_img += st_img + cp;
+            conv_pixel_step(s, px, pstep);
         }
     };
 
@@ -355,10 +333,7 @@ __global__ void __launch_bounds__(T2_THREADS) gemm_tc2_k(GemmArgs g, int tiles_m
             int m = m0 + wm * 64 + mi * 16 + gi + half * 8;
             if (m >= g.M) continue;
             size_t row = m;
-            if (MODE == GEMM_DGRAD) {  // phase pixel -> input pixel
-                int w = m % g.Wp, t = m / g.Wp, h = t % g.Hp, img = t / g.Hp;
-                row = ((size_t)img * s.H + g.ph_h + h * s.stride) * s.W + g.ph_w + w * s.stride;
-            }
+            if (MODE == GEMM_DGRAD) row = conv_dgrad_dx_row(g, m);
             T2_UNROLL
             for (int ni = 0; ni < 8; ni++) {
                 int n = n0 + wn * 64 + ni * 8 + 2 * ti;  // even; N is a multiple of 8

@@ -35,6 +35,7 @@
 #include "kernels/act.cuh"  // ct_check_vec_align, ct_aligned
 #include "kernels/conv_bn_epi.cuh"
 #include "kernels/conv_gemm.cuh"
+#include "kernels/conv_index.cuh"
 #include "kernels/devcaps.cuh"
 #include "kernels/kernels.h"
 #include "kernels/ptx.cuh"
@@ -113,19 +114,7 @@ __global__ void __launch_bounds__(TG_THREADS) conv_tcg_k(GemmArgs g, TgPlan p) {
     // bit test and an address add per chunk.
     for (int i = tid; i < TG_BM; i += TG_THREADS) {
         int m = m0 + i, img = 0, y = TG_FAR, x = 0;
-        if (m < g.M) {
-            if (MODE == GEMM_FWD) {
-                int q = m % s.Q, t = m / s.Q;
-                img = t / s.P;
-                y = (t % s.P) * s.stride - s.pad;
-                x = q * s.stride - s.pad;
-            } else {
-                int wq = m % g.Wp, t = m / g.Wp;
-                img = t / g.Hp;
-                y = t % g.Hp + g.dh;
-                x = wq + g.dw;
-            }
-        }
+        if (m < g.M) conv_row_origin<MODE>(g, m, img, y, x);
         unsigned bits = 0;
         for (int t = 0; t < taps; t++) {
             int dy, dx;
@@ -274,10 +263,7 @@ __global__ void __launch_bounds__(TG_THREADS) conv_tcg_k(GemmArgs g, TgPlan p) {
             const int m = m0 + wm * 64 + mi * 16 + gi + half * 8;
             if (m >= g.M) continue;
             size_t row = m;
-            if (MODE == GEMM_DGRAD) {  // phase pixel -> input pixel
-                int wq = m % g.Wp, t = m / g.Wp, h = t % g.Hp, img = t / g.Hp;
-                row = ((size_t)img * s.H + g.ph_h + h * s.stride) * s.W + g.ph_w + wq * s.stride;
-            }
+            if (MODE == GEMM_DGRAD) row = conv_dgrad_dx_row(g, m);
             TG_UNROLL
             for (int jj = 0; jj < 8; jj++) {
                 const int n = 8 * (j0 + jj) + 2 * ti;
@@ -335,9 +321,8 @@ __global__ void __launch_bounds__(TG_THREADS) conv_tcg_wgrad_k(GemmArgs g, TgPla
     TG_UNROLL
     for (int i = 0; i < 4; i++) dst[i] = tg_kr(r4, q4 + 4 * i);
     const uint16_t *wa = a + (size_t)(kb + r4) * s.K + gs * Kg + 8 * q4;
-    int j0 = kb + r4, pq = s.P * s.Q;
-    int px_q = j0 % s.Q, px_p = (j0 / s.Q) % s.P, px_img = j0 / pq;
-    const int st_q = TG_WBK % s.Q, st_p = (TG_WBK / s.Q) % s.P, st_img = TG_WBK / pq;
+    ConvPixel px = conv_pixel(s, kb + r4);
+    const ConvPixel pstep = conv_pixel(s, TG_WBK);
     auto load_tile = [&](uint16_t *As, int t) {
         uint16_t *Bs = As + TG_WBK * 128;
         const bool jok = kb + t * TG_WBK + r4 < ke;
@@ -347,21 +332,15 @@ __global__ void __launch_bounds__(TG_THREADS) conv_tcg_wgrad_k(GemmArgs g, TgPla
             ct_cp_async_cg16(As + dst[i], wa + 32 * i, ok ? 16 : 0);
         }
         wa += (size_t)TG_WBK * s.K;
-        const int y = px_p * s.stride - s.pad + tr, x = px_q * s.stride - s.pad + tsx;
+        const int y = px.p * s.stride - s.pad + tr, x = px.q * s.stride - s.pad + tsx;
         const bool pok = jok && (unsigned)y < (unsigned)s.H && (unsigned)x < (unsigned)s.W;
-        const uint16_t *bp = b + ((long long)(px_img * s.H + y) * s.W + x) * s.C + gs * Cg + 8 * q4;
+        const uint16_t *bp = b + ((long long)(px.img * s.H + y) * s.W + x) * s.C + gs * Cg + 8 * q4;
         TG_UNROLL
         for (int i = 0; i < 4; i++) {
             bool ok = pok && q4 + 4 * i < slab_c;
             ct_cp_async_cg16(Bs + dst[i], bp + 32 * i, ok ? 16 : 0);
         }
-        px_q += st_q;
-        int cq = px_q >= s.Q;
-        px_q -= cq ? s.Q : 0;
-        px_p += st_p + cq;
-        int cp = px_p >= s.P;
-        px_p -= cp ? s.P : 0;
-        px_img += st_img + cp;
+        conv_pixel_step(s, px, pstep);
     };
 
     // Warp's m16 blocks mb = 2*warp + mi: rows (output channels) 16 mb ..; the column chunks

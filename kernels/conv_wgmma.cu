@@ -28,6 +28,7 @@
 #include "kernels/act.cuh"  // ct_check_vec_align
 #include "kernels/conv_bn_epi.cuh"
 #include "kernels/conv_gemm.cuh"
+#include "kernels/conv_index.cuh"
 #include "kernels/devcaps.cuh"
 #include "kernels/kernels.h"
 #include "kernels/ptx.cuh"
@@ -71,12 +72,7 @@ __global__ void __launch_bounds__(WG_THREADS) conv_wgmma_fwd_k(GemmArgs g) {
         WG_UNROLL
         for (int i = 0; i < 8; i++) {
             int m = m0 + r8 + 16 * i, img = 0, y = -0x40000000, x = 0;
-            if (m < g.M) {
-                int qq = m % s.Q, t = m / s.Q;
-                img = t / s.P;
-                y = (t % s.P) * s.stride - s.pad;
-                x = qq * s.stride - s.pad;
-            }
+            if (m < g.M) conv_row_origin<GEMM_FWD>(g, m, img, y, x);
             a_row[i] = a + ((long long)(img * s.H + (m < g.M ? y : 0)) * s.W + x) * s.C;
             a_y[i] = y;
             a_x[i] = x;
@@ -224,12 +220,7 @@ __global__ void __launch_bounds__(WG_THREADS) conv_wgmma_bwd_k(GemmArgs g) {
             WG_UNROLL
             for (int i = 0; i < 8; i++) {
                 int m = m0 + r8 + 16 * i, img = 0, y = -0x40000000, x = 0;
-                if (m < g.M) {
-                    int w = m % g.Wp, t = m / g.Wp;
-                    img = t / g.Hp;
-                    y = t % g.Hp + g.dh;
-                    x = w + g.dw;
-                }
+                if (m < g.M) conv_row_origin<GEMM_DGRAD>(g, m, img, y, x);
                 a_row[i] = a + ((long long)(img * s.P + (m < g.M ? y : 0)) * s.Q + x) * s.K;
                 a_y[i] = y;
                 a_x[i] = x;
@@ -293,15 +284,16 @@ __global__ void __launch_bounds__(WG_THREADS) conv_wgmma_bwd_k(GemmArgs g) {
                 }
             }
             const uint16_t *ap = a + (size_t)(kb + kk) * s.K + m0 + 64 * h;
-            int j = kb + kk, pq = s.P * s.Q, px_q = j % s.Q, px_p = (j / s.Q) % s.P, px_img = j / pq;
-            const int st_q = WG_BK % s.Q, st_p = (WG_BK / s.Q) % s.P, st_img = WG_BK / pq;
+            int j = kb + kk;
+            ConvPixel px = conv_pixel(s, j);
+            const ConvPixel pstep = conv_pixel(s, WG_BK);
             for (int kt = 0; kt < ktiles; kt++) {
                 int st = kt % WG_STAGES;
                 ct_mbar_wait(&empty[st], ((kt / WG_STAGES) & 1) ^ 1);
                 unsigned char *As = sm + st * WG_STAGE_BYTES, *Bs = As + WG_TILE_BYTES;
                 bool jok = j < ke;
-                int y = px_p * s.stride - s.pad, x = px_q * s.stride - s.pad;
-                const uint16_t *bp = b + ((long long)(px_img * s.H + y) * s.W + x) * s.C;
+                int y = px.p * s.stride - s.pad, x = px.q * s.stride - s.pad;
+                const uint16_t *bp = b + ((long long)(px.img * s.H + y) * s.W + x) * s.C;
                 WG_UNROLL
                 for (int u = 0; u < 8; u++) {
                     bool ok = jok && (acol >> u & 1);
@@ -313,13 +305,7 @@ __global__ void __launch_bounds__(WG_THREADS) conv_wgmma_bwd_k(GemmArgs g) {
                 ap += (size_t)WG_BK * s.K;
                 j += WG_BK;
                 // The pixel 64 on: the precomputed (img, p, q) step with carries.
-                px_q += st_q;
-                int cq = px_q >= s.Q;
-                px_q -= cq ? s.Q : 0;
-                px_p += st_p + cq;
-                int cp = px_p >= s.P;
-                px_p -= cp ? s.P : 0;
-                px_img += st_img + cp;
+                conv_pixel_step(s, px, pstep);
                 wg_land_prev(full, kt);
             }
         }
@@ -359,10 +345,7 @@ __global__ void __launch_bounds__(WG_THREADS) conv_wgmma_bwd_k(GemmArgs g) {
         int m = m0 + cw * 64 + w * 16 + gi + half * 8;
         if (m >= g.M) continue;
         size_t row = m;
-        if (MODE == GEMM_DGRAD) {
-            int pw = m % g.Wp, t = m / g.Wp, ph = t % g.Hp, img = t / g.Hp;
-            row = ((size_t)img * s.H + g.ph_h + ph * s.stride) * s.W + g.ph_w + pw * s.stride;
-        }
+        if (MODE == GEMM_DGRAD) row = conv_dgrad_dx_row(g, m);
         WG_UNROLL
         for (int j = 0; j < 16; j++) {
             int n = n0 + 8 * j + 2 * ti;  // even; N is a multiple of 8

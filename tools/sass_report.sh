@@ -60,7 +60,12 @@ for f in "${SRCS[@]}"; do
   if [ ! -f "$cubin" ] || [ -n "$(find "$f" kernels util nn dist -newer "$cubin" \( -name '*.cu*' -o -name '*.h' \) 2>/dev/null | head -1)" ]; then
     arch=sm_90
     grep -q 'kernels/ptx_wgmma.cuh' "$f" && arch=sm_90a
-    "$NVCC" -std=c++17 -O3 -I. -DCTRAIN_CUDA -arch=$arch -cubin -Xptxas -v -o "$cubin" "$f" 2>"$OUTD/$base.ptxas"
+    if ! "$NVCC" -std=c++17 -O3 -I. -DCTRAIN_CUDA -arch=$arch -cubin -Xptxas -v -o "$cubin" "$f" 2>"$OUTD/$base.ptxas"; then
+      grep -v '^ptxas info' "$OUTD/$base.ptxas" >&2 || true
+      rm -f "$cubin"
+      echo "sass_report: nvcc failed on $f (above)" >&2
+      exit 1
+    fi
   fi
   "$NVDISASM" -c "$cubin" >"$OUTD/$base.sass"
 done
