@@ -487,11 +487,11 @@ static void blend_rows16(const uint8_t *a, const uint16_t *b, uint8_t *o, size_t
     for (; i < n; i++) o[i] = clamp_trunc(t->a[a[i]] + t->b[b[i]]);
 }
 
-// Saturation 8 pixels a step, fused: the bytes split into channels by byte shuffles, the grey level
-// as below (the same float32 products and sums, truncated), each channel blended with it as
-// blend_rows16 does (two products, one sum, clamp, truncation), then the channels interleaved
-// again. Returns the pixels done; the caller finishes the rest.
-__attribute__((target("avx2"))) static size_t saturation_avx2(uint8_t *img, size_t px, float r, float r1) {
+// Eight RGB pixels at p split into channel vectors (two byte shuffles per channel) and their grey
+// levels: rgb_to_grayscale's float32 products and sums, truncated (the grey tables' values per lane).
+// Shared by Color and Contrast, so test_autoaug's Color checks on all 2^24 RGB triples cover both.
+__attribute__((target("avx2"), always_inline)) static inline __m256 grey8_avx2(const uint8_t *p, __m256 *R, __m256 *G,
+                                                                               __m256 *B) {
 #define M(...) _mm_setr_epi8(__VA_ARGS__)
     const __m128i ra = M(0, 3, 6, 9, 12, 15, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1),
                   rb = M(-1, -1, -1, -1, -1, -1, 10, 13, -1, -1, -1, -1, -1, -1, -1, -1),
@@ -500,7 +500,19 @@ __attribute__((target("avx2"))) static size_t saturation_avx2(uint8_t *img, size
                   ba = M(2, 5, 8, 11, 14, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1),
                   bb = M(-1, -1, -1, -1, -1, 9, 12, 15, -1, -1, -1, -1, -1, -1, -1, -1);
 #undef M
-    const __m256 kr = _mm256_set1_ps(0.2989f), kg = _mm256_set1_ps(0.587f), kb = _mm256_set1_ps(0.114f);
+    const __m128i a = _mm_loadu_si128((const __m128i *)p), b = _mm_loadu_si128((const __m128i *)(p + 8));
+    *R = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_or_si128(_mm_shuffle_epi8(a, ra), _mm_shuffle_epi8(b, rb))));
+    *G = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_or_si128(_mm_shuffle_epi8(a, ga), _mm_shuffle_epi8(b, gb))));
+    *B = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_or_si128(_mm_shuffle_epi8(a, ba), _mm_shuffle_epi8(b, bb))));
+    const __m256 v = _mm256_add_ps(_mm256_mul_ps(_mm256_set1_ps(0.2989f), *R), _mm256_mul_ps(_mm256_set1_ps(0.587f), *G));
+    return _mm256_cvtepi32_ps(_mm256_cvttps_epi32(_mm256_add_ps(v, _mm256_mul_ps(_mm256_set1_ps(0.114f), *B))));
+}
+
+// Saturation 8 pixels a step, fused: the bytes split into channels by byte shuffles, the grey level
+// as below (the same float32 products and sums, truncated), each channel blended with it as
+// blend_rows16 does (two products, one sum, clamp, truncation), then the channels interleaved
+// again. Returns the pixels done; the caller finishes the rest.
+__attribute__((target("avx2"))) static size_t saturation_avx2(uint8_t *img, size_t px, float r, float r1) {
     const __m256 rv = _mm256_set1_ps(r), r1v = _mm256_set1_ps(r1), zero = _mm256_setzero_ps(),
                  v255 = _mm256_set1_ps(255.0f);
     const __m256i shuf = _mm256_setr_epi8(0, 4, 8, 1, 5, 9, 2, 6, 10, 3, 7, 11, 12, 13, 14, 15, 0, 4, 8, 1, 5, 9, 2,
@@ -509,12 +521,8 @@ __attribute__((target("avx2"))) static size_t saturation_avx2(uint8_t *img, size
     size_t i = 0;
     for (; i + 8 <= px; i += 8) {
         uint8_t *p = img + 3 * i;
-        const __m128i a = _mm_loadu_si128((const __m128i *)p), b = _mm_loadu_si128((const __m128i *)(p + 8));
-        const __m256 R = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_or_si128(_mm_shuffle_epi8(a, ra), _mm_shuffle_epi8(b, rb))));
-        const __m256 G = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_or_si128(_mm_shuffle_epi8(a, ga), _mm_shuffle_epi8(b, gb))));
-        const __m256 B = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_or_si128(_mm_shuffle_epi8(a, ba), _mm_shuffle_epi8(b, bb))));
-        const __m256 v = _mm256_add_ps(_mm256_mul_ps(kr, R), _mm256_mul_ps(kg, G));
-        const __m256 g = _mm256_cvtepi32_ps(_mm256_cvttps_epi32(_mm256_add_ps(v, _mm256_mul_ps(kb, B))));
+        __m256 R, G, B;
+        const __m256 g = grey8_avx2(p, &R, &G, &B);
         const __m256 gr = _mm256_mul_ps(r1v, g);
 #define BL(X) _mm256_cvttps_epi32(_mm256_min_ps(_mm256_max_ps(_mm256_add_ps(_mm256_mul_ps(rv, X), gr), zero), v255))
         __m256i q = _mm256_packus_epi16(_mm256_packs_epi32(BL(R), BL(G)), _mm256_packs_epi32(BL(B), BL(B)));
@@ -552,6 +560,23 @@ static void saturation(uint8_t *img, size_t px, int C, double f) {
     }
 }
 
+// The sum of the grey levels of px RGB pixels, 8 a step (grey8_avx2); *done: the pixels summed.
+__attribute__((target("avx2"))) static int64_t grey_sum_avx2(const uint8_t *img, size_t px, size_t *done) {
+    __m256i acc = _mm256_setzero_si256();  // 8 lanes of at most 255 * (2^31 / 2040) pixels: no overflow below
+    size_t i = 0;
+    const size_t lim = px < ((size_t)1 << 22) ? px : ((size_t)1 << 22);
+    for (; i + 8 <= lim; i += 8) {
+        __m256 R, G, B;
+        acc = _mm256_add_epi32(acc, _mm256_cvttps_epi32(grey8_avx2(img + 3 * i, &R, &G, &B)));
+    }
+    int32_t l[8];
+    _mm256_storeu_si256((__m256i *)l, acc);
+    int64_t s = 0;
+    for (int k = 0; k < 8; k++) s += l[k];
+    *done = i;
+    return s;
+}
+
 static void contrast(uint8_t *img, size_t px, int C, double f) {
     // The float32 mean of torch is exact here while the sum of grey levels stays below 2^24
     // (images up to 256 x 256); beyond that torch's summation order decides the last bit.
@@ -559,7 +584,9 @@ static void contrast(uint8_t *img, size_t px, int C, double f) {
     if (C == 3) {
         GreyTab g;
         grey_tab(&g);
-        for (size_t i = 0; i < px; i++) s += grey(&g, img + i * 3);
+        size_t i = 0;
+        if (warp_use_avx2()) s = grey_sum_avx2(img, px, &i);
+        for (; i < px; i++) s += grey(&g, img + i * 3);
     } else {
         for (size_t i = 0; i < px; i++) s += img[i];
     }
