@@ -411,11 +411,57 @@ static void blend_const_lut(uint8_t lut[256], double f, float b) {
     for (int k = 0; k < 256; k++) lut[k] = clamp_trunc(r * (float)k + r1 * b);
 }
 
-static void brightness(uint8_t *img, size_t n, double f) {
-    uint8_t lut[256];
-    blend_const_lut(lut, f, 0.0f);
-    apply_lut(img, n, lut);
+// The per-value ops without tables, 24 bytes a step (three vectors of eight floats; with three
+// channels each vector position has a fixed channel, so per-channel constants are three vectors):
+// v = a * x + c (a blend with a constant) or v = (x - a) * c (autocontrast), clamped to [0, 255] and
+// truncated, the scalar expressions of the tables' entries per lane (max/min give the same values
+// as the comparisons for every non-NaN v, and cvttps2dq truncates as the cast). The bytes past the
+// last whole step go through the table. Chosen at run time with the warp's AVX2 (aa_set_simd).
+__attribute__((target("avx2"))) static void affine_u8_avx2(uint8_t *img, size_t n, const float a[3], const float c[3],
+                                                           int sub_first, const uint8_t lut[3][256]) {
+    __m256 A[3], K[3];
+    for (int v = 0; v < 3; v++) {
+        float av[8], cv[8];
+        for (int l = 0; l < 8; l++) av[l] = a[(8 * v + l) % 3], cv[l] = c[(8 * v + l) % 3];
+        A[v] = _mm256_loadu_ps(av);
+        K[v] = _mm256_loadu_ps(cv);
+    }
+    const __m256 zero = _mm256_setzero_ps(), v255 = _mm256_set1_ps(255.0f);
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    size_t i = 0;
+    for (; i + 24 <= n; i += 24) {
+        __m256i q[3];
+        for (int v = 0; v < 3; v++) {
+            const __m256 x = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(img + i + 8 * v))));
+            __m256 y = sub_first ? _mm256_mul_ps(_mm256_sub_ps(x, A[v]), K[v]) : _mm256_add_ps(_mm256_mul_ps(A[v], x), K[v]);
+            y = _mm256_min_ps(_mm256_max_ps(y, zero), v255);
+            q[v] = _mm256_cvttps_epi32(y);
+        }
+        // [x0 0-3, x1 0-3, x2 0-3, x2 0-3 | 4-7 likewise] as bytes, then the dwords in order
+        const __m256i b = _mm256_packus_epi16(_mm256_packus_epi32(q[0], q[1]), _mm256_packus_epi32(q[2], q[2]));
+        const __m256i o = _mm256_permutevar8x32_epi32(b, order);
+        _mm_storeu_si128((__m128i *)(img + i), _mm256_castsi256_si128(o));
+        _mm_storel_epi64((__m128i *)(img + i + 16), _mm256_extracti128_si256(o, 1));
+    }
+    for (; i < n; i++) img[i] = lut[i % 3][img[i]];  // i is a multiple of 24 here: channel i % 3
 }
+
+// The per-value blend ops through affine_u8_avx2 where allowed, else the table.
+static void blend_const_apply(uint8_t *img, size_t n, double f, float b) {
+    uint8_t lut[3][256];
+    blend_const_lut(lut[0], f, b);
+    if (n >= 24 && warp_use_avx2()) {
+        memcpy(lut[1], lut[0], 256);
+        memcpy(lut[2], lut[0], 256);
+        const float r = (float)f, r1 = (float)(1.0 - f), k = r1 * b;
+        const float av[3] = {r, r, r}, cv[3] = {k, k, k};
+        affine_u8_avx2(img, n, av, cv, 0, (const uint8_t(*)[256])lut);
+        return;
+    }
+    apply_lut(img, n, lut[0]);
+}
+
+static void brightness(uint8_t *img, size_t n, double f) { blend_const_apply(img, n, f, 0.0f); }
 
 // o[i] = _blend's clamp(r a[i] + r1 b[i]) truncated, 16 bytes a step: the lanes do the reference's two
 // float32 products and one sum; values are never negative after the clamp, so cvttps2dq truncates as
@@ -441,8 +487,61 @@ static void blend_rows16(const uint8_t *a, const uint16_t *b, uint8_t *o, size_t
     for (; i < n; i++) o[i] = clamp_trunc(t->a[a[i]] + t->b[b[i]]);
 }
 
+// Eight RGB pixels at p split into channel vectors (two byte shuffles per channel) and their grey
+// levels: rgb_to_grayscale's float32 products and sums, truncated (the grey tables' values per lane).
+// Shared by Color and Contrast, so test_autoaug's Color checks on all 2^24 RGB triples cover both.
+__attribute__((target("avx2"), always_inline)) static inline __m256 grey8_avx2(const uint8_t *p, __m256 *R, __m256 *G,
+                                                                               __m256 *B) {
+#define M(...) _mm_setr_epi8(__VA_ARGS__)
+    const __m128i ra = M(0, 3, 6, 9, 12, 15, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1),
+                  rb = M(-1, -1, -1, -1, -1, -1, 10, 13, -1, -1, -1, -1, -1, -1, -1, -1),
+                  ga = M(1, 4, 7, 10, 13, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1),
+                  gb = M(-1, -1, -1, -1, -1, 8, 11, 14, -1, -1, -1, -1, -1, -1, -1, -1),
+                  ba = M(2, 5, 8, 11, 14, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1),
+                  bb = M(-1, -1, -1, -1, -1, 9, 12, 15, -1, -1, -1, -1, -1, -1, -1, -1);
+#undef M
+    const __m128i a = _mm_loadu_si128((const __m128i *)p), b = _mm_loadu_si128((const __m128i *)(p + 8));
+    *R = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_or_si128(_mm_shuffle_epi8(a, ra), _mm_shuffle_epi8(b, rb))));
+    *G = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_or_si128(_mm_shuffle_epi8(a, ga), _mm_shuffle_epi8(b, gb))));
+    *B = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_or_si128(_mm_shuffle_epi8(a, ba), _mm_shuffle_epi8(b, bb))));
+    const __m256 v = _mm256_add_ps(_mm256_mul_ps(_mm256_set1_ps(0.2989f), *R), _mm256_mul_ps(_mm256_set1_ps(0.587f), *G));
+    return _mm256_cvtepi32_ps(_mm256_cvttps_epi32(_mm256_add_ps(v, _mm256_mul_ps(_mm256_set1_ps(0.114f), *B))));
+}
+
+// Saturation 8 pixels a step, fused: the bytes split into channels by byte shuffles, the grey level
+// as below (the same float32 products and sums, truncated), each channel blended with it as
+// blend_rows16 does (two products, one sum, clamp, truncation), then the channels interleaved
+// again. Returns the pixels done; the caller finishes the rest.
+__attribute__((target("avx2"))) static size_t saturation_avx2(uint8_t *img, size_t px, float r, float r1) {
+    const __m256 rv = _mm256_set1_ps(r), r1v = _mm256_set1_ps(r1), zero = _mm256_setzero_ps(),
+                 v255 = _mm256_set1_ps(255.0f);
+    const __m256i shuf = _mm256_setr_epi8(0, 4, 8, 1, 5, 9, 2, 6, 10, 3, 7, 11, 12, 13, 14, 15, 0, 4, 8, 1, 5, 9, 2,
+                                          6, 10, 3, 7, 11, 12, 13, 14, 15);
+    const __m256i comp = _mm256_setr_epi32(0, 1, 2, 4, 5, 6, 3, 7);
+    size_t i = 0;
+    for (; i + 8 <= px; i += 8) {
+        uint8_t *p = img + 3 * i;
+        __m256 R, G, B;
+        const __m256 g = grey8_avx2(p, &R, &G, &B);
+        const __m256 gr = _mm256_mul_ps(r1v, g);
+#define BL(X) _mm256_cvttps_epi32(_mm256_min_ps(_mm256_max_ps(_mm256_add_ps(_mm256_mul_ps(rv, X), gr), zero), v255))
+        __m256i q = _mm256_packus_epi16(_mm256_packs_epi32(BL(R), BL(G)), _mm256_packs_epi32(BL(B), BL(B)));
+#undef BL
+        q = _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(q, shuf), comp);
+        _mm_storeu_si128((__m128i *)p, _mm256_castsi256_si128(q));
+        _mm_storel_epi64((__m128i *)(p + 16), _mm256_extracti128_si256(q, 1));
+    }
+    return i;
+}
+
 static void saturation(uint8_t *img, size_t px, int C, double f) {
     if (C == 1) return;  // torchvision: "Match PIL behaviour"
+    if (warp_use_avx2()) {
+        const size_t done = saturation_avx2(img, px, (float)f, (float)(1.0 - f));
+        img += 3 * done;
+        px -= done;
+        if (!px) return;
+    }
     BlendTab t;
     blend_tab(&t, f);
     // 512 pixels at a time: their grey levels (the reference's products and sums, no tables, so the
@@ -461,6 +560,23 @@ static void saturation(uint8_t *img, size_t px, int C, double f) {
     }
 }
 
+// The sum of the grey levels of px RGB pixels, 8 a step (grey8_avx2); *done: the pixels summed.
+__attribute__((target("avx2"))) static int64_t grey_sum_avx2(const uint8_t *img, size_t px, size_t *done) {
+    __m256i acc = _mm256_setzero_si256();  // 8 lanes of at most 255 * (2^31 / 2040) pixels: no overflow below
+    size_t i = 0;
+    const size_t lim = px < ((size_t)1 << 22) ? px : ((size_t)1 << 22);
+    for (; i + 8 <= lim; i += 8) {
+        __m256 R, G, B;
+        acc = _mm256_add_epi32(acc, _mm256_cvttps_epi32(grey8_avx2(img + 3 * i, &R, &G, &B)));
+    }
+    int32_t l[8];
+    _mm256_storeu_si256((__m256i *)l, acc);
+    int64_t s = 0;
+    for (int k = 0; k < 8; k++) s += l[k];
+    *done = i;
+    return s;
+}
+
 static void contrast(uint8_t *img, size_t px, int C, double f) {
     // The float32 mean of torch is exact here while the sum of grey levels stays below 2^24
     // (images up to 256 x 256); beyond that torch's summation order decides the last bit.
@@ -468,14 +584,14 @@ static void contrast(uint8_t *img, size_t px, int C, double f) {
     if (C == 3) {
         GreyTab g;
         grey_tab(&g);
-        for (size_t i = 0; i < px; i++) s += grey(&g, img + i * 3);
+        size_t i = 0;
+        if (warp_use_avx2()) s = grey_sum_avx2(img, px, &i);
+        for (; i < px; i++) s += grey(&g, img + i * 3);
     } else {
         for (size_t i = 0; i < px; i++) s += img[i];
     }
     float mean = (float)s / (float)px;
-    uint8_t lut[256];
-    blend_const_lut(lut, f, mean);
-    apply_lut(img, px * C, lut);
+    blend_const_apply(img, px * C, f, mean);
 }
 
 static void sharpness(uint8_t *img, int H, int W, int C, double f, uint8_t *tmp) {
@@ -524,10 +640,30 @@ static void posterize(uint8_t *img, size_t n, int bits) {
     for (size_t i = 0; i < n; i++) img[i] &= mask;
 }
 
+// Solarize's table inverts the values from the first k >= thr up (a threshold t; 256: none), so where
+// allowed 32 bytes a step: x >= t is max(x, t) == x, and 255 - x is ~x.
+__attribute__((target("avx2"))) static size_t solarize_avx2(uint8_t *img, size_t n, int t) {
+    const __m256i tv = _mm256_set1_epi8((char)t), ones = _mm256_set1_epi8(-1);
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        const __m256i x = _mm256_loadu_si256((const __m256i *)(img + i));
+        const __m256i m = _mm256_cmpeq_epi8(_mm256_max_epu8(x, tv), x);
+        _mm256_storeu_si256((__m256i *)(img + i), _mm256_blendv_epi8(x, _mm256_xor_si256(x, ones), m));
+    }
+    return i;
+}
+
 static void solarize(uint8_t *img, size_t n, double thr) {
     uint8_t lut[256];
-    for (int k = 0; k < 256; k++) lut[k] = (double)k >= thr ? (uint8_t)(255 - k) : (uint8_t)k;
-    apply_lut(img, n, lut);
+    int t = 256;
+    for (int k = 255; k >= 0; k--) {
+        lut[k] = (double)k >= thr ? (uint8_t)(255 - k) : (uint8_t)k;
+        if ((double)k >= thr) t = k;
+    }
+    size_t i = 0;
+    if (t == 256) return;  // no value reaches the threshold: the table is the identity
+    if (warp_use_avx2()) i = solarize_avx2(img, n, t);
+    apply_lut(img + i, n - i, lut);
 }
 
 static void solarize_add(uint8_t *img, size_t n, int add) {
@@ -574,13 +710,17 @@ static void autocontrast(uint8_t *img, size_t px, int C) {
     int lo[3], hi[3];
     channel_minmax(img, px * C, C, lo, hi);
     uint8_t lut[3][256];
+    float mnv[3] = {0, 0, 0}, scv[3] = {1, 1, 1};
     for (int c = 0; c < C; c++) {
         float mn = (float)lo[c], scale = 1.0f;
         if (hi[c] > lo[c]) scale = 255.0f / (float)(hi[c] - lo[c]);
         else mn = 0.0f;  // torchvision: a non-finite scale leaves the channel as it is
         for (int k = 0; k < 256; k++) lut[c][k] = clamp_trunc(((float)k - mn) * scale);
+        mnv[c] = mn, scv[c] = scale;
     }
-    if (C == 3) {
+    if (C == 3 && px * 3 >= 24 && warp_use_avx2()) {
+        affine_u8_avx2(img, px * 3, mnv, scv, 1, (const uint8_t(*)[256])lut);
+    } else if (C == 3) {
         for (size_t i = 0; i < px; i++) {
             uint8_t *p = img + i * 3;
             p[0] = lut[0][p[0]], p[1] = lut[1][p[1]], p[2] = lut[2][p[2]];

@@ -47,6 +47,10 @@ typedef struct {
 typedef struct {
     struct Loader *l;
     uint8_t *decode;  // max_raw_size bytes (not used for raw shards)
+    // What decode holds: the first decoded_bytes bytes of record decoded_idx (0 bytes: nothing).
+    // Repeated augmentation puts the copies of a record next to each other in a batch; they decode once.
+    uint64_t decoded_idx;
+    size_t decoded_bytes;
     ResampleScratch scratch;
     uint8_t *aa_tmp;  // max_crop^2 * C: the policies' second image
     pthread_t thread;
@@ -88,8 +92,10 @@ static void *default_alloc(size_t bytes, void *ctx) { return ct_alloc(bytes); }
 static void default_free(void *p, void *ctx) { free(p); }
 
 // Decode (a prefix of) record idx into the worker's buffer, or point into the mapping for raw shards.
+// whole: decode every row (the next sample is a copy of the same record, which then decodes nothing).
 // Returns the pixels, or NULL with err set (naming the file and the record).
-static const uint8_t *fetch_record(struct Loader *l, Worker *w, uint64_t idx, int rows, char *err, size_t errlen) {
+static const uint8_t *fetch_record(struct Loader *l, Worker *w, uint64_t idx, int rows, int whole, char *err,
+                                   size_t errlen) {
     const Shard *s = l->shard;
     const ShardRecord *r = &s->records[idx];
     if (!l->cfg.skip_crc && !__atomic_load_n(&l->verified[idx], __ATOMIC_RELAXED)) {
@@ -102,7 +108,10 @@ static const uint8_t *fetch_record(struct Loader *l, Worker *w, uint64_t idx, in
     case SHARD_CODEC_RAW:
         return s->base + r->offset;
     case SHARD_CODEC_LZ4: {
+        if (w->decoded_bytes >= need && w->decoded_idx == idx) return w->decode;
         // Only the rows the crop reads: LZ4 blocks decode front to back, so stopping early is free.
+        if (whole) need = r->raw_size;
+        w->decoded_bytes = 0;
         int got = LZ4_decompress_safe_partial((const char *)(s->base + r->offset), (char *)w->decode,
                                               (int)r->stored_size, (int)need, (int)r->raw_size);
         if (got < 0) {
@@ -115,10 +124,16 @@ static const uint8_t *fetch_record(struct Loader *l, Worker *w, uint64_t idx, in
                      (unsigned long long)idx, got, need);
             return NULL;
         }
+        w->decoded_idx = idx;
+        w->decoded_bytes = need;
         return w->decode;
     }
     default:
+        if (w->decoded_bytes && w->decoded_idx == idx) return w->decode;
+        w->decoded_bytes = 0;
         if (shard_decode_err(s, idx, w->decode, s->max_raw_size, 0, err, errlen) != 0) return NULL;
+        w->decoded_idx = idx;
+        w->decoded_bytes = r->raw_size;
         return w->decode;
     }
 }
@@ -170,7 +185,8 @@ static void *worker_main(void *arg) {
             const ShardRecord *r = &l->shard->records[idx];
             AugmentPlan plan;
             augment_plan(&l->aug, (int)r->height, (int)r->width, epoch, key, &plan);
-            const uint8_t *img = fetch_record(l, w, idx, plan.rows_needed, err, sizeof err);
+            const int again = i + 1 < s1 && slot->indices[i + 1] == idx;
+            const uint8_t *img = fetch_record(l, w, idx, plan.rows_needed, again, err, sizeof err);
             // skip_bad: the sample takes the next record of the shard that reads (a function of
             // the data alone, so the batch is the same whichever worker meets it, in any run),
             // cropped by the bad record's draws.
@@ -187,7 +203,7 @@ static void *worker_main(void *arg) {
                 use = (idx + k) % l->shard->n_records;
                 r = &l->shard->records[use];
                 augment_plan(&l->aug, (int)r->height, (int)r->width, epoch, key, &plan);
-                img = fetch_record(l, w, use, plan.rows_needed, err, sizeof err);
+                img = fetch_record(l, w, use, plan.rows_needed, 0, err, sizeof err);
             }
             if (!img) {
                 failed = 1;

@@ -282,6 +282,160 @@ __attribute__((target("avx2"))) static void hpass3_pairs_avx2(uint8_t *restrict 
         memcpy(out + 3 * j, &v, 3);
     }
 }
+// Planar path (AVX-512VL on 256-bit vectors, chosen at run time; the CPU this loader is measured on has
+// it). The horizontal pass above spends a load, an insert and a quarter of its lanes per pixel and tap,
+// and its per-four-pixel packing outweighs the 2-3 taps of most training crops. Here the vertical pass
+// writes one float row per channel, and the horizontal pass computes eight output pixels of one channel
+// per vector: for each tap, the eight source positions start[j] + k lie in a 16-float window (whenever
+// the starts of eight consecutive outputs are at most 15 apart, i.e. up to ~2x downscale; other images
+// keep the pair path), so two loads and one vpermt2ps give the eight operands. Every output value is
+// still 0 + w0 p0 + w1 p1 + ... in tap order with the same weights and operands, and the same
+// conversion and saturating packs, so the bytes equal the other paths'.
+
+// The crop's source rows split into one byte plane per channel, once per image (each row feeds
+// several output rows; splitting the floats after every vertical pass cost more than the horizontal
+// pass saved): 16 pixels a step, three byte shuffles per plane. The vertical pass then runs unchanged
+// (vpass_avx2) over each plane.
+// Row y of the result: cols8 bytes of red (cols rounded up to 8, the rest zeros), then green, then blue.
+__attribute__((target("avx2"))) static void split_planes_avx2(uint8_t *restrict dst, const uint8_t *src,
+                                                              size_t stride, int rows, int cols, int cols8) {
+#define M(...) _mm_setr_epi8(__VA_ARGS__)
+    const __m128i r0 = M(0, 3, 6, 9, 12, 15, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1),
+                  r1 = M(-1, -1, -1, -1, -1, -1, 2, 5, 8, 11, 14, -1, -1, -1, -1, -1),
+                  r2 = M(-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 1, 4, 7, 10, 13),
+                  g0 = M(1, 4, 7, 10, 13, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1),
+                  g1 = M(-1, -1, -1, -1, -1, 0, 3, 6, 9, 12, 15, -1, -1, -1, -1, -1),
+                  g2 = M(-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 2, 5, 8, 11, 14),
+                  b0 = M(2, 5, 8, 11, 14, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1),
+                  b1 = M(-1, -1, -1, -1, -1, 1, 4, 7, 10, 13, -1, -1, -1, -1, -1, -1),
+                  b2 = M(-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 0, 3, 6, 9, 12, 15);
+#undef M
+    for (int y = 0; y < rows; y++) {
+        const uint8_t *s = src + (size_t)y * stride;
+        uint8_t *dr = dst + (size_t)y * 3 * cols8, *dg = dr + cols8, *db = dg + cols8;
+        int x = 0;
+        // 32 pixels a step: the same byte shuffles on [pixels 0-15 | pixels 16-31] in the two lanes.
+        const __m256i R0 = _mm256_broadcastsi128_si256(r0), R1 = _mm256_broadcastsi128_si256(r1),
+                      R2 = _mm256_broadcastsi128_si256(r2), G0 = _mm256_broadcastsi128_si256(g0),
+                      G1 = _mm256_broadcastsi128_si256(g1), G2 = _mm256_broadcastsi128_si256(g2),
+                      B0 = _mm256_broadcastsi128_si256(b0), B1 = _mm256_broadcastsi128_si256(b1),
+                      B2 = _mm256_broadcastsi128_si256(b2);
+#define LD2(o) _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(s + 3 * x + (o)))), \
+                                       _mm_loadu_si128((const __m128i *)(s + 3 * x + 48 + (o))), 1)
+        for (; x + 32 <= cols; x += 32) {
+            const __m256i a = LD2(0), b = LD2(16), c = LD2(32);
+            _mm256_storeu_si256((__m256i *)(dr + x),
+                                _mm256_or_si256(_mm256_or_si256(_mm256_shuffle_epi8(a, R0), _mm256_shuffle_epi8(b, R1)),
+                                                _mm256_shuffle_epi8(c, R2)));
+            _mm256_storeu_si256((__m256i *)(dg + x),
+                                _mm256_or_si256(_mm256_or_si256(_mm256_shuffle_epi8(a, G0), _mm256_shuffle_epi8(b, G1)),
+                                                _mm256_shuffle_epi8(c, G2)));
+            _mm256_storeu_si256((__m256i *)(db + x),
+                                _mm256_or_si256(_mm256_or_si256(_mm256_shuffle_epi8(a, B0), _mm256_shuffle_epi8(b, B1)),
+                                                _mm256_shuffle_epi8(c, B2)));
+        }
+#undef LD2
+        for (; x + 16 <= cols; x += 16) {
+            const __m128i a = _mm_loadu_si128((const __m128i *)(s + 3 * x)),
+                          b = _mm_loadu_si128((const __m128i *)(s + 3 * x + 16)),
+                          c = _mm_loadu_si128((const __m128i *)(s + 3 * x + 32));
+            _mm_storeu_si128((__m128i *)(dr + x), _mm_or_si128(_mm_or_si128(_mm_shuffle_epi8(a, r0), _mm_shuffle_epi8(b, r1)),
+                                                               _mm_shuffle_epi8(c, r2)));
+            _mm_storeu_si128((__m128i *)(dg + x), _mm_or_si128(_mm_or_si128(_mm_shuffle_epi8(a, g0), _mm_shuffle_epi8(b, g1)),
+                                                               _mm_shuffle_epi8(c, g2)));
+            _mm_storeu_si128((__m128i *)(db + x), _mm_or_si128(_mm_or_si128(_mm_shuffle_epi8(a, b0), _mm_shuffle_epi8(b, b1)),
+                                                               _mm_shuffle_epi8(c, b2)));
+        }
+        for (; x < cols; x++) {
+            dr[x] = s[3 * x];
+            dg[x] = s[3 * x + 1];
+            db[x] = s[3 * x + 2];
+        }
+        for (; x < cols8; x++) dr[x] = dg[x] = db[x] = 0;
+    }
+}
+
+// Horizontal pass from planar rows, eight output pixels a step. Per group g: gb[g] the smallest start of
+// its pixels (output order, flip applied), gi the eight starts minus gb[g] (0..15; lanes past dw read
+// position 0 with weight 0), gw the eight weights per tap. Rows are zero-padded past their end, so
+// padded taps multiply zeros.
+#define HPLANAR_LOOP(KM)                                                                                      \
+    for (int g = 0; g < ng; g++) {                                                                            \
+        const __m256i ix = _mm256_load_si256((const __m256i *)(gi + 8 * g));                                  \
+        const float *w = gw + (size_t)g * kstride * 8;                                                        \
+        const float *ar = pr + gb[g], *ag = pg + gb[g], *ab = pb + gb[g];                                     \
+        __m256 sr = _mm256_setzero_ps(), sg = _mm256_setzero_ps(), sb = _mm256_setzero_ps();                  \
+        if (WIN1) { /* every lane's last tap inside the first 16-float window: load it once */               \
+            const __m256 rl = _mm256_loadu_ps(ar), rh = _mm256_loadu_ps(ar + 8), gl = _mm256_loadu_ps(ag),     \
+                         gh = _mm256_loadu_ps(ag + 8), bl = _mm256_loadu_ps(ab), bh = _mm256_loadu_ps(ab + 8); \
+            __m256i ik = ix;                                                                                  \
+            for (int k = 0; k < (KM); k++) {                                                                  \
+                const __m256 W = _mm256_load_ps(w + 8 * k);                                                   \
+                sr = _mm256_add_ps(sr, _mm256_mul_ps(W, _mm256_permutex2var_ps(rl, ik, rh)));                \
+                sg = _mm256_add_ps(sg, _mm256_mul_ps(W, _mm256_permutex2var_ps(gl, ik, gh)));                \
+                sb = _mm256_add_ps(sb, _mm256_mul_ps(W, _mm256_permutex2var_ps(bl, ik, bh)));                \
+                ik = _mm256_add_epi32(ik, one);                                                               \
+            }                                                                                                 \
+        } else {                                                                                              \
+            for (int k = 0; k < (KM); k++) {                                                                  \
+                const __m256 W = _mm256_load_ps(w + 8 * k);                                                   \
+                sr = _mm256_add_ps(sr, _mm256_mul_ps(W, _mm256_permutex2var_ps(_mm256_loadu_ps(ar + k), ix,     \
+                                                                                  _mm256_loadu_ps(ar + k + 8)))); \
+                sg = _mm256_add_ps(sg, _mm256_mul_ps(W, _mm256_permutex2var_ps(_mm256_loadu_ps(ag + k), ix,     \
+                                                                                  _mm256_loadu_ps(ag + k + 8)))); \
+                sb = _mm256_add_ps(sb, _mm256_mul_ps(W, _mm256_permutex2var_ps(_mm256_loadu_ps(ab + k), ix,     \
+                                                                                  _mm256_loadu_ps(ab + k + 8)))); \
+            }                                                                                                 \
+        }                                                                                                     \
+        /* per 128-bit half: r g (16 bits) and b b, then bytes r0-3 g0-3 b0-3 b0-3 | r4-7 g4-7 b4-7 b4-7 */   \
+        __m256i q = _mm256_packus_epi16(_mm256_packs_epi32(_mm256_cvtps_epi32(sr), _mm256_cvtps_epi32(sg)),   \
+                                        _mm256_packs_epi32(_mm256_cvtps_epi32(sb), _mm256_cvtps_epi32(sb)));  \
+        q = _mm256_shuffle_epi8(q, shuf);                                                                     \
+        q = _mm256_permutevar8x32_epi32(q, comp);                                                             \
+        uint8_t *o = out + 24 * (size_t)g;                                                                    \
+        if (g + 1 < ng || full) {                                                                             \
+            _mm_storeu_si128((__m128i *)o, _mm256_castsi256_si128(q));                                        \
+            _mm_storel_epi64((__m128i *)(o + 16), _mm256_extracti128_si256(q, 1));                            \
+        } else {                                                                                              \
+            uint8_t tmp[32];                                                                                  \
+            _mm256_storeu_si256((__m256i *)tmp, q);                                                           \
+            memcpy(o, tmp, (size_t)3 * (dw - 8 * g));                                                         \
+        }                                                                                                     \
+    }
+__attribute__((target("avx2,avx512f,avx512vl"))) static void hpass_planar_avx512(uint8_t *restrict out, const float *pr,
+                                                                                const float *pg, const float *pb,
+                                                                                const int *gb, const int *gi,
+                                                                                const float *gw, int kstride,
+                                                                                int kuse, int dw, int win1) {
+    const int ng = (dw + 7) / 8, full = dw % 8 == 0;
+    const __m256i one = _mm256_set1_epi32(1);
+    const __m256i shuf = _mm256_setr_epi8(0, 4, 8, 1, 5, 9, 2, 6, 10, 3, 7, 11, 12, 13, 14, 15, 0, 4, 8, 1, 5, 9, 2,
+                                          6, 10, 3, 7, 11, 12, 13, 14, 15);
+    const __m256i comp = _mm256_setr_epi32(0, 1, 2, 4, 5, 6, 3, 7);
+    if (win1) {
+#define WIN1 1
+        switch (kuse) {
+        case 1: HPLANAR_LOOP(1); break;
+        case 2: HPLANAR_LOOP(2); break;
+        case 3: HPLANAR_LOOP(3); break;
+        case 4: HPLANAR_LOOP(4); break;
+        default: HPLANAR_LOOP(kuse); break;
+        }
+#undef WIN1
+    } else {
+#define WIN1 0
+        switch (kuse) {
+        case 2: HPLANAR_LOOP(2); break;
+        case 3: HPLANAR_LOOP(3); break;
+        case 4: HPLANAR_LOOP(4); break;
+        case 5: HPLANAR_LOOP(5); break;
+        case 6: HPLANAR_LOOP(6); break;
+        default: HPLANAR_LOOP(kuse); break;
+        }
+#undef WIN1
+    }
+}
+#undef HPLANAR_LOOP
 #define HAVE_PAIRS 1
 static int simd_allowed = 1;
 static int use_avx2(void) {
@@ -292,6 +446,16 @@ static int use_avx2(void) {
     }
     return v && __atomic_load_n(&simd_allowed, __ATOMIC_RELAXED);
 }
+static int use_avx512(void) {
+    static int v = -1;
+    if (v < 0) {
+        __builtin_cpu_init();
+        v = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl");
+    }
+    return v && __atomic_load_n(&simd_allowed, __ATOMIC_RELAXED) == 1;
+}
+static unsigned long planar_images;
+unsigned long resample_planar_images(void) { return __atomic_load_n(&planar_images, __ATOMIC_RELAXED); }
 int resample_set_simd(int on) { return __atomic_exchange_n(&simd_allowed, on, __ATOMIC_RELAXED); }
 #else
 #define HPASS3_LOOP(KM)                                                                                       \
@@ -313,6 +477,7 @@ VPASS_KERNEL(_base, )
 HPASS3_KERNEL(_base, )
 static int use_avx2(void) { return 0; }
 int resample_set_simd(int on) { return 0; }
+unsigned long resample_planar_images(void) { return 0; }
 #define vpass_avx2 vpass_base
 #endif
 
@@ -351,7 +516,21 @@ void resample_u8(uint8_t *dst, int dw, int dh, const uint8_t *src, int sw, int s
     size_t sx_w = AL((size_t)dw * tx.kmax * sizeof(float)), sy_w = AL((size_t)dh * ty.kmax * sizeof(float));
     size_t row = AL(((size_t)sw * C + (size_t)tx.kmax * C + 8) * sizeof(float));
     size_t pairs = AL((size_t)(dw + 1) / 2 * tx.kmax * 8 * sizeof(float)) + sx_i;  // AVX2 pass: weights, offsets
-    char *base = scratch_get(scratch, 3 * sx_i + 2 * sy_i + sx_w + sy_w + row + pairs);
+    // Planar path: three channel rows (zero-padded for the 16-float windows of the last taps), then per
+    // group of eight outputs its base, eight relative starts and eight weights per tap.
+    const int ng = (dw + 7) / 8;
+    const size_t sw8 = ((size_t)sw + 7) & ~(size_t)7;
+    size_t prow = AL((3 * sw8 + tx.kmax + 24) * sizeof(float));  // the float row: R | G | B, then zeros
+    const size_t pplane = AL(3 * sw8 * sh);                        // the source's rows split the same way
+    size_t planar = prow + AL((size_t)ng * sizeof(int)) + AL((size_t)ng * 8 * sizeof(int)) +
+                    AL((size_t)ng * tx.kmax * 8 * sizeof(float)) + pplane;
+    char *base = scratch_get(scratch, 3 * sx_i + 2 * sy_i + sx_w + sy_w + row + pairs + planar);
+    char *pbase = base + 3 * sx_i + 2 * sy_i + sx_w + sy_w + row + pairs;
+    float *prow3 = (float *)pbase;
+    int *gb = (int *)(pbase + prow);
+    int *gi = (int *)(pbase + prow + AL((size_t)ng * sizeof(int)));
+    float *gw = (float *)(pbase + prow + AL((size_t)ng * sizeof(int)) + AL((size_t)ng * 8 * sizeof(int)));
+    uint8_t *bpl = (uint8_t *)pbase + planar - pplane;
     tx.start = (int *)base;
     tx.n = (int *)(base + sx_i);
     tx.off = (int *)(base + 2 * sx_i);
@@ -380,7 +559,55 @@ void resample_u8(uint8_t *dst, int dw, int dh, const uint8_t *src, int sw, int s
     memset(acc + len, 0, ((size_t)tx.kmax * C + 8) * sizeof(float));
     const uint8_t *srcx = src + (size_t)xlo * C;
     int avx2 = use_avx2();
+    int planar_ok = 0;
 #ifdef HAVE_PAIRS
+    if (avx2 && C == 3 && use_avx512()) {  // groups of eight outputs in output order (flip applied)
+        planar_ok = 1;
+        int maxrel = 0;  // the largest start minus its group's base
+        for (int g = 0; g < ng && planar_ok; g++) {
+            int lo = 1 << 30, hi = -1;
+            for (int l = 0; l < 8 && 8 * g + l < dw; l++) {
+                int j = 8 * g + l, i = flip_x ? dw - 1 - j : j, st = tx.start[i] - xlo;
+                lo = st < lo ? st : lo;
+                hi = st > hi ? st : hi;
+            }
+            if (hi - lo > 15) planar_ok = 0;
+            maxrel = hi - lo > maxrel ? hi - lo : maxrel;
+            gb[g] = lo;
+            for (int l = 0; l < 8; l++) {
+                int j = 8 * g + l, i = flip_x ? dw - 1 - j : j;
+                float *wg = gw + ((size_t)g * tx.kmax) * 8 + l;
+                if (j < dw) {
+                    gi[8 * g + l] = tx.start[i] - xlo - lo;
+                    for (int k = 0; k < tx.kmax; k++) wg[8 * k] = tx.w[(size_t)i * tx.kmax + k];
+                } else {
+                    gi[8 * g + l] = 0;
+                    for (int k = 0; k < tx.kmax; k++) wg[8 * k] = 0;
+                }
+            }
+        }
+        if (planar_ok) {
+            // Windows past a plane's last column read the next plane (or the zeros after the last)
+            // with zero weights: any finite value gives the same sums.
+            int cols = xhi - xlo, cols8 = (cols + 7) & ~7;
+            memset(prow3 + 3 * cols8, 0, ((size_t)tx.kmax + 24) * sizeof(float));
+            int rlo = ty.start[0], rhi = 0;
+            for (int y = 0; y < dh; y++) {
+                rlo = ty.start[y] < rlo ? ty.start[y] : rlo;
+                rhi = ty.start[y] + ty.n[y] > rhi ? ty.start[y] + ty.n[y] : rhi;
+            }
+            split_planes_avx2(bpl, srcx + (size_t)rlo * src_stride, src_stride, rhi - rlo, cols, cols8);
+            for (int y = 0; y < dh; y++) {
+                vpass_avx2(prow3, bpl, (size_t)3 * cols8, ty.start[y] - rlo, ty.n[y], ty.w + (size_t)y * ty.kmax,
+                           3 * cols8);
+                hpass_planar_avx512(dst + (size_t)y * dw * C, prow3, prow3 + cols8, prow3 + 2 * cols8, gb, gi, gw,
+                                    tx.kmax, tx.kuse, dw, maxrel + tx.kuse <= 16);
+            }
+            __atomic_fetch_add(&planar_images, 1, __ATOMIC_RELAXED);
+            resample_scratch_free(&local);
+            return;
+        }
+    }
     if (avx2 && C == 3) {  // pair layout in output order (flip applied)
         for (int j = 0; j < dw; j++) {
             int i = flip_x ? dw - 1 - j : j;

@@ -40,9 +40,11 @@ void resample_u8(uint8_t *dst, int dw, int dh, const uint8_t *src, int sw, int s
 void resize_u8(uint8_t *dst, int dw, int dh, const uint8_t *src, int sw, int sh, int C,
                ResampleScratch *scratch);
 
-// Tests: 0 forces the x86-64 baseline kernels instead of the AVX2 ones (same bytes by construction);
-// returns the previous setting.
+// Tests: 0 forces the x86-64 baseline kernels, 2 the AVX2 ones without the planar AVX-512VL path, 1 (the
+// default) the fastest the CPU has (same bytes by construction); returns the previous setting.
 int resample_set_simd(int on);
+// How many resample_u8 calls in this process took the planar AVX-512VL path (tests: not vacuous).
+unsigned long resample_planar_images(void);
 
 // One past the last source row resample_u8 reads for this region (so a caller decoding rows in
 // order can stop early).

@@ -33,9 +33,9 @@ static void make_image(uint8_t *img, int w, int h, int C, uint64_t seed) {
     }
 }
 
-static void write_shard(const char *path, uint32_t codec, int C) {
+static void write_shard_n(const char *path, uint32_t codec, int C, int n) {
     ShardWriter *w = shard_writer_open(path, C, codec, NCLS, CLASSES);
-    for (int i = 0; i < N; i++) {
+    for (int i = 0; i < n; i++) {
         int h = 20 + (i * 7) % 41, wd = 18 + (i * 13) % 47;
         uint8_t *img = ct_alloc((size_t)h * wd * C);
         make_image(img, wd, h, C, i);
@@ -47,6 +47,7 @@ static void write_shard(const char *path, uint32_t codec, int C) {
     }
     shard_writer_finish(w);
 }
+static void write_shard(const char *path, uint32_t codec, int C) { write_shard_n(path, codec, C, N); }
 
 static LoaderConfig base_cfg(int train, int workers) {
     LoaderConfig c = {0};
@@ -70,17 +71,17 @@ typedef struct {
     int nbatch;
 } Epoch;
 
-static Epoch run_epoch(Loader *l, int64_t epoch, size_t bytes_per_img) {
+static Epoch run_epoch_n(Loader *l, int64_t epoch, size_t bytes_per_img, int cap) {
     Epoch e = {0};
-    e.img = ct_alloc((size_t)(N + 1) * bytes_per_img);
-    e.idx = ct_alloc(sizeof(uint64_t) * (N + 1));
-    e.lab = ct_alloc(sizeof(int32_t) * (N + 1));
+    e.img = ct_alloc((size_t)(cap + 1) * bytes_per_img);
+    e.idx = ct_alloc(sizeof(uint64_t) * (cap + 1));
+    e.lab = ct_alloc(sizeof(int32_t) * (cap + 1));
     loader_start_epoch(l, epoch);
     LoaderBatch b;
     while (loader_next(l, &b)) {
         CHECK(b.batch == e.nbatch, "batch %lld out of order (want %d)", (long long)b.batch, e.nbatch);
-        CHECK(e.n + b.count <= N, "more samples than records");
-        if (e.n + b.count > N) break;
+        CHECK(e.n + b.count <= cap, "more samples than records");
+        if (e.n + b.count > cap) break;
         memcpy(e.img + (size_t)e.n * bytes_per_img, b.images, (size_t)b.count * bytes_per_img);
         memcpy(e.idx + e.n, b.indices, sizeof(uint64_t) * b.count);
         memcpy(e.lab + e.n, b.labels, sizeof(int32_t) * b.count);
@@ -91,6 +92,7 @@ static Epoch run_epoch(Loader *l, int64_t epoch, size_t bytes_per_img) {
     e.img_n = (size_t)e.n * bytes_per_img;
     return e;
 }
+static Epoch run_epoch(Loader *l, int64_t epoch, size_t bytes_per_img) { return run_epoch_n(l, epoch, bytes_per_img, N); }
 static void epoch_free(Epoch *e) {
     free(e->img);
     free(e->idx);
@@ -110,17 +112,19 @@ static int check_against_direct(const Shard *s, const LoaderConfig *cfg, const E
     uint8_t *dec = ct_alloc(s->max_raw_size), *out = ct_alloc(bytes);
     Sampler sm;
     sampler_init(&sm, s->n_records, cfg->batch_size, cfg->rank, cfg->world, cfg->train, cfg->seed);
+    if (cfg->train && cfg->ra_repeats > 1) sampler_set_repeats(&sm, cfg->ra_repeats);
     sampler_set_epoch(&sm, epoch);
-    uint64_t *idx = ct_alloc(sizeof(uint64_t) * cfg->batch_size);
+    uint64_t *idx = ct_alloc(sizeof(uint64_t) * cfg->batch_size), *key = ct_alloc(sizeof(uint64_t) * cfg->batch_size);
     int ok = 1, k = 0;
     for (int64_t b = 0; b < sampler_num_batches(&sm); b++) {
-        int c = sampler_batch(&sm, b, idx);
+        int c = sampler_batch_keys(&sm, b, idx, key);
         for (int i = 0; i < c; i++, k++) {
             if (k >= e->n) return 0;
             const ShardRecord *r = &s->records[idx[i]];
+            memset(dec, 0xA5, s->max_raw_size);
             shard_decode(s, idx[i], dec, s->max_raw_size);
             AugmentPlan p;
-            augment_plan(&a, r->height, r->width, epoch, idx[i], &p);
+            augment_plan(&a, r->height, r->width, epoch, key[i], &p);
             augment_apply(&a, &p, dec, r->width, s->channels, out, NULL);
             ok &= e->idx[k] == idx[i] && e->lab[k] == (int32_t)r->label &&
                   memcmp(out, e->img + (size_t)k * bytes, bytes) == 0;
@@ -129,6 +133,7 @@ static int check_against_direct(const Shard *s, const LoaderConfig *cfg, const E
     ok &= k == e->n;
     sampler_free(&sm);
     free(idx);
+    free(key);
     free(dec);
     free(out);
     return ok;
@@ -163,6 +168,33 @@ int main(void) {
     shard_open(&sr, raw);
     shard_open(&sg, gray);
 
+    // Repeated augmentation: the copies of a record sit next to each other in a batch and the worker
+    // decodes the record once for them (whole, or reuses a prefix long enough); every copy still
+    // equals the direct path (full decode of that record, the copy's own key), with 1 and 2 workers.
+    // Groups of 3 straddle the items of 8 samples, so a copy can find a shorter prefix of its record.
+    {
+        char rap[512];
+        snprintf(rap, sizeof rap, "%s/ra.shard", dir);
+        write_shard_n(rap, SHARD_CODEC_LZ4, 3, 300);
+        Shard sa;
+        shard_open(&sa, rap);
+        for (int wk = 1; wk <= 2; wk++) {
+            LoaderConfig c = base_cfg(1, wk);
+            c.ra_repeats = 3;
+            c.batch_size = 16;
+            Loader *l = loader_create(&sa, &c);
+            for (int64_t ep = 0; ep < 2; ep++) {
+                Epoch e = run_epoch_n(l, ep, (size_t)c.crop * c.crop * 3, 300);
+                CHECK(e.n == 256 && check_against_direct(&sa, &c, &e, ep),
+                      "ra-repeats 3, workers %d, epoch %lld: %d samples, or differs from the direct path", wk,
+                      (long long)ep, e.n);
+                epoch_free(&e);
+            }
+            loader_destroy(l);
+        }
+        shard_close(&sa);
+        unlink(rap);
+    }
     // Determinism across worker counts and prefetch depths, two epochs, train and eval.
     for (int train = 1; train >= 0; train--) {
         LoaderConfig c1 = base_cfg(train, 1);

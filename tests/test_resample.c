@@ -134,6 +134,7 @@ int main(void) {
     {
         Rng g = rng_make(2612, 7, 1);
         int bad = 0, cases = 0;
+        const unsigned long planar0 = resample_planar_images();
         for (int t = 0; t < 300; t++) {
             const int C = t % 4 == 3 ? 1 : 3;
             int sw = 1 + (int)rng_below(&g, t % 5 ? 300 : 9), sh = 1 + (int)rng_below(&g, t % 7 ? 300 : 9);
@@ -150,21 +151,30 @@ int main(void) {
             if (t % 2) make_image(img, (int)(stride / C), sh, C, 5000 + t);
             else
                 for (size_t i = 0; i < stride * sh; i++) img[i] = (uint8_t)rng_below(&g, 256);
-            resample_u8(a, dw, dh, img, sw, sh, C, stride, x0, y0, cw, ch, fl, &scratch);
             int was = resample_set_simd(0);
             resample_u8(b, dw, dh, img, sw, sh, C, stride, x0, y0, cw, ch, fl, &scratch);
+            // Level 1: the planar AVX-512VL path where the CPU has it and the geometry allows; level 2:
+            // the AVX2 pair path.
+            for (int lv = 1; lv <= 2; lv++) {
+                resample_set_simd(lv);
+                resample_u8(a, dw, dh, img, sw, sh, C, stride, x0, y0, cw, ch, fl, &scratch);
+                cases++;
+                if (memcmp(a, b, (size_t)dw * dh * C) && bad++ < 5)
+                    CHECK(0, "%dx%dx%d region (%g,%g %gx%g) -> %dx%d flip %d simd %d: SIMD and baseline kernels disagree",
+                          sw, sh, C, x0, y0, cw, ch, dw, dh, fl, lv);
+            }
             resample_set_simd(was);
-            cases++;
-            if (memcmp(a, b, (size_t)dw * dh * C) && bad++ < 5)
-                CHECK(0, "%dx%dx%d region (%g,%g %gx%g) -> %dx%d flip %d: SIMD and baseline kernels disagree", sw, sh,
-                      C, x0, y0, cw, ch, dw, dh, fl);
             free(img);
             free(a);
             free(b);
         }
         CHECK(bad == 0, "SIMD vs baseline on random geometry: %d of %d cases differ", bad, cases);
-        printf("resample SIMD vs baseline, random geometry: %d cases, %d differ%s\n", cases, bad,
+        printf("resample SIMD vs baseline, random geometry: %d cases, %d differ, %lu on the planar path%s\n", cases, bad,
+               resample_planar_images() - planar0,
                __builtin_cpu_supports("avx2") ? "" : " (no AVX2 on this CPU: both runs took the baseline)");
+        if (__builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx2"))
+            CHECK(resample_planar_images() - planar0 >= 60, "only %lu random cases took the planar path",
+                  resample_planar_images() - planar0);
     }
     // Rows needed bound: never less than the rows the taps read (checked by the reference cases below
     // through ASan as well), and for a crop at the top of a tall image well below the image height.
