@@ -50,19 +50,16 @@ trap 'rm -rf "$tmp"' EXIT
 # One thread each: the box is shared, and OpenMP spinning on an oversubscribed machine is slow.
 # (The layers are bit-identical for any thread count; their own tests check that.)
 export OMP_NUM_THREADS=1
+# run queues a case; the references are made afterwards by one torch_ref.py process (torch
+# imported once: --each-line, the same bytes as a process per reference), then each is checked.
+refs=() checks=()
 run() { # routes (direct, winograd or both), name, torch_ref args..., -- helper args...
   local route=$1 name=$2; shift 2
-  local targs=() hargs=()
+  local targs=()
   while [ $# -gt 0 ] && [ "$1" != -- ]; do targs+=("$1"); shift; done
   [ $# -gt 0 ] && shift
-  hargs=("$@")
-  "$TORCH_PY" "$ROOT/tools/torch_ref.py" "${targs[@]}" --out "$tmp/$name"
-  local r
-  for r in direct winograd; do
-    [ "$route" = both ] || [ "$route" = $r ] || continue
-    echo "($r route)"
-    CTRAIN_CPU_WINOGRAD=$([ $r = winograd ] && echo 1 || echo 0) "$HELPER" "$tmp/$name" "${hargs[@]}"
-  done
+  refs+=("${targs[*]} --out $tmp/$name")
+  checks+=("$route $name $*")
 }
 t0=$SECONDS
 # CIFAR resnet20, 32x32, batch 4: label smoothing, Nesterov, no weight decay on BN and biases.
@@ -97,4 +94,14 @@ run both r18b --arch resnet18 --batch 2 --size 64 --in-ch 1 --classes 7 --blurpo
 # block / 8 over resnet20's 9 blocks, batch 4; the same fixed tolerances (dropped branches change
 # which terms exist, not the conditioning).
 run direct r20d --arch resnet20 --batch 4 --size 32 --classes 10 --smoothing 0.1 --drop-path 0.5
+printf '%s\n' "${refs[@]}" | "$TORCH_PY" "$ROOT/tools/torch_ref.py" --each-line
+for c in "${checks[@]}"; do
+  read -r route name hargs <<<"$c"
+  read -ra hargs <<<"$hargs"
+  for r in direct winograd; do
+    [ "$route" = both ] || [ "$route" = $r ] || continue
+    echo "($name, $r route)"
+    CTRAIN_CPU_WINOGRAD=$([ $r = winograd ] && echo 1 || echo 0) "$HELPER" "$tmp/$name" "${hargs[@]}"
+  done
+done
 echo "parity: all models passed in $((SECONDS - t0)) s"

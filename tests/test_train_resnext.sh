@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The run lifecycle of torchvision's ResNet relatives (issue 25: "everything that works for resnet50
 # works for them"), for resnext50_32x4d (grouped 3x3s: nn/conv_grouped.c, the generic GPU engine)
-# and wide_resnet50_2 (dense, twice resnet50's 3x3 width), on 16x16 synthetic images, 4 classes:
+# and wide_resnet50_2 (dense, twice resnet50's 3x3 width), on 16x16 synthetic images, 4 classes,
+# 4 training images at batch 4 (one step an epoch: resume still crosses an epoch boundary with
+# momentum, BN statistics and the loader's next-epoch draw in play; 8 images cost 15% more CPU for
+# a second step of the same code in each epoch):
 #   - CPU: 1 epoch + --resume = 2 epochs straight, bit for bit (model.safetensors and last.ckpt);
 #     --evaluate of the checkpoint = --evaluate -a ARCH of model.safetensors; --ranks 2 evaluates
 #     exactly as one rank and trains;
@@ -14,13 +17,14 @@
 # Seen failing (a mutant ./train via CTRAIN_BIN): ONNX Conv written with group 1 (onnxruntime refuses
 # layer1.0's conv2), ResNeXt's conv2 built dense (groups 1: ctrain trains and resumes it, torchvision's
 # strict load refuses [1024, 1024, 3, 3] for [1024, 32, 3, 3]). RESNEXT_ARCHS narrows the models.
-# Cost: 3 min of CPU (22.7 min wall on the 9-18x loaded 2-core machine of 2026-11-28).
+# Cost: 188 CPU-s (221 with 8 training images; 22.7 min wall on the 9-18x loaded 2-core machine of
+# 2026-11-28).
 # The emulated GPU's half (train, SIGTERM + resume, evaluate, predict, export under build/train-emu)
 # is tests/test_train_resnext_emu.sh (resnext50_32x4d in the suite, the others by RESNEXT_ARCHS);
 # both use train_lib.sh's predict/ONNX checks (tests/emu_model.c holds the GPU executor's step to the CPU's on
 # resnext50_32x4d with EMU_MODEL_CASE, outside the suite).
 source "$(dirname "$0")/train_lib.sh"
-make_synth "$TMP/d" 8 4 16 4
+make_synth "$TMP/d" 4 4 16 4
 make_synth "$TMP/d3" 6 3 16 3
 random_png "$TMP/pic.png" 16
 ARCHS=${RESNEXT_ARCHS:-resnext50_32x4d wide_resnet50_2}

@@ -207,7 +207,7 @@ def np_of(t):
     return t.detach().cpu().numpy()
 
 
-def main():
+def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--arch", required=True)
     ap.add_argument("--in-ch", type=int, default=3)
@@ -243,7 +243,7 @@ def main():
     ap.add_argument("--drop-path", type=float, default=0.0,
                     help="timm's stochastic depth at this drop_path_rate, on ctrain's rows (ctrain --drop-path)")
     ap.add_argument("--out", required=True)
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     torch.manual_seed(a.seed)
     torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
     model = build(a.arch, a.in_ch, a.classes)
@@ -441,4 +441,16 @@ def explain_kinks(model, x32, labels, smoothing):
 
 
 if __name__ == "__main__":
+    # --each-line: one reference per line of stdin (that line's arguments), in one process, so
+    # torch is imported once (tests/test_parity.sh: ~3 CPU-s an import, ten references). Each call
+    # seeds torch, sets its thread count and builds its own model, so a reference's bytes are the
+    # same as in a process of its own.
+    if sys.argv[1:] == ["--each-line"]:
+        import shlex
+        for line in sys.stdin:
+            if line.strip():
+                rc = main(shlex.split(line))
+                if rc:
+                    sys.exit(rc)
+        sys.exit(0)
     sys.exit(main())
