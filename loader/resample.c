@@ -501,9 +501,10 @@ __attribute__((target("avx2"))) static void taps_avx2(Taps *t, int out_len, int 
         for (int k = 0; k < 8; k++) sum += wd[k];
         const unsigned nz = (unsigned)_mm256_movemask_pd(_mm256_cmp_pd(a, zero, _CMP_NEQ_OQ)) |
                             (unsigned)_mm256_movemask_pd(_mm256_cmp_pd(b, zero, _CMP_NEQ_OQ)) << 4;
-        // The last output through the scalar code too: the others store eight floats (their row, then
-        // the start of the next row, which is written after them), the last has no row after it.
-        if (!(sum > 0) || !nz || i == out_len - 1) {  // also taps_compute's all-zero fallback
+        // The last outputs through the scalar code too: the others store eight floats (their row, then
+        // the start of the rows after it, which are written later), and the store must end inside
+        // the table (km >= 3, so the vector rows are all but the last two at most).
+        if (!(sum > 0) || !nz || (size_t)i * km + 8 > (size_t)out_len * km) {  // also the all-zero fallback
             taps_one(t, i, in_size, center, support, inv);
             t->kuse = t->n[i] > t->kuse ? t->n[i] : t->kuse;
             continue;
