@@ -94,6 +94,26 @@ static void warp_shift(const uint8_t *img, int H, int W, int C, const int *sx, c
     }
 }
 
+// warp_shift's bytes written over the image itself, for sy = oy + ky (see warp's caller).
+static void warp_shift_inplace(uint8_t *img, int H, int W, int C, const int *sx, const int *sy, const uint8_t *fill) {
+    uint8_t f[4] = {0, 0, 0, 0};
+    if (fill) memcpy(f, fill, C);
+    int lo = 0;
+    while (lo < W && (sx[lo] < 0 || sx[lo] >= W)) lo++;
+    int hi = lo;
+    while (hi < W && sx[hi] >= 0 && sx[hi] < W) hi++;
+    const int down = sy[0] >= 0;  // source row at or below the output row: top down
+    for (int r = 0; r < H; r++) {
+        const int oy = down ? r : H - 1 - r;
+        uint8_t *o = img + (size_t)oy * W * C;
+        int a = lo, b = hi;
+        if (sy[oy] < 0 || sy[oy] >= H) a = b = W;
+        if (b > a) memmove(o + (size_t)a * C, img + ((size_t)sy[oy] * W + sx[a]) * C, (size_t)(b - a) * C);
+        for (int ox = 0; ox < a; ox++) memcpy(o + (size_t)ox * C, f, C);
+        for (int ox = b; ox < W; ox++) memcpy(o + (size_t)ox * C, f, C);
+    }
+}
+
 // One output row of 3 channels, eight pixels per AVX2 step, one pixel per lane: the grid, the floor
 // and the bilinear weights as the chunk loop below computes them, the four taps of the interior
 // pixels from one 8-byte load per row (see ROWTAPS), the
@@ -271,6 +291,15 @@ static void warp(uint8_t *img, int H, int W, int C, const double m[6], const uin
             // sx must be ox + k (a translation): anything else takes the general path.
             for (int ox = 1; ox < W && whole; ox++) whole = sx[ox] == sx[0] + ox;
             if (whole) {
+                // A translation in y too (sy = oy + k): rows move in place, each read before it is
+                // overwritten (top down when the source lies below, bottom up when above), which
+                // saves the copy back from tmp; memmove covers the overlap within a row.
+                int rows = 1;
+                for (int oy = 1; oy < H && rows; oy++) rows = sy[oy] == sy[0] + oy;
+                if (rows && __atomic_load_n(&aa_simd_allowed, __ATOMIC_RELAXED)) {
+                    warp_shift_inplace(img, H, W, C, sx, sy, fill);
+                    return;
+                }
                 warp_shift(img, H, W, C, sx, sy, fill, tmp);
                 memcpy(img, tmp, (size_t)H * W * C);
                 return;

@@ -28,52 +28,54 @@ static int taps_kmax(double in_len, int out_len) {
     return (int)ceil(support) * 2 + 1;
 }
 
+// One output of taps_compute: its taps from the filter's center on the input axis.
+static inline void taps_one(Taps *t, int i, int in_size, double center, double support, double inv) {
+    int lo = (int)(center - support + 0.5);
+    if (lo < 0) lo = 0;
+    int hi = (int)(center + support + 0.5);
+    if (hi > in_size) hi = in_size;
+    if (hi <= lo) {  // region pinned to an edge within rounding: take the nearest pixel
+        lo = (int)center;
+        if (lo > in_size - 1) lo = in_size - 1;
+        if (lo < 0) lo = 0;
+        hi = lo + 1;
+    }
+    int n = hi - lo;
+    if (n > t->kmax) n = t->kmax;  // cannot happen with kmax from taps_kmax; keeps memory safe
+    float *w = t->w + (size_t)i * t->kmax;
+    double sum = 0, wd[n];
+    for (int k = 0; k < n; k++) {
+        double x = (k + lo - center + 0.5) * inv;
+        double v = 1.0 - fabs(x);
+        wd[k] = v > 0 ? v : 0;
+        sum += wd[k];
+    }
+    if (sum <= 0) {  // all taps at exactly distance 1: fall back to the nearest
+        for (int k = 0; k < n; k++) wd[k] = 0;
+        wd[0] = 1;
+        sum = 1;
+    }
+    // Drop taps of weight exactly zero at either end (an integral scale-1 position has one tap of
+    // weight 1): fewer loads, and the sum is unchanged bit for bit (all terms are >= 0).
+    int k0 = 0;
+    while (n > 1 && wd[k0] == 0) {
+        k0++;
+        n--;
+        lo++;
+    }
+    while (n > 1 && wd[k0 + n - 1] == 0) n--;
+    for (int k = 0; k < n; k++) w[k] = (float)(wd[k0 + k] / sum);
+    for (int k = n; k < t->kmax; k++) w[k] = 0;
+    t->start[i] = lo;
+    t->n[i] = n;
+}
+
 static void taps_compute(Taps *t, int out_len, int in_size, double x0, double len) {
     double scale = len / out_len;
     double fs = scale > 1.0 ? scale : 1.0;
     double support = fs;  // the triangle filter has support 1, widened by the downscale factor
     double inv = 1.0 / fs;
-    for (int i = 0; i < out_len; i++) {
-        double center = x0 + (i + 0.5) * scale;
-        int lo = (int)(center - support + 0.5);
-        if (lo < 0) lo = 0;
-        int hi = (int)(center + support + 0.5);
-        if (hi > in_size) hi = in_size;
-        if (hi <= lo) {  // region pinned to an edge within rounding: take the nearest pixel
-            lo = (int)center;
-            if (lo > in_size - 1) lo = in_size - 1;
-            if (lo < 0) lo = 0;
-            hi = lo + 1;
-        }
-        int n = hi - lo;
-        if (n > t->kmax) n = t->kmax;  // cannot happen with kmax from taps_kmax; keeps memory safe
-        float *w = t->w + (size_t)i * t->kmax;
-        double sum = 0, wd[n];
-        for (int k = 0; k < n; k++) {
-            double x = (k + lo - center + 0.5) * inv;
-            double v = 1.0 - fabs(x);
-            wd[k] = v > 0 ? v : 0;
-            sum += wd[k];
-        }
-        if (sum <= 0) {  // all taps at exactly distance 1: fall back to the nearest
-            for (int k = 0; k < n; k++) wd[k] = 0;
-            wd[0] = 1;
-            sum = 1;
-        }
-        // Drop taps of weight exactly zero at either end (an integral scale-1 position has one tap of
-        // weight 1): fewer loads, and the sum is unchanged bit for bit (all terms are >= 0).
-        int k0 = 0;
-        while (n > 1 && wd[k0] == 0) {
-            k0++;
-            n--;
-            lo++;
-        }
-        while (n > 1 && wd[k0 + n - 1] == 0) n--;
-        for (int k = 0; k < n; k++) w[k] = (float)(wd[k0 + k] / sum);
-        for (int k = n; k < t->kmax; k++) w[k] = 0;
-        t->start[i] = lo;
-        t->n[i] = n;
-    }
+    for (int i = 0; i < out_len; i++) taps_one(t, i, in_size, x0 + (i + 0.5) * scale, support, inv);
     t->kuse = 1;
     for (int i = 0; i < out_len; i++) t->kuse = t->n[i] > t->kuse ? t->n[i] : t->kuse;
 }
@@ -454,6 +456,73 @@ static int use_avx512(void) {
     }
     return v && __atomic_load_n(&simd_allowed, __ATOMIC_RELAXED) == 1;
 }
+// taps_compute's arithmetic without its per-output branches and memset calls, for kmax <= 8 (every
+// crop up to ~3.5x downscale): the same double operations per tap, eight taps in two vectors (lanes
+// past n masked to zero), the sum in the same order (the extra +0 terms leave a sum of non-negative
+// values unchanged), the same trimming of zero weights (the first and last nonzero lanes) and the same
+// divisions (IEEE division is correctly rounded in any lane). Outputs whose weights are all zero take
+// taps_compute's fallback through the scalar code.
+__attribute__((target("avx2"))) static void taps_avx2(Taps *t, int out_len, int in_size, double x0, double len) {
+    double scale = len / out_len;
+    double fs = scale > 1.0 ? scale : 1.0;
+    double support = fs;
+    double inv = 1.0 / fs;
+    const __m256d vinv = _mm256_set1_pd(inv), half = _mm256_set1_pd(0.5), one = _mm256_set1_pd(1.0),
+                  zero = _mm256_setzero_pd(), sign = _mm256_set1_pd(-0.0);
+    const __m128i iota0 = _mm_setr_epi32(0, 1, 2, 3), iota1 = _mm_setr_epi32(4, 5, 6, 7);
+    const int km = t->kmax;
+    t->kuse = 1;
+    for (int i = 0; i < out_len; i++) {
+        double center = x0 + (i + 0.5) * scale;
+        int lo = (int)(center - support + 0.5);
+        if (lo < 0) lo = 0;
+        int hi = (int)(center + support + 0.5);
+        if (hi > in_size) hi = in_size;
+        if (hi <= lo) {
+            lo = (int)center;
+            if (lo > in_size - 1) lo = in_size - 1;
+            if (lo < 0) lo = 0;
+            hi = lo + 1;
+        }
+        int n = hi - lo;
+        if (n > km) n = km;
+        const __m256d c = _mm256_set1_pd(center);
+        const __m128i vlo = _mm_set1_epi32(lo), vn = _mm_set1_epi32(n);
+        __m256d a = _mm256_mul_pd(_mm256_add_pd(_mm256_sub_pd(_mm256_cvtepi32_pd(_mm_add_epi32(iota0, vlo)), c), half), vinv);
+        __m256d b = _mm256_mul_pd(_mm256_add_pd(_mm256_sub_pd(_mm256_cvtepi32_pd(_mm_add_epi32(iota1, vlo)), c), half), vinv);
+        a = _mm256_max_pd(_mm256_sub_pd(one, _mm256_andnot_pd(sign, a)), zero);  // v > 0 ? v : 0
+        b = _mm256_max_pd(_mm256_sub_pd(one, _mm256_andnot_pd(sign, b)), zero);
+        a = _mm256_and_pd(a, _mm256_castsi256_pd(_mm256_cvtepi32_epi64(_mm_cmpgt_epi32(vn, iota0))));
+        b = _mm256_and_pd(b, _mm256_castsi256_pd(_mm256_cvtepi32_epi64(_mm_cmpgt_epi32(vn, iota1))));
+        double wd[16];
+        _mm256_storeu_pd(wd, a);
+        _mm256_storeu_pd(wd + 4, b);
+        double sum = 0;
+        for (int k = 0; k < 8; k++) sum += wd[k];
+        const unsigned nz = (unsigned)_mm256_movemask_pd(_mm256_cmp_pd(a, zero, _CMP_NEQ_OQ)) |
+                            (unsigned)_mm256_movemask_pd(_mm256_cmp_pd(b, zero, _CMP_NEQ_OQ)) << 4;
+        // The last outputs through the scalar code too: the others store eight floats (their row, then
+        // the start of the rows after it, which are written later), and the store must end inside
+        // the table (km >= 3, so the vector rows are all but the last two at most).
+        if (!(sum > 0) || !nz || (size_t)i * km + 8 > (size_t)out_len * km) {  // also the all-zero fallback
+            taps_one(t, i, in_size, center, support, inv);
+            t->kuse = t->n[i] > t->kuse ? t->n[i] : t->kuse;
+            continue;
+        }
+        const int k0 = __builtin_ctz(nz), k1 = 31 - __builtin_clz(nz);
+        const __m256d s = _mm256_set1_pd(sum);
+        float wf[24];
+        _mm_storeu_ps(wf, _mm256_cvtpd_ps(_mm256_div_pd(a, s)));
+        _mm_storeu_ps(wf + 4, _mm256_cvtpd_ps(_mm256_div_pd(b, s)));
+        _mm256_storeu_ps(wf + 8, _mm256_setzero_ps());
+        _mm256_storeu_ps(wf + 16, _mm256_setzero_ps());
+        float *w = t->w + (size_t)i * km;
+        _mm256_storeu_ps(w, _mm256_loadu_ps(wf + k0));  // the nonzero run, then zeros (km <= 8)
+        t->start[i] = lo + k0;
+        t->n[i] = k1 - k0 + 1;
+        t->kuse = t->n[i] > t->kuse ? t->n[i] : t->kuse;
+    }
+}
 static unsigned long planar_images;
 unsigned long resample_planar_images(void) { return __atomic_load_n(&planar_images, __ATOMIC_RELAXED); }
 int resample_set_simd(int on) { return __atomic_exchange_n(&simd_allowed, on, __ATOMIC_RELAXED); }
@@ -479,6 +548,7 @@ static int use_avx2(void) { return 0; }
 int resample_set_simd(int on) { return 0; }
 unsigned long resample_planar_images(void) { return 0; }
 #define vpass_avx2 vpass_base
+#define taps_avx2 taps_compute
 #endif
 
 static void hpass_generic(uint8_t *restrict out, const float *acc, const Taps *t, int dw, int C, int flip) {
@@ -546,8 +616,11 @@ void resample_u8(uint8_t *dst, int dw, int dh, const uint8_t *src, int sw, int s
     int *offo = (int *)(base + sx_w + sy_w + row + pairs - sx_i);
 #undef AL
 
-    taps_compute(&tx, dw, sw, x0, cw);
-    taps_compute(&ty, dh, sh, y0, ch);
+    int avx2 = use_avx2();
+    if (avx2 && tx.kmax <= 8) taps_avx2(&tx, dw, sw, x0, cw);
+    else taps_compute(&tx, dw, sw, x0, cw);
+    if (avx2 && ty.kmax <= 8) taps_avx2(&ty, dh, sh, y0, ch);
+    else taps_compute(&ty, dh, sh, y0, ch);
     // Columns the horizontal taps touch: the vertical pass runs over these only (crop before resize).
     int xlo = tx.start[0], xhi = 0;
     for (int i = 0; i < dw; i++) {
@@ -558,7 +631,6 @@ void resample_u8(uint8_t *dst, int dw, int dh, const uint8_t *src, int sw, int s
     int len = (xhi - xlo) * C;
     memset(acc + len, 0, ((size_t)tx.kmax * C + 8) * sizeof(float));
     const uint8_t *srcx = src + (size_t)xlo * C;
-    int avx2 = use_avx2();
     int planar_ok = 0;
 #ifdef HAVE_PAIRS
     if (avx2 && C == 3 && use_avx512()) {  // groups of eight outputs in output order (flip applied)
