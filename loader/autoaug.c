@@ -71,6 +71,15 @@ static inline void load2x4f(const uint8_t *p, __m128 *a, __m128 *b) {
     *b = _mm_cvtepi32_ps(_mm_unpacklo_epi16(_mm_srli_si128(w, 6), z));
 }
 
+// sx is ox + k for one k: output columns [lo, hi) come from the source row, the rest is fill.
+static void shift_cols(const int *sx, int W, int *lo, int *hi) {
+    int a = 0;
+    while (a < W && (sx[a] < 0 || sx[a] >= W)) a++;
+    int b = a;
+    while (b < W && sx[b] >= 0 && sx[b] < W) b++;
+    *lo = a, *hi = b;
+}
+
 // Integer translations (F.affine's translate by whole pixels, no rotation or shear): the grid lands
 // within 1e-4 of whole pixels, where bilinear weights of 1 - d and d (d < 1e-4) move a value by at
 // most 255 * 2d plus float32 rounding, far below the 0.5 that would change its rounding, so every
@@ -79,11 +88,8 @@ static void warp_shift(const uint8_t *img, int H, int W, int C, const int *sx, c
                        uint8_t *out) {
     uint8_t f[4] = {0, 0, 0, 0};
     if (fill) memcpy(f, fill, C);
-    // sx is ox + k for one k: columns [lo, hi) come from the source row, the rest is fill.
-    int lo = 0;
-    while (lo < W && (sx[lo] < 0 || sx[lo] >= W)) lo++;
-    int hi = lo;
-    while (hi < W && sx[hi] >= 0 && sx[hi] < W) hi++;
+    int lo, hi;
+    shift_cols(sx, W, &lo, &hi);
     for (int oy = 0; oy < H; oy++) {
         uint8_t *o = out + (size_t)oy * W * C;
         int a = lo, b = hi;
@@ -98,10 +104,8 @@ static void warp_shift(const uint8_t *img, int H, int W, int C, const int *sx, c
 static void warp_shift_inplace(uint8_t *img, int H, int W, int C, const int *sx, const int *sy, const uint8_t *fill) {
     uint8_t f[4] = {0, 0, 0, 0};
     if (fill) memcpy(f, fill, C);
-    int lo = 0;
-    while (lo < W && (sx[lo] < 0 || sx[lo] >= W)) lo++;
-    int hi = lo;
-    while (hi < W && sx[hi] >= 0 && sx[hi] < W) hi++;
+    int lo, hi;
+    shift_cols(sx, W, &lo, &hi);
     const int down = sy[0] >= 0;  // source row at or below the output row: top down
     for (int r = 0; r < H; r++) {
         const int oy = down ? r : H - 1 - r;
