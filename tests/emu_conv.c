@@ -528,15 +528,9 @@ static void test_dgrad_bn(int N, int H, int W, int C, int K, int R, int S, int s
         host_act_to(g, d_g, nin, CT_BF16);
         host_act_to(tiles, work, ntile, CT_F32);
         // The twins on the rows in the phases' order (M rows as they are at stride 1).
-        int *order = (int *)ct_alloc(((size_t)M + 4 * 128) * sizeof(int)), np = phase_rows(order, N, H, W, stride);
-        CHECK(np == nt * 128, "%s: %d tiles, the phases make %d rows", what, nt, np);
-        float *pp = rows_gather(plain, order, np, C), *px = rows_gather(x, order, np, C);
-        float *py = rows_gather(y, order, np, C), *pg = (float *)ct_alloc((size_t)np * C * 4);
-        if (tail) batchnorm_tail_grad_tiles(pg, tref, pp, py, px, mean, np, C);
-        else batchnorm_relu_grad_tiles(pg, tref, pp, px, gamma, beta, mean, invstd, np, C);
-        for (int i = 0; i < np; i++)
-            if (order[i] >= 0) memcpy(gref + (size_t)order[i] * C, pg + (size_t)i * C, (size_t)C * 4);
-        free(order), free(pp), free(px), free(py), free(pg);
+        PhaseTwin tw = phase_bn_twin(gref, tref, plain, x, y, gamma, beta, mean, invstd, tail, N, H, W, stride, C);
+        CHECK(tw.np == nt * 128, "%s: %d tiles, the phases make %d rows", what, nt, tw.np);
+        phase_twin_free(&tw);
         CHECK(memcmp(g, gref, nin * 4) == 0, "%s: masked gradient differs from the twin's", what);
         double terr = rel_err_norm(tiles, tref, ntile);
         printf("  %-40s tiles %.3g\n", what, terr);

@@ -175,14 +175,10 @@ static void test_dgrad_bn(const ConvShape *sp, int tail) {
         host_act_to(g, d_g, nin, CT_BF16);
         host_act_to(tiles, work, ntile, CT_F32);
         // The twins on the rows in the phases' order.
-        int *order = (int *)ct_alloc(((size_t)M + 4 * 128) * sizeof(int)), np = phase_rows(order, N, H, W, s.stride);
+        PhaseTwin tw = phase_bn_twin(gref, tref, pl, x, y, gamma, beta, mean, invstd, tail, N, H, W, s.stride, C);
+        const int np = tw.np, *order = tw.order;
+        const float *px = tw.px, *pg = tw.pg;
         CHECK(np == nt * 128, "%s: %d tiles, the phases make %d rows", what, nt, np);
-        float *pp = rows_gather(pl, order, np, C), *px = rows_gather(x, order, np, C);
-        float *py = rows_gather(y, order, np, C), *pg = (float *)ct_alloc((size_t)np * C * 4);
-        if (tail) batchnorm_tail_grad_tiles(pg, tref, pp, py, px, mean, np, C);
-        else batchnorm_relu_grad_tiles(pg, tref, pp, px, gamma, beta, mean, invstd, np, C);
-        for (int i = 0; i < np; i++)
-            if (order[i] >= 0) memcpy(gref + (size_t)order[i] * C, pg + (size_t)i * C, (size_t)C * 4);
         CHECK(memcmp(g, gref, nin * 4) == 0, "%s: masked gradient differs from the plain one masked by the twin", what);
         // The tiles in v2's order from the twin's masked gradient: bit for bit.
         float *gd = (float *)ct_alloc((size_t)np * C * 4);
@@ -232,7 +228,7 @@ static void test_dgrad_bn(const ConvShape *sp, int tail) {
             host_act_to(dxref, d_dres, nin, CT_BF16);
             CHECK(memcmp(dxref, g, nin * 4) == 0, "%s: residual gradient differs from the masked gradient", what);
         }
-        free(order), free(pp), free(px), free(py), free(pg), free(gd);
+        phase_twin_free(&tw), free(gd);
         free(pl), free(g), free(gref), free(tiles), free(tref), free(dx), free(dxref), free(db), free(dbref);
     }
 #undef RUN_FUSED

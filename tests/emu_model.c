@@ -23,6 +23,7 @@
 #include "nn/model_cuda.h"
 #include "nn/resnet.h"
 #include "nn/sgd.h"
+#include "tests/emu_util.h"
 #include "tests/test.h"
 #include "util/common.h"
 #include "util/crc32c.h"
@@ -350,7 +351,7 @@ done:
 }
 
 // The resnet18 cases and the CUDA-graph cases under emulation run on one host thread
-// (emu::set_host_threads): what the resnet18 cases add over the resnet20 cases is the wiring of
+// (emu_host_threads, tests/emu_util.h): what the resnet18 cases add over the resnet20 cases is the wiring of
 // larger shapes (7x7 stem, max pooling, 1x1 projections at stride 2, deep split-K weight
 // gradients), checked by values; what the graph cases add is that captured launches replay to the
 // eager run's bits, a property of the launch sequence, not of the lanes' interleaving. The
@@ -361,13 +362,6 @@ done:
 // the four resnet18 cases took ~270 of emu_model's ~490 s, and the three graph cases 199 of 350 s
 // wall (216 CPU-s in all), most of it futex hand-offs at every warp collective
 // (docs/EMULATION.md, speed).
-static void one_host_thread(int one) {
-#ifdef CTRAIN_EMU
-    emu::set_host_threads(one ? 1 : 0);
-#else
-    (void)one;
-#endif
-}
 
 // CUDA graphs: an executor replaying graphs must end on exactly the bits of an eager one, over
 // train's own step sequence (forward with logits to the host, host loss, backward, SGD), with an
@@ -385,7 +379,7 @@ typedef struct {
 
 static void graph_case(const char *arch, int N, int H, int W, CtDtype dt, int prog) {
     double t0 = ct_now();
-    one_host_thread(1);
+    emu_host_threads(1);
     printf("%s N=%d %dx%d %s: CUDA graphs vs eager%s\n", arch, N, H, W, dtname(dt), prog ? ", resolution changes" : "");
     const int classes = 10, cin = 3;
     // Steps 1 and 4 (new batch sizes) and 5 (back to N) run eagerly, step 2 captures: forward and
@@ -450,7 +444,7 @@ static void graph_case(const char *arch, int N, int H, int W, CtDtype dt, int pr
     CHECK(!memcmp(ma->bufs, mb->bufs, ma->n_bufs * 4), "%s %s: BN statistics differ with graphs", arch, dtname(dt));
     CHECK(!memcmp(ma->counts, mb->counts, ma->n_counts * sizeof(int64_t)), "%s: num_batches_tracked differs", arch);
     CHECK(ma->counts[0] == steps, "%s: num_batches_tracked %lld after %d steps", arch, (long long)ma->counts[0], steps);
-    one_host_thread(0);
+    emu_host_threads(0);
     printf("  %.1f s\n", ct_now() - t0);
     gpu_exec_free(ea);
     gpu_exec_free(eb);
@@ -510,16 +504,16 @@ int main(void) {
         run_case("resnet20", 2, 8, 8, CT_BF16, 0);
         g_opt.fuse_bn_bwd = saved.fuse_bn_bwd;
         printf("wgmma:\n");
-        one_host_thread(1);
+        emu_host_threads(1);
         wg_r18 = run_case("resnet18", 2, 36, 36, CT_BF16, 0);
-        one_host_thread(0);
+        emu_host_threads(0);
         g_opt = saved;
     }
     run_case("resnet20+blurpool", 2, 9, 9, CT_BF16, 0);
     graph_case("resnet20+blurpool", 2, 9, 9, CT_BF16, 0);
     // 36x36: layer4 is 2x2, so its batch norms see 8 rows. At 32x32 with batch 2 they would see
     // 2, where BN's backward is pure cancellation and neither backend's gradient means anything.
-    one_host_thread(1);
+    emu_host_threads(1);
     run_case("resnet18", 2, 36, 36, CT_F32, 0);
     const StepSum v2_r18 = run_case("resnet18", 2, 36, 36, CT_BF16, 0);  // ~1 minute under emulation
 #ifdef CTRAIN_EMU
@@ -542,7 +536,7 @@ int main(void) {
         run_case("resnet18", 2, 36, 36, CT_BF16, 0);
         g_opt = saved;
     }
-    one_host_thread(0);
+    emu_host_threads(0);
     // ~2 minutes under emulation: tests/gpu.sh sets EMU_MODEL_ALL=1 (seconds on a GPU).
     const char *all = getenv("EMU_MODEL_ALL");
     if (all && *all == '1') {

@@ -22,12 +22,12 @@
 // Compiled as C++ (emu tests).
 #include <string.h>
 
-#include "kernels/common.cuh"
 #include "nn/drop_path.h"
 #include "nn/model_cpu.h"
 #include "nn/model_cuda.h"
 #include "nn/plan.h"
 #include "nn/resnet.h"
+#include "tests/emu_util.h"
 #include "tests/test.h"
 #include "util/common.h"
 #include "util/rng.h"
@@ -209,13 +209,9 @@ int main(int argc, char **argv) {
         // lane-level race detection inside kernels, and every kernel this case launches also runs
         // on the default threads (the resnet20 cases here and in emu_model, emu_kernels' pooling
         // and stem shapes, emu_conv). 47 of this program's ~67 s wall were this case on two.
-#ifdef CTRAIN_EMU
-        emu::set_host_threads(1);
-#endif
+        emu_host_threads(1);
         run_case("resnet18", 2, 16, 16, 0);
-#ifdef CTRAIN_EMU
-        emu::set_host_threads(0);
-#endif
+        emu_host_threads(0);
     }
     if (!only || !strcmp(only, "resnet20-drop")) run_case("resnet20", 2, 8, 8, 0.5);
     if (!only) {

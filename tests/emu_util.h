@@ -86,3 +86,13 @@ static inline float *host_act(const void *d, size_t n, CtDtype dt) {
     return x;
 }
 static inline float *host_f32(const void *d, size_t n) { return host_act(d, n, CT_F32); }
+
+// The emulator's host threads for the launches that follow (n = 1: one, 0: the default, lanes on
+// several host threads for race detection). The same bits either way; on a GPU, nothing.
+static inline void emu_host_threads(int n) {
+#ifdef CTRAIN_EMU
+    emu::set_host_threads(n);
+#else
+    (void)n;
+#endif
+}

@@ -5,7 +5,10 @@
 // tests/emu_conv_grouped.c (grouped) check their tile sums on these rows.
 #pragma once
 #include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
 
+#include "nn/layers.h"
 #include "util/common.h"
 
 // Fills order (room for N*H*W + st*st*127 entries) and returns the padded length.
@@ -28,3 +31,30 @@ static inline float *rows_gather(const float *a, const int *order, int n, int C)
         for (int c = 0; c < C; c++) b[(size_t)i * C + c] = order[i] < 0 ? 0.f : a[(size_t)order[i] * C + c];
     return b;
 }
+
+// The CPU twins of the fused BN backward run on those rows: batchnorm_relu_grad_tiles (the mask
+// recomputed from x), or batchnorm_tail_grad_tiles (the mask y > 0) when tail. Writes their tiles
+// to tref and their masked gradient, back in input order, to gref (N*H*W rows). The phase-ordered
+// rows stay in the result for further checks: order (np entries, -1 = padding), x and the masked
+// gradient (np x C each); phase_twin_free releases them.
+typedef struct {
+    int *order, np;
+    float *px, *pg;
+} PhaseTwin;
+static inline PhaseTwin phase_bn_twin(float *gref, float *tref, const float *plain, const float *x, const float *y,
+                                      const float *gamma, const float *beta, const float *mean, const float *invstd,
+                                      int tail, int N, int H, int W, int st, int C) {
+    PhaseTwin t;
+    t.order = (int *)ct_alloc(((size_t)N * H * W + (size_t)st * st * 127) * sizeof(int));
+    t.np = phase_rows(t.order, N, H, W, st);
+    float *pp = rows_gather(plain, t.order, t.np, C), *py = rows_gather(y, t.order, t.np, C);
+    t.px = rows_gather(x, t.order, t.np, C);
+    t.pg = (float *)ct_alloc((size_t)t.np * C * 4 + 4);
+    if (tail) batchnorm_tail_grad_tiles(t.pg, tref, pp, py, t.px, mean, t.np, C);
+    else batchnorm_relu_grad_tiles(t.pg, tref, pp, t.px, gamma, beta, mean, invstd, t.np, C);
+    for (int i = 0; i < t.np; i++)
+        if (t.order[i] >= 0) memcpy(gref + (size_t)t.order[i] * C, t.pg + (size_t)i * C, (size_t)C * 4);
+    free(pp), free(py);
+    return t;
+}
+static inline void phase_twin_free(PhaseTwin *t) { free(t->order), free(t->px), free(t->pg); }
